@@ -1,0 +1,47 @@
+# Two commands for a fresh machine with only Python >= 3.10, Node/npm and make:
+#   make demo   sets up and runs the main job
+#   make test   sets up and runs the whole test suite
+# Setup is stamp-based: re-running is fast when nothing changed.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP_STAMP := $(VENV)/.timeshard-installed
+NPM_STAMP := node_modules/.timeshard-installed
+PYTEST_ARGS ?=
+
+.PHONY: all setup test demo bench clean help
+
+help:
+	@echo "make demo   - set up and run the timeshard demo"
+	@echo "make test   - set up and run the test suite (starts Azurite itself)"
+	@echo "make bench  - set up and run the benchmarks"
+	@echo "make clean  - remove .venv, node_modules and local state"
+
+setup: $(PIP_STAMP) $(NPM_STAMP)
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "timeshard needs Python >= 3.10, found " + sys.version.split()[0])'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(PIP_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/timeshard demo
+
+bench: setup
+	$(PY) -m benchmarks.queue
+	$(PY) -m benchmarks.storage
+
+clean:
+	rm -rf $(VENV) node_modules .timeshard .pytest_cache

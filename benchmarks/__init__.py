@@ -1,0 +1,1 @@
+"""Runnable benchmarks: ``python -m benchmarks.<name>``; results go to benchmarks/results/."""

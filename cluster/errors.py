@@ -1,0 +1,38 @@
+"""Typed errors of the job model: every one names the field and the rule it broke."""
+
+from __future__ import annotations
+
+
+class ValidationError(ValueError):
+    """Bad input from a user: ``field`` says where, ``rule`` says what was expected.
+
+    Raised before anything is written, so catching it never leaves half a job behind.
+    """
+
+    def __init__(self, field: str, rule: str, value: object = None, *, accepted: str | None = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        self.accepted = accepted
+        message = f"{field}: {rule}"
+        if value is not None:
+            message += f" (got {value!r})"
+        if accepted:
+            message += f"; accepted forms: {accepted}"
+        super().__init__(message)
+
+
+class InvalidTime(ValidationError):
+    """A due time, ttl, delay or period that cannot be parsed or is out of range."""
+
+
+class InvalidSchedule(ValidationError):
+    """A schedule text that is not valid cron, ``@every`` or a named macro."""
+
+
+class InvalidPolicy(ValidationError):
+    """A failure or misfire policy whose parameters break a rule."""
+
+
+class InvalidJob(ValidationError):
+    """A job whose fields do not fit together (target, repeats, ttl, data ...)."""

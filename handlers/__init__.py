@@ -1,0 +1,1 @@
+"""What a handler author imports."""

@@ -1,0 +1,1 @@
+"""Generic durable logs: named, fenced, append-only. Knows nothing of jobs."""
