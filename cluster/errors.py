@@ -36,3 +36,7 @@ class InvalidPolicy(ValidationError):
 
 class InvalidJob(ValidationError):
     """A job whose fields do not fit together (target, repeats, ttl, data ...)."""
+
+
+class SiloStopping(RuntimeError):
+    """The silo is stopping gracefully and takes no new work; the client tries another."""

@@ -1,1 +1,46 @@
-"""Generic durable logs: named, fenced, append-only. Knows nothing of jobs."""
+"""Generic durable logs: named, fenced, append-only. Knows nothing of jobs.
+
+``open_store(url)`` gives a ``Store`` (memory, file or Azure append blobs) of raw logs with
+ETag compare-and-swap. On top of it, ``read_log`` / ``LogWriter`` give framed msgpack records,
+group commit, exactly-once blocks and rotation into new generations.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    AZURE_MAX_BLOCKS,
+    MAX_BLOCK_BYTES,
+    Appended,
+    Fetched,
+    LogInfo,
+    LogStat,
+    RetryPolicy,
+    Store,
+)
+from .errors import (
+    AlreadyExists,
+    Fenced,
+    InvalidMetadata,
+    InvalidStoreUrl,
+    LogFull,
+    NotFound,
+    RecordTooLarge,
+    StorageError,
+    Transient,
+    Unavailable,
+)
+from .file import FileStore
+from .log import LogHead, LogOptions, LogState, LogWriter, find_log, generation_name, list_logs, read_log
+from .memory import MemoryStore
+from .records import Decoded, Frame, Torn, decode, encode
+from .urls import DEFAULT_URL, open_store
+
+__all__ = [
+    "AZURE_MAX_BLOCKS", "MAX_BLOCK_BYTES", "DEFAULT_URL",
+    "Store", "LogInfo", "LogStat", "Appended", "Fetched", "RetryPolicy",
+    "MemoryStore", "FileStore", "open_store",
+    "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "Unavailable", "Transient",
+    "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge",
+    "Decoded", "Frame", "Torn", "decode", "encode",
+    "LogHead", "LogState", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "generation_name",
+]

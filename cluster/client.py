@@ -1,0 +1,200 @@
+"""The client: schedule and cancel jobs from any driver or actor. Picklable; hand it around.
+
+Validation happens here, in the caller's process, so bad input raises a typed error before
+anything is written. A call goes to one silo (round-robin); if that silo is dead or restarting,
+the call moves on to the next without the caller noticing. A schedule call returns only once
+every job's ``add`` is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import ray
+
+from cluster.errors import SiloStopping
+from cluster.jobs import ScheduledJob, Target
+from cluster.options import ClusterOptions
+from cluster.wire import datetime_to_us, pack
+
+SILO_PREFIX = "silo-"
+_SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
+_MAX_HOPS = 16
+
+
+class ClusterUnavailable(RuntimeError):
+    """No silo answered: the cluster is down or every silo is restarting."""
+
+
+def _retriable(exc: BaseException) -> bool:
+    """Whether another silo may succeed where this one failed: it is dead, restarting or stopping."""
+    if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
+        return True
+    return isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, SiloStopping)
+
+
+class Client:
+    """Schedules and cancels jobs on a running cluster. See DESIGN.md for every argument."""
+
+    def __init__(self, namespace: str, silo_ids: Sequence[str], options: ClusterOptions, *, attempts: int = 40) -> None:
+        self.namespace = namespace
+        self.silo_ids = list(silo_ids)
+        self.options = options
+        self._attempts = attempts
+        self._next = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
+        self._handles: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "silo_ids": self.silo_ids, "options": self.options, "attempts": self._attempts}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["namespace"], state["silo_ids"], state["options"], attempts=state["attempts"])  # type: ignore[misc]
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    async def schedule_job(
+        self,
+        target: Target,
+        name: str | None = None,
+        due: Any = None,
+        *,
+        data: Any = None,
+        metadata: Mapping[str, str] | None = None,
+        schedule: Any = None,
+        repeats: int | None = None,
+        ttl: Any = None,
+        failure_policy: Any = None,
+        misfire: str = "fire_once",
+    ) -> ScheduledJob:
+        """Schedule one job; returns it once its ``add`` is durable (``job.shard`` says where)."""
+        (job,) = await self.schedule_jobs([{
+            "target": target, "name": name, "due": due, "data": data, "metadata": metadata,
+            "schedule": schedule, "repeats": repeats, "ttl": ttl, "failure_policy": failure_policy,
+            "misfire": misfire,
+        }])
+        return job
+
+    async def schedule_jobs(self, specs: Iterable[Mapping[str, Any]]) -> list[ScheduledJob]:
+        """Schedule many jobs in one durable batch; each spec has ``schedule_job``'s arguments.
+
+        All specs are validated first: one bad spec raises and none is written.
+        """
+        now = datetime.now(timezone.utc)
+        jobs = [self._build(spec, now, i) for i, spec in enumerate(specs)]
+        if not jobs:
+            return []
+        items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
+        shards = await self._call("schedule", items)
+        return [dataclasses.replace(job, shard=shard) for job, shard in zip(jobs, shards)]
+
+    def _build(self, spec: Mapping[str, Any], now: datetime, index: int) -> ScheduledJob:
+        unknown = set(spec) - set(_SPEC_FIELDS)
+        if unknown:
+            raise TypeError(f"job spec {index}: unknown field(s) {sorted(unknown)}; fields: {', '.join(_SPEC_FIELDS)}")
+        if "target" not in spec:
+            raise TypeError(f"job spec {index}: 'target' is required")
+        target = spec["target"]
+        if isinstance(target, Target) and target.kind == "actor" and target.namespace is None:
+            # A bare actor name means the caller's namespace, where the caller created it.
+            target = Target.actor(target.name, _current_namespace() or self.namespace)
+        fields = {k: v for k, v in spec.items() if k != "target" and v is not None}
+        return ScheduledJob.create(target, now=now, **fields)
+
+    # -- cancelling ----------------------------------------------------------------------------
+
+    async def try_cancel_job(self, job: ScheduledJob) -> bool:
+        """Cancel ``job``; True if it was pending and will not start again, False if it was
+        already gone (done, cancelled or never known). Safe to call more than once."""
+        if job.shard is None:
+            raise ValueError("job.shard: this job was not returned by schedule_job; cannot locate it")
+        shard: str | None = job.shard
+        silo = _creator_of(shard)
+        for _ in range(_MAX_HOPS):
+            answer, info = await self._call("cancel", shard, job.id, prefer=silo)
+            if answer == "cancelled":
+                return True
+            if answer == "absent":
+                return False
+            if answer == "moved" and info:
+                shard, silo = info, _creator_of(info)
+            elif answer == "not_owner" and info is None:
+                # The shard is gone: drained and deleted after the job moved on. Look in every
+                # shard from the job's first window on (rare: old handles of recurring jobs).
+                return await self._cancel_by_search(job)
+            elif answer == "not_owner":
+                owner = info.rpartition("#")[0]
+                silo = owner if owner in self.silo_ids else None
+                if silo is None:
+                    await asyncio.sleep(0.2)  # released or being adopted: ask again shortly
+        raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
+
+    async def _cancel_by_search(self, job: ScheduledJob) -> bool:
+        duration = self.options.shard_duration // timedelta(microseconds=1)
+        due = datetime_to_us(job.due)
+        cancelled = False
+        for shard, owner in await self._call("shards_from", due - due % duration):
+            answer, _ = await self._call("cancel", shard, job.id, prefer=owner.rpartition("#")[0])
+            cancelled |= answer == "cancelled"
+        return cancelled
+
+    # -- calling silos -------------------------------------------------------------------------
+
+    def _handle(self, silo_id: str) -> Any:
+        handle = self._handles.get(silo_id)
+        if handle is None:
+            handle = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
+            self._handles[silo_id] = handle
+        return handle
+
+    def _order(self, prefer: str | None) -> Iterable[str]:
+        start = self._next
+        self._next = (self._next + 1) % len(self.silo_ids)
+        ring = self.silo_ids[start:] + self.silo_ids[:start]
+        if prefer in self.silo_ids:
+            ring.remove(prefer)
+            ring.insert(0, prefer)
+        return ring
+
+    async def _call(self, method: str, *args: Any, prefer: str | None = None) -> Any:
+        last: BaseException | None = None
+        delay = 0.05
+        for attempt in itertools.count():
+            for silo_id in self._order(prefer):
+                try:
+                    handle = self._handle(silo_id)
+                except ValueError as exc:  # not registered (yet): restarting or never started
+                    last = exc
+                    continue
+                try:
+                    return await getattr(handle, method).remote(*args)
+                except Exception as exc:
+                    if not _retriable(exc):
+                        raise
+                    self._handles.pop(silo_id, None)
+                    last = exc
+            if attempt + 1 >= self._attempts:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        raise ClusterUnavailable(f"no silo of namespace {self.namespace!r} answered {method}: {last}")
+
+
+def _current_namespace() -> str | None:
+    try:
+        return ray.get_runtime_context().namespace
+    except Exception:
+        return None
+
+
+def _creator_of(shard: str) -> str | None:
+    # shards/<window>-<silo id>.<incarnation>-<counter>
+    try:
+        return shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
+    except IndexError:
+        return None

@@ -1,0 +1,729 @@
+"""The silo: owns shards, keeps their due jobs in a timer queue, and fires them into handler actors.
+
+A silo is an async Ray actor (see ``cluster.cluster``), but this module is plain asyncio: the
+class below only touches Ray to call handler actors. Its life:
+
+1. join the membership table as a new incarnation; heartbeat;
+2. write new jobs into its own shard for each due-time window (group-committed appends);
+3. load a shard — read, fold, queue — once its window starts within the lookahead;
+4. claim orphaned shards (owner dead, stale or gone) by metadata CAS, sealed on adoption;
+5. fire due jobs: one Ray call per target per batch, within a concurrency limit;
+6. write each outcome: remove, retry per failure policy, or the next occurrence;
+7. on stop, finish in-flight work and release its shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import ray
+
+from cluster.context import Attempt, JobContext, JobFailed, Outcome
+from cluster.errors import SiloStopping
+from cluster.delivery import ActorDirectory, TargetAbsent
+from cluster.jobs import ScheduledJob
+from cluster.membership import DEAD, LEAVING, Member, Membership, owner_tag, parse_owner
+from cluster.metrics import SiloMetrics
+from cluster.occurrences import Misfire, catch_up, next_occurrence
+from cluster.options import ClusterOptions
+from cluster.queue import JobQueue, wall_clock_us
+from cluster.shard import Shard
+from cluster.shardlog import (
+    ATTEMPTS,
+    CANCELLED,
+    DUE,
+    EXHAUSTED,
+    EXPIRED,
+    JOB,
+    MOVED,
+    OCCURRENCE,
+    OPEN,
+    OWNER,
+    SCHEDULED,
+    SEALED,
+    SHARD_PREFIX,
+    SUCCEEDED,
+    ShardMeta,
+    ShardState,
+    add_op,
+    remove_op,
+    retry_op,
+    shard_name,
+    window_of,
+)
+from cluster.wire import datetime_to_us, unpack, us_to_datetime
+from storage import Fenced, LogFull, LogOptions, NotFound, StorageError, Store, list_logs, open_store, read_log
+
+log = logging.getLogger("timeshard.silo")
+
+RELEASED = "-"  # the owner of a shard released by a graceful stop
+DELIVER = "timeshard_deliver"
+
+
+def _us(td: timedelta) -> int:
+    return td // timedelta(microseconds=1)
+
+
+@dataclass
+class Run:
+    """One attempt in flight: the job, where it lives, and what its handler must be told."""
+
+    job_id: str
+    entry: list[Any]  # the shard's live entry (see cluster.shardlog)
+    job: ScheduledJob
+    run_id: str
+    due_us: int
+    staged_since: int = 0
+    cancelled: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def shard(self) -> Shard:
+        return self.entry[OWNER]
+
+    def attempt(self) -> Attempt:
+        e = self.entry
+        return Attempt(e[JOB], self.run_id, e[ATTEMPTS] + 1, self.due_us, e[OCCURRENCE])
+
+    def context(self) -> JobContext:
+        e = self.entry
+        return JobContext(self.job, self.run_id, e[ATTEMPTS] + 1, us_to_datetime(self.due_us), e[OCCURRENCE])
+
+
+class Silo:
+    """One silo's state and loops. Methods named without ``_`` are its Ray-callable API."""
+
+    def __init__(self, silo_id: str, store_url: str, options: ClusterOptions, namespace: str) -> None:
+        self.silo_id = silo_id
+        self.namespace = namespace
+        self.options = options
+        self._store_url = store_url
+        self._store: Store | None = None
+        self._member: Member | None = None
+        self._shards: dict[str, Shard] = {}
+        self._open: dict[int, Shard] = {}  # window start -> this incarnation's open shard
+        self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._counter = 0
+        self._queue: JobQueue[list[Any]] = JobQueue()
+        self._inflight: dict[str, Run] = {}
+        self._staged: dict[str, Run] = {}
+        self._capacity = asyncio.Event()
+        self._directory = ActorDirectory(namespace)
+        self._memo: dict[Any, Any] = {}  # decoded schedules and policies, shared by every job
+        self._log_options = LogOptions(
+            linger=options.group_commit_linger.total_seconds(), rotate_blocks=options.max_blocks
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._poisoned: dict[str, str] = {}
+        self._started_at = wall_clock_us()
+        self.metrics = SiloMetrics(silo_id)
+        self._ready = asyncio.get_running_loop().create_task(self._start())
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._store = open_store(self._store_url)
+        node = ""
+        with contextlib.suppress(Exception):
+            node = ray.get_runtime_context().get_node_id()
+        self._member = await Membership(self._store).join(self.silo_id, wall_clock_us(), node=node, pid=os.getpid())
+        log.info("silo joined", extra={"silo": self.owner})
+        await self._adopt_orphans()
+        self._tasks = [
+            asyncio.create_task(self._fire_loop(), name="fire"),
+            asyncio.create_task(self._maintenance_loop(), name="maintenance"),
+        ]
+
+    @property
+    def owner(self) -> str:
+        assert self._member is not None
+        return self._member.owner
+
+    async def ready(self) -> dict[str, Any]:
+        """Wait until the silo has joined and claimed its orphans; returns who it is."""
+        await self._ready
+        return {"silo_id": self.silo_id, "owner": self.owner, "pid": os.getpid()}
+
+    async def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Stop gracefully: no new work, finish what is in flight, release every shard."""
+        await self._ready
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        deadline = time.monotonic() + timeout
+        while self._inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        released = 0
+        for shard in list(self._shards.values()):
+            with contextlib.suppress(StorageError):
+                await shard.set_meta(shard.meta.with_owner(RELEASED))
+                released += 1
+        assert self._store is not None and self._member is not None
+        with contextlib.suppress(StorageError):
+            await Membership(self._store).update(self._member, status=DEAD)
+        await self._store.close()
+        log.info("silo stopped", extra={"silo": self.owner, "released": released})
+        return {"released": released, "unfinished": len(self._inflight)}
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        """Durably add ``(id, due_us, packed job)`` items; returns each job's shard, in order."""
+        await self._ready
+        if self._stopping:
+            raise SiloStopping(f"silo {self.silo_id} is stopping")
+        by_window: dict[int, list[int]] = defaultdict(list)
+        duration = _us(self.options.shard_duration)
+        for i, (_, due_us, _) in enumerate(jobs):
+            by_window[window_of(due_us, duration)].append(i)
+        names: list[str] = [""] * len(jobs)
+
+        async def add(window: int, indexes: list[int]) -> None:
+            ops = [add_op(jobs[i][0], jobs[i][1], jobs[i][2]) for i in indexes]
+            shard = await self._write_to_window(window, ops)
+            for i in indexes:
+                names[i] = shard.base
+
+        await asyncio.gather(*(add(w, ix) for w, ix in by_window.items()))
+        self.metrics.scheduled.inc(len(jobs))
+        return names
+
+    async def _write_to_window(self, window: int, ops: list[list[Any]]) -> Shard:
+        """Append ADD ops to this silo's open shard for ``window`` and queue them if loaded."""
+        while True:
+            shard = await self._open_shard(window)
+            try:
+                async with shard.gate.shared():
+                    started = time.perf_counter()
+                    entries = await shard.write(ops)
+                    self.metrics.append_latency.observe(time.perf_counter() - started)
+                    for op, entry in zip(ops, entries):
+                        self._queue.push(op[1], entry[DUE], entry)
+                return shard
+            except LogFull:
+                self._seal(shard)  # full while dormant: later adds go to a fresh shard
+            except Fenced:
+                self._drop(shard, "fenced while adding jobs")
+
+    async def _open_shard(self, window: int) -> Shard:
+        shard = self._open.get(window)
+        if shard is not None:
+            return shard
+        async with self._opening[window]:
+            shard = self._open.get(window)
+            if shard is not None:
+                return shard
+            assert self._store is not None and self._member is not None
+            self._counter += 1
+            base = shard_name(window, f"{self.silo_id}.{self._member.incarnation}", self._counter)
+            meta = ShardMeta(self.owner, window, window + _us(self.options.shard_duration))
+            shard = await Shard.create(self._store, base, meta, self._log_options)
+            if window - _us(self.options.lookahead) > wall_clock_us():
+                shard.state = None  # beyond the lookahead: dormant, nothing held per job
+            self._shards[base] = shard
+            self._open[window] = shard
+            self.metrics.shards_owned.set(len(self._shards))
+            return shard
+
+    def _seal(self, shard: Shard) -> None:
+        for window, open_shard in list(self._open.items()):
+            if open_shard is shard:
+                del self._open[window]
+
+    # -- cancelling ------------------------------------------------------------------------
+
+    async def cancel(self, shard_base: str, job_id: str) -> tuple[str, str | None]:
+        """Cancel ``job_id`` in ``shard_base``: ("cancelled" | "absent" | "moved" | "not_owner", info)."""
+        await self._ready
+        shard = self._shards.get(shard_base)
+        if shard is None:
+            shard = await self._claim_for_cancel(shard_base)
+            if shard is None:
+                return "not_owner", await self._owner_of(shard_base)
+        run = self._inflight.get(job_id) or self._staged.get(job_id)
+        if run is not None and run.shard is shard:
+            return await self._cancel_run(run)
+        async with shard.gate.exclusive():
+            state = shard.state
+            if state is None:  # dormant: fold the log to look, without loading the shard
+                assert self._store is not None
+                state = ShardState().apply_all((await read_log(self._store, shard.base)).records())
+            entry = state.live.get(job_id)
+            if entry is None:
+                moved = state.moved.get(job_id)
+                return ("moved", moved) if moved else ("absent", None)
+            self._queue.cancel(job_id)
+            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
+        return "cancelled", None
+
+    async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
+        """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
+        await self._ready
+        assert self._store is not None
+        return [
+            (head.base, head.metadata.get("owner", RELEASED))
+            for head in await list_logs(self._store, SHARD_PREFIX)
+            if int(head.metadata.get("window_start", "0")) >= window_us
+        ]
+
+    async def _cancel_run(self, run: Run) -> tuple[str, str | None]:
+        run.cancelled = True
+        self._staged.pop(run.job_id, None)
+        await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+        # The attempt already started and runs to its end; wait so that nothing it was about to
+        # write (a retry, the next occurrence) outlives this cancel.
+        await run.done.wait()
+        return "cancelled", None
+
+    async def _owner_of(self, shard_base: str) -> str | None:
+        assert self._store is not None
+        for head in await list_logs(self._store, shard_base):
+            if head.base == shard_base:
+                return head.metadata.get("owner")
+        return None
+
+    async def _claim_for_cancel(self, shard_base: str) -> Shard | None:
+        """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
+        assert self._store is not None
+        members = await Membership(self._store).members()
+        for head in await list_logs(self._store, shard_base):
+            if head.base == shard_base and self._is_orphan(head.metadata, members):
+                return await self._claim(head.base, ShardMeta.from_metadata(head.metadata))
+        return None
+
+    # -- firing ----------------------------------------------------------------------------
+
+    async def _fire_loop(self) -> None:
+        limit = self.options.max_concurrency
+        while True:
+            await self._queue.wait_due()
+            room = limit - len(self._inflight)
+            if room <= 0:
+                self._capacity.clear()
+                await self._capacity.wait()
+                continue
+            batch = self._queue.pop_due(limit=room)
+            if batch:
+                self._dispatch(batch)
+                await asyncio.sleep(0)
+
+    def _dispatch(self, batch: list[tuple[int, str, list[Any]]]) -> None:
+        groups: dict[str, list[Run]] = defaultdict(list)
+        now = wall_clock_us()
+        for due_us, job_id, entry in batch:
+            shard: Shard = entry[OWNER]
+            if shard.lost:
+                continue
+            if len(self._memo) > 10_000:
+                self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
+            job = ScheduledJob.from_wire(unpack(entry[JOB]), self._memo)
+            run = Run(job_id, entry, job, uuid.uuid4().hex, due_us)
+            if job.ttl is not None and now > datetime_to_us(job.ttl):
+                self._spawn(self._end_occurrence(run, EXPIRED))
+                continue
+            self._inflight[job_id] = run
+            groups[job.target.routing_key].append(run)
+        step = self.options.max_batch
+        for runs in groups.values():
+            for i in range(0, len(runs), step):
+                self._spawn(self._deliver(runs[i : i + step]))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _deliver(self, runs: list[Run]) -> None:
+        target = runs[0].job.target
+        try:
+            handle = self._directory.resolve(target)
+        except TargetAbsent as exc:
+            self._stage(runs, str(exc))
+            return
+        timeout = self.options.handler_timeout.total_seconds()
+        started = wall_clock_us()
+        for run in runs:
+            self.metrics.lateness.observe(max(0, started - run.due_us) / 1e6)
+        self.metrics.fired.inc(len(runs))
+        try:
+            ref = getattr(handle, DELIVER).remote([tuple(r.attempt()) for r in runs], timeout)
+            outcomes = await asyncio.wait_for(ref, timeout + 10)
+        except AttributeError:
+            outcomes = await self._deliver_one_by_one(handle, runs, timeout)
+        except asyncio.TimeoutError:
+            outcomes = [Outcome(r.run_id, f"no answer within {timeout} s", "TimeoutError", True) for r in runs]
+        except ray.exceptions.RayActorError as exc:
+            self._directory.forget(target)
+            outcomes = [Outcome(r.run_id, f"handler actor failed: {exc}", type(exc).__name__) for r in runs]
+        except Exception as exc:  # a serialization or Ray fault: the attempts failed, not the silo
+            outcomes = [Outcome(r.run_id, repr(exc), type(exc).__name__) for r in runs]
+        await asyncio.gather(*(self._complete(run, Outcome(*o)) for run, o in zip(runs, outcomes)))
+
+    async def _deliver_one_by_one(self, handle: Any, runs: list[Run], timeout: float) -> list[Outcome]:
+        """For actors that define ``execute_job`` but do not subclass JobHandler."""
+
+        async def one(run: Run) -> Outcome:
+            try:
+                await asyncio.wait_for(handle.execute_job.remote(run.context()), timeout)
+            except asyncio.TimeoutError:
+                return Outcome(run.run_id, f"no answer within {timeout} s", "TimeoutError", True)
+            except Exception as exc:
+                cause = getattr(exc, "cause", None) or exc
+                return Outcome(run.run_id, str(cause) or repr(cause), type(cause).__name__)
+            return Outcome(run.run_id)
+
+        return list(await asyncio.gather(*(one(r) for r in runs)))
+
+    # -- staging: targets that do not exist yet -----------------------------------------------
+
+    def _stage(self, runs: list[Run], why: str) -> None:
+        now = wall_clock_us()
+        for run in runs:
+            self._inflight.pop(run.job_id, None)
+            run.staged_since = run.staged_since or now
+            self._staged[run.job_id] = run
+        self._capacity.set()
+        log.info("target absent, jobs staged", extra={"jobs": len(runs), "why": why})
+
+    async def _retry_staged(self) -> None:
+        if not self._staged:
+            return
+        now = wall_clock_us()
+        limit = _us(self.options.undeliverable_timeout)
+        by_target: dict[str, list[Run]] = defaultdict(list)
+        for run in list(self._staged.values()):
+            by_target[run.job.target.routing_key].append(run)
+        for runs in by_target.values():
+            target = runs[0].job.target
+            try:
+                self._directory.resolve(target)
+            except TargetAbsent as exc:
+                expired = [r for r in runs if now - r.staged_since > limit]
+                for run in expired:
+                    del self._staged[run.job_id]
+                    self._inflight[run.job_id] = run
+                    self._spawn(self._complete(run, Outcome(run.run_id, f"undeliverable: {exc}", "TargetAbsent")))
+                continue
+            for run in runs:
+                del self._staged[run.job_id]
+                self._inflight[run.job_id] = run
+            self._spawn(self._deliver(runs))
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    async def _complete(self, run: Run, outcome: Outcome) -> None:
+        try:
+            if run.cancelled:
+                return
+            if outcome.succeeded:
+                self.metrics.succeeded.inc()
+            else:
+                self.metrics.failed.inc()
+            policy = run.job.retry_policy
+            attempts = run.entry[ATTEMPTS] + 1
+            exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "", timed_out=outcome.timed_out)
+            retry_at = policy.decide(
+                attempts, us_to_datetime(run.due_us), succeeded=outcome.succeeded,
+                ctx=run.context() if exc is not None else None, exc=exc,
+            ) if (exc is not None or policy.strategy == "always") else None
+            if retry_at is not None:
+                due_us = datetime_to_us(retry_at)
+                (entry,) = await run.shard.write([retry_op(run.job_id, due_us, attempts)])
+                if entry is not None and not run.cancelled:
+                    self._queue.push(run.job_id, due_us, entry)
+                self.metrics.retried.inc()
+                return
+            if exc is not None:
+                log.warning(
+                    "job failed, retries exhausted",
+                    extra={"job": run.job_id, "attempts": attempts, "error": f"{exc.error_type}: {exc.message}"},
+                )
+            await self._end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+        except Fenced:
+            self._drop(run.shard, "fenced while writing an outcome")
+        except StorageError as exc:
+            # The outcome is not durable: the attempt will run again after a reload (at least once).
+            log.error("could not record outcome", extra={"job": run.job_id, "error": repr(exc)})
+        finally:
+            self._inflight.pop(run.job_id, None)
+            self._capacity.set()
+            run.done.set()
+
+    async def _end_occurrence(self, run: Run, outcome: str) -> None:
+        """The occurrence ended: remove it, or move the job to its next occurrence."""
+        job, entry = run.job, run.entry
+        nxt = None
+        if outcome != EXPIRED:
+            nxt = self._next_time(run)
+        if nxt is None:
+            await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
+            return
+        add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
+        duration = _us(self.options.shard_duration)
+        window = window_of(nxt, duration)
+        if self._open.get(window) is run.shard:
+            (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
+        else:
+            target = await self._write_to_window(window, [add])
+            new_entry = target.state.live.get(run.job_id) if target.state is not None else None
+            await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base)])
+        if new_entry is not None and not run.cancelled:
+            self._queue.push(run.job_id, nxt, new_entry)
+        elif run.cancelled:
+            await self._cancel_next(run.job_id, window)
+
+    async def _cancel_next(self, job_id: str, window: int) -> None:
+        shard = self._open.get(window)
+        if shard is not None and shard.state is not None and job_id in shard.state.live:
+            self._queue.cancel(job_id)
+            await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
+
+    def _next_time(self, run: Run) -> int | None:
+        job, entry = run.job, run.entry
+        scheduled = us_to_datetime(entry[SCHEDULED])
+        nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
+        if nxt is None:
+            return None
+        now = us_to_datetime(wall_clock_us())
+        if nxt < now - self.options.misfire_grace:
+            misfire = Misfire.parse(job.misfire)
+            # This fire was itself the one catch-up fire_once allows when it ran late.
+            late = us_to_datetime(run.due_us) < now - self.options.misfire_grace
+            if misfire is Misfire.SKIP or (misfire is Misfire.FIRE_ONCE and late):
+                nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
+        return None if nxt is None else datetime_to_us(nxt)
+
+    # -- shards: loading, adopting, dropping ---------------------------------------------------
+
+    def _queue_loaded(self, shard: Shard) -> None:
+        assert shard.state is not None
+        for job_id, entry in shard.state.live.items():
+            if job_id not in self._inflight and job_id not in self._staged:
+                self._queue.push(job_id, entry[DUE], entry)
+        self.metrics.shards_loaded.set(sum(1 for s in self._shards.values() if s.loaded))
+
+    async def _load_due_shards(self) -> None:
+        horizon = wall_clock_us() + _us(self.options.lookahead)
+        assert self._store is not None
+        for shard in list(self._shards.values()):
+            if not shard.loaded and shard.meta.window_start <= horizon:
+                async with shard.gate.exclusive():
+                    if not shard.loaded:
+                        try:
+                            await shard.load(self._store)
+                        except StorageError as exc:
+                            log.warning("could not load shard", extra={"shard": shard.base, "error": repr(exc)})
+                            continue
+                        self._apply_misfires(shard)
+                        self._queue_loaded(shard)
+
+    def _apply_misfires(self, shard: Shard) -> None:
+        """Recurring jobs whose occurrence passed while the shard was not loaded: per policy."""
+        assert shard.state is not None
+        now_us = wall_clock_us()
+        grace = _us(self.options.misfire_grace)
+        for job_id, entry in list(shard.state.live.items()):
+            if entry[DUE] >= now_us - grace or entry[ATTEMPTS]:
+                continue
+            job = ScheduledJob.from_wire(unpack(entry[JOB]))
+            if job.schedule is None or Misfire.parse(job.misfire) is not Misfire.SKIP:
+                continue  # fire_once / fire_all fire the missed occurrence now; one-shots always do
+            plan = catch_up(job.schedule, us_to_datetime(entry[SCHEDULED]), us_to_datetime(now_us),
+                            Misfire.SKIP, entry[OCCURRENCE] - 1, job.repeats, job.ttl)
+            if plan.next_due is None:
+                self._spawn(shard.write([remove_op(job_id, entry[OCCURRENCE], EXPIRED)]))
+            else:
+                nxt = datetime_to_us(plan.next_due)
+                self._spawn(shard.write([add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, nxt)]))
+
+    async def _delete_drained(self) -> None:
+        now = wall_clock_us()
+        for shard in list(self._shards.values()):
+            if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now:
+                if any(r.shard is shard for r in self._inflight.values()):
+                    continue
+                async with shard.gate.exclusive():
+                    if shard.live_count != 0:
+                        continue
+                    try:
+                        await shard.writer.close()
+                        assert self._store is not None
+                        await self._store.delete(shard.writer.name, if_match=shard.writer.etag)
+                    except (Fenced, NotFound):
+                        pass
+                    except StorageError as exc:
+                        log.warning("could not delete drained shard", extra={"shard": shard.base, "error": repr(exc)})
+                        continue
+                    self._forget(shard)
+
+    def _forget(self, shard: Shard) -> None:
+        self._shards.pop(shard.base, None)
+        self._seal(shard)
+        self.metrics.shards_owned.set(len(self._shards))
+
+    def _drop(self, shard: Shard, why: str) -> None:
+        """Another silo owns ``shard`` now (fencing): fire nothing more from it."""
+        if shard.lost:
+            return
+        shard.lost = True
+        self._forget(shard)
+        if shard.state is not None:
+            for job_id, entry in shard.state.live.items():
+                got = self._queue.get(job_id)
+                if got is not None and got[1] is entry:
+                    self._queue.cancel(job_id)
+        for job_id, run in list(self._staged.items()):
+            if run.shard is shard:
+                del self._staged[job_id]
+        log.warning("shard lost to another silo", extra={"shard": shard.base, "why": why})
+
+    def _is_orphan(self, metadata: dict[str, str], members: dict[str, Member]) -> bool:
+        owner = metadata.get("owner", RELEASED)
+        if owner == RELEASED:
+            return True
+        parsed = parse_owner(owner)
+        if parsed is None:
+            return True
+        silo_id, incarnation = parsed
+        member = members.get(silo_id)
+        if member is None or member.incarnation != incarnation:
+            return True  # that incarnation was replaced (a Ray restart) or never registered
+        return not member.alive(wall_clock_us(), _us(self.options.suspicion_timeout))
+
+    async def _adopt_orphans(self) -> None:
+        """Claim orphaned shards whose window starts within the lookahead."""
+        assert self._store is not None
+        members = await Membership(self._store).members()
+        horizon = wall_clock_us() + _us(self.options.lookahead)
+        for head in await list_logs(self._store, SHARD_PREFIX):
+            if head.base in self._shards:
+                continue
+            md = head.metadata
+            try:
+                meta = ShardMeta.from_metadata(md)
+            except (KeyError, ValueError):
+                continue
+            if meta.window_start > horizon or not self._is_orphan(md, members):
+                continue
+            if meta.adopted_count >= self.options.max_adopted_count:
+                if head.base not in self._poisoned:
+                    self._poisoned[head.base] = meta.owner
+                    log.error("poisoned shard left alone", extra={"shard": head.base, "adopted": meta.adopted_count})
+                continue
+            await self._claim(head.base, meta)
+
+    async def _claim(self, base: str, meta: ShardMeta) -> Shard | None:
+        assert self._store is not None
+        failed = meta.owner != RELEASED
+        new_meta = meta.with_owner(self.owner, state=SEALED, adopted_count=meta.adopted_count + failed)
+        try:
+            shard = await Shard.claim(self._store, base, new_meta, meta.owner, self._log_options)
+        except (Fenced, NotFound):
+            return None  # another silo was faster
+        except StorageError as exc:
+            log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
+            return None
+        self._shards[base] = shard
+        self.metrics.shards_owned.set(len(self._shards))
+        self.metrics.adopted.inc()
+        log.info("shard adopted", extra={"shard": base, "from": meta.owner, "jobs": shard.live_count})
+        async with shard.gate.exclusive():
+            self._apply_misfires(shard)
+            self._queue_loaded(shard)
+        return shard
+
+    # -- background ---------------------------------------------------------------------------
+
+    async def _maintenance_loop(self) -> None:
+        tick = min(self.options.heartbeat_interval, self.options.staging_interval).total_seconds()
+        last_adoption = time.monotonic()
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                await self._heartbeat()
+                await self._retry_staged()
+                await self._load_due_shards()
+                if time.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds():
+                    last_adoption = time.monotonic()
+                    await self._adopt_orphans()
+                    await self._delete_drained()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("maintenance round failed")
+
+    async def _heartbeat(self) -> None:
+        assert self._store is not None and self._member is not None
+        membership = Membership(self._store)
+        try:
+            self._member = await membership.update(self._member, heartbeat_us=wall_clock_us())
+        except (Fenced, NotFound):
+            # Declared dead by a peer (we were paused or cut off): our shards are being adopted
+            # and our writes are fenced. Join again as a new incarnation and start over.
+            log.error("silo was declared dead; rejoining", extra={"silo": self.owner})
+            for shard in list(self._shards.values()):
+                self._drop(shard, "declared dead")
+            self._member = await membership.join(self.silo_id, wall_clock_us(), pid=os.getpid())
+
+    # -- observing ----------------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        """What this silo holds: shards (owner, state, window, jobs), queue, in flight, staged."""
+        await self._ready
+        return {
+            "silo_id": self.silo_id,
+            "owner": self.owner,
+            "pid": os.getpid(),
+            "queued": len(self._queue),
+            "inflight": len(self._inflight),
+            "staged": len(self._staged),
+            "shards": [
+                {
+                    "name": s.base,
+                    "state": s.meta.state,
+                    "loaded": s.loaded,
+                    "jobs": s.live_count,
+                    "window_start": s.meta.window_start,
+                    "window_end": s.meta.window_end,
+                    "adopted_count": s.meta.adopted_count,
+                }
+                for s in self._shards.values()
+            ],
+            "poisoned": dict(self._poisoned),
+            "counters": self.metrics.snapshot(),
+        }
+
+    async def ping(self) -> str:
+        return self.silo_id
+
+    async def describe(self) -> dict[str, Any]:
+        """What a client needs to connect: the store URL and the cluster options."""
+        return {"silo_id": self.silo_id, "store_url": self._store_url, "options": self.options, "namespace": self.namespace}
+
+    async def declare_peer_dead(self, silo_id: str) -> bool:
+        """Fast path of failure detection: mark a peer dead now, then adopt its shards."""
+        await self._ready
+        assert self._store is not None
+        membership = Membership(self._store)
+        member = (await membership.members()).get(silo_id)
+        if member is None or member.status in (DEAD, LEAVING):
+            return False
+        dead = await membership.declare_dead(member)
+        if dead:
+            await self._adopt_orphans()
+        return dead
+
+
+__all__ = ["Silo", "RELEASED", "owner_tag"]

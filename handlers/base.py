@@ -1,0 +1,40 @@
+"""The base class of handler actors: implement ``execute_job`` and the silo does the rest."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from cluster.context import Attempt, JobContext, Outcome
+
+DELIVER_METHOD = "timeshard_deliver"
+
+
+class JobHandler:
+    """Subclass, decorate with ``@ray.remote`` and implement ``execute_job``.
+
+    The silo delivers due jobs in batches — one Ray call per handler actor per batch — and this
+    class runs each job's ``execute_job`` concurrently, with a per-job timeout, and reports every
+    outcome back. Raise from ``execute_job`` to report a failure: the job's failure policy then
+    decides whether and when it runs again.
+    """
+
+    async def execute_job(self, ctx: JobContext) -> None:
+        """Run one attempt of ``ctx.job``; raise to report failure. Must be idempotent."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute_job(ctx)")
+
+    async def timeshard_deliver(self, batch: Sequence[Attempt], timeout: float | None) -> list[Outcome]:
+        """Run a batch of attempts concurrently; returns one ``Outcome`` per attempt, in order."""
+        return list(await asyncio.gather(*(self._run_one(Attempt(*a), timeout) for a in batch)))
+
+    async def _run_one(self, attempt: Attempt, timeout: float | None) -> Outcome:
+        try:
+            ctx = attempt.context()
+            await asyncio.wait_for(self.execute_job(ctx), timeout)
+        except asyncio.TimeoutError:
+            return Outcome(attempt.run_id, f"execute_job did not finish within {timeout} s", "TimeoutError", True)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # any failure is the job's, not the batch's
+            return Outcome(attempt.run_id, str(exc) or repr(exc), type(exc).__name__)
+        return Outcome(attempt.run_id)

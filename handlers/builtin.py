@@ -1,0 +1,80 @@
+"""Handlers that come with timeshard: a recorder for demos, tests and failover drills.
+
+``Recorder`` records every execution it runs — in memory, and with ``path`` also durably as JSON
+lines (flushed and fsynced before the attempt reports success), so a drill can count lost, early
+and duplicate fires after killing processes. A job's ``data`` may ask it to misbehave:
+
+- ``{"fail_attempts": n}`` — raise on the first ``n`` attempts of each occurrence;
+- ``{"sleep": seconds}`` — take that long (to test timeouts and in-flight work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+from cluster.context import JobContext
+from handlers.base import JobHandler
+
+
+class Recorder(JobHandler):
+    """Records executions: ``executions()`` returns them, oldest first."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self._path = path
+        self._records: list[dict[str, Any]] = []
+        self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 (kept open)
+
+    async def execute_job(self, ctx: JobContext) -> None:
+        started = time.time()
+        data = ctx.job.data if isinstance(ctx.job.data, dict) else {}
+        record = {
+            "job_id": ctx.job.id,
+            "name": ctx.job.name,
+            "run_id": ctx.run_id,
+            "dequeue_count": ctx.dequeue_count,
+            "occurrence": ctx.occurrence,
+            "scheduled_for": ctx.scheduled_for.timestamp(),
+            "due": ctx.job.due.timestamp(),
+            "started": started,
+            "target": ctx.job.target.name,
+            "pid": os.getpid(),
+        }
+        fail = ctx.dequeue_count <= int(data.get("fail_attempts", 0))
+        record["outcome"] = "failed" if fail else "succeeded"
+        self._records.append(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        if data.get("sleep"):
+            await asyncio.sleep(float(data["sleep"]))
+        if fail:
+            raise RuntimeError(f"failing attempt {ctx.dequeue_count} of {data['fail_attempts']} on purpose")
+
+    async def executions(self) -> list[dict[str, Any]]:
+        """Every execution so far, oldest first."""
+        return list(self._records)
+
+    async def clear(self) -> int:
+        n = len(self._records)
+        self._records.clear()
+        return n
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The executions a ``Recorder`` wrote to ``path``; a torn last line (a kill) is skipped."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    except FileNotFoundError:
+        pass
+    return out

@@ -1,0 +1,270 @@
+"""``azure://<container>``: logs as Azure append blobs, fenced by ETag conditions.
+
+One long-lived async ``BlobServiceClient``. The SDK's own retries are off: transient faults are
+retried here, by ``with_retries``, so that the policy (and its ambiguity) is in one place. A
+retried append whose first try landed comes back as ``Fenced``; ``LogWriter`` resolves that by
+reading the tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.blob.aio import BlobClient, BlobServiceClient
+
+from .base import (
+    Appended,
+    Fetched,
+    LogInfo,
+    LogStat,
+    RetryPolicy,
+    Store,
+    check_metadata,
+    check_name,
+    check_payload,
+    with_retries,
+)
+from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError, Transient
+
+T = TypeVar("T")
+
+#: Larger downloads are split by the SDK under If-Match and fail when an append lands between.
+MAX_READ = 32 * 1024 * 1024
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+_RANGE_TOTAL = re.compile(r"/(\d+)$")
+_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+_CLIENT_CACHE = 4096
+_CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
+
+
+def check_container(name: str) -> str:
+    """Azure container names: 3-63 lowercase letters, digits and single inner hyphens."""
+    if not _CONTAINER.fullmatch(name):
+        raise ValueError(
+            f"container {name!r}: must be 3-63 characters of a-z, 0-9 and '-' "
+            "(starting with a letter or digit, no '--')"
+        )
+    return name
+
+
+def _quoted(etag: str) -> str:
+    # Listing returns ETags bare while every other call quotes them; keep one form.
+    return etag if etag.startswith('"') else f'"{etag}"'
+
+
+class AzureStore(Store):
+    """Logs as append blobs in ``container``; created on first use if missing."""
+
+    def __init__(
+        self,
+        client: BlobServiceClient,
+        container: str,
+        *,
+        retry: RetryPolicy = RetryPolicy(),
+        credential: Any = None,
+    ) -> None:
+        # Every request is logged at INFO by the SDK; at our rates that drowns everything else.
+        logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
+        self._client = client
+        self._container = client.get_container_client(check_container(container))
+        self._credential = credential
+        self._retry = retry
+        self._blobs: OrderedDict[str, BlobClient] = OrderedDict()
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    @classmethod
+    def client_options(cls) -> dict[str, Any]:
+        """Keyword arguments for ``BlobServiceClient``: no SDK retries, single-GET reads.
+
+        Without a proxy in the environment, aiohttp is told not to look for one: it otherwise
+        consults the environment in a worker thread on every request, a third of an append's
+        client-side cost here.
+        """
+        return {
+            "use_env_settings": any(os.environ.get(var) for var in _PROXY_ENV),
+            "retry_total": 0,
+            "connection_timeout": 10,
+            "read_timeout": 60,
+            "max_single_get_size": MAX_READ,
+            "max_chunk_get_size": MAX_READ,
+        }
+
+    @property
+    def container(self) -> str:
+        return str(self._container.container_name)
+
+    def _blob(self, name: str) -> BlobClient:
+        # Building a BlobClient builds a whole pipeline (~0.7 ms); a writer reuses one per log.
+        blob = self._blobs.get(name)
+        if blob is None:
+            blob = self._blobs[name] = self._container.get_blob_client(check_name(name))
+            if len(self._blobs) > _CLIENT_CACHE:
+                self._blobs.popitem(last=False)
+        else:
+            self._blobs.move_to_end(name)
+        return blob
+
+    async def _ensure_container(self) -> None:
+        async with self._ready_lock:
+            if self._ready:
+                return
+            try:
+                await self._container.create_container()
+            except ResourceExistsError:
+                pass
+            self._ready = True
+
+    async def _call(self, what: str, name: str, op: Callable[[], Awaitable[T]]) -> T:
+        async def attempt() -> T:
+            try:
+                if not self._ready:
+                    await self._ensure_container()
+                return await op()
+            except HttpResponseError as exc:
+                raise await self._translate(exc, what, name) from exc
+            except (ServiceRequestError, ServiceResponseError, asyncio.TimeoutError, OSError) as exc:
+                raise Transient(f"{what} {name!r}: {type(exc).__name__}: {exc}") from exc
+
+        return await with_retries(attempt, self._retry, f"{what} {name!r}")
+
+    async def _translate(self, exc: HttpResponseError, what: str, name: str) -> StorageError:
+        code = str(exc.error_code or "")
+        where = f"{what} {name!r}"
+        if isinstance(exc, ResourceModifiedError) or code == "AppendPositionConditionNotMet":
+            # Azure answers 412 also when the blob is gone; tell the two apart, a deleted log
+            # is NotFound on every store.
+            try:
+                await self._blob(name).get_blob_properties()
+            except ResourceNotFoundError:
+                return NotFound(f"{where}: log not found")
+            except HttpResponseError:
+                pass
+            return Fenced(f"{where}: the log changed since the ETag given (HTTP 412)")
+        if code in ("BlockCountExceedsLimit", "MaxBlobSizeConditionNotMet"):
+            return LogFull(f"{where}: {code}")
+        if isinstance(exc, ResourceExistsError) and code == "BlobAlreadyExists":
+            return AlreadyExists(f"{where}: log already exists")
+        if isinstance(exc, ResourceNotFoundError):
+            return NotFound(f"{where}: {code or 'not found'}")
+        if isinstance(exc, ClientAuthenticationError):
+            return StorageError(f"{where}: authentication failed ({code}); check AZURE_STORAGE_CONNECTION_STRING "
+                                "or the DefaultAzureCredential setup")
+        if exc.status_code in _TRANSIENT_STATUS:
+            return Transient(f"{where}: HTTP {exc.status_code} {code}")
+        return StorageError(f"{where}: HTTP {exc.status_code} {code}: {exc.reason}")
+
+    async def create(self, name: str, metadata: Mapping[str, str]) -> str:
+        md = check_metadata(metadata)
+        blob = self._blob(name)
+
+        async def op() -> str:
+            result = await blob.create_append_blob(metadata=md, match_condition=MatchConditions.IfMissing)
+            return _quoted(result["etag"])
+
+        return await self._call("create", name, op)
+
+    async def list(self, prefix: str = "") -> list[LogInfo]:
+        async def op() -> list[LogInfo]:
+            return [
+                LogInfo(props.name, dict(props.metadata or {}), _quoted(props.etag))
+                async for props in self._container.list_blobs(name_starts_with=prefix or None, include=["metadata"])
+            ]
+
+        return sorted(await self._call("list", prefix, op))
+
+    async def stat(self, name: str) -> LogStat:
+        blob = self._blob(name)
+
+        async def op() -> LogStat:
+            props = await blob.get_blob_properties()
+            return LogStat(name, dict(props.metadata or {}), _quoted(props.etag), int(props.size),
+                           int(props.append_blob_committed_block_count or 0))
+
+        return await self._call("stat", name, op)
+
+    async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
+        md = check_metadata(metadata)
+        blob = self._blob(name)
+
+        async def op() -> str:
+            if if_match is None:
+                result = await blob.set_blob_metadata(md)
+            else:
+                result = await blob.set_blob_metadata(md, etag=if_match, match_condition=MatchConditions.IfNotModified)
+            return _quoted(result["etag"])
+
+        return await self._call("set_metadata", name, op)
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
+        check_payload(name, payload)
+        blob = self._blob(name)
+
+        async def op() -> Appended:
+            result = await blob.append_block(payload, etag=if_match, match_condition=MatchConditions.IfNotModified)
+            size = int(result["blob_append_offset"]) + len(payload)
+            return Appended(_quoted(result["etag"]), size, int(result["blob_committed_block_count"]))
+
+        return await self._call("append", name, op)
+
+    async def fetch(self, name: str, offset: int = 0) -> Fetched:
+        blob = self._blob(name)
+
+        async def op() -> Fetched:
+            parts: list[bytes] = []
+            pos = offset
+            while True:
+                try:
+                    stream = await blob.download_blob(offset=pos, length=MAX_READ)
+                except HttpResponseError as exc:
+                    if exc.status_code != 416:
+                        raise
+                    # Real Azure refuses a range starting at the end (Azurite answers b"").
+                    props = await blob.get_blob_properties()
+                    if props.size != pos:
+                        raise StorageError(f"read {name!r} at {offset}: outside the body (size {props.size})") from exc
+                    data, total = b"", pos
+                else:
+                    data = await stream.readall()
+                    props = stream.properties
+                    match = _RANGE_TOTAL.search(str(props.content_range or ""))
+                    total = int(match.group(1)) if match else pos + len(data)
+                parts.append(data)
+                pos += len(data)
+                if pos >= total or not data:
+                    return Fetched(b"".join(parts), _quoted(props.etag), dict(props.metadata or {}), pos,
+                                   int(props.append_blob_committed_block_count or 0))
+
+        return await self._call("read", name, op)
+
+    async def delete(self, name: str, if_match: str | None) -> None:
+        blob = self._blob(name)
+
+        async def op() -> None:
+            if if_match is None:
+                await blob.delete_blob()
+            else:
+                await blob.delete_blob(etag=if_match, match_condition=MatchConditions.IfNotModified)
+
+        await self._call("delete", name, op)
+
+    async def close(self) -> None:
+        await self._client.close()
+        if self._credential is not None:
+            await self._credential.close()

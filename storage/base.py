@@ -1,0 +1,183 @@
+"""The store interface every backend implements, and the pieces backends share."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import NamedTuple, TypeVar
+
+from .errors import InvalidMetadata, RecordTooLarge, Transient, Unavailable
+
+#: The largest block one append may carry: Azure's append-block limit, applied to every store.
+MAX_BLOCK_BYTES = 4 * 1024 * 1024
+#: Blocks an Azure append blob holds; memory and file stores mimic it (configurable there).
+AZURE_MAX_BLOCKS = 50_000
+#: Azure caps the total size of a blob's metadata (names and values) at 8 KiB.
+MAX_METADATA_BYTES = 8 * 1024
+
+# Azure metadata names must be C# identifiers and are case-insensitive; lowercase only keeps
+# every store round-tripping the same keys.
+_KEY = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# HTTP header values: printable ASCII, and Azure trims surrounding blanks.
+_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?)?")
+
+T = TypeVar("T")
+
+
+class LogInfo(NamedTuple):
+    """One log as ``list`` reports it; unpacks as ``name, metadata, etag``."""
+
+    name: str
+    metadata: dict[str, str]
+    etag: str
+
+
+@dataclass(frozen=True)
+class LogStat:
+    """A log's properties at one ETag: metadata, body size in bytes and blocks appended."""
+
+    name: str
+    metadata: dict[str, str]
+    etag: str
+    size: int
+    blocks: int
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What one append left behind: the new ETag, body size and block count."""
+
+    etag: str
+    size: int
+    blocks: int
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Bytes read from ``offset`` to the end, with the properties of the log at ``etag``."""
+
+    data: bytes
+    etag: str
+    metadata: dict[str, str]
+    size: int
+    blocks: int
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Capped exponential backoff with full jitter for transient faults.
+
+    ``attempts`` counts every try; the wait before retry n is uniform in
+    ``[0, min(cap, base * 2**n)]`` so that many clients hitting one fault spread out.
+    """
+
+    attempts: int = 8
+    base: float = 0.05
+    cap: float = 2.0
+
+    def delay(self, retry: int) -> float:
+        return random.uniform(0, min(self.cap, self.base * 2**retry))
+
+
+async def with_retries(op: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
+    """Run ``op``, retrying ``Transient`` faults; raise ``Unavailable`` once attempts run out."""
+    for retry in range(policy.attempts):
+        try:
+            return await op()
+        except Transient as exc:
+            if retry + 1 >= policy.attempts:
+                raise Unavailable(f"{what}: store unavailable after {policy.attempts} attempts: {exc}") from exc
+            await asyncio.sleep(policy.delay(retry))
+    raise AssertionError("unreachable")
+
+
+def check_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    """Return a plain copy of ``metadata`` or raise ``InvalidMetadata`` naming the bad entry."""
+    total = 0
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise InvalidMetadata(f"metadata key {key!r}: must match [a-z_][a-z0-9_]* (at most 63 chars)")
+        if not isinstance(value, str) or not _VALUE.fullmatch(value):
+            raise InvalidMetadata(
+                f"metadata[{key!r}] = {value!r}: must be printable ASCII without leading/trailing blanks"
+            )
+        total += len(key) + len(value)
+    if total > MAX_METADATA_BYTES:
+        raise InvalidMetadata(f"metadata: {total} bytes in all, more than the {MAX_METADATA_BYTES} allowed")
+    return dict(metadata)
+
+
+def check_payload(name: str, payload: bytes) -> None:
+    """Reject empty payloads (they would not change the ETag) and blocks over 4 MiB."""
+    if not payload:
+        raise RecordTooLarge(f"append to {name!r}: payload is empty; an append must carry bytes")
+    if len(payload) > MAX_BLOCK_BYTES:
+        raise RecordTooLarge(f"append to {name!r}: {len(payload)} bytes, more than one block ({MAX_BLOCK_BYTES})")
+
+
+def check_name(name: str) -> str:
+    """Log names are non-empty printable text of at most 1024 characters (Azure's blob limit)."""
+    if not isinstance(name, str) or not name or len(name) > 1024 or not name.isprintable():
+        raise ValueError(f"log name {name!r}: must be 1..1024 printable characters")
+    return name
+
+
+class Store(ABC):
+    """Named, fenced, append-only logs. Every write changes the log's ETag.
+
+    Conditional writes take ``if_match``: the ETag the caller last saw. A stale one raises
+    ``Fenced``; a missing log raises ``NotFound``. Use as ``async with open_store(url) as s``.
+    """
+
+    @abstractmethod
+    async def create(self, name: str, metadata: Mapping[str, str]) -> str:
+        """Create an empty log and return its ETag; ``AlreadyExists`` if the name is taken."""
+
+    @abstractmethod
+    async def list(self, prefix: str = "") -> list[LogInfo]:
+        """Return every log whose name starts with ``prefix``, in lexical order of name."""
+
+    @abstractmethod
+    async def stat(self, name: str) -> LogStat:
+        """Return the log's metadata, ETag, size and block count."""
+
+    @abstractmethod
+    async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
+        """Replace all metadata (compare-and-swap on ``if_match``) and return the new ETag."""
+
+    @abstractmethod
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
+        """Append ``payload`` as one block if the ETag is still ``if_match``; report the result."""
+
+    @abstractmethod
+    async def fetch(self, name: str, offset: int = 0) -> Fetched:
+        """Read the body from ``offset`` to its end, with the properties matching those bytes."""
+
+    @abstractmethod
+    async def delete(self, name: str, if_match: str | None) -> None:
+        """Delete the log (only if its ETag is still ``if_match``, unless that is None)."""
+
+    async def append(self, name: str, payload: bytes, if_match: str) -> str:
+        """Append ``payload`` as one block if the ETag is still ``if_match``; return the new ETag."""
+        return (await self.append_block(name, payload, if_match)).etag
+
+    async def read(self, name: str, offset: int = 0) -> tuple[bytes, str]:
+        """Return the body from ``offset`` to its end and the ETag those bytes belong to."""
+        fetched = await self.fetch(name, offset)
+        return fetched.data, fetched.etag
+
+    async def close(self) -> None:
+        """Release connections and handles; the store is unusable afterwards."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,209 @@
+"""``file://``: durable logs on one machine, safe between processes through OS file locks.
+
+Each log is three files in one directory: ``<name>.log`` (the body), ``<name>.meta`` (JSON:
+metadata, committed size, block count, version) and ``<name>.lock`` (an ``flock`` target that
+is never deleted, so two processes always lock the same inode). An append writes the payload
+at the committed size, fsyncs it, then atomically replaces ``.meta``: the acknowledgement
+happens only after both are on disk. A process killed mid-append leaves a torn tail past the
+committed size; readers never see it and the next append overwrites it.
+
+Blocking calls (``flock`` waits for other processes, ``fsync`` takes milliseconds) run through
+``asyncio.to_thread``, one hop per operation, so a writer keeps accepting records on the event
+loop while a block is being made durable: that overlap is what group commit feeds on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from .base import AZURE_MAX_BLOCKS, Appended, Fetched, LogInfo, LogStat, Store, check_metadata, check_name, check_payload
+from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError
+
+_SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
+_MAX_FILENAME = 240
+
+
+def _encode(name: str) -> str:
+    encoded = quote(check_name(name), safe=_SAFE)
+    if len(encoded) > _MAX_FILENAME or encoded.startswith("."):
+        raise ValueError(f"log name {name!r}: too long for a file name, or starts with '.'")
+    return encoded
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileStore(Store):
+    """Logs as files under ``root`` (created if missing); ``max_blocks`` mimics append blobs."""
+
+    def __init__(self, root: str | os.PathLike[str], *, max_blocks: int = AZURE_MAX_BLOCKS) -> None:
+        self.root = Path(root)
+        self.max_blocks = max_blocks
+        self._made_root = False
+
+    # -- paths, locks and the meta record ------------------------------------------------
+
+    def _path(self, name: str, suffix: str) -> Path:
+        return self.root / (_encode(name) + suffix)
+
+    @contextlib.contextmanager
+    def _locked(self, name: str, exclusive: bool) -> Iterator[None]:
+        if not self._made_root:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._made_root = True
+        fd = os.open(self._path(name, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        except OSError as exc:
+            raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def _read_meta(self, name: str) -> dict[str, Any]:
+        try:
+            return json.loads(self._path(name, ".meta").read_bytes())
+        except FileNotFoundError:
+            raise NotFound(f"log {name!r} not found in {self.root}") from None
+
+    def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
+        final, tmp = self._path(name, ".meta"), self._path(name, ".meta.tmp")
+        with open(tmp, "wb") as f:
+            f.write(json.dumps(meta, separators=(",", ":")).encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(self.root)  # the rename itself must survive a power cut
+
+    @staticmethod
+    def _etag(meta: dict[str, Any]) -> str:
+        # The incarnation tells a re-created log from the old one; the version counts writes.
+        return f"{meta['incarnation']}-{meta['version']}"
+
+    def _match(self, name: str, if_match: str | None) -> dict[str, Any]:
+        meta = self._read_meta(name)
+        if if_match is not None and self._etag(meta) != if_match:
+            raise Fenced(f"log {name!r} changed: ETag is no longer {if_match!r}")
+        return meta
+
+    def _stat(self, name: str, meta: dict[str, Any]) -> LogStat:
+        return LogStat(name, dict(meta["metadata"]), self._etag(meta), meta["size"], meta["blocks"])
+
+    # -- blocking bodies, each one whole critical section ---------------------------------
+
+    def _create(self, name: str, metadata: dict[str, str]) -> str:
+        with self._locked(name, exclusive=True):
+            if self._path(name, ".meta").exists():
+                raise AlreadyExists(f"log {name!r} already exists in {self.root}")
+            with open(self._path(name, ".log"), "wb") as f:
+                os.fsync(f.fileno())
+            meta = {"incarnation": uuid.uuid4().hex[:12], "version": 1, "size": 0, "blocks": 0, "metadata": metadata}
+            self._write_meta(name, meta)
+            return self._etag(meta)
+
+    def _list(self, prefix: str) -> list[LogInfo]:
+        try:
+            files = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        out = []
+        for file in files:
+            if not file.endswith(".meta"):
+                continue
+            name = unquote(file[: -len(".meta")])
+            if name.startswith(prefix):
+                with contextlib.suppress(NotFound):  # deleted while we listed
+                    meta = self._read_meta(name)
+                    out.append(LogInfo(name, dict(meta["metadata"]), self._etag(meta)))
+        return sorted(out)
+
+    def _set_metadata(self, name: str, metadata: dict[str, str], if_match: str | None) -> str:
+        with self._locked(name, exclusive=True):
+            meta = self._match(name, if_match)
+            meta["metadata"] = metadata
+            meta["version"] += 1
+            self._write_meta(name, meta)
+            return self._etag(meta)
+
+    def _append(self, name: str, payload: bytes, if_match: str) -> Appended:
+        with self._locked(name, exclusive=True):
+            meta = self._match(name, if_match)
+            if meta["blocks"] >= self.max_blocks:
+                raise LogFull(f"log {name!r} holds {meta['blocks']} blocks, the limit")
+            end = meta["size"] + len(payload)
+            fd = os.open(self._path(name, ".log"), os.O_WRONLY)
+            try:
+                # Writing at the committed size overwrites whatever a killed writer left there.
+                view = memoryview(payload)
+                written = 0
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], meta["size"] + written)
+                if os.fstat(fd).st_size > end:
+                    os.ftruncate(fd, end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            meta.update(size=end, blocks=meta["blocks"] + 1, version=meta["version"] + 1)
+            self._write_meta(name, meta)
+            return Appended(self._etag(meta), end, meta["blocks"])
+
+    def _fetch(self, name: str, offset: int) -> Fetched:
+        with self._locked(name, exclusive=False):
+            meta = self._read_meta(name)
+            size = meta["size"]
+            if not 0 <= offset <= size:
+                raise StorageError(f"read {name!r} at {offset}: outside the body (size {size})")
+            with open(self._path(name, ".log"), "rb") as f:
+                f.seek(offset)
+                data = f.read(size - offset)
+            return Fetched(data, self._etag(meta), dict(meta["metadata"]), size, meta["blocks"])
+
+    def _delete(self, name: str, if_match: str | None) -> None:
+        with self._locked(name, exclusive=True):
+            self._match(name, if_match)
+            # Meta first: without it the log is gone, even if unlinking the body fails.
+            self._path(name, ".meta").unlink()
+            self._path(name, ".log").unlink(missing_ok=True)
+            _fsync_dir(self.root)
+
+    def _stat_locked(self, name: str) -> LogStat:
+        return self._stat(name, self._read_meta(name))
+
+    # -- the async interface ---------------------------------------------------------------
+
+    async def create(self, name: str, metadata: Mapping[str, str]) -> str:
+        return await asyncio.to_thread(self._create, name, check_metadata(metadata))
+
+    async def list(self, prefix: str = "") -> list[LogInfo]:
+        return await asyncio.to_thread(self._list, prefix)
+
+    async def stat(self, name: str) -> LogStat:
+        _encode(name)
+        return await asyncio.to_thread(self._stat_locked, name)
+
+    async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
+        return await asyncio.to_thread(self._set_metadata, name, check_metadata(metadata), if_match)
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
+        check_payload(name, payload)
+        return await asyncio.to_thread(self._append, name, bytes(payload), if_match)
+
+    async def fetch(self, name: str, offset: int = 0) -> Fetched:
+        return await asyncio.to_thread(self._fetch, name, offset)
+
+    async def delete(self, name: str, if_match: str | None) -> None:
+        await asyncio.to_thread(self._delete, name, if_match)

@@ -1,0 +1,585 @@
+"""Fenced logs with generations and a group-committing writer, on top of any ``Store``.
+
+A log called ``base`` is stored as generations ``base~00000000``, ``base~00000001``, ...
+(fixed width, so lexical order is generation order). Rotation writes a snapshot into a new
+generation marked ``log_pending``, then commits by a compare-and-swap that sets ``log_next``
+on the old one; the current generation is the highest one that is not pending, or that an
+existing generation points at. A generation left behind by a writer fenced mid-rotation is
+pending and unpointed, so readers ignore it and the next claimer deletes it.
+
+Metadata keys starting with ``log_`` belong to this module; callers see and set the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .base import MAX_BLOCK_BYTES, Appended, LogInfo, Store, check_metadata
+from .errors import AlreadyExists, Fenced, InvalidMetadata, LogFull, NotFound, RecordTooLarge, StorageError, Unavailable
+from .records import FRAME_OVERHEAD, Decoded, decode, encode_frame, pack
+
+SEPARATOR = "~"
+RESERVED = "log_"
+NEXT_KEY = "log_next"
+PENDING_KEY = "log_pending"
+CLAIM_KEY = "log_claim"
+_GENERATION = re.compile(r"(.*)~(\d{8})")
+
+#: Returns the live state as records; called synchronously at the moment of rotation.
+Snapshot = Callable[[], Iterable[Any]]
+
+
+def generation_name(base: str, generation: int) -> str:
+    """The store name of one generation of ``base``."""
+    return f"{base}{SEPARATOR}{generation:08d}"
+
+
+def _split(name: str) -> tuple[str, int] | None:
+    match = _GENERATION.fullmatch(name)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def _user(metadata: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in metadata.items() if not k.startswith(RESERVED)}
+
+
+def _claim_metadata(user: Mapping[str, str], **reserved: str) -> dict[str, str]:
+    bad = [k for k in user if k.startswith(RESERVED)]
+    if bad:
+        raise InvalidMetadata(f"metadata keys {bad}: the prefix {RESERVED!r} is reserved for the log layer")
+    return check_metadata({**user, CLAIM_KEY: uuid.uuid4().hex[:16], **reserved})
+
+
+@dataclass(frozen=True)
+class LogHead:
+    """The current generation of a log: what to read, and the ETag to claim it with."""
+
+    base: str
+    name: str
+    generation: int
+    metadata: dict[str, str]
+    etag: str
+
+
+def _current(base: str, infos: Iterable[LogInfo]) -> LogHead | None:
+    generations = {}
+    for info in infos:
+        split = _split(info.name)
+        if split and split[0] == base:
+            generations[split[1]] = info
+    pointed = {int(i.metadata[NEXT_KEY]) for i in generations.values() if i.metadata.get(NEXT_KEY, "").isdigit()}
+    for generation in sorted(generations, reverse=True):
+        info = generations[generation]
+        if PENDING_KEY not in info.metadata or generation in pointed:
+            return LogHead(base, info.name, generation, _user(info.metadata), info.etag)
+    return None
+
+
+async def find_log(store: Store, base: str) -> LogHead:
+    """Return the current generation of ``base``; ``NotFound`` if there is none."""
+    head = _current(base, await store.list(base + SEPARATOR))
+    if head is None:
+        raise NotFound(f"log {base!r} not found")
+    return head
+
+
+async def list_logs(store: Store, prefix: str = "") -> list[LogHead]:
+    """Return the current generation of every log whose base name starts with ``prefix``."""
+    by_base: dict[str, list[LogInfo]] = {}
+    for info in await store.list(prefix):
+        split = _split(info.name)
+        if split:
+            by_base.setdefault(split[0], []).append(info)
+    heads = (_current(base, infos) for base, infos in sorted(by_base.items()))
+    return [head for head in heads if head is not None]
+
+
+@dataclass(frozen=True)
+class LogState:
+    """A log read whole at one ETag: replay ``records()``, then claim with this state."""
+
+    head: LogHead
+    decoded: Decoded
+    raw_metadata: dict[str, str]
+    size: int
+    blocks: int
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return self.head.metadata
+
+    @property
+    def etag(self) -> str:
+        return self.head.etag
+
+    def records(self) -> Iterable[Any]:
+        """Every whole record in order (a torn or corrupt tail is left out; see ``decoded.torn``)."""
+        return self.decoded.records()
+
+
+async def read_log(store: Store, base: str, *, attempts: int = 5) -> LogState:
+    """Read the current generation of ``base`` and decode it; follows a rotation under way."""
+    for _ in range(attempts):
+        head = await find_log(store, base)
+        try:
+            fetched = await store.fetch(head.name)
+        except NotFound:
+            continue  # rotated and deleted between listing and reading
+        if NEXT_KEY in fetched.metadata:
+            continue  # superseded while we looked
+        head = LogHead(base, head.name, head.generation, _user(fetched.metadata), fetched.etag)
+        return LogState(head, decode(fetched.data), dict(fetched.metadata), fetched.size, fetched.blocks)
+    raise Unavailable(f"log {base!r}: kept rotating under {attempts} reads")
+
+
+async def _cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: str) -> str:
+    """Set metadata under ``etag``; when the answer is lost or ambiguous, look before failing.
+
+    Metadata written here always carries a fresh claim token, so finding exactly it proves the
+    write was ours.
+    """
+    try:
+        return await store.set_metadata(name, metadata, etag)
+    except NotFound as exc:
+        raise Fenced(f"log {name!r} was deleted") from exc
+    except (Fenced, Unavailable):
+        stat = await _stat_or_fenced(store, name)
+        if stat.metadata == metadata:
+            return stat.etag
+        raise
+
+
+async def _stat_or_fenced(store: Store, name: str) -> Any:
+    try:
+        return await store.stat(name)
+    except NotFound as exc:
+        raise Fenced(f"log {name!r} was deleted") from exc
+
+
+async def _landed(store: Store, name: str, frame: bytes, etag: str, size: int,
+                  metadata: Mapping[str, str]) -> Appended | None:
+    """After an ambiguous append: its result if ``frame`` landed, None if nothing changed.
+
+    Raises ``Fenced`` when someone else wrote: other bytes at ``size``, or other metadata.
+    """
+    try:
+        tail = await store.fetch(name, size)
+    except NotFound as exc:
+        raise Fenced(f"log {name!r} was deleted") from exc
+    if tail.etag == etag:
+        return None
+    if tail.data == frame and tail.metadata == metadata:
+        return Appended(tail.etag, tail.size, tail.blocks)
+    raise Fenced(f"log {name!r} was written by someone else")
+
+
+async def _append_verified(store: Store, name: str, frame: bytes, etag: str, size: int,
+                           metadata: Mapping[str, str]) -> Appended:
+    """Append one frame exactly once, even when a response is lost and the append is retried.
+
+    On an ambiguous failure, read the tail at the offset the frame was meant for: the frame
+    there (and our metadata unchanged) means it landed; nothing new means it is safe to send
+    again; anything else means another writer got in and we are fenced.
+    """
+    for _ in range(3):
+        try:
+            return await store.append_block(name, frame, etag)
+        except NotFound as exc:
+            raise Fenced(f"log {name!r} was deleted") from exc
+        except (Fenced, Unavailable):
+            landed = await _landed(store, name, frame, etag, size, metadata)
+            if landed is not None:
+                return landed
+            # nothing landed: send again
+    raise Unavailable(f"append to {name!r}: failed repeatedly although the log did not change")
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """How a ``LogWriter`` batches and when it rotates.
+
+    ``linger``: seconds to wait for more records before writing an idle log's first block
+    (0 = only yield to the event loop once). ``rotate_blocks`` / ``rotate_bytes``: write a new
+    generation before a block would go past either (an append blob holds 50,000 blocks).
+    """
+
+    linger: float = 0.0
+    max_block_bytes: int = MAX_BLOCK_BYTES
+    rotate_blocks: int = 49_000
+    rotate_bytes: int = 64 * 1024**3
+
+    def __post_init__(self) -> None:
+        if not FRAME_OVERHEAD < self.max_block_bytes <= MAX_BLOCK_BYTES:
+            raise ValueError(f"max_block_bytes: must be in ({FRAME_OVERHEAD}, {MAX_BLOCK_BYTES}]")
+        if self.rotate_blocks < 1 or self.rotate_bytes < self.max_block_bytes:
+            raise ValueError("rotate_blocks must be >= 1 and rotate_bytes >= max_block_bytes")
+        if self.linger < 0:
+            raise ValueError("linger: must be >= 0 seconds")
+
+
+@dataclass
+class _Submission:
+    """Records to append (``packed``), or one ``action`` that must run between blocks."""
+
+    packed: list[bytes]
+    future: asyncio.Future[Any]
+    action: Callable[[], Awaitable[Any]] | None = None
+    written: int = 0  # records of this submission already durable in the current generation
+
+
+@dataclass
+class _Uncertain:
+    frame: bytes
+    size: int
+    etag: str
+    count: int
+
+
+class LogWriter:
+    """The single writer of one log: group commit, exactly-once blocks, rotation, fencing.
+
+    Get one with ``create`` (a new log) or ``claim`` (take over a log you read with
+    ``read_log``). ``append`` resolves once the record is durable; ``Fenced`` means another
+    writer claimed the log: every waiting append gets it and the writer is done.
+
+    ``snapshot`` returns the live state as records and is called at rotation, synchronously,
+    with appends still queued: it must include every record passed to ``append`` so far
+    (apply a record to your state when you submit it). Queued records are then covered by the
+    snapshot and not written again. Without ``snapshot`` the writer raises ``LogFull`` at the
+    limit instead of rotating.
+    """
+
+    def __init__(self, store: Store, base: str, generation: int, raw_metadata: dict[str, str], etag: str, *,
+                 size: int, blocks: int, last_seq: int, snapshot: Snapshot | None, options: LogOptions) -> None:
+        self._store = store
+        self._base = base
+        self._generation = generation
+        self._raw = raw_metadata
+        self._etag = etag
+        self._size = size
+        self._blocks = blocks
+        self._last_seq = last_seq
+        self._snapshot = snapshot
+        self._options = options
+        self._queue: deque[_Submission] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._failed: StorageError | None = None
+        self._closed = False
+        self._must_rotate = False
+        self._uncertain: _Uncertain | None = None
+        self.rotations = 0
+        self.blocks_written = 0
+
+    # -- getting a writer -----------------------------------------------------------------
+
+    @classmethod
+    async def create(cls, store: Store, base: str, metadata: Mapping[str, str], *,
+                     snapshot: Snapshot | None = None, options: LogOptions = LogOptions()) -> LogWriter:
+        """Create log ``base`` (generation 0) and return its writer; ``AlreadyExists`` if taken."""
+        if _current(base, await store.list(base + SEPARATOR)) is not None:
+            raise AlreadyExists(f"log {base!r} already exists")
+        raw = _claim_metadata(metadata)
+        etag = await store.create(generation_name(base, 0), raw)
+        return cls(store, base, 0, raw, etag, size=0, blocks=0, last_seq=-1, snapshot=snapshot, options=options)
+
+    @classmethod
+    async def claim(cls, store: Store, state: LogState, metadata: Mapping[str, str], *,
+                    snapshot: Snapshot | None = None, options: LogOptions = LogOptions()) -> LogWriter:
+        """Take over the log read as ``state`` by setting ``metadata`` under its ETag.
+
+        ``Fenced`` if the log changed since it was read: read it again and decide again.
+        A log with a torn or corrupt tail is moved to a new generation before the next append.
+        """
+        if state.decoded.torn is not None and snapshot is None:
+            raise StorageError(f"log {state.head.base!r} has a bad tail ({state.decoded.torn.reason} at "
+                               f"{state.decoded.torn.offset}); claim it with snapshot= so it can be rewritten")
+        raw = _claim_metadata(metadata)
+        etag = await _cas_metadata(store, state.head.name, raw, state.etag)
+        writer = cls(store, state.head.base, state.head.generation, raw, etag, size=state.size,
+                     blocks=state.blocks, last_seq=state.decoded.last_seq, snapshot=snapshot, options=options)
+        writer._must_rotate = state.decoded.torn is not None
+        await writer._delete_other_generations()
+        return writer
+
+    # -- what callers see ------------------------------------------------------------------
+
+    @property
+    def base(self) -> str:
+        return self._base
+
+    @property
+    def name(self) -> str:
+        """Store name of the generation being written."""
+        return generation_name(self._base, self._generation)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def etag(self) -> str:
+        return self._etag
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return _user(self._raw)
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the last durable record (-1 for none)."""
+        return self._last_seq
+
+    @property
+    def blocks(self) -> int:
+        return self._blocks
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    async def append(self, record: Any) -> None:
+        """Append one msgpack-able record; return once it is durable."""
+        await self.append_many((record,))
+
+    async def append_many(self, records: Iterable[Any]) -> None:
+        """Append records in order, in one block when they fit; return once all are durable."""
+        packed = [pack(r) for r in records]
+        limit = self._options.max_block_bytes - FRAME_OVERHEAD
+        for p in packed:
+            if len(p) > limit:
+                raise RecordTooLarge(f"log {self._base!r}: a record of {len(p)} bytes exceeds one block ({limit})")
+        if packed:
+            await self._submit(packed)
+
+    async def set_metadata(self, metadata: Mapping[str, str]) -> str:
+        """Replace the caller's metadata under the writer's ETag, after the appends before it."""
+        raw = _claim_metadata(metadata)
+
+        async def action() -> str:
+            self._etag = await _cas_metadata(self._store, self.name, raw, self._etag)
+            self._raw = raw
+            return self._etag
+
+        return str(await self._submit([], action))
+
+    async def rotate(self) -> None:
+        """Write a new generation from the snapshot now (normally done at the limits)."""
+        self._check_open()
+        self._must_rotate = True
+        await self._submit([])
+
+    async def _submit(self, packed: list[bytes], action: Callable[[], Awaitable[Any]] | None = None) -> Any:
+        # Writes go through one queue and one task: a single append (or metadata change) is in
+        # flight per log, each chained on the ETag the previous one returned.
+        self._check_open()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Submission(packed, future, action))
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"log-writer:{self._base}")
+        return await future
+
+    async def close(self) -> None:
+        """Wait for queued appends, then refuse new ones."""
+        await self._drain()
+        self._closed = True
+
+    # -- the flusher: the only task that writes ---------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise StorageError(f"log writer for {self._base!r} is closed")
+
+    async def _drain(self) -> None:
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    def _fail(self, exc: StorageError) -> None:
+        self._failed = exc
+        self._fail_queue(exc)
+
+    def _fail_queue(self, exc: BaseException) -> None:
+        while self._queue:
+            future = self._queue.popleft().future
+            if not future.done():
+                future.set_exception(exc)
+
+    async def _run(self) -> None:
+        try:
+            while self._queue and self._failed is None:
+                await asyncio.sleep(self._options.linger)
+                try:
+                    await self._flush_once()
+                except Fenced as exc:
+                    self._fail(exc)
+                except StorageError as exc:
+                    # Unavailable or permanent: the waiters of this round learn it; the writer
+                    # stays usable and settles any doubt about the lost block first next time.
+                    self._fail_queue(exc)
+        except BaseException as exc:
+            self._fail(StorageError(f"log writer for {self._base!r} stopped: {exc!r}"))
+            raise
+        finally:
+            self._task = None
+
+    async def _flush_once(self) -> None:
+        if self._uncertain is not None:
+            await self._settle_uncertain()
+        head = self._queue[0]
+        if head.action is not None and not self._must_rotate:
+            self._queue.popleft()
+            try:
+                result = await head.action()
+            except BaseException as exc:
+                if not head.future.done():
+                    head.future.set_exception(exc)
+                raise
+            if not head.future.done():
+                head.future.set_result(result)
+            return
+        if not head.packed and not self._must_rotate:
+            self._complete(self._queue.popleft())  # a rotate() request already served
+            return
+        block, takes = self._next_block()
+        if self._must_rotate or (block and self._over_limits(len(block))):
+            await self._rotate()
+            return
+        self._uncertain = _Uncertain(block, self._size, self._etag, sum(takes))
+        try:
+            result = await _append_verified(self._store, self.name, block, self._etag, self._size, self._raw)
+        except LogFull:
+            self._uncertain = None
+            self._must_rotate = True  # the store's own limit came first
+            return
+        except Fenced:
+            self._uncertain = None
+            raise
+        self._advance(result, sum(takes))
+        for count in takes:
+            sub = self._queue[0]
+            sub.written += count
+            if sub.written == len(sub.packed):
+                self._complete(self._queue.popleft())
+
+    def _next_block(self) -> tuple[bytes, list[int]]:
+        budget = self._options.max_block_bytes - FRAME_OVERHEAD
+        parts: list[bytes] = []
+        takes: list[int] = []
+        for sub in self._queue:
+            if not sub.packed:
+                break
+            count = 0
+            for p in sub.packed[sub.written:]:
+                if len(p) > budget:
+                    break
+                parts.append(p)
+                budget -= len(p)
+                count += 1
+            takes.append(count)
+            if sub.written + count < len(sub.packed):
+                break
+        while takes and takes[-1] == 0:
+            takes.pop()
+        return (encode_frame(self._last_seq + 1, parts) if parts else b""), takes
+
+    def _over_limits(self, block_size: int) -> bool:
+        return self._blocks + 1 > self._options.rotate_blocks or self._size + block_size > self._options.rotate_bytes
+
+    def _advance(self, result: Appended, records: int) -> None:
+        self._etag, self._size, self._blocks = result.etag, result.size, result.blocks
+        self._last_seq += records
+        self._uncertain = None
+        self.blocks_written += 1
+
+    @staticmethod
+    def _complete(sub: _Submission) -> None:
+        if not sub.future.done():
+            sub.future.set_result(None)
+
+    async def _settle_uncertain(self) -> None:
+        doubt = self._uncertain
+        assert doubt is not None
+        landed = await _landed(self._store, self.name, doubt.frame, doubt.etag, doubt.size, self._raw)
+        if landed is None:
+            self._uncertain = None  # it never landed; its waiters were told Unavailable
+        else:
+            self._advance(landed, doubt.count)
+
+    # -- rotation -----------------------------------------------------------------------------
+
+    async def _rotate(self) -> None:
+        if self._snapshot is None:
+            raise LogFull(f"log {self._base!r} reached its limits and the writer has no snapshot to rotate with")
+        # Taken together, with no await between: the snapshot covers exactly these records.
+        covered = []
+        while self._queue and self._queue[0].action is None:
+            covered.append(self._queue.popleft())
+        try:
+            packed = [pack(r) for r in self._snapshot()]
+            await self._switch_to_new_generation(packed)
+        except BaseException as exc:
+            for sub in covered:
+                if not sub.future.done():
+                    sub.future.set_exception(exc)
+            raise
+        self._must_rotate = False
+        self.rotations += 1
+        for sub in covered:
+            self._complete(sub)
+
+    async def _switch_to_new_generation(self, packed: list[bytes]) -> None:
+        store, old_name = self._store, self.name
+        user = _user(self._raw)
+        taken = [s[1] for i in await store.list(self._base + SEPARATOR) if (s := _split(i.name)) and s[0] == self._base]
+        generation = max(taken, default=self._generation) + 1
+        pending = _claim_metadata(user, **{PENDING_KEY: "1"})
+        etag = await store.create(generation_name(self._base, generation), pending)
+        new_name = generation_name(self._base, generation)
+        size = blocks = 0
+        seq = self._last_seq + 1
+        budget = self._options.max_block_bytes - FRAME_OVERHEAD
+        start = 0
+        while start < len(packed):
+            end, used = start, 0
+            while end < len(packed) and used + len(packed[end]) <= budget:
+                used += len(packed[end])
+                end += 1
+            frame = encode_frame(seq, packed[start:end])
+            result = await _append_verified(store, new_name, frame, etag, size, pending)
+            etag, size, blocks = result.etag, result.size, result.blocks
+            seq += end - start
+            start = end
+        if blocks >= self._options.rotate_blocks:
+            with contextlib.suppress(StorageError):
+                await store.delete(new_name, etag)
+            raise LogFull(f"log {self._base!r}: the snapshot alone takes {blocks} blocks, the rotation limit")
+        # The commit point: only the owner of the old generation's ETag can point it forward.
+        pointer = {**self._raw, NEXT_KEY: str(generation)}
+        try:
+            old_etag = await _cas_metadata(store, old_name, pointer, self._etag)
+        except Fenced:
+            with contextlib.suppress(StorageError):
+                await store.delete(new_name, etag)
+            raise
+        final = _claim_metadata(user)
+        etag = await _cas_metadata(store, new_name, final, etag)
+        self._generation, self._raw, self._etag = generation, final, etag
+        self._size, self._blocks, self._last_seq = size, blocks, seq - 1
+        with contextlib.suppress(StorageError):
+            await store.delete(old_name, old_etag)
+
+    async def _delete_other_generations(self) -> None:
+        """Remove superseded generations and ones abandoned mid-rotation (best effort)."""
+        for info in await self._store.list(self._base + SEPARATOR):
+            split = _split(info.name)
+            if split and split[0] == self._base and split[1] != self._generation:
+                with contextlib.suppress(StorageError):
+                    await self._store.delete(info.name, info.etag)

@@ -1,0 +1,115 @@
+"""``open_store(url)``: pick and configure a store from one URL."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from .base import RetryPolicy, Store
+from .errors import InvalidStoreUrl
+from .file import FileStore
+from .memory import MemoryStore
+
+DEFAULT_URL = "file://./.timeshard"
+CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
+_FORMS = (
+    "memory://, file:///absolute/path, file://./relative/path, "
+    "azure://<container> (with AZURE_STORAGE_CONNECTION_STRING set) or "
+    "azure://<container>?account_url=https://<account>.blob.core.windows.net"
+)
+
+
+def _query(url: str, query: str, allowed: set[str]) -> dict[str, str]:
+    params = {key: values[-1] for key, values in parse_qs(query, keep_blank_values=True).items()}
+    unknown = set(params) - allowed
+    if unknown:
+        raise InvalidStoreUrl(f"store URL {url!r}: unknown parameter(s) {sorted(unknown)}; accepted: {sorted(allowed)}")
+    return params
+
+
+def _max_blocks(url: str, params: Mapping[str, str]) -> dict[str, int]:
+    if "max_blocks" not in params:
+        return {}
+    try:
+        value = int(params["max_blocks"])
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidStoreUrl(f"store URL {url!r}: max_blocks must be a positive integer")
+    return {"max_blocks": value}
+
+
+def open_store(url: str = DEFAULT_URL, *, retry: RetryPolicy | None = None,
+               environ: Mapping[str, str] | None = None) -> Store:
+    """Return the store ``url`` names; no I/O happens until the first operation.
+
+    ``memory://`` and ``file://`` accept ``?max_blocks=N`` (blocks per log before ``LogFull``,
+    default 50,000 like an append blob). ``environ`` defaults to ``os.environ``.
+    Raises ``InvalidStoreUrl`` for a malformed URL or missing credentials, saying what to set.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidStoreUrl(f"store URL {url!r}: expected one of {_FORMS}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        if parts.netloc or parts.path not in ("", "/"):
+            raise InvalidStoreUrl(f"store URL {url!r}: memory:// takes no host or path")
+        return MemoryStore(**_max_blocks(url, _query(url, parts.query, {"max_blocks"})))
+    if scheme == "file":
+        params = _query(url, parts.query, {"max_blocks"})
+        if parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+            root = Path(parts.path)
+        elif parts.netloc == "." and parts.path.startswith("/") and len(parts.path) > 1:
+            root = Path("." + parts.path)
+        else:
+            raise InvalidStoreUrl(
+                f"store URL {url!r}: a file store is file:///absolute/path or file://./relative/path"
+            )
+        return FileStore(root, **_max_blocks(url, params))
+    if scheme == "azure":
+        return _open_azure(url, parts.netloc, parts.path, parts.query,
+                           retry or RetryPolicy(), os.environ if environ is None else environ)
+    raise InvalidStoreUrl(f"store URL {url!r}: unknown scheme {parts.scheme!r}; expected one of {_FORMS}")
+
+
+def _open_azure(url: str, container: str, path: str, query: str, retry: RetryPolicy,
+                environ: Mapping[str, str]) -> Store:
+    from azure.storage.blob.aio import BlobServiceClient
+
+    from .azure import AzureStore, check_container
+
+    if path not in ("", "/"):
+        raise InvalidStoreUrl(f"store URL {url!r}: azure://<container> takes no path")
+    try:
+        check_container(container)
+    except ValueError as exc:
+        raise InvalidStoreUrl(f"store URL {url!r}: {exc}") from None
+    params = _query(url, query, {"account_url"})
+    options = AzureStore.client_options()
+    if "account_url" in params:
+        account_url = params["account_url"]
+        if not account_url.startswith(("https://", "http://")):
+            raise InvalidStoreUrl(f"store URL {url!r}: account_url must be https://<account>.blob.core.windows.net")
+        try:
+            from azure.identity.aio import DefaultAzureCredential
+        except ImportError:
+            raise InvalidStoreUrl(
+                f"store URL {url!r}: account_url needs azure-identity; install it with "
+                "`pip install 'timeshard[azure-identity]'`, or set AZURE_STORAGE_CONNECTION_STRING instead"
+            ) from None
+        credential = DefaultAzureCredential()
+        client = BlobServiceClient(account_url, credential=credential, **options)
+        return AzureStore(client, container, retry=retry, credential=credential)
+    connection_string = environ.get(CONNECTION_STRING_ENV, "")
+    if not connection_string:
+        raise InvalidStoreUrl(
+            f"store URL {url!r}: no credential; set {CONNECTION_STRING_ENV} or add "
+            "?account_url=https://<account>.blob.core.windows.net (uses DefaultAzureCredential)"
+        )
+    try:
+        client = BlobServiceClient.from_connection_string(connection_string, **options)
+    except ValueError as exc:
+        raise InvalidStoreUrl(f"{CONNECTION_STRING_ENV} is malformed: {exc}") from None
+    return AzureStore(client, container, retry=retry)

@@ -1,0 +1,38 @@
+"""Fixtures shared by every test directory: one Azurite per session, a fresh container per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from storage.urls import CONNECTION_STRING_ENV
+from tests.azurite import Azurite, start_azurite
+
+
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    """A running in-memory Azurite; ``AZURE_STORAGE_CONNECTION_STRING`` points at it meanwhile.
+
+    The variable is set for the whole session so that processes started by tests (Ray workers,
+    CLIs) reach the same emulator through ``open_store("azure://...")``.
+    """
+    emulator = start_azurite()
+    previous = os.environ.get(CONNECTION_STRING_ENV)
+    os.environ[CONNECTION_STRING_ENV] = emulator.connection_string
+    try:
+        yield emulator
+    finally:
+        if previous is None:
+            os.environ.pop(CONNECTION_STRING_ENV, None)
+        else:
+            os.environ[CONNECTION_STRING_ENV] = previous
+        emulator.stop()
+
+
+@pytest.fixture
+def azure_store_url(azurite: Azurite) -> str:
+    """``azure://<container>`` naming a container no other test uses (created on first use)."""
+    return f"azure://ts-{uuid.uuid4().hex[:20]}"
