@@ -23,13 +23,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import ray
 
 from cluster.context import Attempt, JobContext, JobFailed, Outcome
 from cluster.errors import SiloStopping
+from cluster.hooks import AttemptEnd, AttemptEvent, SiloHooks, default_hooks
 from cluster.delivery import ActorDirectory, TargetAbsent
 from cluster.jobs import ScheduledJob
 from cluster.membership import DEAD, LEAVING, Member, Membership, owner_tag, parse_owner
@@ -74,6 +75,10 @@ def _us(td: timedelta) -> int:
     return td // timedelta(microseconds=1)
 
 
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 @dataclass
 class Run:
     """One attempt in flight: the job, where it lives, and what its handler must be told."""
@@ -84,6 +89,7 @@ class Run:
     run_id: str
     due_us: int
     staged_since: int = 0
+    started_us: int = 0
     cancelled: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -98,6 +104,11 @@ class Run:
     def context(self) -> JobContext:
         e = self.entry
         return JobContext(self.job, self.run_id, e[ATTEMPTS] + 1, us_to_datetime(self.due_us), e[OCCURRENCE])
+
+    def event(self) -> AttemptEvent:
+        e = self.entry
+        return AttemptEvent(self.job, self.run_id, e[ATTEMPTS] + 1, e[OCCURRENCE], us_to_datetime(self.due_us),
+                            us_to_datetime(self.started_us))
 
 
 class Silo:
@@ -127,6 +138,7 @@ class Silo:
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._poisoned: dict[str, str] = {}
+        self._hooks: list[SiloHooks] = []
         self._started_at = wall_clock_us()
         self.metrics = SiloMetrics(silo_id)
         self._ready = asyncio.get_running_loop().create_task(self._start())
@@ -139,6 +151,7 @@ class Silo:
         with contextlib.suppress(Exception):
             node = ray.get_runtime_context().get_node_id()
         self._member = await Membership(self._store).join(self.silo_id, wall_clock_us(), node=node, pid=os.getpid())
+        self._hooks = default_hooks(self._store, self)
         log.info("silo joined", extra={"silo": self.owner})
         await self._adopt_orphans()
         self._tasks = [
@@ -173,6 +186,7 @@ class Silo:
         assert self._store is not None and self._member is not None
         with contextlib.suppress(StorageError):
             await Membership(self._store).update(self._member, status=DEAD)
+        await self._call_hooks("close")
         await self._store.close()
         log.info("silo stopped", extra={"silo": self.owner, "released": released})
         return {"released": released, "unfinished": len(self._inflight)}
@@ -266,6 +280,7 @@ class Silo:
                 return ("moved", moved) if moved else ("absent", None)
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
+        await self._call_hooks("job_cancelled", job_id)
         return "cancelled", None
 
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
@@ -285,6 +300,7 @@ class Silo:
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.done.wait()
+        await self._call_hooks("job_cancelled", run.job_id)
         return "cancelled", None
 
     async def _owner_of(self, shard_base: str) -> str | None:
@@ -355,8 +371,12 @@ class Silo:
         timeout = self.options.handler_timeout.total_seconds()
         started = wall_clock_us()
         for run in runs:
+            run.started_us = started
             self.metrics.lateness.observe(max(0, started - run.due_us) / 1e6)
         self.metrics.fired.inc(len(runs))
+        if self._hooks:
+            for run in runs:
+                await self._call_hooks("attempt_started", run.event())
         try:
             ref = getattr(handle, DELIVER).remote([tuple(r.attempt()) for r in runs], timeout)
             outcomes = await asyncio.wait_for(ref, timeout + 10)
@@ -424,6 +444,7 @@ class Silo:
     # -- outcomes --------------------------------------------------------------------------
 
     async def _complete(self, run: Run, outcome: Outcome) -> None:
+        end: AttemptEnd | None = None
         try:
             if run.cancelled:
                 return
@@ -438,19 +459,19 @@ class Silo:
                 attempts, us_to_datetime(run.due_us), succeeded=outcome.succeeded,
                 ctx=run.context() if exc is not None else None, exc=exc,
             ) if (exc is not None or policy.strategy == "always") else None
+            error = None if exc is None else f"{exc.error_type}: {exc.message}"
             if retry_at is not None:
                 due_us = datetime_to_us(retry_at)
                 (entry,) = await run.shard.write([retry_op(run.job_id, due_us, attempts)])
                 if entry is not None and not run.cancelled:
                     self._queue.push(run.job_id, due_us, entry)
                 self.metrics.retried.inc()
+                end = AttemptEnd(outcome.succeeded, error, _now(), retry_at, None, False)
                 return
             if exc is not None:
-                log.warning(
-                    "job failed, retries exhausted",
-                    extra={"job": run.job_id, "attempts": attempts, "error": f"{exc.error_type}: {exc.message}"},
-                )
-            await self._end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+                log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
+            nxt = await self._end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+            end = AttemptEnd(outcome.succeeded, error, _now(), None, None if nxt is None else us_to_datetime(nxt), nxt is None)
         except Fenced:
             self._drop(run.shard, "fenced while writing an outcome")
         except StorageError as exc:
@@ -460,29 +481,37 @@ class Silo:
             self._inflight.pop(run.job_id, None)
             self._capacity.set()
             run.done.set()
+        if end is not None and self._hooks:
+            await self._call_hooks("attempt_ended", run.event(), end)
 
-    async def _end_occurrence(self, run: Run, outcome: str) -> None:
-        """The occurrence ended: remove it, or move the job to its next occurrence."""
-        job, entry = run.job, run.entry
-        nxt = None
-        if outcome != EXPIRED:
-            nxt = self._next_time(run)
+    async def _end_occurrence(self, run: Run, outcome: str) -> int | None:
+        """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
+        entry = run.entry
+        nxt = None if outcome == EXPIRED else self._next_time(run)
         if nxt is None:
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
-            return
+            return None
         add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
-        duration = _us(self.options.shard_duration)
-        window = window_of(nxt, duration)
+        window = window_of(nxt, _us(self.options.shard_duration))
         if self._open.get(window) is run.shard:
             (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
         else:
             target = await self._write_to_window(window, [add])
             new_entry = target.state.live.get(run.job_id) if target.state is not None else None
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base)])
-        if new_entry is not None and not run.cancelled:
-            self._queue.push(run.job_id, nxt, new_entry)
-        elif run.cancelled:
+        if run.cancelled:
             await self._cancel_next(run.job_id, window)
+            return None
+        if new_entry is not None:
+            self._queue.push(run.job_id, nxt, new_entry)
+        return nxt
+
+    async def _call_hooks(self, method: str, *args: Any) -> None:
+        for hook in self._hooks:
+            try:
+                await getattr(hook, method)(*args)
+            except Exception:
+                log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": method})
 
     async def _cancel_next(self, job_id: str, window: int) -> None:
         shard = self._open.get(window)
@@ -507,12 +536,16 @@ class Silo:
 
     # -- shards: loading, adopting, dropping ---------------------------------------------------
 
-    def _queue_loaded(self, shard: Shard) -> None:
+    def _queue_loaded(self, shard: Shard, *, adopted: bool = False) -> None:
         assert shard.state is not None
         for job_id, entry in shard.state.live.items():
             if job_id not in self._inflight and job_id not in self._staged:
                 self._queue.push(job_id, entry[DUE], entry)
         self.metrics.shards_loaded.set(sum(1 for s in self._shards.values() if s.loaded))
+        if self._hooks and shard.state.live:
+            jobs = [(ScheduledJob.from_wire(unpack(e[JOB]), self._memo), e[OCCURRENCE], e[ATTEMPTS])
+                    for e in shard.state.live.values()]
+            self._spawn(self._call_hooks("shard_loaded", jobs, adopted))
 
     async def _load_due_shards(self) -> None:
         horizon = wall_clock_us() + _us(self.options.lookahead)
@@ -641,7 +674,7 @@ class Silo:
         log.info("shard adopted", extra={"shard": base, "from": meta.owner, "jobs": shard.live_count})
         async with shard.gate.exclusive():
             self._apply_misfires(shard)
-            self._queue_loaded(shard)
+            self._queue_loaded(shard, adopted=meta.owner != RELEASED)
         return shard
 
     # -- background ---------------------------------------------------------------------------
