@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 RESULTS_DIR = Path(os.environ.get("TIMESHARD_BENCH_DIR", Path(__file__).parent / "results"))
 
@@ -31,12 +31,51 @@ def machine_info() -> dict[str, Any]:
             info["mem_total_kib"] = int(f.readline().split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    for package in ("ray", "azure-storage-blob", "msgpack", "croniter"):
+    for package in ("ray", "azure-storage-blob", "msgpack", "croniter", "apscheduler", "sqlalchemy"):
         try:
             info[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             info[package] = None
     return info
+
+
+# A published figure drawn beside measured ones: (label, value). Never a measurement of ours.
+Reference = tuple[str, float]
+# A bar panel: (title, {bar: value}, goal or None[, published references]).
+Panel = Union[tuple[str, Mapping[str, float], Union[float, None]],
+              tuple[str, Mapping[str, float], Union[float, None], Sequence[Reference]]]
+PUBLISHED = "published, not measured"
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p90, p99 and max of ``values`` (nearest rank) plus their count; zeros when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+    return {"count": len(ordered), "p50": rank(0.50), "p90": rank(0.90), "p99": rank(0.99), "max": ordered[-1]}
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def _draw_references(ax: Any, references: Sequence[Reference], *, vertical: bool = False) -> None:
+    for i, (label, value) in enumerate(references):
+        style = {"color": "#805ad5", "linestyle": ":", "linewidth": 1.5, "label": f"{label} ({PUBLISHED})"}
+        if i:
+            style["color"] = ["#d69e2e", "#38a169", "#dd6b20"][(i - 1) % 3]
+        (ax.axvline if vertical else ax.axhline)(value, **style)
 
 
 class Report:
@@ -66,33 +105,68 @@ class Report:
         for row in rows:
             print(line.format(*row))
 
-    def bars(self, title: str, panels: Sequence[tuple[str, Mapping[str, float], float | None]]) -> Path | None:
-        """One bar panel per comparison, with the goal as a dashed line; saved as <name>.png."""
-        try:
-            import matplotlib
+    def bars(self, title: str, panels: Sequence[Panel], *, suffix: str = "", log: bool = False) -> Path | None:
+        """One bar panel per comparison, with the goal as a dashed line; saved as <name>[-suffix].png.
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
+        A panel may carry published figures as a 4th element; they are drawn as dotted lines
+        labelled "published, not measured", never as bars.
+        """
+        plt = _pyplot()
+        if plt is None:
             self.progress("matplotlib is not installed: no PNG (pip install timeshard[bench])")
             return None
-        fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-        for ax, (label, values, goal) in zip(axes[0], panels):
+        fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+        for ax, panel in zip(axes[0], panels):
+            label, values, goal = panel[0], panel[1], panel[2]
+            references: Sequence[Reference] = panel[3] if len(panel) > 3 else ()  # type: ignore[misc]
             names = list(values)
             ax.bar(names, [values[n] for n in names], color=["#2b6cb0"] + ["#a0aec0"] * (len(names) - 1))
             if goal is not None:
                 ax.axhline(goal, color="#c53030", linestyle="--", label=f"goal {goal:,.0f}")
-                ax.legend(loc="best")
+            _draw_references(ax, references)
+            if goal is not None or references:
+                ax.legend(loc="best", fontsize=7)
+            if log:
+                ax.set_yscale("log")
             ax.set_title(label, fontsize=10)
+            ax.tick_params(axis="x", labelsize=8, labelrotation=15)
             for i, n in enumerate(names):
                 ax.annotate(f"{values[n]:,.0f}", (i, values[n]), ha="center", va="bottom", fontsize=9)
         fig.suptitle(title)
         fig.tight_layout()
+        return self._save(fig, plt, suffix)
+
+    def cdf(self, title: str, series: Mapping[str, Sequence[float]], *, unit: str = "ms", goal: float | None = None,
+            references: Sequence[Reference] = (), suffix: str = "cdf") -> Path | None:
+        """Empirical CDFs of several samples on one log-x axis; saved as <name>-<suffix>.png."""
+        plt = _pyplot()
+        if plt is None:
+            return None
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for label, values in series.items():
+            ordered = sorted(max(v, 1e-3) for v in values)  # log axis: clamp zero lateness
+            if ordered:
+                ax.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=f"{label} (n={len(ordered):,})")
+        if goal is not None:
+            ax.axvline(goal, color="#c53030", linestyle="--", label=f"goal p99 {goal:g} {unit}")
+        _draw_references(ax, references, vertical=True)
+        ax.axhline(0.99, color="#718096", linewidth=0.5)
+        ax.set_xscale("log")
+        ax.set_xlabel(unit)
+        ax.set_ylabel("fraction of jobs")
+        ax.set_title(title, fontsize=10)
+        ax.legend(loc="lower right", fontsize=7)
+        fig.tight_layout()
+        return self._save(fig, plt, suffix)
+
+    def _save(self, fig: Any, plt: Any, suffix: str) -> Path:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"{self.name}.png"
+        path = RESULTS_DIR / (f"{self.name}-{suffix}.png" if suffix else f"{self.name}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
-        self.data["png"] = str(path)
+        if not suffix:
+            self.data["png"] = str(path)
+        self.data.setdefault("pngs", []).append(str(path))
         return path
 
     def finish(self) -> int:
@@ -105,5 +179,6 @@ class Report:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         path = RESULTS_DIR / f"{self.name}.json"
         path.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
-        print(f"results: {path}" + (f" and {self.data['png']}" if "png" in self.data else ""))
+        pngs = self.data.get("pngs", [])
+        print(f"results: {path}" + (f" and {', '.join(pngs)}" if pngs else ""))
         return 0
