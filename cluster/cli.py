@@ -21,6 +21,7 @@ EPILOG = """examples:
   timeshard demo                                   # the main job, about a minute
   timeshard up --store file://./.timeshard --silos 3
   timeshard up --store azure://jobs --shard-duration 30m
+  timeshard drill --kills 20 --pause                # failover drill, table + timeline PNG
   timeshard bench queue storage --quick
 """
 
@@ -73,6 +74,32 @@ def _run_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _add_drill(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "drill",
+        help="failover drill: load, SIGKILL silos at random, count lost / early / duplicate fires",
+        description="Start silos, schedule jobs due over the next seconds into a recording handler, "
+        "kill silo processes at random (and optionally pause one past the suspicion timeout), then "
+        "check lost = 0, early = 0, duplicates, failover time. Exits 1 on any loss or early fire.",
+        epilog="examples:\n  timeshard drill --kills 3\n  timeshard drill --kills 20 --pause --out drill-results",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--store", default="file://./.timeshard/drill", help="store URL (a file store is wiped first)")
+    p.add_argument("--silos", type=int, default=3, help="silos (default 3)")
+    p.add_argument("--kills", type=int, default=3, help="SIGKILLs at random moments (default 3)")
+    p.add_argument("--pause", action="store_true", help="also SIGSTOP one silo past the suspicion timeout, then SIGCONT")
+    p.add_argument("--rate", type=float, default=200.0, help="jobs due per second (default 200)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for which silo and when")
+    p.add_argument("--out", default="drill-results", help="folder for executions.jsonl, drill.json, drill-timeline.png")
+    p.set_defaults(func=_run_drill)
+
+
+def _run_drill(args: argparse.Namespace) -> int:
+    from cluster.drill import run_drill_command
+
+    return run_drill_command(args)
+
+
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
@@ -109,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)
     _add_up(sub)
+    _add_drill(sub)
     _add_bench(sub)
     return parser
 

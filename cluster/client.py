@@ -14,16 +14,20 @@ import itertools
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from cluster.errors import SiloStopping
 from cluster.jobs import ScheduledJob, Target
+from cluster.membership import SILO_PREFIX
 from cluster.options import ClusterOptions
 from cluster.wire import datetime_to_us, pack
 
-SILO_PREFIX = "silo-"
+if TYPE_CHECKING:
+    from cluster.named import NamedJobs
+    from cluster.reminders import Reminders
+
 _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
 _MAX_HOPS = 16
 
@@ -49,12 +53,40 @@ class Client:
         self._attempts = attempts
         self._next = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
         self._handles: dict[str, Any] = {}
+        self._jobs: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "silo_ids": self.silo_ids, "options": self.options, "attempts": self._attempts}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["namespace"], state["silo_ids"], state["options"], attempts=state["attempts"])  # type: ignore[misc]
+
+    @property
+    def jobs(self) -> NamedJobs:
+        """Named jobs (Dapr Jobs API): ``put``, ``get``, ``delete``, ``list``, ``delete_prefix``."""
+        from cluster.named import NamedJobs
+
+        if self._jobs is None:
+            self._jobs = NamedJobs(self)
+        return self._jobs
+
+    @property
+    def reminders(self) -> Reminders:
+        """Actor reminders, kept as named jobs: ``register``, ``unregister``, ``list``."""
+        from cluster.reminders import Reminders
+
+        return Reminders(self.jobs)
+
+    async def describe(self) -> dict[str, Any]:
+        """What the silos run on: ``store_url``, ``options``, ``namespace``."""
+        return dict(await self._call("describe"))
+
+    @property
+    def flows(self) -> Flows:
+        """Flows (Volcano JobFlow): ``submit``, ``get``, ``cancel``, ``list``; see ``cluster.flows``."""
+        from cluster.flows import Flows
+
+        return Flows(self)
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -86,7 +118,10 @@ class Client:
         All specs are validated first: one bad spec raises and none is written.
         """
         now = datetime.now(timezone.utc)
-        jobs = [self._build(spec, now, i) for i, spec in enumerate(specs)]
+        return await self.submit_jobs([self._build(spec, now, i) for i, spec in enumerate(specs)])
+
+    async def submit_jobs(self, jobs: Sequence[ScheduledJob]) -> list[ScheduledJob]:
+        """Durably add jobs already built by ``ScheduledJob.create``; returns them with ``shard`` set."""
         if not jobs:
             return []
         items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
@@ -99,12 +134,15 @@ class Client:
             raise TypeError(f"job spec {index}: unknown field(s) {sorted(unknown)}; fields: {', '.join(_SPEC_FIELDS)}")
         if "target" not in spec:
             raise TypeError(f"job spec {index}: 'target' is required")
-        target = spec["target"]
+        fields = {k: v for k, v in spec.items() if k != "target" and v is not None}
+        return ScheduledJob.create(self.resolve_target(spec["target"]), now=now, **fields)
+
+    def resolve_target(self, target: Any) -> Any:
+        """Return ``target`` with a bare actor name placed in the caller's Ray namespace."""
         if isinstance(target, Target) and target.kind == "actor" and target.namespace is None:
             # A bare actor name means the caller's namespace, where the caller created it.
-            target = Target.actor(target.name, _current_namespace() or self.namespace)
-        fields = {k: v for k, v in spec.items() if k != "target" and v is not None}
-        return ScheduledJob.create(target, now=now, **fields)
+            return Target.actor(target.name, _current_namespace() or self.namespace)
+        return target
 
     # -- cancelling ----------------------------------------------------------------------------
 

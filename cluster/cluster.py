@@ -9,7 +9,8 @@ from typing import Any
 
 import ray
 
-from cluster.client import SILO_PREFIX, Client
+from cluster.client import Client
+from cluster.membership import SILO_PREFIX
 from cluster.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.silo import Silo
 from storage import DEFAULT_URL, open_store

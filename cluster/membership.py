@@ -17,6 +17,7 @@ from typing import Mapping
 from storage import AlreadyExists, Fenced, NotFound, Store
 
 MEMBER_PREFIX = "members/"
+SILO_PREFIX = "silo-"  # a silo's Ray actor name is SILO_PREFIX + silo id
 JOINING, ACTIVE, LEAVING, DEAD = "joining", "active", "leaving", "dead"
 
 
@@ -121,3 +122,35 @@ class Membership:
         except (Fenced, NotFound):
             return False
         return True
+
+
+class HeartbeatWatch:
+    """Suspects peers by how long *this* silo has seen their heartbeat unchanged.
+
+    Judging by local observation, not by comparing a peer's timestamp with our clock, keeps
+    detection right under clock skew and after a storage outage: when nobody could write a
+    heartbeat, nobody's silence counts until we have watched it again for a full timeout.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, int, float]] = {}  # silo -> (incarnation, heartbeat, since)
+
+    def observe(self, members: Mapping[str, Member], now: float) -> None:
+        """Record what ``members`` shows at monotonic time ``now``."""
+        for silo_id, m in members.items():
+            seen = self._seen.get(silo_id)
+            if seen is None or seen[:2] != (m.incarnation, m.heartbeat_us):
+                self._seen[silo_id] = (m.incarnation, m.heartbeat_us, now)
+
+    def suspects(self, members: Mapping[str, Member], now: float, timeout: float, *, me: str) -> list[Member]:
+        """Peers still marked alive whose heartbeat has not moved for ``timeout`` seconds."""
+        out = []
+        for silo_id, m in members.items():
+            seen = self._seen.get(silo_id)
+            if silo_id != me and m.status in (JOINING, ACTIVE) and seen is not None and now - seen[2] > timeout:
+                out.append(m)
+        return out
+
+    def forget_silence(self, now: float) -> None:
+        """Restart every peer's clock: we could not see the table for a while ourselves."""
+        self._seen = {k: (inc, hb, now) for k, (inc, hb, _) in self._seen.items()}

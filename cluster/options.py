@@ -30,7 +30,8 @@ class ClusterOptions:
     - ``heartbeat_interval`` (1 s) and ``suspicion_timeout`` (5 s): failure detection by
       heartbeat; a silo silent longer than the timeout is declared dead.
     - ``adoption_interval`` (2 s): how often silos look for orphaned shards besides membership
-      changes. ``max_adopted_count`` (3): a shard adopted more often is poisoned, not looped on.
+      changes. ``max_adopted_count`` (3): a shard adopted more often is poisoned, not looped on;
+      ``poison_forgiveness`` (60 s): a shard held that long without its silo dying starts over.
     - ``group_commit_linger`` (2 ms): how long a log writer waits to gather concurrent writes
       into one append block.
     - ``max_blocks`` (45,000): a shard log is compacted into a new generation before this many
@@ -52,6 +53,7 @@ class ClusterOptions:
     suspicion_timeout: timedelta = timedelta(seconds=5)
     adoption_interval: timedelta = timedelta(seconds=2)
     max_adopted_count: int = 3
+    poison_forgiveness: timedelta = timedelta(seconds=60)
     group_commit_linger: timedelta = timedelta(milliseconds=2)
     max_blocks: int = 45_000
     misfire_grace: timedelta = timedelta(seconds=1)
@@ -64,7 +66,7 @@ class ClusterOptions:
             if f.type in ("timedelta", timedelta) and not isinstance(value, timedelta):
                 object.__setattr__(self, f.name, parse_duration(value, field=f.name))
         for name in ("shard_duration", "handler_timeout", "heartbeat_interval", "suspicion_timeout",
-                     "adoption_interval", "staging_interval"):
+                     "adoption_interval", "staging_interval", "poison_forgiveness"):
             if getattr(self, name) <= timedelta(0):
                 raise ValidationError(name, "must be positive", getattr(self, name))
         if self.lookahead < timedelta(0):

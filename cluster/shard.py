@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -69,6 +70,7 @@ class Shard:
         self.state: ShardState | None = None
         self.gate = Gate()
         self.lost = False  # fenced: another silo owns it now
+        self.held_since = time.monotonic()
 
     def __repr__(self) -> str:
         return f"Shard({self.base!r}, loaded={self.loaded}, jobs={self.live_count})"

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import time
 import uuid
 from collections import defaultdict
@@ -33,7 +34,7 @@ from cluster.errors import SiloStopping
 from cluster.hooks import AttemptEnd, AttemptEvent, SiloHooks, default_hooks
 from cluster.delivery import ActorDirectory, TargetAbsent
 from cluster.jobs import ScheduledJob
-from cluster.membership import DEAD, LEAVING, Member, Membership, owner_tag, parse_owner
+from cluster.membership import DEAD, LEAVING, SILO_PREFIX, HeartbeatWatch, Member, Membership, owner_tag, parse_owner
 from cluster.metrics import SiloMetrics
 from cluster.occurrences import Misfire, catch_up, next_occurrence
 from cluster.options import ClusterOptions
@@ -68,6 +69,10 @@ from storage import Fenced, LogFull, LogOptions, NotFound, StorageError, Store, 
 log = logging.getLogger("timeshard.silo")
 
 RELEASED = "-"  # the owner of a shard released by a graceful stop
+# Shards one silo claims per adoption round at first; doubled each round that leaves orphans, so
+# a lone survivor of a mass failure takes the load on step by step instead of all at once.
+INITIAL_CLAIM_BUDGET = 4
+MAX_CLAIM_BUDGET = 4096
 DELIVER = "timeshard_deliver"
 
 
@@ -88,6 +93,7 @@ class Run:
     job: ScheduledJob
     run_id: str
     due_us: int
+    attempts_before: int
     staged_since: int = 0
     started_us: int = 0
     cancelled: bool = False
@@ -97,17 +103,19 @@ class Run:
     def shard(self) -> Shard:
         return self.entry[OWNER]
 
+    @property
+    def number(self) -> int:
+        """Which attempt of its occurrence this is (1 = first): fixed when the run starts."""
+        return self.attempts_before + 1
+
     def attempt(self) -> Attempt:
-        e = self.entry
-        return Attempt(e[JOB], self.run_id, e[ATTEMPTS] + 1, self.due_us, e[OCCURRENCE])
+        return Attempt(self.entry[JOB], self.run_id, self.number, self.due_us, self.entry[OCCURRENCE])
 
     def context(self) -> JobContext:
-        e = self.entry
-        return JobContext(self.job, self.run_id, e[ATTEMPTS] + 1, us_to_datetime(self.due_us), e[OCCURRENCE])
+        return JobContext(self.job, self.run_id, self.number, us_to_datetime(self.due_us), self.entry[OCCURRENCE])
 
     def event(self) -> AttemptEvent:
-        e = self.entry
-        return AttemptEvent(self.job, self.run_id, e[ATTEMPTS] + 1, e[OCCURRENCE], us_to_datetime(self.due_us),
+        return AttemptEvent(self.job, self.run_id, self.number, self.entry[OCCURRENCE], us_to_datetime(self.due_us),
                             us_to_datetime(self.started_us))
 
 
@@ -138,6 +146,11 @@ class Silo:
         self._background: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._poisoned: dict[str, str] = {}
+        self._watch = HeartbeatWatch()
+        self._lease_until = 0.0  # monotonic: fire only while our membership row is fresh
+        self._lease = asyncio.Event()
+        self._claim_budget = INITIAL_CLAIM_BUDGET
+        self._peers: dict[str, Any] = {}
         self._hooks: list[SiloHooks] = []
         self._started_at = wall_clock_us()
         self.metrics = SiloMetrics(silo_id)
@@ -151,11 +164,13 @@ class Silo:
         with contextlib.suppress(Exception):
             node = ray.get_runtime_context().get_node_id()
         self._member = await Membership(self._store).join(self.silo_id, wall_clock_us(), node=node, pid=os.getpid())
+        self._renew_lease()
         self._hooks = default_hooks(self._store, self)
         log.info("silo joined", extra={"silo": self.owner})
         await self._adopt_orphans()
         self._tasks = [
             asyncio.create_task(self._fire_loop(), name="fire"),
+            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
         ]
 
@@ -186,6 +201,9 @@ class Silo:
         assert self._store is not None and self._member is not None
         with contextlib.suppress(StorageError):
             await Membership(self._store).update(self._member, status=DEAD)
+        for silo_id in list(self._peers):
+            with contextlib.suppress(Exception):
+                self._peers[silo_id].adopt_now.remote()  # hand the released shards over at once
         await self._call_hooks("close")
         await self._store.close()
         log.info("silo stopped", extra={"silo": self.owner, "released": released})
@@ -325,6 +343,11 @@ class Silo:
         limit = self.options.max_concurrency
         while True:
             await self._queue.wait_due()
+            if time.monotonic() > self._lease_until:
+                # Our heartbeat is stale (paused, cut off from the store): peers may have adopted
+                # our shards. Fire nothing until a heartbeat proves we still own them.
+                await self._lease_renewed()
+                continue
             room = limit - len(self._inflight)
             if room <= 0:
                 self._capacity.clear()
@@ -345,7 +368,7 @@ class Silo:
             if len(self._memo) > 10_000:
                 self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
             job = ScheduledJob.from_wire(unpack(entry[JOB]), self._memo)
-            run = Run(job_id, entry, job, uuid.uuid4().hex, due_us)
+            run = Run(job_id, entry, job, f"{uuid.uuid4().hex[:16]}@{self.owner}", due_us, entry[ATTEMPTS])
             if job.ttl is not None and now > datetime_to_us(job.ttl):
                 self._spawn(self._end_occurrence(run, EXPIRED))
                 continue
@@ -363,6 +386,16 @@ class Silo:
 
     async def _deliver(self, runs: list[Run]) -> None:
         target = runs[0].job.target
+        if time.monotonic() > self._lease_until:
+            # Dispatched just before a pause: prove ownership first, and forget what was lost.
+            await self._lease_renewed()
+            for run in [r for r in runs if r.shard.lost]:
+                self._inflight.pop(run.job_id, None)
+                run.done.set()
+            runs = [r for r in runs if not r.shard.lost]
+            if not runs:
+                self._capacity.set()
+                return
         try:
             handle = self._directory.resolve(target)
         except TargetAbsent as exc:
@@ -445,44 +478,53 @@ class Silo:
 
     async def _complete(self, run: Run, outcome: Outcome) -> None:
         end: AttemptEnd | None = None
+        delay = 0.2
         try:
-            if run.cancelled:
-                return
-            if outcome.succeeded:
-                self.metrics.succeeded.inc()
-            else:
-                self.metrics.failed.inc()
-            policy = run.job.retry_policy
-            attempts = run.entry[ATTEMPTS] + 1
-            exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "", timed_out=outcome.timed_out)
-            retry_at = policy.decide(
-                attempts, us_to_datetime(run.due_us), succeeded=outcome.succeeded,
-                ctx=run.context() if exc is not None else None, exc=exc,
-            ) if (exc is not None or policy.strategy == "always") else None
-            error = None if exc is None else f"{exc.error_type}: {exc.message}"
-            if retry_at is not None:
-                due_us = datetime_to_us(retry_at)
-                (entry,) = await run.shard.write([retry_op(run.job_id, due_us, attempts)])
-                if entry is not None and not run.cancelled:
-                    self._queue.push(run.job_id, due_us, entry)
-                self.metrics.retried.inc()
-                end = AttemptEnd(outcome.succeeded, error, _now(), retry_at, None, False)
-                return
-            if exc is not None:
-                log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
-            nxt = await self._end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
-            end = AttemptEnd(outcome.succeeded, error, _now(), None, None if nxt is None else us_to_datetime(nxt), nxt is None)
-        except Fenced:
-            self._drop(run.shard, "fenced while writing an outcome")
-        except StorageError as exc:
-            # The outcome is not durable: the attempt will run again after a reload (at least once).
-            log.error("could not record outcome", extra={"job": run.job_id, "error": repr(exc)})
+            (self.metrics.succeeded if outcome.succeeded else self.metrics.failed).inc()
+            while not run.cancelled:
+                try:
+                    end = await self._record_outcome(run, outcome)
+                    break
+                except Fenced:
+                    self._drop(run.shard, "fenced while writing an outcome")
+                    break
+                except StorageError as exc:
+                    # Not durable yet (the store is down): keep the outcome and write it again,
+                    # rather than run the job again. In flight, it holds back new work meanwhile.
+                    if self._stopping:
+                        log.error("outcome not recorded at stop; the job will run again", extra={"job": run.job_id})
+                        break
+                    log.warning("outcome not durable yet, retrying", extra={"job": run.job_id, "error": repr(exc)})
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, 5.0)
         finally:
             self._inflight.pop(run.job_id, None)
             self._capacity.set()
             run.done.set()
         if end is not None and self._hooks:
             await self._call_hooks("attempt_ended", run.event(), end)
+
+    async def _record_outcome(self, run: Run, outcome: Outcome) -> AttemptEnd:
+        """Write what the outcome means — a retry, the next occurrence or the end — durably."""
+        policy = run.job.retry_policy
+        attempts = run.number
+        exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "", timed_out=outcome.timed_out)
+        retry_at = policy.decide(
+            attempts, us_to_datetime(run.due_us), succeeded=outcome.succeeded,
+            ctx=run.context() if exc is not None else None, exc=exc,
+        ) if (exc is not None or policy.strategy == "always") else None
+        error = None if exc is None else f"{exc.error_type}: {exc.message}"
+        if retry_at is not None:
+            due_us = datetime_to_us(retry_at)
+            (entry,) = await run.shard.write([retry_op(run.job_id, due_us, attempts)])
+            if entry is not None and not run.cancelled:
+                self._queue.push(run.job_id, due_us, entry)
+            self.metrics.retried.inc()
+            return AttemptEnd(outcome.succeeded, error, _now(), retry_at, None, False)
+        if exc is not None:
+            log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
+        nxt = await self._end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+        return AttemptEnd(outcome.succeeded, error, _now(), None, None if nxt is None else us_to_datetime(nxt), nxt is None)
 
     async def _end_occurrence(self, run: Run, outcome: str) -> int | None:
         """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
@@ -601,6 +643,22 @@ class Silo:
                         continue
                     self._forget(shard)
 
+    async def _forgive_adoptions(self) -> None:
+        """Reset ``adopted_count`` of shards held long enough: their jobs did not kill us.
+
+        Poisoning is for a shard whose jobs crash each silo that loads it; a shard adopted a few
+        times because silos died of other causes (a drill, a lost node) must not end up poisoned.
+        """
+        now = time.monotonic()
+        for shard in list(self._shards.values()):
+            if shard.meta.adopted_count and now - shard.held_since > self.options.poison_forgiveness.total_seconds():
+                try:
+                    await shard.set_meta(ShardMeta(**{**shard.meta.__dict__, "adopted_count": 0}))
+                except Fenced:
+                    self._drop(shard, "fenced while resetting its adoption count")
+                except StorageError:
+                    pass
+
     def _forget(self, shard: Shard) -> None:
         self._shards.pop(shard.base, None)
         self._seal(shard)
@@ -633,29 +691,48 @@ class Silo:
         member = members.get(silo_id)
         if member is None or member.incarnation != incarnation:
             return True  # that incarnation was replaced (a Ray restart) or never registered
-        return not member.alive(wall_clock_us(), _us(self.options.suspicion_timeout))
+        # A silent silo is orphaned only once declared dead by CAS (see _detect_failures), so a
+        # silo that was merely slow learns it from its own failed heartbeat and stops firing.
+        return member.status in (DEAD, LEAVING)
 
-    async def _adopt_orphans(self) -> None:
-        """Claim orphaned shards whose window starts within the lookahead."""
+    async def _adopt_orphans(self) -> int:
+        """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
         assert self._store is not None
         members = await Membership(self._store).members()
         horizon = wall_clock_us() + _us(self.options.lookahead)
+        candidates: list[tuple[str, ShardMeta]] = []
         for head in await list_logs(self._store, SHARD_PREFIX):
             if head.base in self._shards:
                 continue
-            md = head.metadata
             try:
-                meta = ShardMeta.from_metadata(md)
+                meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
-            if meta.window_start > horizon or not self._is_orphan(md, members):
+            if meta.window_start > horizon or not self._is_orphan(head.metadata, members):
                 continue
             if meta.adopted_count >= self.options.max_adopted_count:
                 if head.base not in self._poisoned:
                     self._poisoned[head.base] = meta.owner
                     log.error("poisoned shard left alone", extra={"shard": head.base, "adopted": meta.adopted_count})
                 continue
-            await self._claim(head.base, meta)
+            candidates.append((head.base, meta))
+        if not candidates:
+            self._claim_budget = INITIAL_CLAIM_BUDGET
+            return 0
+        alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING)) or 1
+        share = -(-len(candidates) // alive)  # fair share, rounded up; leftovers go next round
+        random.shuffle(candidates)  # silos racing for the same orphans mostly pick different ones
+        claimed = 0
+        for base, meta in candidates[: min(share, self._claim_budget)]:
+            claimed += await self._claim(base, meta) is not None
+        if len(candidates) > self._claim_budget:
+            self._claim_budget = min(MAX_CLAIM_BUDGET, self._claim_budget * 2)
+        return claimed
+
+    async def adopt_now(self) -> int:
+        """Look for orphans at once (a peer released its shards or was found dead)."""
+        await self._ready
+        return await self._adopt_orphans()
 
     async def _claim(self, base: str, meta: ShardMeta) -> Shard | None:
         assert self._store is not None
@@ -680,22 +757,49 @@ class Silo:
     # -- background ---------------------------------------------------------------------------
 
     async def _maintenance_loop(self) -> None:
-        tick = min(self.options.heartbeat_interval, self.options.staging_interval).total_seconds()
+        tick = self.options.staging_interval.total_seconds()
         last_adoption = time.monotonic()
         while True:
             await asyncio.sleep(tick)
             try:
-                await self._heartbeat()
                 await self._retry_staged()
                 await self._load_due_shards()
                 if time.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds():
                     last_adoption = time.monotonic()
                     await self._adopt_orphans()
                     await self._delete_drained()
+                    await self._forgive_adoptions()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("maintenance round failed")
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.options.heartbeat_interval.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._heartbeat()
+                await self._detect_failures()
+            except asyncio.CancelledError:
+                raise
+            except StorageError as exc:
+                log.warning("heartbeat failed", extra={"silo": self.owner, "error": repr(exc)})
+            except Exception:
+                log.exception("heartbeat round failed")
+
+    async def _lease_renewed(self) -> None:
+        self._lease.clear()
+        await self._lease.wait()
+
+    def _renew_lease(self) -> None:
+        # Peers declare us dead after watching our row unchanged for suspicion_timeout; stop
+        # firing a little before that could happen.
+        now = time.monotonic()
+        if now > self._lease_until:
+            self._watch.forget_silence(now)  # we were blind too: give every peer a fresh timeout
+        self._lease_until = now + 0.8 * self.options.suspicion_timeout.total_seconds()
+        self._lease.set()
 
     async def _heartbeat(self) -> None:
         assert self._store is not None and self._member is not None
@@ -704,11 +808,44 @@ class Silo:
             self._member = await membership.update(self._member, heartbeat_us=wall_clock_us())
         except (Fenced, NotFound):
             # Declared dead by a peer (we were paused or cut off): our shards are being adopted
-            # and our writes are fenced. Join again as a new incarnation and start over.
+            # and our writes are fenced. Drop them all and join again as a new incarnation.
             log.error("silo was declared dead; rejoining", extra={"silo": self.owner})
             for shard in list(self._shards.values()):
                 self._drop(shard, "declared dead")
             self._member = await membership.join(self.silo_id, wall_clock_us(), pid=os.getpid())
+        self._renew_lease()
+
+    async def _detect_failures(self) -> None:
+        """Declare dead, by CAS, peers that Ray reports dead or that stayed silent too long."""
+        assert self._store is not None
+        membership = Membership(self._store)
+        members = await membership.members()
+        now = time.monotonic()
+        self._watch.observe(members, now)
+        dead = {m.silo_id: m for m in self._watch.suspects(members, now, self.options.suspicion_timeout.total_seconds(), me=self.silo_id)}
+        alive = [m for m in members.values() if m.silo_id != self.silo_id and m.status not in (DEAD, LEAVING)]
+        answers = await asyncio.gather(*(self._ping(m.silo_id) for m in alive))
+        dead.update({m.silo_id: m for m, answer in zip(alive, answers) if answer is False})
+        declared = [m for m in dead.values() if await membership.declare_dead(m)]
+        if declared:
+            log.warning("peers declared dead", extra={"silos": [m.owner for m in declared], "by": self.owner})
+            await self._adopt_orphans()
+
+    async def _ping(self, silo_id: str) -> bool | None:
+        """False if Ray says the peer's actor is dead or restarting; None if it just did not answer."""
+        handle = self._peers.get(silo_id)
+        try:
+            if handle is None:
+                handle = self._peers[silo_id] = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
+            await asyncio.wait_for(handle.ping.remote(), self.options.heartbeat_interval.total_seconds())
+            return True
+        except ValueError:
+            return False  # no such actor: removed for good
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            self._peers.pop(silo_id, None)
+            return False
+        except asyncio.TimeoutError:
+            return None  # busy or paused: the heartbeat watch decides
 
     # -- observing ----------------------------------------------------------------------------
 
