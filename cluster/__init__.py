@@ -6,6 +6,7 @@ Public names (DESIGN.md "Public contract")::
 """
 
 from cluster.errors import (
+    AlreadyExists,
     InvalidJob,
     InvalidPolicy,
     InvalidSchedule,
@@ -13,6 +14,7 @@ from cluster.errors import (
     SiloStopping,
     ValidationError,
 )
+from cluster.flows import Backoff, Flow, RetryPolicy, Step
 from cluster.jobs import ScheduledJob, Target
 from cluster.occurrences import Misfire
 from cluster.options import ClusterOptions
@@ -22,6 +24,13 @@ from cluster.schedules import Schedule
 from cluster.times import parse_duration, parse_period, parse_time
 
 __all__ = [
+    "AlreadyExists",
+    "NamedJob",
+    "JobStatus",
+    "Backoff",
+    "Flow",
+    "RetryPolicy",
+    "Step",
     "Cluster",
     "Client",
     "ClusterOptions",
@@ -51,6 +60,10 @@ def __getattr__(name: str) -> object:
         from cluster.cluster import Cluster
 
         return Cluster
+    if name in ("NamedJob", "JobStatus"):
+        from cluster import named
+
+        return getattr(named, name)
     if name == "Client":
         from cluster.client import Client
 

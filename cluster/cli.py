@@ -14,6 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from cluster.cli_jobs import add_job_commands
 from cluster.errors import ValidationError
 from cluster.options import DEFAULT_NAMESPACE
 
@@ -136,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)
     _add_up(sub)
+    add_job_commands(sub)
     _add_drill(sub)
     _add_bench(sub)
     return parser

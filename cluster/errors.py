@@ -38,5 +38,25 @@ class InvalidJob(ValidationError):
     """A job whose fields do not fit together (target, repeats, ttl, data ...)."""
 
 
+class AlreadyExists(RuntimeError):
+    """A named job's name is taken in its (namespace, app_id) and ``overwrite`` was not set.
+
+    A conflict, not bad input: the same call succeeds once the name is free (or with
+    ``overwrite=True``, where the last write wins).
+    """
+
+    def __init__(self, name: str, app_id: str, namespace: str) -> None:
+        self.name = name
+        self.app_id = app_id
+        self.namespace = namespace
+        super().__init__(
+            f"name: {name!r} is taken in namespace {namespace!r}, app_id {app_id!r}; "
+            "pass overwrite=True to replace it, or delete it first"
+        )
+
+
+NameTaken = AlreadyExists
+
+
 class SiloStopping(RuntimeError):
     """The silo is stopping gracefully and takes no new work; the client tries another."""

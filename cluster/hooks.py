@@ -64,4 +64,7 @@ class SiloHooks:
 
 def default_hooks(store: Store, silo: Any) -> list[SiloHooks]:
     """The hooks every silo runs; features register theirs here."""
-    return []
+    from cluster.named_hooks import NamedJobHooks  # imports this module: import at call time
+    from cluster.flowlog import FlowHooks
+
+    return [NamedJobHooks(store, silo), FlowHooks(store, silo)]

@@ -232,7 +232,7 @@ class Silo:
         self.metrics.scheduled.inc(len(jobs))
         return names
 
-    async def _write_to_window(self, window: int, ops: list[list[Any]]) -> Shard:
+    async def _write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
         """Append ADD ops to this silo's open shard for ``window`` and queue them if loaded."""
         while True:
             shard = await self._open_shard(window)
@@ -241,7 +241,7 @@ class Silo:
                     started = time.perf_counter()
                     entries = await shard.write(ops)
                     self.metrics.append_latency.observe(time.perf_counter() - started)
-                    for op, entry in zip(ops, entries):
+                    for op, entry in zip(ops, entries if queue else ()):
                         self._queue.push(op[1], entry[DUE], entry)
                 return shard
             except LogFull:
@@ -498,7 +498,8 @@ class Silo:
                     await asyncio.sleep(delay)
                     delay = min(2 * delay, 5.0)
         finally:
-            self._inflight.pop(run.job_id, None)
+            if self._inflight.get(run.job_id) is run:
+                del self._inflight[run.job_id]
             self._capacity.set()
             run.done.set()
         if end is not None and self._hooks:
@@ -538,7 +539,9 @@ class Silo:
         if self._open.get(window) is run.shard:
             (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
         else:
-            target = await self._write_to_window(window, [add])
+            # Queued below, once this occurrence is fully written: the next one must not start
+            # while this run still counts as in flight.
+            target = await self._write_to_window(window, [add], queue=False)
             new_entry = target.state.live.get(run.job_id) if target.state is not None else None
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base)])
         if run.cancelled:

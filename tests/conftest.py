@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import ray
 
 from storage.urls import CONNECTION_STRING_ENV
 from tests.azurite import Azurite, start_azurite
@@ -36,3 +37,16 @@ def azurite() -> Iterator[Azurite]:
 def azure_store_url(azurite: Azurite) -> str:
     """``azure://<container>`` naming a container no other test uses (created on first use)."""
     return f"azure://ts-{uuid.uuid4().hex[:20]}"
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """One local Ray for the whole session (Ray is a hard dependency: never skipped)."""
+    try:
+        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, namespace=f"ts-tests-{uuid.uuid4().hex[:6]}")
+    except Exception as exc:  # Ray is a hard dependency: never skip, under CI or not
+        pytest.fail(f"Ray did not start: {exc!r}", pytrace=False)
+    yield
+    ray.shutdown()
+
+

@@ -31,17 +31,18 @@ FAST = ClusterOptions(
 RecorderActor = ray.remote(Recorder)
 
 
-@pytest.fixture(scope="session")
-def ray_session() -> Iterator[None]:
-    try:
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, namespace=f"ts-tests-{uuid.uuid4().hex[:6]}")
-    except Exception as exc:  # Ray is a hard dependency: never skip, under CI or not
-        pytest.fail(f"Ray did not start: {exc!r}", pytrace=False)
-    yield
-    ray.shutdown()
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Every cluster test runs on the file store; those whose behaviour could differ on Azure
+    # (durability, fencing, failover) run on Azurite too. ``file_only`` marks the others (CLI
+    # output, validation, status bookkeeping) to keep the suite within its time budget.
+    if "store_url" in metafunc.fixturenames:
+        kinds: list = ["file"]
+        if not metafunc.definition.get_closest_marker("file_only"):
+            kinds.append(pytest.param("azure", marks=pytest.mark.azurite))
+        metafunc.parametrize("store_url", kinds, indirect=True)
 
 
-@pytest.fixture(params=["file", pytest.param("azure", marks=pytest.mark.azurite)])
+@pytest.fixture
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "file":
         return f"file://{tmp_path / 'store'}"

@@ -37,6 +37,7 @@ async def test_one_shot_jobs_fire_once_at_or_after_their_due_time(make_cluster, 
     assert len(executions(handle)) == 30, "nothing fired twice"
 
 
+@pytest.mark.file_only
 async def test_single_call_schedule_returns_a_job_that_fires(make_cluster, recorder):
     name, handle = recorder
     client = make_cluster(silos=1).client()
@@ -81,6 +82,7 @@ async def test_retries_follow_the_policy_with_dequeue_count_1_2_3(make_cluster, 
     assert len(executions(handle)) == 3
 
 
+@pytest.mark.file_only
 async def test_exhausted_retries_give_up(make_cluster, recorder):
     name, handle = recorder
     client = make_cluster(silos=1).client()
@@ -104,6 +106,7 @@ async def test_repeats_stop_a_recurring_job(make_cluster, recorder):
     assert gaps == [0.3, 0.3], "occurrences follow the virtual-time grid"
 
 
+@pytest.mark.file_only
 async def test_ttl_stops_a_recurring_job(make_cluster, recorder):
     name, handle = recorder
     client = make_cluster(silos=1).client()
@@ -128,6 +131,7 @@ async def test_recurring_job_crosses_shard_windows_and_cancel_follows_it(make_cl
     assert len(executions(handle)) == seen, "a cancelled recurring job fired again"
 
 
+@pytest.mark.file_only
 async def test_a_grain_is_activated_on_demand(make_cluster):
     client = make_cluster(silos=1).client()
     key = uuid.uuid4().hex[:8]
@@ -149,6 +153,7 @@ def _actor_or_none(name: str):
         return None
 
 
+@pytest.mark.file_only
 async def test_an_absent_target_is_staged_then_delivered_when_it_appears(make_cluster):
     client = make_cluster(silos=1, undeliverable_timeout="30s").client()
     name = f"late-{uuid.uuid4().hex[:8]}"

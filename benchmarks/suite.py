@@ -1,0 +1,255 @@
+"""The benchmarks side by side: timeshard against the ceiling, the floor and a durable peer.
+
+    python -m benchmarks.suite [cluster failover replay memory baselines] [--quick]
+
+Runs the named benchmarks (default: all) in one process, on one Ray and one Azurite, so every
+figure is measured in the same run as its baselines: the no-op Ray call rate (ceiling), a
+non-durable asyncio timer (lateness floor) and APScheduler 3 on SQLite (durable Python peer).
+Published figures (Orleans, Dapr) are drawn as reference lines, labelled as not measured.
+``scheduling``, ``triggers`` and ``lateness`` are names for ``cluster``.
+
+Writes benchmarks/results/suite.json (machine, versions, every figure), suite-*.png (one per
+comparison) and RESULTS.md, the table the README embeds: regenerate it with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from benchmarks import baselines, memory
+from benchmarks.cluster import (
+    CALLERS,
+    GOAL_BATCH_PER_S,
+    GOAL_FAILOVER_P50_S,
+    GOAL_LATENESS_P99_MS,
+    GOAL_REPLAY_PER_S,
+    GOAL_SINGLE_OVER_NOOP,
+    GOAL_TRIGGERS_PER_S,
+    STEADY_RATE,
+    BenchEnv,
+    bench_env,
+    cluster_run,
+    failover,
+    noop_call_rate,
+    replay,
+)
+from benchmarks.report import PUBLISHED, RESULTS_DIR, Report, machine_info
+
+NAMES = ("cluster", "failover", "replay", "memory", "baselines")
+ALIASES = {"scheduling": "cluster", "triggers": "cluster", "lateness": "cluster"}
+GOAL_STORE = "azure"  # the issue's goals are set for this machine on Azurite
+
+
+async def run(names: Sequence[str], quick: bool, report: Report) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    """Run ``names``; returns every figure and the lateness samples (ms) to draw."""
+    results: dict[str, Any] = {}
+    samples: dict[str, list[float]] = {}
+    with bench_env(["file", "azure"]) as env:
+        report.progress("baseline: no-op Ray actor call rate (driver -> actor)")
+        results["noop"] = await noop_call_rate(500 if quick else 3_000)
+        for name in names:
+            await STEPS[name](env, quick, report, results, samples)
+    return results, samples
+
+
+async def _cluster(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    for kind in ("file", "azure"):
+        r = await cluster_run(env, kind, 3, quick, report)
+        samples[f"timeshard on {kind}"] = r.pop("lateness_samples_ms")
+        results[f"cluster_{kind}"] = r
+
+
+async def _failover(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    kills = 1 if quick else 6
+    report.progress(f"failover ({GOAL_STORE}): {kills} SIGKILLs of silo workers")
+    results["failover"] = await failover(env, GOAL_STORE, kills, report)
+
+
+async def _replay(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    n = 50_000 if quick else 1_000_000
+    results["replay"] = {}
+    for kind in ("file", "azure"):
+        report.progress(f"replay ({kind}): a shard of {n:,} jobs, read and folded as a silo loads it")
+        results["replay"][kind] = await replay(env, kind, n)
+
+
+async def _memory(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    results["memory"] = await memory.run(env, GOAL_STORE, quick, report)
+
+
+async def _baselines(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    figures, lateness = await baselines.run(env, quick, report)
+    results.update(figures)
+    samples.update(lateness)
+
+
+STEPS: dict[str, Callable[..., Any]] = {
+    "cluster": _cluster, "failover": _failover, "replay": _replay, "memory": _memory, "baselines": _baselines,
+}
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def _n(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per figure: what timeshard reached, its goal, baselines measured and published."""
+    out: list[dict[str, Any]] = []
+    noop, aps, floor = results.get("noop"), results.get("apscheduler"), results.get("asyncio_timer")
+
+    def row(figure: str, value: float, shown: str, goal: float | None, goal_text: str, higher: bool,
+            measured: str = "", published: str = "") -> None:
+        met = None if goal is None else (value >= goal if higher else value <= goal)
+        out.append({"figure": figure, "value": value, "shown": shown, "goal": goal, "goal_text": goal_text,
+                    "higher_is_better": higher, "met": met, "baselines": measured, "published": published})
+
+    az, fi = results.get(f"cluster_{GOAL_STORE}"), results.get("cluster_file")
+    if az and fi and noop:
+        s, sf = az["scheduling"], fi["scheduling"]
+        row("Batch scheduling, 1,000 per call (jobs/s)", s["batch_per_s"], _n(s["batch_per_s"]), GOAL_BATCH_PER_S,
+            f">= {_n(GOAL_BATCH_PER_S)}", True,
+            f"file store {_n(sf['batch_per_s'])}" + (f"; APScheduler add_job {_n(aps['schedule_per_s'])}" if aps else ""),
+            "Dapr ≈ 921/s (3 × 8 vCPU)")
+        ratio = s["concurrent_single_per_s"] / noop["concurrent_per_s"]
+        row(f"Single-call scheduling, {CALLERS} callers (jobs/s)", ratio, f"{_n(s['concurrent_single_per_s'])} "
+            f"({ratio:.0%} of no-op)", GOAL_SINGLE_OVER_NOOP, f">= {GOAL_SINGLE_OVER_NOOP:.0%} of no-op call", True,
+            f"no-op Ray call ×{CALLERS} {_n(noop['concurrent_per_s'])}; file store {_n(sf['concurrent_single_per_s'])}")
+        row("Single-call scheduling, 1 caller (jobs/s)", s["single_per_s"], _n(s["single_per_s"]), None, "—", True,
+            f"no-op Ray call ×1 {_n(noop['sequential_per_s'])}; file store {_n(sf['single_per_s'])}"
+            + (f"; APScheduler add_job {_n(aps['schedule_per_s'])}" if aps else ""))
+        t = az["triggers"]
+        row("Trigger throughput into handler actors (jobs/s)", t["per_s"], _n(t["per_s"]), GOAL_TRIGGERS_PER_S,
+            f">= {_n(GOAL_TRIGGERS_PER_S)}", True, f"file store {_n(fi['triggers']['per_s'])}",
+            "Dapr ≈ 15,000–19,000/s")
+        lt = az["lateness"]
+        base = [f"file store p99 {fi['lateness']['p99']:.1f}"]
+        if floor:
+            base.append(f"asyncio timer (floor) p99 {floor['p99']:.1f}")
+        if aps:
+            base.append(f"APScheduler p99 {_n(aps['lateness']['p99'])}")
+        row(f"Lateness at {_n(STEADY_RATE)} jobs/s, p50 / p99 / max (ms)", lt["p99"],
+            f"{lt['p50']:.1f} / {lt['p99']:.1f} / {lt['max']:.1f}", GOAL_LATENESS_P99_MS, f"p99 <= {GOAL_LATENESS_P99_MS}",
+            False, "; ".join(base), "Orleans ≈ 1 s precision")
+    if "failover" in results and results["failover"]["measured"]:
+        f = results["failover"]
+        row(f"Failover, kill → first adopted fire, p50 / max (s, {f['measured']} kills)", f["p50"],
+            f"{f['p50']:.2f} / {f['max']:.2f}", GOAL_FAILOVER_P50_S, f"p50 <= {GOAL_FAILOVER_P50_S:g}", False, "",
+            "Orleans 5–35 s; Dapr < 5 s")
+    if "replay" in results:
+        r = results["replay"]
+        kind = GOAL_STORE if GOAL_STORE in r else next(iter(r))
+        row(f"Replay of a {_n(r[kind]['records'])}-job shard (records/s)", r[kind]["records_per_s"],
+            _n(r[kind]["records_per_s"]), GOAL_REPLAY_PER_S, f">= {_n(GOAL_REPLAY_PER_S)}", True,
+            "; ".join(f"{k} store {_n(v['records_per_s'])}" for k, v in r.items() if k != kind),
+            "Orleans 100 ms–5 s per shard")
+    if "memory" in results:
+        m = results["memory"]
+        aps_mb = f"APScheduler (SQLite store) {_n(aps['bytes_per_job'] * 1e6 / 2**20)} MB/M" if aps else ""
+        row(f"Dormant jobs: silo RSS per million (MB, {_n(m['dormant']['jobs'])} jobs)", m["dormant"]["mb_per_million"],
+            _n(m["dormant"]["mb_per_million"], 1), memory.GOAL_DORMANT_MB_PER_MILLION,
+            f"<= {memory.GOAL_DORMANT_MB_PER_MILLION}", False, aps_mb, "Orleans reminders: all in memory")
+        row(f"Loaded jobs: silo RSS per job (B, {_n(m['loaded']['jobs'])} jobs)", m["loaded"]["bytes_per_job"],
+            _n(m["loaded"]["bytes_per_job"]), memory.GOAL_LOADED_BYTES_PER_JOB,
+            f"<= {memory.GOAL_LOADED_BYTES_PER_JOB}", False,
+            f"APScheduler RSS per stored job {_n(aps['bytes_per_job'])}" if aps else "",
+            "Orleans 200–500 B; Celery ETA ≈ 11 KB")
+    return out
+
+
+def markdown(table: list[dict[str, Any]], quick: bool, machine: dict[str, Any], when: str) -> str:
+    lines = [
+        "<!-- generated by `python -m benchmarks.suite`; do not edit by hand -->",
+        f"Measured {when} on {machine.get('cpus')} CPUs, {machine.get('mem_total_kib', 0) / 2**20:.0f} GiB, "
+        f"Python {machine.get('python')}, Ray {machine.get('ray')}; store: Azurite unless noted"
+        + (" — **quick run (small sizes): figures are indicative only**" if quick else "") + ".",
+        "",
+        f"| Figure | timeshard | Goal | Met | Baselines (measured, same run) | Published ({PUBLISHED}) |",
+        "|---|---:|---|:-:|---|---|",
+    ]
+    for r in table:
+        met = "—" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(f"| {r['figure']} | {r['shown']} | {r['goal_text']} | {met} | {r['baselines']} | {r['published']} |")
+    return "\n".join(lines) + "\n"
+
+
+def draw(report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    """One PNG per comparison: measured bars, goal dashed, published figures dotted."""
+    noop, aps = results.get("noop", {}), results.get("apscheduler")
+    az, fi = results.get(f"cluster_{GOAL_STORE}"), results.get("cluster_file")
+    if az and fi:
+        batch = {"timeshard azure": az["scheduling"]["batch_per_s"], "timeshard file": fi["scheduling"]["batch_per_s"]}
+        single = {f"timeshard azure ×{CALLERS}": az["scheduling"]["concurrent_single_per_s"],
+                  f"no-op call ×{CALLERS}": noop["concurrent_per_s"], "timeshard azure ×1": az["scheduling"]["single_per_s"],
+                  "no-op call ×1": noop["sequential_per_s"]}
+        if aps:
+            batch["APScheduler"] = single["APScheduler"] = aps["schedule_per_s"]
+        report.bars("scheduling throughput (jobs/s)", [
+            ("batch, 1,000 per call", batch, GOAL_BATCH_PER_S, [("Dapr 921/s", 921.0)]),
+            ("single call", single, GOAL_SINGLE_OVER_NOOP * noop["concurrent_per_s"]),
+        ], suffix="scheduling")
+        report.bars("trigger throughput into handler actors (jobs/s)", [
+            ("jobs due at one instant", {"timeshard azure": az["triggers"]["per_s"], "timeshard file": fi["triggers"]["per_s"]},
+             GOAL_TRIGGERS_PER_S, [("Dapr 15,000/s", 15_000.0), ("Dapr 19,000/s", 19_000.0)]),
+        ], suffix="triggers")
+    if samples:
+        report.cdf(f"lateness at a steady {STEADY_RATE:,} jobs/s (handler start - due)", samples,
+                   goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)], suffix="lateness")
+    if results.get("failover", {}).get("measured"):
+        f = results["failover"]
+        report.bars("failover: SIGKILL -> first fire of adopted shards (s)", [
+            ("per kill", {f"kill {i + 1}": v for i, v in enumerate(f["seconds"])}, GOAL_FAILOVER_P50_S,
+             [("Orleans 5 s (best)", 5.0), ("Dapr 5 s", 5.0)]),
+        ], suffix="failover")
+    if "replay" in results:
+        report.bars("replay: loading one large shard (records/s)", [
+            ("records/s", {k: v["records_per_s"] for k, v in results["replay"].items()}, GOAL_REPLAY_PER_S),
+        ], suffix="replay")
+    if "memory" in results:
+        m = results["memory"]
+        per_job = {"timeshard loaded": m["loaded"]["bytes_per_job"], "timeshard dormant": m["dormant"]["bytes_per_job"]}
+        if aps:
+            per_job["APScheduler (SQLite)"] = aps["bytes_per_job"]
+        report.bars("memory per job (RSS bytes)", [
+            ("bytes per job", per_job, memory.GOAL_LOADED_BYTES_PER_JOB,
+             [("Orleans 500 B", 500.0), ("Celery ETA 11 KB", 11_000.0)]),
+        ], suffix="memory", log=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help=f"any of {', '.join(NAMES)} (and {', '.join(ALIASES)}); default all")
+    parser.add_argument("--quick", action="store_true", help="small sizes: the whole suite in about a minute")
+    args = parser.parse_args(argv)
+    names: list[str] = []
+    for name in args.names or NAMES:
+        name = ALIASES.get(name, name)
+        if name not in NAMES:
+            parser.error(f"unknown benchmark {name!r}; choose from {', '.join(NAMES + tuple(ALIASES))}")
+        if name not in names:
+            names.append(name)
+    # Baselines first when present: the peer's figures then sit beside every row.
+    names.sort(key=lambda n: n != "baselines")
+    report = Report("suite", quick=args.quick)
+    results, samples = asyncio.run(run(names, args.quick, report))
+    table = rows(results)
+    for r in table:
+        if r["goal"] is not None:
+            report.goal(r["figure"], r["value"], r["goal"], higher_is_better=r["higher_is_better"])
+    report.table(["figure", "timeshard", "goal", "baselines"], [[r["figure"], r["shown"], r["goal_text"], r["baselines"]] for r in table])
+    draw(report, results, samples)
+    machine = machine_info()
+    report.data.update({"machine": machine, "names": names, "results": results, "table": table})
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "RESULTS.md").write_text(markdown(table, args.quick, machine, report.data["when"]))
+    report.progress(f"table: {RESULTS_DIR / 'RESULTS.md'}")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Storage outage: stop Azurite for 10 s under load, start it again; nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import ray
+
+import storage
+from cluster import Cluster, Target
+from storage.urls import CONNECTION_STRING_ENV
+from tests.azurite import start_azurite
+from tests.cluster.conftest import FAST, RecorderActor
+
+pytestmark = [pytest.mark.ray, pytest.mark.azurite]
+
+OUTAGE_S = 10.0
+
+
+async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, tmp_path: Path, monkeypatch):
+    emulator = start_azurite(location=tmp_path / "azurite")
+    monkeypatch.setenv(CONNECTION_STRING_ENV, emulator.connection_string)  # handed to the silos
+    cluster = Cluster.start(f"azure://outage-{uuid.uuid4().hex[:8]}", silos=2,
+                            namespace=f"outage-{uuid.uuid4().hex[:6]}", options=FAST.with_(suspicion_timeout="3s"))
+    name = f"outage-rec-{uuid.uuid4().hex[:6]}"
+    recorder = RecorderActor.options(name=name, num_cpus=0).remote()
+    client = cluster.client()
+    acknowledged: dict[str, float] = {}
+    errors: list[tuple[float, BaseException]] = []
+    outage: list[float] = []
+
+    async def load() -> None:
+        while len(outage) < 2 or time.time() < outage[1] + 3:
+            due = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+            try:
+                jobs = await client.schedule_jobs([{"target": Target.actor(name), "due": due} for _ in range(20)])
+                acknowledged.update({j.id: j.due.timestamp() for j in jobs})
+            except Exception as exc:
+                errors.append((time.time(), exc))
+            await asyncio.sleep(0.2)
+
+    try:
+        loader = asyncio.create_task(load())
+        await asyncio.sleep(3)
+        outage.append(time.time())
+        emulator.stop()
+        await asyncio.sleep(OUTAGE_S)
+        emulator.start()
+        outage.append(time.time())
+        await loader
+
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            fired = {r["job_id"] for r in await recorder.executions.remote()}
+            if set(acknowledged) <= fired:
+                break
+            await asyncio.sleep(0.5)
+        runs = await recorder.executions.remote()
+    finally:
+        cluster.shutdown(graceful=False)
+        ray.kill(recorder)
+        emulator.stop()
+
+    fired = {r["job_id"] for r in runs}
+    assert len(acknowledged) > 100
+    assert not set(acknowledged) - fired, f"{len(set(acknowledged) - fired)} acknowledged jobs lost"
+    assert all(r["started"] >= r["scheduled_for"] for r in runs), "a job fired early"
+    # Callers were told while the store was down, with the store's own error, not a hang.
+    assert errors, "no schedule call failed during a 10 s outage"
+    for at, exc in errors:
+        assert outage[0] - 1 <= at <= outage[1] + 12, f"a schedule call failed outside the outage: {exc!r}"
+        assert isinstance(exc, storage.StorageError), repr(exc)
