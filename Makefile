@@ -34,6 +34,7 @@ $(NPM_STAMP): package.json package-lock.json
 	@touch $@
 
 test: setup
+	$(VENV)/bin/ruff check storage cluster handlers benchmarks tests
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
@@ -42,6 +43,7 @@ demo: setup
 bench: setup
 	$(PY) -m benchmarks.queue
 	$(PY) -m benchmarks.storage
+	$(PY) -m benchmarks.suite
 
 clean:
 	rm -rf $(VENV) node_modules .timeshard .pytest_cache

@@ -51,7 +51,11 @@ async def run(names: Sequence[str], quick: bool, report: Report) -> tuple[dict[s
         report.progress("baseline: no-op Ray actor call rate (driver -> actor)")
         results["noop"] = await noop_call_rate(500 if quick else 3_000)
         for name in names:
-            await STEPS[name](env, quick, report, results, samples)
+            try:
+                await STEPS[name](env, quick, report, results, samples)
+            except Exception as exc:  # one broken benchmark must not cost the figures of the others
+                results.setdefault("errors", {})[name] = repr(exc)[:2000]
+                report.progress(f"{name} FAILED: {exc!r}"[:300])
     return results, samples
 
 

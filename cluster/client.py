@@ -25,6 +25,7 @@ from cluster.options import ClusterOptions
 from cluster.wire import datetime_to_us, pack
 
 if TYPE_CHECKING:
+    from cluster.flows import Flows
     from cluster.named import NamedJobs
     from cluster.reminders import Reminders
 

@@ -59,10 +59,11 @@ class Outcome(NamedTuple):
     error: str | None = None
     error_type: str | None = None
     timed_out: bool = False
+    refused: bool = False  # not started: the silo's lease had run out (it may be a zombie)
 
     @property
     def succeeded(self) -> bool:
-        return self.error is None
+        return self.error is None and not self.refused
 
 
 class JobFailed(Exception):

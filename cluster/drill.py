@@ -68,6 +68,7 @@ class DrillReport:
     zombie_fires: int = 0
     events: list[Event] = field(default_factory=list)
     lost_jobs: list[tuple[str, str | None, float]] = field(default_factory=list)  # (id, shard, due), first 100
+    unexplained_duplicates: list[list[tuple[str, float, float]]] = field(default_factory=list)  # runs (owner, started, due)
 
     @property
     def ok(self) -> bool:
@@ -201,7 +202,12 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     # A duplicate is explained when an earlier run of the job was by an incarnation that was then
     # killed or paused: its outcome was not durable, so the adopter ran the job again.
     hit = {e.owner for e in events}
-    explained = sum(1 for v in runs.values() if len(v) > 1 and any(r["run_id"].rpartition("@")[2] in hit for r in v[:-1]))
+    doubled = [v for v in runs.values() if len(v) > 1]
+    unexplained = [
+        [(r["run_id"].rpartition("@")[2], round(r["started"], 3), round(r["scheduled_for"], 3)) for r in v]
+        for v in doubled if not any(r["run_id"].rpartition("@")[2] in hit for r in v[:-1])
+    ]
+    explained = sum(len(v) - 1 for v in doubled) - sum(len(v) - 1 for v in unexplained)
     shard_of = {j.id: j.shard for j in jobs}
     failover = []
     for e in (e for e in events if e.kind == "kill"):
@@ -217,7 +223,8 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     for pause in (e for e in events if e.kind == "pause"):
         zombie += sum(1 for r in records if r["run_id"].endswith("@" + pause.owner) and r["started"] > pause.at + 0.5)
     lost_jobs = [(j.id, j.shard, j.due.timestamp()) for j in jobs if j.id not in runs][:100]
-    return DrillReport(len(due), len(records), lost, early, duplicates, explained, failover, zombie, events, lost_jobs)
+    return DrillReport(len(due), len(records), lost, early, duplicates, explained, failover, zombie, events, lost_jobs,
+                       unexplained[:50])
 
 
 def timeline(report: DrillReport, records: list[dict[str, Any]], path: Path) -> Path | None:

@@ -46,6 +46,14 @@ class AttemptEnd:
 class SiloHooks:
     """Base class: override what you need. Every method is awaited by the silo."""
 
+    async def admit(self, event: AttemptEvent) -> bool:
+        """Whether this attempt may start at all; False cancels the job's occurrence instead.
+
+        For definitions that a newer one replaced (a named job's older generation): a stray
+        copy must not run once the replacing call has returned.
+        """
+        return True
+
     async def attempt_started(self, event: AttemptEvent) -> None:
         """An attempt is about to be delivered to its handler."""
 

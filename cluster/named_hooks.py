@@ -14,7 +14,7 @@ from typing import Any
 
 from cluster.hooks import AttemptEnd, AttemptEvent, SiloHooks
 from cluster.jobs import ScheduledJob
-from cluster.registry import NAMED_MARK, AttemptRecord, Entry, JobStatus, clip_error, update_entry
+from cluster.registry import NAMED_MARK, AttemptRecord, Entry, JobStatus, clip_error, read_entry, update_entry
 from storage import Store
 
 __all__ = ["NamedJobHooks", "started", "ended", "interrupted"]
@@ -80,11 +80,23 @@ class NamedJobHooks(SiloHooks):
         # while it owns the job), which saves a read per update.
         self._known: dict[str, Entry] = {}
 
-    async def attempt_started(self, event: AttemptEvent) -> None:
+    async def admit(self, event: AttemptEvent) -> bool:
+        """Record the attempt as running; refuse it if a newer generation owns the name.
+
+        A stray copy of an older generation (a schedule call retried after its silo died with
+        the write made, say) is not reachable by the cancel of a later ``put``; this check at
+        the start of every attempt is what keeps it from running after that ``put`` returned.
+        """
         key = event.job.metadata.get(NAMED_MARK)
-        if key is not None:
-            owner = self._silo.owner
-            await self._update(key, event.job.id, lambda e: replace(e, status=started(e.status, event, owner)))
+        if key is None:
+            return True
+        owner = self._silo.owner
+        if await self._update(key, event.job.id, lambda e: replace(e, status=started(e.status, event, owner))):
+            return True
+        entry = await read_entry(self._store, key)
+        # No entry yet, or an older one: the put that scheduled this job has not pointed the
+        # name at it yet. Same generation with another id: a put that lost the race for it.
+        return entry is None or entry.generation < event.job.generation
 
     async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
         key = event.job.metadata.get(NAMED_MARK)
@@ -101,12 +113,13 @@ class NamedJobHooks(SiloHooks):
             if key is not None:
                 await self._update(key, job.id, lambda e: _with_status(e, interrupted(e.status, owner)))
 
-    async def _update(self, key: str, job_id: str, change: Any) -> None:
+    async def _update(self, key: str, job_id: str, change: Any) -> Entry | None:
         entry = await update_entry(self._store, key, job_id, change, self._known.pop(key, None))
         if entry is not None:
             if len(self._known) >= _CACHE_LIMIT:
                 self._known.clear()
             self._known[key] = entry
+        return entry
 
 
 def _with_status(entry: Entry, status: JobStatus | None) -> Entry | None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cluster.shardlog import ShardMeta, ShardState
-from storage import LogFull, LogOptions, LogWriter, Store, read_log
+from storage import Fenced, LogFull, LogOptions, LogWriter, Store, read_log
 
 
 class Gate:

@@ -49,7 +49,6 @@ from cluster.shardlog import (
     JOB,
     MOVED,
     OCCURRENCE,
-    OPEN,
     OWNER,
     SCHEDULED,
     SEALED,
@@ -238,6 +237,8 @@ class Silo:
             shard = await self._open_shard(window)
             try:
                 async with shard.gate.shared():
+                    if shard.lost or self._shards.get(shard.base) is not shard:
+                        continue  # drained and deleted (or lost) while we waited: open a fresh one
                     started = time.perf_counter()
                     entries = await shard.write(ops)
                     self.metrics.append_latency.observe(time.perf_counter() - started)
@@ -386,32 +387,30 @@ class Silo:
 
     async def _deliver(self, runs: list[Run]) -> None:
         target = runs[0].job.target
-        if time.monotonic() > self._lease_until:
-            # Dispatched just before a pause: prove ownership first, and forget what was lost.
-            await self._lease_renewed()
-            for run in [r for r in runs if r.shard.lost]:
-                self._inflight.pop(run.job_id, None)
-                run.done.set()
-            runs = [r for r in runs if not r.shard.lost]
-            if not runs:
-                self._capacity.set()
-                return
         try:
             handle = self._directory.resolve(target)
         except TargetAbsent as exc:
             self._stage(runs, str(exc))
             return
+        if self._hooks:
+            runs = await self._admitted(runs)
+            for run in runs:
+                await self._call_hooks("attempt_started", run.event())
+        runs = await self._still_owned(runs)
+        if not runs:
+            return
+        # No await between the lease check above and the call below: a silo paused here cannot
+        # send stale work later. The handler also refuses work past the lease's wall-clock end,
+        # which covers a pause that lands after the check.
         timeout = self.options.handler_timeout.total_seconds()
+        lease_end = time.time() + (self._lease_until - time.monotonic())
         started = wall_clock_us()
         for run in runs:
             run.started_us = started
             self.metrics.lateness.observe(max(0, started - run.due_us) / 1e6)
         self.metrics.fired.inc(len(runs))
-        if self._hooks:
-            for run in runs:
-                await self._call_hooks("attempt_started", run.event())
         try:
-            ref = getattr(handle, DELIVER).remote([tuple(r.attempt()) for r in runs], timeout)
+            ref = getattr(handle, DELIVER).remote([tuple(r.attempt()) for r in runs], timeout, lease_end)
             outcomes = await asyncio.wait_for(ref, timeout + 10)
         except AttributeError:
             outcomes = await self._deliver_one_by_one(handle, runs, timeout)
@@ -423,6 +422,19 @@ class Silo:
         except Exception as exc:  # a serialization or Ray fault: the attempts failed, not the silo
             outcomes = [Outcome(r.run_id, repr(exc), type(exc).__name__) for r in runs]
         await asyncio.gather(*(self._complete(run, Outcome(*o)) for run, o in zip(runs, outcomes)))
+
+    async def _still_owned(self, runs: list[Run]) -> list[Run]:
+        """Wait out an expired lease (paused, cut off), then keep the runs whose shard is ours."""
+        while time.monotonic() > self._lease_until:
+            await self._lease_renewed()
+        lost = [r for r in runs if r.shard.lost]
+        for run in lost:
+            if self._inflight.get(run.job_id) is run:
+                del self._inflight[run.job_id]
+            run.done.set()
+        if lost:
+            self._capacity.set()
+        return [r for r in runs if not r.shard.lost]
 
     async def _deliver_one_by_one(self, handle: Any, runs: list[Run], timeout: float) -> list[Outcome]:
         """For actors that define ``execute_job`` but do not subclass JobHandler."""
@@ -480,6 +492,12 @@ class Silo:
         end: AttemptEnd | None = None
         delay = 0.2
         try:
+            if outcome.refused:
+                # The handler saw our lease had run out and did not start it: no attempt was
+                # made. Queue it again; if the shard was taken meanwhile, the write fences us.
+                if not run.shard.lost and not run.cancelled:
+                    self._queue.push(run.job_id, run.due_us, run.entry)
+                return
             (self.metrics.succeeded if outcome.succeeded else self.metrics.failed).inc()
             while not run.cancelled:
                 try:
@@ -550,6 +568,31 @@ class Silo:
         if new_entry is not None:
             self._queue.push(run.job_id, nxt, new_entry)
         return nxt
+
+    async def _admitted(self, runs: list[Run]) -> list[Run]:
+        """The runs every hook admits; the others are cancelled, durably, without starting."""
+        admitted = []
+        for run in runs:
+            event = run.event()
+            ok = True
+            for hook in self._hooks:
+                try:
+                    ok = ok and await hook.admit(event)
+                except Exception:
+                    log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": "admit"})
+            if ok:
+                admitted.append(run)
+                continue
+            log.info("attempt refused: superseded definition", extra={"job": run.job_id})
+            try:
+                await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+            except StorageError as exc:
+                log.warning("could not cancel a refused attempt", extra={"job": run.job_id, "error": repr(exc)})
+            if self._inflight.get(run.job_id) is run:
+                del self._inflight[run.job_id]
+            run.done.set()
+        self._capacity.set()
+        return admitted
 
     async def _call_hooks(self, method: str, *args: Any) -> None:
         for hook in self._hooks:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from cluster.context import Attempt, JobContext, Outcome
@@ -23,8 +24,18 @@ class JobHandler:
         """Run one attempt of ``ctx.job``; raise to report failure. Must be idempotent."""
         raise NotImplementedError(f"{type(self).__name__} must implement execute_job(ctx)")
 
-    async def timeshard_deliver(self, batch: Sequence[Attempt], timeout: float | None) -> list[Outcome]:
-        """Run a batch of attempts concurrently; returns one ``Outcome`` per attempt, in order."""
+    async def timeshard_deliver(
+        self, batch: Sequence[Attempt], timeout: float | None, lease_end: float | None = None
+    ) -> list[Outcome]:
+        """Run a batch of attempts concurrently; returns one ``Outcome`` per attempt, in order.
+
+        ``lease_end`` (wall clock) is when the sending silo's ownership lease runs out: work
+        arriving later comes from a silo that was paused or cut off and may no longer own the
+        jobs, so it is refused unstarted and the silo that does own them runs it.
+        """
+        if lease_end is not None and time.time() > lease_end:
+            return [Outcome(Attempt(*a).run_id, "the sending silo's lease had expired", "LeaseExpired", refused=True)
+                    for a in batch]
         return list(await asyncio.gather(*(self._run_one(Attempt(*a), timeout) for a in batch)))
 
     async def _run_one(self, attempt: Attempt, timeout: float | None) -> Outcome:

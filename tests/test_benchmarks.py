@@ -40,6 +40,7 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
 
     data = json.loads((tmp_path / "suite.json").read_text())
+    assert "errors" not in data["results"], data["results"].get("errors")
     assert data["quick"] is True and data["names"] == ["baselines", *[n for n in NAMES if n != "baselines"]]
     assert data["machine"]["cpus"] and data["machine"]["ray"]
     for path in FIGURES:

@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import ray
 
 from cluster import Cluster
 from cluster.drill import DRILL_OPTIONS, run_drill
@@ -35,12 +34,13 @@ async def test_kills_and_a_pause_lose_nothing_and_the_paused_silo_is_fenced(ray_
     assert report.lost == 0, report.lost_jobs[:5]
     assert report.early == 0
     assert report.zombie_fires == 0, "the paused silo fired after it was declared dead"
-    assert report.duplicates == report.explained_duplicates, "a duplicate not caused by a kill or pause"
+    assert report.duplicates == report.explained_duplicates, (report.events, report.unexplained_duplicates)
     assert len(report.failover_s) >= 1 and max(report.failover_s) < 10
-    # The paused incarnation learned it was declared dead: its silo came back as a new
-    # incarnation and holds none of the shards it held when it was stopped.
+    # The paused incarnation learned it was declared dead and came back as a new incarnation;
+    # the shards it had were taken over, and no shard ends up claimed by two silos.
     pause = next(e for e in report.events if e.kind == "pause")
     now = next(s for s in statuses if s.get("silo_id") == pause.silo)
     assert now["owner"] != pause.owner
-    assert not set(pause.shards) & {s["name"] for s in now["shards"]}
+    held = [shard["name"] for status in statuses for shard in status.get("shards", [])]
+    assert len(held) == len(set(held)), "a shard is owned by two silos"
     assert (tmp_path / "out" / "drill-timeline.png").stat().st_size > 10_000
