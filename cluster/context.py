@@ -42,9 +42,9 @@ class Attempt(NamedTuple):
     scheduled_for_us: int
     occurrence: int
 
-    def context(self) -> JobContext:
+    def context(self, memo: dict | None = None) -> JobContext:
         return JobContext(
-            job=ScheduledJob.from_wire(unpack(self.job)),
+            job=ScheduledJob.from_wire(unpack(self.job), memo),
             run_id=self.run_id,
             dequeue_count=self.dequeue_count,
             scheduled_for=us_to_datetime(self.scheduled_for_us),

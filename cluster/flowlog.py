@@ -526,6 +526,9 @@ class FlowHooks(SiloHooks):
     Built by ``default_hooks`` inside the silo's event loop; it starts its reconcile loop there.
     """
 
+    def interested(self, job: ScheduledJob) -> bool:
+        return FLOW_META in job.metadata
+
     def __init__(self, store: Store, silo: Any) -> None:
         self._store = store
         self._silo = silo

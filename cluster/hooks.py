@@ -46,6 +46,13 @@ class AttemptEnd:
 class SiloHooks:
     """Base class: override what you need. Every method is awaited by the silo."""
 
+    def interested(self, job: ScheduledJob) -> bool:
+        """Whether this hook wants to hear about ``job`` at all; the silo skips it otherwise.
+
+        Checked on the hot path for every attempt: answer from the job's metadata, no I/O.
+        """
+        return True
+
     async def admit(self, event: AttemptEvent) -> bool:
         """Whether this attempt may start at all; False cancels the job's occurrence instead.
 

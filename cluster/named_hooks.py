@@ -80,6 +80,9 @@ class NamedJobHooks(SiloHooks):
         # while it owns the job), which saves a read per update.
         self._known: dict[str, Entry] = {}
 
+    def interested(self, job: ScheduledJob) -> bool:
+        return NAMED_MARK in job.metadata
+
     async def admit(self, event: AttemptEvent) -> bool:
         """Record the attempt as running; refuse it if a newer generation owns the name.
 

@@ -20,9 +20,10 @@ class ClusterOptions:
       smaller logs and faster replay after failover; longer ones mean fewer logs.
     - ``lookahead`` (5 min): a shard is loaded into memory once its window starts within this
       horizon; farther shards stay dormant and cost no memory per job.
-    - ``max_concurrency`` (1,000): attempts in flight per silo; due jobs wait in the queue
+    - ``max_concurrency`` (10,000): attempts in flight per silo; due jobs wait in the queue
       beyond it (backpressure) rather than pile up in handler actors.
-    - ``max_batch`` (1,000): the most attempts sent to one handler actor in one Ray call.
+    - ``max_batch`` (500): the most attempts sent to one handler actor in one Ray call; several
+      batches are in flight at once, so a handler is never idle while a silo writes outcomes.
     - ``handler_timeout`` (30 s): an attempt still running after this counts as failed.
     - ``undeliverable_timeout`` (10 min): how long a job waits for its target actor to appear
       before that counts as a failed attempt (Dapr's staging queue).
@@ -44,8 +45,8 @@ class ClusterOptions:
 
     shard_duration: timedelta = timedelta(hours=1)
     lookahead: timedelta = timedelta(minutes=5)
-    max_concurrency: int = 1_000
-    max_batch: int = 1_000
+    max_concurrency: int = 10_000
+    max_batch: int = 500
     handler_timeout: timedelta = timedelta(seconds=30)
     undeliverable_timeout: timedelta = timedelta(minutes=10)
     staging_interval: timedelta = timedelta(seconds=1)

@@ -46,13 +46,16 @@ class JobQueue(Generic[T]):
     wakes at once when an earlier one is pushed — there is no polling interval.
     """
 
-    __slots__ = ("_slots", "_buckets", "_live", "_stored", "_clock", "_changed")
+    __slots__ = ("_slots", "_buckets", "_live", "_stored", "_clock", "_changed", "_head_sorted")
 
     def __init__(self, clock: Clock = wall_clock_us) -> None:
         self._slots: list[int] = []  # heap of slot numbers that have a bucket
         self._buckets: dict[int, list[tuple[int, str, T]]] = {}
         self._live: dict[str, tuple[int, str, T]] = {}
         self._stored = 0  # tuples held in buckets, tombstones included
+        # The head slot's bucket is sorted and starts with a live entry: next_due and pop_due
+        # then cost O(1) per call, however many jobs share the slot.
+        self._head_sorted = False
         self._clock = clock
         self._changed: asyncio.Event | None = None
 
@@ -83,8 +86,10 @@ class JobQueue(Generic[T]):
         else:
             bucket.append(entry)
         self._stored += 1
-        if self._changed is not None and slot == self._slots[0]:
-            self._changed.set()  # may be earlier than what the waiter sleeps for
+        if slot == self._slots[0]:
+            self._head_sorted = False
+            if self._changed is not None:
+                self._changed.set()  # may be earlier than what the waiter sleeps for
         if self._stored > 2 * len(self._live) + 64:
             self._compact()
 
@@ -98,16 +103,29 @@ class JobQueue(Generic[T]):
 
     def next_due(self) -> int | None:
         """The due time (µs) of the earliest live entry, or None when empty."""
-        live = self._live
-        while self._slots:
-            slot = self._slots[0]
-            bucket = [e for e in self._buckets[slot] if live.get(e[1]) is e]
-            self._stored -= len(self._buckets[slot]) - len(bucket)
+        head = self._sorted_head()
+        return None if head is None else head[0][0]
+
+    def _sorted_head(self) -> list[tuple[int, str, T]] | None:
+        """The head slot's bucket, sorted, its leading tombstones dropped (None when empty)."""
+        slots, buckets, live = self._slots, self._buckets, self._live
+        while slots:
+            bucket = buckets[slots[0]]
+            if not self._head_sorted:
+                bucket.sort(key=_by_due_then_key)
+                self._head_sorted = True
+            dead = 0
+            for entry in bucket:
+                if live.get(entry[1]) is entry:
+                    break
+                dead += 1
+            if dead:
+                del bucket[:dead]
+                self._stored -= dead
             if bucket:
-                self._buckets[slot] = bucket
-                return min(bucket)[0]
-            del self._buckets[slot]
-            heapq.heappop(self._slots)
+                return bucket
+            del buckets[heapq.heappop(slots)]
+            self._head_sorted = False
         return None
 
     def pop_due(self, now: int | None = None, limit: int | None = None) -> list[tuple[int, str, T]]:
@@ -118,14 +136,13 @@ class JobQueue(Generic[T]):
         """
         if now is None:
             now = self._clock()
-        slots, buckets, live = self._slots, self._buckets, self._live
+        live = self._live
         cap = len(live) if limit is None else limit
-        last_slot = now >> SLOT_SHIFT
         batch: list[tuple[int, str, T]] = []
-        while slots and slots[0] <= last_slot and len(batch) < cap:
-            slot = slots[0]
-            bucket = buckets[slot]
-            bucket.sort(key=_by_due_then_key)
+        while len(batch) < cap:
+            bucket = self._sorted_head()
+            if bucket is None or bucket[0][0] > now:
+                break
             taken = 0
             for entry in bucket:
                 if entry[0] > now or len(batch) >= cap:
@@ -134,13 +151,8 @@ class JobQueue(Generic[T]):
                 if live.get(entry[1]) is entry:
                     del live[entry[1]]
                     batch.append(entry)
+            del bucket[:taken]
             self._stored -= taken
-            if taken == len(bucket):
-                del buckets[slot]
-                heapq.heappop(slots)
-            else:
-                del bucket[:taken]
-                break
         return batch
 
     async def wait_due(self, timeout: float | None = None) -> bool:
@@ -180,3 +192,4 @@ class JobQueue(Generic[T]):
         self._slots = list(buckets)
         heapq.heapify(self._slots)
         self._stored = len(self._live)
+        self._head_sorted = False

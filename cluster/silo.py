@@ -23,7 +23,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -96,7 +96,20 @@ class Run:
     staged_since: int = 0
     started_us: int = 0
     cancelled: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    hooks: tuple[SiloHooks, ...] = ()  # the hooks interested in this job
+    _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
+    finished: bool = False
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+
+    async def wait_finished(self) -> None:
+        if not self.finished:
+            if self._done is None:
+                self._done = asyncio.Event()
+            await self._done.wait()
 
     @property
     def shard(self) -> Shard:
@@ -203,7 +216,7 @@ class Silo:
         for silo_id in list(self._peers):
             with contextlib.suppress(Exception):
                 self._peers[silo_id].adopt_now.remote()  # hand the released shards over at once
-        await self._call_hooks("close")
+        await self._call_hooks(self._hooks, "close")
         await self._store.close()
         log.info("silo stopped", extra={"silo": self.owner, "released": released})
         return {"released": released, "unfinished": len(self._inflight)}
@@ -299,7 +312,7 @@ class Silo:
                 return ("moved", moved) if moved else ("absent", None)
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
-        await self._call_hooks("job_cancelled", job_id)
+        await self._call_hooks(self._hooks, "job_cancelled", job_id)
         return "cancelled", None
 
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
@@ -318,8 +331,8 @@ class Silo:
         await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
-        await run.done.wait()
-        await self._call_hooks("job_cancelled", run.job_id)
+        await run.wait_finished()
+        await self._call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
 
     async def _owner_of(self, shard_base: str) -> str | None:
@@ -354,7 +367,8 @@ class Silo:
                 self._capacity.clear()
                 await self._capacity.wait()
                 continue
-            batch = self._queue.pop_due(limit=room)
+            # A batch at a time, so the first due jobs leave before the rest are even decoded.
+            batch = self._queue.pop_due(limit=min(room, self.options.max_batch))
             if batch:
                 self._dispatch(batch)
                 await asyncio.sleep(0)
@@ -369,7 +383,8 @@ class Silo:
             if len(self._memo) > 10_000:
                 self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
             job = ScheduledJob.from_wire(unpack(entry[JOB]), self._memo)
-            run = Run(job_id, entry, job, f"{uuid.uuid4().hex[:16]}@{self.owner}", due_us, entry[ATTEMPTS])
+            run = Run(job_id, entry, job, f"{uuid.uuid4().hex[:16]}@{self.owner}", due_us, entry[ATTEMPTS],
+                      hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
             if job.ttl is not None and now > datetime_to_us(job.ttl):
                 self._spawn(self._end_occurrence(run, EXPIRED))
                 continue
@@ -392,10 +407,11 @@ class Silo:
         except TargetAbsent as exc:
             self._stage(runs, str(exc))
             return
-        if self._hooks:
+        if any(run.hooks for run in runs):
             runs = await self._admitted(runs)
             for run in runs:
-                await self._call_hooks("attempt_started", run.event())
+                if run.hooks:
+                    await self._call_hooks(run.hooks, "attempt_started", run.event())
         runs = await self._still_owned(runs)
         if not runs:
             return
@@ -421,7 +437,48 @@ class Silo:
             outcomes = [Outcome(r.run_id, f"handler actor failed: {exc}", type(exc).__name__) for r in runs]
         except Exception as exc:  # a serialization or Ray fault: the attempts failed, not the silo
             outcomes = [Outcome(r.run_id, repr(exc), type(exc).__name__) for r in runs]
-        await asyncio.gather(*(self._complete(run, Outcome(*o)) for run, o in zip(runs, outcomes)))
+        await self._complete_batch(runs, [Outcome(*o) for o in outcomes])
+
+    async def _complete_batch(self, runs: list[Run], outcomes: list[Outcome]) -> None:
+        # The common case — a one-shot job that succeeded, nobody hooked — needs only a REMOVE:
+        # one write per shard for the whole batch. Everything else goes through _complete.
+        simple: dict[Shard, list[Run]] = defaultdict(list)
+        rest: list[tuple[Run, Outcome]] = []
+        for run, outcome in zip(runs, outcomes):
+            if (outcome.succeeded and run.job.schedule is None and not run.hooks and not run.cancelled
+                    and run.job.retry_policy.strategy != "always"):
+                simple[run.shard].append(run)
+            else:
+                rest.append((run, outcome))
+        succeeded = sum(len(v) for v in simple.values())
+        if succeeded:
+            self.metrics.succeeded.inc(succeeded)
+        await asyncio.gather(*(self._remove_succeeded(shard, rs) for shard, rs in simple.items()),
+                             *(self._complete(run, outcome) for run, outcome in rest))
+
+    async def _remove_succeeded(self, shard: Shard, runs: list[Run]) -> None:
+        delay = 0.2
+        try:
+            while live := [r for r in runs if not r.cancelled]:
+                try:
+                    await shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in live])
+                    return
+                except Fenced:
+                    self._drop(shard, "fenced while writing outcomes")
+                    return
+                except StorageError as exc:
+                    if self._stopping:
+                        log.error("outcomes not recorded at stop; the jobs will run again", extra={"jobs": len(live)})
+                        return
+                    log.warning("outcomes not durable yet, retrying", extra={"jobs": len(live), "error": repr(exc)})
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, 5.0)
+        finally:
+            for run in runs:
+                if self._inflight.get(run.job_id) is run:
+                    del self._inflight[run.job_id]
+                run.finish()
+            self._capacity.set()
 
     async def _still_owned(self, runs: list[Run]) -> list[Run]:
         """Wait out an expired lease (paused, cut off), then keep the runs whose shard is ours."""
@@ -431,7 +488,7 @@ class Silo:
         for run in lost:
             if self._inflight.get(run.job_id) is run:
                 del self._inflight[run.job_id]
-            run.done.set()
+            run.finish()
         if lost:
             self._capacity.set()
         return [r for r in runs if not r.shard.lost]
@@ -519,9 +576,9 @@ class Silo:
             if self._inflight.get(run.job_id) is run:
                 del self._inflight[run.job_id]
             self._capacity.set()
-            run.done.set()
-        if end is not None and self._hooks:
-            await self._call_hooks("attempt_ended", run.event(), end)
+            run.finish()
+        if end is not None and run.hooks:
+            await self._call_hooks(run.hooks, "attempt_ended", run.event(), end)
 
     async def _record_outcome(self, run: Run, outcome: Outcome) -> AttemptEnd:
         """Write what the outcome means — a retry, the next occurrence or the end — durably."""
@@ -573,9 +630,12 @@ class Silo:
         """The runs every hook admits; the others are cancelled, durably, without starting."""
         admitted = []
         for run in runs:
+            if not run.hooks:
+                admitted.append(run)
+                continue
             event = run.event()
             ok = True
-            for hook in self._hooks:
+            for hook in run.hooks:
                 try:
                     ok = ok and await hook.admit(event)
                 except Exception:
@@ -590,12 +650,12 @@ class Silo:
                 log.warning("could not cancel a refused attempt", extra={"job": run.job_id, "error": repr(exc)})
             if self._inflight.get(run.job_id) is run:
                 del self._inflight[run.job_id]
-            run.done.set()
+            run.finish()
         self._capacity.set()
         return admitted
 
-    async def _call_hooks(self, method: str, *args: Any) -> None:
-        for hook in self._hooks:
+    async def _call_hooks(self, hooks: Sequence[SiloHooks], method: str, *args: Any) -> None:
+        for hook in hooks:
             try:
                 await getattr(hook, method)(*args)
             except Exception:
@@ -633,7 +693,7 @@ class Silo:
         if self._hooks and shard.state.live:
             jobs = [(ScheduledJob.from_wire(unpack(e[JOB]), self._memo), e[OCCURRENCE], e[ATTEMPTS])
                     for e in shard.state.live.values()]
-            self._spawn(self._call_hooks("shard_loaded", jobs, adopted))
+            self._spawn(self._call_hooks(self._hooks, "shard_loaded", jobs, adopted))
 
     async def _load_due_shards(self) -> None:
         horizon = wall_clock_us() + _us(self.options.lookahead)
