@@ -382,7 +382,7 @@ async def replay(env: BenchEnv, kind: str, n: int) -> dict[str, Any]:
         best = float("inf")
         for _ in range(3):
             started = time.perf_counter()
-            state = ShardState().apply_all((await read_log(store, "shards/replay")).records())
+            state = ShardState().replay((await read_log(store, "shards/replay")).records())
             best = min(best, time.perf_counter() - started)
             assert len(state.live) == n
     return {"records": n, "record_bytes": len(packed), "seconds": best, "records_per_s": rate(n, best)}

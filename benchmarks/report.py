@@ -16,7 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Union
 
-RESULTS_DIR = Path(os.environ.get("TIMESHARD_BENCH_DIR", Path(__file__).parent / "results"))
+DEFAULT_RESULTS_DIR = Path(__file__).parent / "results"
+RESULTS_DIR = Path(os.environ.get("TIMESHARD_BENCH_DIR", DEFAULT_RESULTS_DIR))
 
 
 def machine_info() -> dict[str, Any]:

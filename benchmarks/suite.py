@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ from benchmarks.cluster import (
     noop_call_rate,
     replay,
 )
-from benchmarks.report import PUBLISHED, RESULTS_DIR, Report, machine_info
+from benchmarks.report import DEFAULT_RESULTS_DIR, PUBLISHED, RESULTS_DIR, Report, machine_info
 
 NAMES = ("cluster", "failover", "replay", "memory", "baselines")
 ALIASES = {"scheduling": "cluster", "triggers": "cluster", "lateness": "cluster"}
@@ -250,9 +251,28 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     report.data.update({"machine": machine, "names": names, "results": results, "table": table})
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "RESULTS.md").write_text(markdown(table, args.quick, machine, report.data["when"]))
+    text = markdown(table, args.quick, machine, report.data["when"])
+    (RESULTS_DIR / "RESULTS.md").write_text(text)
     report.progress(f"table: {RESULTS_DIR / 'RESULTS.md'}")
+    if not args.quick and RESULTS_DIR == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES):
+        embed_in_readme(text)
+        report.progress("README.md: benchmark table regenerated")
     return report.finish()
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def embed_in_readme(table: str, readme: Path = README) -> bool:
+    """Put ``table`` between the README's results markers (a full run of every benchmark only)."""
+    text = readme.read_text()
+    if START not in text or END not in text:
+        return False
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{table.strip()}\n{END}{tail}")
+    return True
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class Client:
         self._attempts = attempts
         self._next = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
         self._handles: dict[str, Any] = {}
+        self._pending: list[Any] | None = None  # schedule calls waiting to share the next Ray call
+        self._pending_loop: asyncio.AbstractEventLoop | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
         self._jobs: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -126,8 +129,43 @@ class Client:
         if not jobs:
             return []
         items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
-        shards = await self._call("schedule", items)
+        shards = await self._schedule_coalesced(items)
         return [dataclasses.replace(job, shard=shard) for job, shard in zip(jobs, shards)]
+
+    async def _schedule_coalesced(self, items: list[tuple[str, int, bytes]]) -> list[str]:
+        """Send ``items``, sharing one Ray call with every schedule call made in the same tick.
+
+        Many tasks of one process calling ``schedule_job`` at once would otherwise pay one Ray
+        round trip and one storage append each; joined, they pay one of each per tick.
+        """
+        loop = asyncio.get_running_loop()
+        if self._pending is None or self._pending_loop is not loop:
+            self._pending, self._pending_loop = [], loop
+            task = loop.create_task(self._flush(self._pending))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+        future: asyncio.Future[list[str]] = loop.create_future()
+        self._pending.append((items, future))
+        return await future
+
+    async def _flush(self, pending: list[tuple[list[tuple[str, int, bytes]], asyncio.Future[list[str]]]]) -> None:
+        await asyncio.sleep(0)  # one tick: callers scheduling concurrently join this call
+        if self._pending is pending:
+            self._pending = None
+        try:
+            shards = await self._call("schedule", [item for items, _ in pending for item in items])
+        except BaseException as exc:
+            for _, future in pending:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        start = 0
+        for items, future in pending:
+            if not future.done():
+                future.set_result(shards[start : start + len(items)])
+            start += len(items)
 
     def _build(self, spec: Mapping[str, Any], now: datetime, index: int) -> ScheduledJob:
         unknown = set(spec) - set(_SPEC_FIELDS)

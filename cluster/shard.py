@@ -104,7 +104,7 @@ class Shard:
         log = await read_log(store, base)
         if log.metadata.get("owner") != expected_owner:
             raise Fenced(f"shard {base!r} was claimed by {log.metadata.get('owner')!r} meanwhile")
-        state = ShardState(owner=shard).apply_all(log.records())
+        state = ShardState(owner=shard).replay(log.records())
         shard.writer = await LogWriter.claim(store, log, meta.to_metadata(), snapshot=shard.snapshot, options=options)
         shard.state = state
         return shard
@@ -112,7 +112,7 @@ class Shard:
     async def load(self, store: Store) -> ShardState:
         """Read the log and fold it into live jobs (the caller holds the gate exclusive)."""
         log = await read_log(store, self.base)
-        self.state = ShardState(owner=self).apply_all(log.records())
+        self.state = ShardState(owner=self).replay(log.records())
         return self.state
 
     def snapshot(self) -> list[Any]:

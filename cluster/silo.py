@@ -305,7 +305,7 @@ class Silo:
             state = shard.state
             if state is None:  # dormant: fold the log to look, without loading the shard
                 assert self._store is not None
-                state = ShardState().apply_all((await read_log(self._store, shard.base)).records())
+                state = ShardState().replay((await read_log(self._store, shard.base)).records())
             entry = state.live.get(job_id)
             if entry is None:
                 moved = state.moved.get(job_id)
