@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import random
@@ -72,6 +73,8 @@ RELEASED = "-"  # the owner of a shard released by a graceful stop
 # a lone survivor of a mass failure takes the load on step by step instead of all at once.
 INITIAL_CLAIM_BUDGET = 4
 MAX_CLAIM_BUDGET = 4096
+# Ray calls in flight to one handler actor at once; more due jobs wait and go as one batch.
+CALLS_PER_TARGET = 4
 DELIVER = "timeshard_deliver"
 
 
@@ -150,7 +153,12 @@ class Silo:
         self._staged: dict[str, Run] = {}
         self._capacity = asyncio.Event()
         self._directory = ActorDirectory(namespace)
+        self._calls: dict[str, int] = {}  # Ray calls in flight per target
+        self._waiting: dict[str, list[Run]] = {}  # due runs waiting for a target's call slot
         self._memo: dict[Any, Any] = {}  # decoded schedules and policies, shared by every job
+        # Run ids: unique per attempt without a urandom call per job (uuid4 costs more than firing).
+        self._run_prefix = uuid.uuid4().hex[:10]
+        self._run_seq = itertools.count(1)
         self._log_options = LogOptions(
             linger=options.group_commit_linger.total_seconds(), rotate_blocks=options.max_blocks
         )
@@ -383,17 +391,43 @@ class Silo:
             if len(self._memo) > 10_000:
                 self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
             job = ScheduledJob.from_wire(unpack(entry[JOB]), self._memo)
-            run = Run(job_id, entry, job, f"{uuid.uuid4().hex[:16]}@{self.owner}", due_us, entry[ATTEMPTS],
+            run = Run(job_id, entry, job, f"{self._run_prefix}{next(self._run_seq):x}@{self.owner}", due_us, entry[ATTEMPTS],
                       hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
             if job.ttl is not None and now > datetime_to_us(job.ttl):
                 self._spawn(self._end_occurrence(run, EXPIRED))
                 continue
             self._inflight[job_id] = run
             groups[job.target.routing_key].append(run)
+        for key, runs in groups.items():
+            self._send(key, runs)
+
+    def _send(self, key: str, runs: list[Run]) -> None:
+        """Deliver ``runs`` to their target, at most ``CALLS_PER_TARGET`` Ray calls at a time.
+
+        Jobs falling due while a target's calls are in flight wait and leave together when one
+        returns (as group commit does for appends): one job per call when the handler keeps
+        up, ever larger batches when it does not, so a steady stream of jobs never costs more
+        Ray calls than the handler can answer.
+        """
+        waiting = self._waiting.setdefault(key, [])
+        waiting.extend(runs)
         step = self.options.max_batch
-        for runs in groups.values():
-            for i in range(0, len(runs), step):
-                self._spawn(self._deliver(runs[i : i + step]))
+        while waiting and self._calls.get(key, 0) < CALLS_PER_TARGET:
+            batch, waiting[:] = waiting[:step], waiting[step:]
+            self._calls[key] = self._calls.get(key, 0) + 1
+            self._spawn(self._deliver_and_release(key, batch))
+        if not waiting:
+            del self._waiting[key]
+
+    async def _deliver_and_release(self, key: str, runs: list[Run]) -> None:
+        try:
+            await self._deliver(runs)
+        finally:
+            self._calls[key] -= 1
+            if not self._calls[key]:
+                del self._calls[key]
+            if key in self._waiting:
+                self._send(key, [])
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -541,7 +575,7 @@ class Silo:
             for run in runs:
                 del self._staged[run.job_id]
                 self._inflight[run.job_id] = run
-            self._spawn(self._deliver(runs))
+            self._send(target.routing_key, runs)
 
     # -- outcomes --------------------------------------------------------------------------
 
@@ -885,6 +919,7 @@ class Silo:
         while True:
             await asyncio.sleep(interval)
             try:
+                self.metrics.flush()
                 await self._heartbeat()
                 await self._detect_failures()
             except asyncio.CancelledError:
