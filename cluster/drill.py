@@ -72,8 +72,11 @@ class DrillReport:
 
     @property
     def ok(self) -> bool:
-        unexplained = self.duplicates - self.explained_duplicates
-        return self.lost == 0 and self.early == 0 and self.zombie_fires == 0 and unexplained == 0
+        """Nothing lost, nothing early, nothing fired by a silo after it was declared dead.
+
+        Duplicates are at-least-once delivery at work and are reported, not failed on.
+        """
+        return self.lost == 0 and self.early == 0 and self.zombie_fires == 0
 
     def table(self) -> str:
         p50 = statistics.median(self.failover_s) if self.failover_s else float("nan")
@@ -85,7 +88,8 @@ class DrillReport:
             ("pauses", sum(e.kind == "pause" for e in self.events)),
             ("lost", self.lost),
             ("early", self.early),
-            ("duplicates", f"{self.duplicates} ({self.explained_duplicates} re-runs of attempts in flight at a kill or pause)"),
+            ("duplicates", f"{self.duplicates} ({self.explained_duplicates} re-runs of attempts in flight at a kill or pause, "
+                           f"{self.duplicates - self.explained_duplicates} other)"),
             ("failover p50 / max", f"{p50:.2f} s / {worst:.2f} s over {len(self.failover_s)} kills"),
             ("paused silo's fires after it was declared dead", self.zombie_fires),
         ]

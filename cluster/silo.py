@@ -183,8 +183,9 @@ class Silo:
         node = ""
         with contextlib.suppress(Exception):
             node = ray.get_runtime_context().get_node_id()
+        began = time.monotonic()
         self._member = await Membership(self._store).join(self.silo_id, wall_clock_us(), node=node, pid=os.getpid())
-        self._renew_lease()
+        self._renew_lease(began)
         self._hooks = default_hooks(self._store, self)
         log.info("silo joined", extra={"silo": self.owner})
         await self._adopt_orphans()
@@ -933,18 +934,20 @@ class Silo:
         self._lease.clear()
         await self._lease.wait()
 
-    def _renew_lease(self) -> None:
-        # Peers declare us dead after watching our row unchanged for suspicion_timeout; stop
-        # firing a little before that could happen.
+    def _renew_lease(self, written_from: float) -> None:
+        # Peers declare us dead after watching our row unchanged for suspicion_timeout, counted
+        # from when they first saw it — at the earliest when our write began, ``written_from``.
+        # Stop firing a margin before that could happen, however slow the write was.
         now = time.monotonic()
         if now > self._lease_until:
             self._watch.forget_silence(now)  # we were blind too: give every peer a fresh timeout
-        self._lease_until = now + 0.8 * self.options.suspicion_timeout.total_seconds()
+        self._lease_until = written_from + 0.8 * self.options.suspicion_timeout.total_seconds()
         self._lease.set()
 
     async def _heartbeat(self) -> None:
         assert self._store is not None and self._member is not None
         membership = Membership(self._store)
+        began = time.monotonic()
         try:
             self._member = await membership.update(self._member, heartbeat_us=wall_clock_us())
         except (Fenced, NotFound):
@@ -954,7 +957,7 @@ class Silo:
             for shard in list(self._shards.values()):
                 self._drop(shard, "declared dead")
             self._member = await membership.join(self.silo_id, wall_clock_us(), pid=os.getpid())
-        self._renew_lease()
+        self._renew_lease(began)
 
     async def _detect_failures(self) -> None:
         """Declare dead, by CAS, peers that Ray reports dead or that stayed silent too long."""
@@ -982,7 +985,9 @@ class Silo:
             return True
         except ValueError:
             return False  # no such actor: removed for good
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+        except ray.exceptions.ActorUnavailableError:
+            return None  # unreachable for now, maybe restarting: the heartbeat watch decides
+        except ray.exceptions.RayActorError:
             self._peers.pop(silo_id, None)
             return False
         except asyncio.TimeoutError:

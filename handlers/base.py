@@ -39,7 +39,7 @@ class JobHandler:
         attempts = [Attempt(*a) for a in batch]
         # One task per job and one deadline for the batch (they all start now), rather than a
         # wait_for per job: the per-job timer and wrapper task cost more than a no-op handler.
-        tasks = [asyncio.ensure_future(self._run_one(a)) for a in attempts]
+        tasks = [asyncio.ensure_future(self._run_one(a, lease_end)) for a in attempts]
         _, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
             task.cancel()
@@ -51,7 +51,11 @@ class JobHandler:
             for a, task in zip(attempts, tasks)
         ]
 
-    async def _run_one(self, attempt: Attempt) -> Outcome:
+    async def _run_one(self, attempt: Attempt, lease_end: float | None = None) -> Outcome:
+        # Checked again per job: in a slow handler the last jobs of a batch start well after the
+        # batch arrived, and none may start once the sender's lease is over.
+        if lease_end is not None and time.time() > lease_end:
+            return Outcome(attempt.run_id, "the sending silo's lease had expired", "LeaseExpired", refused=True)
         try:
             await self.execute_job(attempt.context(self._timeshard_memo()))
         except asyncio.CancelledError:

@@ -39,7 +39,6 @@ def test_azure_without_credentials_says_what_to_set() -> None:
 
 
 async def test_azure_with_account_url_uses_default_credential() -> None:
-    pytest.importorskip("azure.identity")
     store = storage.open_store("azure://jobs?account_url=https://acct.blob.core.windows.net", environ={})
     assert isinstance(store, AzureStore) and store.container == "jobs"
     await store.close()
