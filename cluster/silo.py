@@ -35,7 +35,7 @@ from cluster.errors import SiloStopping
 from cluster.hooks import AttemptEnd, AttemptEvent, SiloHooks, default_hooks
 from cluster.delivery import ActorDirectory, TargetAbsent
 from cluster.jobs import ScheduledJob
-from cluster.membership import DEAD, LEAVING, SILO_PREFIX, HeartbeatWatch, Member, Membership, owner_tag, parse_owner
+from cluster.membership import DEAD, LEAVING, SILO_PREFIX, HeartbeatWatch, Member, Membership, parse_owner
 from cluster.metrics import SiloMetrics
 from cluster.occurrences import Misfire, catch_up, next_occurrence
 from cluster.options import ClusterOptions
@@ -1042,4 +1042,4 @@ class Silo:
         return dead
 
 
-__all__ = ["Silo", "RELEASED", "owner_tag"]
+__all__ = ["Silo", "RELEASED"]
