@@ -20,4 +20,4 @@ def start_azurite(location: Path | None = None, port: int | None = None) -> Azur
     except AzuriteUnavailable as exc:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"Azurite is required under CI=true: {exc}", pytrace=False)
-        pytest.skip(f"Azurite not available ({exc})")
+        pytest.skip(f"Azurite not available ({exc})")  # only outside CI: under CI=true it failed above
