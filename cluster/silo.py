@@ -395,7 +395,7 @@ class Silo:
             run = Run(job_id, entry, job, f"{self._run_prefix}{next(self._run_seq):x}@{self.owner}", due_us, entry[ATTEMPTS],
                       hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
             if job.ttl is not None and now > datetime_to_us(job.ttl):
-                self._spawn(self._end_occurrence(run, EXPIRED))
+                self._spawn(self._expire(run))
                 continue
             self._inflight[job_id] = run
             groups[job.target.routing_key].append(run)
@@ -443,6 +443,9 @@ class Silo:
             self._stage(runs, str(exc))
             return
         if any(run.hooks for run in runs):
+            now = wall_clock_us()
+            for run in runs:
+                run.started_us = now  # hooks record "running since" before the call goes out
             runs = await self._admitted(runs)
             for run in runs:
                 if run.hooks:
@@ -695,6 +698,16 @@ class Silo:
                 await getattr(hook, method)(*args)
             except Exception:
                 log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": method})
+
+    async def _expire(self, run: Run) -> None:
+        """Remove a job whose ttl passed before this occurrence could start."""
+        try:
+            await self._end_occurrence(run, EXPIRED)
+        except Fenced:
+            self._drop(run.shard, "fenced while expiring a job")
+        except StorageError as exc:
+            # Not durable: the job stays in its log and is expired again when next loaded.
+            log.warning("could not record an expiry", extra={"job": run.job_id, "error": repr(exc)})
 
     async def _cancel_next(self, job_id: str, window: int) -> None:
         shard = self._open.get(window)
