@@ -35,6 +35,7 @@ $(NPM_STAMP): package.json package-lock.json
 
 test: setup
 	$(VENV)/bin/ruff check storage cluster handlers benchmarks tests
+	$(VENV)/bin/mypy storage cluster handlers
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup
@@ -46,4 +47,4 @@ bench: setup
 	$(PY) -m benchmarks.suite
 
 clean:
-	rm -rf $(VENV) node_modules .timeshard .pytest_cache
+	rm -rf $(VENV) node_modules .timeshard .pytest_cache .mypy_cache

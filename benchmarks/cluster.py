@@ -38,10 +38,10 @@ from benchmarks._azurite import Azurite
 from benchmarks.report import Report, machine_info, percentiles
 from cluster import Cluster, ClusterOptions, Target
 from cluster.client import Client
-from cluster.context import JobContext
-from cluster.jobs import ScheduledJob
-from cluster.shardlog import ShardState, add_op
-from cluster.wire import datetime_to_us, pack
+from cluster.model.attempt import JobContext
+from cluster.model.jobs import ScheduledJob
+from cluster.model.wire import datetime_to_us, pack
+from cluster.runtime.shardlog import ShardState, add_op
 from handlers.base import JobHandler
 from storage import LogWriter, open_store, read_log
 from storage.urls import CONNECTION_STRING_ENV

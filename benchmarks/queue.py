@@ -19,7 +19,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from benchmarks.report import Report, machine_info
-from cluster.queue import JobQueue
+from cluster.runtime.queue import JobQueue
 
 GOAL_PAIRS_PER_S = 300_000
 GOAL_BYTES_PER_JOB = 300
@@ -49,7 +49,7 @@ def measure_timeshard(keys: list[str], dues: list[int]) -> dict[str, float]:
     q: JobQueue[str] = JobQueue()
     push = q.push
     t0 = time.perf_counter()
-    for key, due in zip(keys, dues):
+    for key, due in zip(keys, dues, strict=True):
         push(key, due, key)
     t1 = time.perf_counter()
     drained = q.pop_due(now=max(dues))
@@ -58,7 +58,7 @@ def measure_timeshard(keys: list[str], dues: list[int]) -> dict[str, float]:
 
     def build() -> JobQueue[str]:
         q2: JobQueue[str] = JobQueue()
-        for key, due in zip(keys, dues):
+        for key, due in zip(keys, dues, strict=True):
             q2.push(key, due, key)
         return q2
 
@@ -76,7 +76,7 @@ def measure_bare_heapq(keys: list[str], dues: list[int]) -> dict[str, float]:
     heap: list[tuple[int, str]] = []
     push, pop = heapq.heappush, heapq.heappop
     t0 = time.perf_counter()
-    for key, due in zip(keys, dues):
+    for key, due in zip(keys, dues, strict=True):
         push(heap, (due, key))
     t1 = time.perf_counter()
     out = [pop(heap) for _ in range(n)]
@@ -85,7 +85,7 @@ def measure_bare_heapq(keys: list[str], dues: list[int]) -> dict[str, float]:
 
     def build() -> list[tuple[int, str]]:
         h: list[tuple[int, str]] = []
-        for key, due in zip(keys, dues):
+        for key, due in zip(keys, dues, strict=True):
             push(h, (due, key))
         return h
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report.table(["queue", "enqueue/s", "drain/s", "pairs/s", "bytes/job"], rows)
     report.bars(
-        "Timer queue: enqueue + drain of %s jobs" % f"{n:,}",
+        f"Timer queue: enqueue + drain of {n:,} jobs",
         panels=[
             ("pairs/s (higher is better)", {"timeshard": ours["pairs_per_s"], "bare heapq": floor["pairs_per_s"]}, GOAL_PAIRS_PER_S),
             ("bytes per queued job (lower is better)", {"timeshard": ours["bytes_per_job"], "bare heapq": floor["bytes_per_job"]}, GOAL_BYTES_PER_JOB),

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 DEFAULT_RESULTS_DIR = Path(__file__).parent / "results"
 RESULTS_DIR = Path(os.environ.get("TIMESHARD_BENCH_DIR", DEFAULT_RESULTS_DIR))
@@ -43,8 +43,8 @@ def machine_info() -> dict[str, Any]:
 # A published figure drawn beside measured ones: (label, value). Never a measurement of ours.
 Reference = tuple[str, float]
 # A bar panel: (title, {bar: value}, goal or None[, published references]).
-Panel = Union[tuple[str, Mapping[str, float], Union[float, None]],
-              tuple[str, Mapping[str, float], Union[float, None], Sequence[Reference]]]
+Panel = (tuple[str, Mapping[str, float], float | None]
+         | tuple[str, Mapping[str, float], float | None, Sequence[Reference]])
 PUBLISHED = "published, not measured"
 
 
@@ -99,8 +99,8 @@ class Report:
         return met
 
     def table(self, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-        line = "  ".join("{:<%d}" % w if i == 0 else "{:>%d}" % w for i, w in enumerate(widths))
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+        line = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
         print(line.format(*header))
         print("  ".join("-" * w for w in widths))
         for row in rows:
@@ -117,7 +117,7 @@ class Report:
             self.progress("matplotlib is not installed: no PNG (pip install timeshard[bench])")
             return None
         fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
-        for ax, panel in zip(axes[0], panels):
+        for ax, panel in zip(axes[0], panels, strict=True):
             label, values, goal = panel[0], panel[1], panel[2]
             references: Sequence[Reference] = panel[3] if len(panel) > 3 else ()  # type: ignore[misc]
             names = list(values)

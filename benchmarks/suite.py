@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks import baselines, memory

@@ -1,11 +1,19 @@
-"""The job model, schedules, policies, silos, membership, shard ownership, client and CLI.
-
-Public names (DESIGN.md "Public contract")::
+"""timeshard's public names: the cluster, its client, the job model, named jobs and flows.
 
     from cluster import Cluster, ClusterOptions, Target, FailurePolicy, Schedule, parse_time
+
+The implementation lives in subpackages, each a layer that imports only those below it:
+``cli`` -> ``_cluster`` (wiring) -> ``client`` -> ``named``, ``flows`` -> ``runtime`` -> ``model``
+-> ``storage``. The names that need Ray (``Cluster``, ``Client``) load on first use, so the job
+model, schedules and policies stay cheap to import (the CLI's ``--help``, unit tests).
 """
 
-from cluster.errors import (
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cluster.flows.model import Backoff, Flow, FlowStatus, RetryPolicy, Step, StepStatus
+from cluster.model.errors import (
     AlreadyExists,
     InvalidJob,
     InvalidPolicy,
@@ -14,37 +22,43 @@ from cluster.errors import (
     SiloStopping,
     ValidationError,
 )
-from cluster.flows import Backoff, Flow, RetryPolicy, Step
-from cluster.jobs import ScheduledJob, Target
-from cluster.occurrences import Misfire
-from cluster.options import ClusterOptions
-from cluster.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
-from cluster.queue import JobQueue
-from cluster.schedules import Schedule
-from cluster.times import parse_duration, parse_period, parse_time
+from cluster.model.jobs import ScheduledJob, Target
+from cluster.model.occurrences import Misfire
+from cluster.model.options import ClusterOptions
+from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
+from cluster.model.schedules import Schedule
+from cluster.model.times import parse_duration, parse_period, parse_time
+from cluster.named.registry import JobStatus
+
+if TYPE_CHECKING:
+    from cluster._cluster import Cluster
+    from cluster.client import Client, ClusterUnavailable
+    from cluster.named.api import NamedJob
 
 __all__ = [
-    "AlreadyExists",
-    "NamedJob",
-    "JobStatus",
-    "Backoff",
-    "Flow",
-    "RetryPolicy",
-    "Step",
-    "Cluster",
-    "Client",
-    "ClusterOptions",
     "DEFAULT_FAILURE_POLICY",
+    "AlreadyExists",
+    "Backoff",
+    "Client",
+    "Cluster",
+    "ClusterOptions",
+    "ClusterUnavailable",
     "FailurePolicy",
+    "Flow",
+    "FlowStatus",
     "InvalidJob",
     "InvalidPolicy",
     "InvalidSchedule",
     "InvalidTime",
-    "JobQueue",
+    "JobStatus",
     "Misfire",
+    "NamedJob",
+    "RetryPolicy",
     "Schedule",
     "ScheduledJob",
     "SiloStopping",
+    "Step",
+    "StepStatus",
     "Target",
     "ValidationError",
     "parse_duration",
@@ -52,20 +66,22 @@ __all__ = [
     "parse_time",
 ]
 
+_LAZY = {
+    "Cluster": "cluster._cluster",
+    "Client": "cluster.client",
+    "ClusterUnavailable": "cluster.client",
+    "NamedJob": "cluster.named.api",
+}
+
 
 def __getattr__(name: str) -> object:
-    # The Ray-facing half (Cluster, Client) imports Ray; load it on first use so that the job
-    # model, schedules and policies stay cheap to import (the CLI's --help, unit tests).
-    if name == "Cluster":
-        from cluster.cluster import Cluster
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cluster' has no attribute {name!r}")
+    import importlib
 
-        return Cluster
-    if name in ("NamedJob", "JobStatus"):
-        from cluster import named
+    return getattr(importlib.import_module(module), name)
 
-        return getattr(named, name)
-    if name == "Client":
-        from cluster.client import Client
 
-        return Client
-    raise AttributeError(f"module 'cluster' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

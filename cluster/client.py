@@ -14,20 +14,18 @@ import itertools
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 
-from cluster.errors import SiloStopping
-from cluster.jobs import ScheduledJob, Target
-from cluster.membership import SILO_PREFIX
-from cluster.options import ClusterOptions
-from cluster.wire import datetime_to_us, pack
-
-if TYPE_CHECKING:
-    from cluster.flows import Flows
-    from cluster.named import NamedJobs
-    from cluster.reminders import Reminders
+from cluster.flows.api import Flows
+from cluster.model.errors import SiloStopping
+from cluster.model.jobs import ScheduledJob, Target
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import datetime_to_us, pack
+from cluster.named.api import NamedJobs
+from cluster.named.reminders import Reminders
+from cluster.runtime.membership import SILO_PREFIX
 
 _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
 _MAX_HOPS = 16
@@ -68,8 +66,6 @@ class Client:
     @property
     def jobs(self) -> NamedJobs:
         """Named jobs (Dapr Jobs API): ``put``, ``get``, ``delete``, ``list``, ``delete_prefix``."""
-        from cluster.named import NamedJobs
-
         if self._jobs is None:
             self._jobs = NamedJobs(self)
         return self._jobs
@@ -77,8 +73,6 @@ class Client:
     @property
     def reminders(self) -> Reminders:
         """Actor reminders, kept as named jobs: ``register``, ``unregister``, ``list``."""
-        from cluster.reminders import Reminders
-
         return Reminders(self.jobs)
 
     async def describe(self) -> dict[str, Any]:
@@ -88,8 +82,6 @@ class Client:
     @property
     def flows(self) -> Flows:
         """Flows (Volcano JobFlow): ``submit``, ``get``, ``cancel``, ``list``; see ``cluster.flows``."""
-        from cluster.flows import Flows
-
         return Flows(self)
 
     # -- scheduling --------------------------------------------------------------------------
@@ -130,7 +122,7 @@ class Client:
             return []
         items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
         shards = await self._schedule_coalesced(items)
-        return [dataclasses.replace(job, shard=shard) for job, shard in zip(jobs, shards)]
+        return [dataclasses.replace(job, shard=shard) for job, shard in zip(jobs, shards, strict=True)]
 
     async def _schedule_coalesced(self, items: list[tuple[str, int, bytes]]) -> list[str]:
         """Send ``items``, sharing one Ray call with every schedule call made in the same tick.
@@ -190,7 +182,7 @@ class Client:
         already gone (done, cancelled or never known). Safe to call more than once."""
         if job.shard is None:
             raise ValueError("job.shard: this job was not returned by schedule_job; cannot locate it")
-        shard: str | None = job.shard
+        shard: str = job.shard
         silo = _creator_of(shard)
         for _ in range(_MAX_HOPS):
             answer, info = await self._call("cancel", shard, job.id, prefer=silo)

@@ -6,9 +6,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from cluster.context import Attempt, JobContext, Outcome
-
-DELIVER_METHOD = "timeshard_deliver"
+from cluster.model.attempt import Attempt, JobContext, Outcome
 
 
 class JobHandler:
@@ -24,6 +22,7 @@ class JobHandler:
         """Run one attempt of ``ctx.job``; raise to report failure. Must be idempotent."""
         raise NotImplementedError(f"{type(self).__name__} must implement execute_job(ctx)")
 
+    # The method's name is ``cluster.model.attempt.DELIVER``: silos call it by that name.
     async def timeshard_deliver(
         self, batch: Sequence[Attempt], timeout: float | None, lease_end: float | None = None
     ) -> list[Outcome]:
@@ -48,7 +47,7 @@ class JobHandler:
         return [
             Outcome(a.run_id, f"execute_job did not finish within {timeout} s", "TimeoutError", True)
             if task in pending else task.result()
-            for a, task in zip(attempts, tasks)
+            for a, task in zip(attempts, tasks, strict=True)
         ]
 
     async def _run_one(self, attempt: Attempt, lease_end: float | None = None) -> Outcome:

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from cluster.context import JobContext
+from cluster.model.attempt import JobContext
 from handlers.base import JobHandler
 
 

@@ -9,6 +9,7 @@ reading the tail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -68,6 +69,11 @@ def _quoted(etag: str) -> str:
     return etag if etag.startswith('"') else f'"{etag}"'
 
 
+def _etag(response: Mapping[str, Any]) -> str:
+    # A write's response dict; the SDK types its values as str | datetime, whatever the key.
+    return _quoted(response["etag"])
+
+
 class AzureStore(Store):
     """Logs as append blobs in ``container``; created on first use if missing."""
 
@@ -125,10 +131,8 @@ class AzureStore(Store):
         async with self._ready_lock:
             if self._ready:
                 return
-            try:
+            with contextlib.suppress(ResourceExistsError):
                 await self._container.create_container()
-            except ResourceExistsError:
-                pass
             self._ready = True
 
     async def _call(self, what: str, name: str, op: Callable[[], Awaitable[T]]) -> T:
@@ -145,7 +149,8 @@ class AzureStore(Store):
         return await with_retries(attempt, self._retry, f"{what} {name!r}")
 
     async def _translate(self, exc: HttpResponseError, what: str, name: str) -> StorageError:
-        code = str(exc.error_code or "")
+        # Set by the storage SDK on the errors it raises, absent on azure-core's own.
+        code = str(getattr(exc, "error_code", None) or "")
         where = f"{what} {name!r}"
         if isinstance(exc, ResourceModifiedError) or code == "AppendPositionConditionNotMet":
             # Azure answers 412 also when the blob is gone; tell the two apart, a deleted log
@@ -176,7 +181,7 @@ class AzureStore(Store):
 
         async def op() -> str:
             result = await blob.create_append_blob(metadata=md, match_condition=MatchConditions.IfMissing)
-            return _quoted(result["etag"])
+            return _etag(result)
 
         return await self._call("create", name, op)
 
@@ -208,7 +213,7 @@ class AzureStore(Store):
                 result = await blob.set_blob_metadata(md)
             else:
                 result = await blob.set_blob_metadata(md, etag=if_match, match_condition=MatchConditions.IfNotModified)
-            return _quoted(result["etag"])
+            return _etag(result)
 
         return await self._call("set_metadata", name, op)
 
@@ -217,9 +222,10 @@ class AzureStore(Store):
         blob = self._blob(name)
 
         async def op() -> Appended:
-            result = await blob.append_block(payload, etag=if_match, match_condition=MatchConditions.IfNotModified)
+            # The SDK types the response's values as str | datetime | int, whatever the key.
+            result: dict[str, Any] = await blob.append_block(payload, etag=if_match, match_condition=MatchConditions.IfNotModified)
             size = int(result["blob_append_offset"]) + len(payload)
-            return Appended(_quoted(result["etag"]), size, int(result["blob_committed_block_count"]))
+            return Appended(_etag(result), size, int(result["blob_committed_block_count"]))
 
         return await self._call("append", name, op)
 

@@ -171,7 +171,7 @@ class Store(ABC):
         fetched = await self.fetch(name, offset)
         return fetched.data, fetched.etag
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027  optional hook: stores holding nothing need not override it
         """Release connections and handles; the store is unusable afterwards."""
 
     async def __aenter__(self) -> Store:

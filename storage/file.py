@@ -76,7 +76,8 @@ class FileStore(Store):
 
     def _read_meta(self, name: str) -> dict[str, Any]:
         try:
-            return json.loads(self._path(name, ".meta").read_bytes())
+            meta: dict[str, Any] = json.loads(self._path(name, ".meta").read_bytes())
+            return meta
         except FileNotFoundError:
             raise NotFound(f"log {name!r} not found in {self.root}") from None
 

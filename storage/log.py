@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import MAX_BLOCK_BYTES, Appended, LogInfo, Store, check_metadata
+from .base import MAX_BLOCK_BYTES, Appended, LogInfo, LogStat, Store, check_metadata
 from .errors import AlreadyExists, Fenced, InvalidMetadata, LogFull, NotFound, RecordTooLarge, StorageError, Unavailable
 from .records import FRAME_OVERHEAD, Decoded, decode, encode_frame, pack
 
@@ -156,7 +156,7 @@ async def _cas_metadata(store: Store, name: str, metadata: dict[str, str], etag:
         raise
 
 
-async def _stat_or_fenced(store: Store, name: str) -> Any:
+async def _stat_or_fenced(store: Store, name: str) -> LogStat:
     try:
         return await store.stat(name)
     except NotFound as exc:

@@ -30,7 +30,8 @@ _CRC_FROM = 8  # the CRC covers sequence number, count and body
 
 def pack(record: Any) -> bytes:
     """Return ``record`` as msgpack bytes, ready for ``encode_frame``."""
-    return msgpack.packb(record, use_bin_type=True)
+    packed: bytes = msgpack.packb(record, use_bin_type=True)
+    return packed
 
 
 def _array_header(count: int) -> bytes:

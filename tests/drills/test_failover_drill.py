@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster import Cluster
-from cluster.drill import DRILL_OPTIONS, run_drill
+from cluster.cli.drill import DRILL_OPTIONS, run_drill
 
 pytestmark = pytest.mark.ray
 

@@ -15,7 +15,7 @@ import storage
 from cluster import Cluster, Target
 from storage.urls import CONNECTION_STRING_ENV
 from tests.azurite import start_azurite
-from tests.cluster.conftest import FAST, RecorderActor
+from tests.e2e.conftest import FAST, RecorderActor
 
 pytestmark = [pytest.mark.ray, pytest.mark.azurite]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -51,7 +52,8 @@ def _meta(root: Path, name: str) -> dict[str, int]:
 async def test_kill_9_mid_append_leaves_a_torn_tail_that_is_never_replayed(tmp_path: Path) -> None:
     root = tmp_path / "store"
     url = f"file://{root}"
-    child = subprocess.Popen([sys.executable, "-c", _WRITER, url], stdout=subprocess.PIPE, text=True)
+    # Blocking on purpose: the loop below spins on stat() to catch the child mid-append.
+    child = subprocess.Popen([sys.executable, "-c", _WRITER, url], stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220
     acked: list[int] = []
     body = root / "crash~00000000.log"
     try:
@@ -94,7 +96,7 @@ async def test_compare_and_swap_is_safe_between_processes(tmp_path: Path) -> Non
     url = f"file://{tmp_path / 'store'}"
     async with storage.open_store(url) as store:
         await store.create("counter", {"n": "0"})
-    procs = [subprocess.Popen([sys.executable, "-c", _CAS, url, "40"]) for _ in range(2)]
-    assert [p.wait(60) for p in procs] == [0, 0]
+    procs = [await asyncio.create_subprocess_exec(sys.executable, "-c", _CAS, url, "40") for _ in range(2)]
+    assert [await asyncio.wait_for(p.wait(), 60) for p in procs] == [0, 0]
     async with storage.open_store(url) as store:
         assert (await store.stat("counter")).metadata == {"n": "80"}  # no lost update

@@ -32,7 +32,7 @@ def test_every_cut_point_yields_whole_frames_and_reports_the_tail() -> None:
     starts = [0, len(frames[0]), len(frames[0]) + len(frames[1])]
     for cut in range(len(data)):
         decoded = records.decode(data[:cut], offset=1000)
-        whole = sum(1 for s, f in zip(starts, frames) if s + len(f) <= cut)
+        whole = sum(1 for s, f in zip(starts, frames, strict=True) if s + len(f) <= cut)
         assert len(decoded.frames) == whole
         if cut in starts:
             assert decoded.torn is None

@@ -1,0 +1,166 @@
+"""The ``timeshard`` command line.
+
+    timeshard demo                       the main job: 3 silos, real jobs, a crash, a summary
+    timeshard up --store file:///var/ts  run silos in the foreground until Ctrl-C
+    timeshard bench queue storage        run benchmarks (python -m benchmarks.<name>)
+
+Exit codes: 0 ok, 1 failure (one line on stderr, no traceback for a user error), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from cluster.cli.jobs import add_job_commands
+from cluster.model.errors import ValidationError
+from cluster.model.options import DEFAULT_NAMESPACE
+
+EPILOG = """examples:
+  timeshard demo                                   # the main job, about a minute
+  timeshard up --store file://./.timeshard --silos 3
+  timeshard up --store azure://jobs --shard-duration 30m
+  timeshard drill --kills 20 --pause                # failover drill, table + timeline PNG
+  timeshard bench queue storage --quick
+"""
+
+
+class UserError(Exception):
+    """A failure to report in one line, without a traceback."""
+
+
+def _add_up(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "up",
+        help="run silos on a store in the foreground (Ctrl-C stops them gracefully)",
+        description="Start silos on STORE in a local Ray and show a live status line until Ctrl-C.",
+        epilog="example: timeshard up --store file://./.timeshard --silos 3 --shard-duration 1h",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--store", default="file://./.timeshard", help="store URL (default file://./.timeshard)")
+    p.add_argument("--silos", type=int, default=3, help="how many silos (default 3)")
+    p.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace (default timeshard)")
+    p.add_argument("--shard-duration", default=None, help="shard window, e.g. 1h, 30m (default 1h)")
+    p.add_argument("--lookahead", default=None, help="load shards this far ahead, e.g. 5m (default 5m)")
+    p.set_defaults(func=_run_up)
+
+
+def _run_up(args: argparse.Namespace) -> int:
+    from cluster.cli.up import run_up
+
+    return run_up(args)
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run the main job: 3 silos, one-shot, cron and failing jobs, a silo crash, a summary",
+        description="A local Ray, 3 silos on ./.timeshard/demo, a recording handler. Schedules "
+        "one-shot jobs, a cron every 2 s, a job that fails twice and succeeds under back-off; "
+        "kills one silo half-way (Ray restarts it) and ends with fired / on time / retried / lost.",
+        epilog="example: timeshard demo --seconds 40",
+    )
+    p.add_argument("--store", default="file://./.timeshard/demo", help="store URL (wiped first when it is a local file store)")
+    p.add_argument("--seconds", type=float, default=30.0, help="span over which jobs fall due (default 30)")
+    p.add_argument("--jobs", type=int, default=300, help="one-shot jobs to schedule (default 300)")
+    p.add_argument("--no-crash", action="store_true", help="do not kill a silo half-way")
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from cluster.cli.demo import run_demo
+
+    return run_demo(args)
+
+
+def _add_drill(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "drill",
+        help="failover drill: load, SIGKILL silos at random, count lost / early / duplicate fires",
+        description="Start silos, schedule jobs due over the next seconds into a recording handler, "
+        "kill silo processes at random (and optionally pause one past the suspicion timeout), then "
+        "check lost = 0, early = 0, duplicates, failover time. Exits 1 on any loss or early fire.",
+        epilog="examples:\n  timeshard drill --kills 3\n  timeshard drill --kills 20 --pause --out drill-results",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--store", default="file://./.timeshard/drill", help="store URL (a file store is wiped first)")
+    p.add_argument("--silos", type=int, default=3, help="silos (default 3)")
+    p.add_argument("--kills", type=int, default=3, help="SIGKILLs at random moments (default 3)")
+    p.add_argument("--pause", action="store_true", help="also SIGSTOP one silo past the suspicion timeout, then SIGCONT")
+    p.add_argument("--rate", type=float, default=200.0, help="jobs due per second (default 200)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for which silo and when")
+    p.add_argument("--out", default="drill-results", help="folder for executions.jsonl, drill.json, drill-timeline.png")
+    p.set_defaults(func=_run_drill)
+
+
+def _run_drill(args: argparse.Namespace) -> int:
+    from cluster.cli.drill import run_drill_command
+
+    return run_drill_command(args)
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="run benchmarks side by side (JSON + PNG in benchmarks/results)",
+        description="Run benchmarks by name; each is also `python -m benchmarks.<name>`.",
+        epilog="example: timeshard bench queue storage --quick",
+    )
+    p.add_argument("names", nargs="*", default=["queue"], help="benchmarks to run (default: queue)")
+    p.add_argument("--quick", action="store_true", help="small sizes, seconds each")
+    p.set_defaults(func=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    status = 0
+    for name in args.names:
+        try:
+            module = importlib.import_module(f"benchmarks.{name}")
+        except ImportError:
+            raise UserError(f"no benchmark named {name!r} (python -m benchmarks.<name>)") from None
+        status |= module.main(["--quick"] if args.quick else [])
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="timeshard",
+        description="timeshard: a durable, distributed job scheduler for Ray.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_demo(sub)
+    _add_up(sub)
+    add_job_commands(sub)
+    _add_drill(sub)
+    _add_bench(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ValidationError) as exc:
+        print(f"timeshard: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m cluster.cli``: the ``timeshard`` command line."""
+
+from cluster.cli import main
+
+raise SystemExit(main())

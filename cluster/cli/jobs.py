@@ -1,0 +1,304 @@
+"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, status.
+
+Each connects to silos already running in a Ray namespace (``timeshard up`` starts them), acts
+through the same client a program uses, and exits 0 (ok), 1 (failure: one line on stderr, no
+traceback) or 2 (usage, from argparse). ``cluster.cli`` registers them with
+``add_job_commands(subparsers)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from cluster.model.errors import AlreadyExists, ValidationError
+from cluster.model.options import DEFAULT_NAMESPACE
+
+__all__ = ["add_job_commands", "named_job_to_json"]
+
+_SCOPE_HELP = "scope of the name (default: default)"
+
+SCHEDULE_EXAMPLES = """examples:
+  timeshard schedule db-backup --target actor:backup --schedule '@daily'
+  timeshard schedule nudge --target actor:mailer@apps --due-time 2h30m --data '{"to": "x"}'
+  timeshard schedule poll --target actor:poller --schedule '@every 30s' --repeats 10 --overwrite
+  timeshard schedule report --target grain:myapp.grains:Report/42 --schedule '0 0 9 * * Mon'
+  timeshard schedule once --target actor:mailer --due-time 2026-10-02T15:00:00Z --metadata team=ops
+"""
+
+
+class _Failure(Exception):
+    """A failure to report in one line."""
+
+
+def _connect(namespace: str) -> Any:
+    import ray
+
+    from cluster._cluster import Cluster
+
+    if not ray.is_initialized():
+        try:
+            # "auto": join the Ray that runs the silos, never start a new empty one.
+            ray.init(address="auto", namespace=namespace, log_to_driver=False, configure_logging=False)
+        except ConnectionError as exc:
+            raise _Failure(f"no running Ray found ({exc}); start the silos with `timeshard up`") from None
+    try:
+        return Cluster.connect(namespace=namespace)
+    except LookupError as exc:
+        raise _Failure(str(exc)) from None
+
+
+def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command: connect, run it, and turn user errors into one line and exit code 1."""
+
+    def command(args: argparse.Namespace) -> int:
+        from cluster.client import ClusterUnavailable
+
+        try:
+            client = _connect(args.namespace).client()
+            return asyncio.run(_with_args(work, client, args))
+        except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable) as exc:
+            print(f"timeshard: error: {exc}", file=sys.stderr)
+            return 1
+
+    return command
+
+
+async def _with_args(work: Callable[[Any, argparse.Namespace], Awaitable[int]], client: Any, args: argparse.Namespace) -> int:
+    try:
+        return await work(client, args)
+    finally:
+        await client.jobs.close()
+
+
+def _scope(args: argparse.Namespace) -> dict[str, str]:
+    return {"app_id": args.app_id, "namespace": args.job_namespace}
+
+
+def _common(p: argparse.ArgumentParser, *, scoped: bool = True, json_flag: bool = True) -> None:
+    p.add_argument("--namespace", default=DEFAULT_NAMESPACE,
+                   help=f"Ray namespace of the silos (default {DEFAULT_NAMESPACE}); the Ray cluster is "
+                        "$RAY_ADDRESS, else the one started last on this machine")
+    if scoped:
+        p.add_argument("--app-id", default="default", help=_SCOPE_HELP)
+        p.add_argument("--job-namespace", default="default", help=_SCOPE_HELP)
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+# -- schedule ---------------------------------------------------------------------------------
+
+def _metadata_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"metadata {text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--data is not JSON: {exc}") from None
+
+
+async def _schedule(client: Any, args: argparse.Namespace) -> int:
+    named = await client.jobs.put(
+        args.name, target=args.target, schedule=args.schedule, due_time=args.due_time, repeats=args.repeats,
+        ttl=args.ttl, data=args.data, metadata=dict(args.metadata) if args.metadata else None,
+        overwrite=args.overwrite, **_scope(args),
+    )
+    _show(args, named_job_to_json(named), _job_text)
+    return 0
+
+
+# -- get / list / delete ----------------------------------------------------------------------
+
+async def _get(client: Any, args: argparse.Namespace) -> int:
+    named = await client.jobs.get(args.name, **_scope(args))
+    if named is None:
+        raise _Failure(f"no job named {args.name!r} in namespace {args.job_namespace!r}, app_id {args.app_id!r}")
+    _show(args, named_job_to_json(named), _job_text)
+    return 0
+
+
+async def _list(client: Any, args: argparse.Namespace) -> int:
+    found = [named_job_to_json(n) for n in await client.jobs.list(args.prefix, **_scope(args))]
+    _show(args, found, _list_text)
+    return 0
+
+
+async def _delete(client: Any, args: argparse.Namespace) -> int:
+    if args.prefix:
+        count = await client.jobs.delete_prefix(args.name, **_scope(args))
+        print(f"deleted {count} job(s) named {args.name}*")
+        return 0
+    if not await client.jobs.delete(args.name, **_scope(args)):
+        raise _Failure(f"no job named {args.name!r} in namespace {args.job_namespace!r}, app_id {args.app_id!r}")
+    print(f"deleted {args.name}")
+    return 0
+
+
+# -- status -----------------------------------------------------------------------------------
+
+def _status(args: argparse.Namespace) -> int:
+    try:
+        cluster = _connect(args.namespace)
+    except _Failure as exc:
+        print(f"timeshard: error: {exc}", file=sys.stderr)
+        return 1
+    _show(args, {"namespace": cluster.namespace, "store": cluster.store_url, "silos": cluster.status()}, _status_text)
+    return 0
+
+
+# -- output -----------------------------------------------------------------------------------
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _attempt(record: Any) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {
+        "run_id": record.run_id, "attempt": record.attempt, "occurrence": record.occurrence,
+        "scheduled_for": _time(record.scheduled_for), "started_at": _time(record.started_at),
+        "outcome": record.outcome, "error": record.error, "ended_at": _time(record.ended_at),
+    }
+
+
+def named_job_to_json(named: Any) -> dict[str, Any]:
+    """Return a ``NamedJob`` as plain JSON values (what ``--json`` prints)."""
+    job, status = named.job, named.status
+    target = job.target
+    return {
+        "name": named.name, "namespace": named.namespace, "app_id": named.app_id,
+        "generation": named.generation, "job_id": job.id, "updated_at": _time(named.updated_at),
+        "target": f"actor:{target.name}@{target.namespace}" if target.kind == "actor"
+        else f"grain:{target.cls_path}/{target.key}",
+        "schedule": None if job.schedule is None else job.schedule.text, "due": _time(job.due),
+        "repeats": job.repeats, "ttl": _time(job.ttl), "data": job.data, "metadata": named.metadata,
+        "status": {
+            "next_fire": _time(status.next_fire), "successful": status.successful, "failed": status.failed,
+            "interrupted": status.interrupted, "consecutive_failures": status.consecutive_failures,
+            "attempts": status.attempts, "last_attempted": _time(status.last_attempted),
+            "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
+            "finished": status.finished,
+        },
+    }
+
+
+def _show(args: argparse.Namespace, obj: Any, text: Callable[[Any], str]) -> None:
+    print(json.dumps(obj, indent=2, default=str) if getattr(args, "json", False) else text(obj))
+
+
+def _job_text(j: dict[str, Any]) -> str:
+    s = j["status"]
+    lines = [
+        f"{j['name']}  (namespace {j['namespace']}, app_id {j['app_id']}, generation {j['generation']})",
+        f"  job id        {j['job_id']}",
+        f"  target        {j['target']}",
+        f"  schedule      {j['schedule'] or '-'}   repeats {j['repeats'] or '-'}   ttl {j['ttl'] or '-'}",
+        f"  first due     {j['due']}",
+        f"  next fire     {s['next_fire'] or ('finished' if s['finished'] else '-')}",
+        f"  attempts      {s['successful']} succeeded, {s['failed']} failed, {s['interrupted']} interrupted, "
+        f"{s['consecutive_failures']} consecutive failures",
+    ]
+    if s["current_attempt"]:
+        c = s["current_attempt"]
+        lines.append(f"  running       since {c['started_at']} (occurrence {c['occurrence']}, attempt {c['attempt']})")
+    if s["last_attempt"]:
+        last = s["last_attempt"]
+        error = f": {last['error']}" if last["error"] else ""
+        lines.append(f"  last attempt  {last['outcome']} at {last['ended_at']}{error}")
+    return "\n".join(lines)
+
+
+def _list_text(jobs: list[dict[str, Any]]) -> str:
+    if not jobs:
+        return "no jobs"
+    rows = [("NAME", "GEN", "SCHEDULE", "NEXT FIRE", "OK", "FAILED", "INTERRUPTED")]
+    for j in jobs:
+        s = j["status"]
+        rows.append((j["name"], str(j["generation"]), j["schedule"] or "once", s["next_fire"] or "-",
+                     str(s["successful"]), str(s["failed"]), str(s["interrupted"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _status_text(report: dict[str, Any]) -> str:
+    lines = [f"namespace {report['namespace']}, store {report['store']}"]
+    for silo in report["silos"]:
+        if "error" in silo:
+            lines.append(f"silo {silo['silo_id']}: not answering ({silo['error']})")
+            continue
+        c = silo["counters"]
+        lines.append(
+            f"silo {silo['silo_id']} ({silo['owner']}, pid {silo['pid']}): {silo['queued']} queued, "
+            f"{silo['inflight']} in flight, {silo['staged']} staged; lateness mean "
+            f"{c.get('lateness_mean_s', 0):.3f}s max {c.get('lateness_max_s', 0):.3f}s"
+        )
+        for shard in silo["shards"]:
+            start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
+            lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
+                         f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x")
+        for shard, owner in silo["poisoned"].items():
+            lines.append(f"  POISONED shard {shard} (last owner {owner})")
+    return "\n".join(lines)
+
+
+# -- registration -----------------------------------------------------------------------------
+
+def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``schedule``, ``get``, ``list``, ``delete`` and ``status`` on ``subparsers``."""
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p = subparsers.add_parser("schedule", help="schedule (or replace) a named job", formatter_class=raw,
+                              description="Schedule the job NAME on the running silos; prints it.",
+                              epilog=SCHEDULE_EXAMPLES)
+    p.add_argument("name", help="job name, unique per --job-namespace and --app-id")
+    p.add_argument("--target", required=True, help="actor:NAME, actor:NAME@RAY_NAMESPACE or grain:module:Class/KEY")
+    p.add_argument("--schedule", help="cron with seconds ('0 30 * * * *'), '@every 1h30m', '@daily', 'R4/PT3S'")
+    p.add_argument("--due-time", help="first fire: '2h30m', 'PT2H30M' or '2026-10-02T15:00:00Z'")
+    p.add_argument("--repeats", type=int, help="stop after this many occurrences (needs --schedule)")
+    p.add_argument("--ttl", help="no occurrence at or after this time (same forms as --due-time)")
+    p.add_argument("--data", type=_json_value, help="JSON payload handed to the handler")
+    p.add_argument("--metadata", type=_metadata_pair, action="append", metavar="KEY=VALUE", help="repeatable")
+    p.add_argument("--overwrite", action="store_true", help="replace a job of that name (last write wins)")
+    _common(p)
+    p.set_defaults(func=_run(_schedule))
+
+    p = subparsers.add_parser("get", help="show a named job and its status", formatter_class=raw,
+                              description="Show the job NAME: definition, next fire, counters, attempts.",
+                              epilog="examples:\n  timeshard get db-backup\n  timeshard get poll --app-id billing --json\n")
+    p.add_argument("name")
+    _common(p)
+    p.set_defaults(func=_run(_get))
+
+    p = subparsers.add_parser("list", help="list named jobs", formatter_class=raw,
+                              description="List the jobs of one --job-namespace / --app-id, by name.",
+                              epilog="examples:\n  timeshard list\n  timeshard list db- --json\n")
+    p.add_argument("prefix", nargs="?", default="", help="only names starting with this")
+    _common(p)
+    p.set_defaults(func=_run(_list))
+
+    p = subparsers.add_parser("delete", help="delete a named job", formatter_class=raw,
+                              description="Delete the job NAME; once this returns it does not start again. "
+                                          "Exit code 1 if there is no such job.",
+                              epilog="examples:\n  timeshard delete db-backup\n  timeshard delete tmp- --prefix\n")
+    p.add_argument("name", help="job name (a name prefix with --prefix)")
+    p.add_argument("--prefix", action="store_true", help="delete every job whose name starts with NAME")
+    _common(p, json_flag=False)
+    p.set_defaults(func=_run(_delete))
+
+    p = subparsers.add_parser("status", help="silos, shards, poisoned shards, lateness", formatter_class=raw,
+                              description="Show each silo: its shards (owner, state, window, job count), "
+                                          "poisoned shards, queue and lateness.",
+                              epilog="examples:\n  timeshard status\n  timeshard status --namespace prod --json\n")
+    _common(p, scoped=False)
+    p.set_defaults(func=_status)

@@ -1,0 +1,124 @@
+"""The silo side of flows: record step attempts in flow logs, schedule dependants, reconcile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from cluster.flows.model import FLOW_META, FLOW_PREFIX, STEP_META
+from cluster.flows.progress import Limits, advance, reconcile
+from cluster.model.jobs import ScheduledJob
+from cluster.model.wire import datetime_to_us, pack
+from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
+from cluster.runtime.membership import Membership
+from storage import Store
+
+log = logging.getLogger("timeshard.flows")
+
+
+def _step_of(job: ScheduledJob) -> tuple[str, str] | None:
+    flow, step = job.metadata.get(FLOW_META), job.metadata.get(STEP_META)
+    return None if flow is None or step is None else (flow, step)
+
+
+class FlowHooks(SiloHooks):
+    """Records step attempts in flow logs and schedules dependants; reconciles after crashes.
+
+    Built inside the silo's event loop (see ``SiloView``); it starts its reconcile loop there.
+    """
+
+    def interested(self, job: ScheduledJob) -> bool:
+        return FLOW_META in job.metadata
+
+    def __init__(self, store: Store, silo: SiloView) -> None:
+        self._store = store
+        self._silo = silo
+        options = silo.options
+        self._interval = (options.adoption_interval * 10).total_seconds()
+        attempt = options.handler_timeout + timedelta(seconds=10)
+        self._limits = Limits(
+            grace_us=max(options.suspicion_timeout * 3, timedelta(minutes=1)) // timedelta(microseconds=1),
+            attempt_us=attempt // timedelta(microseconds=1),
+            staging_us=options.undeliverable_timeout // timedelta(microseconds=1),
+            suspicion_us=options.suspicion_timeout // timedelta(microseconds=1),
+        )
+        self._finished: set[str] = set()  # flows that can never change again: not read twice
+        self._wake = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._loop = asyncio.get_running_loop().create_task(self._reconcile_loop(), name="flow-reconcile")
+
+    async def attempt_started(self, event: AttemptEvent) -> None:
+        found = _step_of(event.job)
+        if found is None:
+            return
+        # Delivery waits for this hook: write the start in the background (the fold orders it).
+        record = ["run", found[1], event.attempt, datetime_to_us(event.started_at)]
+        self._spawn(self._record(found[0], [record]))
+
+    async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
+        found = _step_of(event.job)
+        if found is None:
+            return
+        flow, step = found
+        at = datetime_to_us(end.ended_at)
+        if end.retry_at is not None:
+            record = ["retry", step, event.attempt, end.error, datetime_to_us(end.retry_at), at]
+        elif end.succeeded:
+            record = ["ok", step, event.attempt, at]
+        else:
+            record = ["fail", step, event.attempt, end.error, at]
+        await self._record(flow, [record])
+
+    async def shard_loaded(self, jobs: Sequence[tuple[ScheduledJob, int, int]], adopted: bool) -> None:
+        if adopted and any(_step_of(job) for job, _, _ in jobs):
+            self._wake.set()
+
+    async def close(self) -> None:
+        self._loop.cancel()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(self._loop, *self._background, return_exceptions=True)
+
+    async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
+        # Straight into this silo's own shards: the same call a client makes, without Ray.
+        return await self._silo.schedule([(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs])
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _record(self, flow: str, events: list[list[Any]]) -> None:
+        try:
+            await advance(self._store, flow, self._silo.owner, self._schedule, events)
+        except Exception as exc:  # storage, or no silo took the dependants: never stop the silo
+            # The step's outcome is durable in its shard: reconcile recovers it from there.
+            log.warning("could not record a flow step", extra={"flow": flow, "error": repr(exc)})
+            self._wake.set()
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            try:
+                await self.reconcile_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("flow reconcile round failed")
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+
+    async def reconcile_all(self) -> None:
+        """One reconcile pass over every flow not known to be finished."""
+        members = await Membership(self._store).members()
+        for info in await self._store.list(FLOW_PREFIX):
+            flow = info.name[len(FLOW_PREFIX):].rpartition("~")[0]
+            if flow in self._finished:
+                continue
+            state = await reconcile(self._store, flow, self._silo.owner, self._schedule, self._limits, members)
+            if state is not None and state.finished:
+                self._finished.add(flow)

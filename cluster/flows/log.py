@@ -1,0 +1,301 @@
+"""Durable progress of flows: the flow log in the store, its fold, and the silo hook that moves it.
+
+Every flow has one log, ``flows/<name>`` (generation 0 of ``storage``'s naming, never rotated: a
+flow writes a handful of small records per step). Any process may append to it — the client at
+submit and cancel, and every silo's ``FlowHooks`` as steps start and end — so each write is
+optimistic: read the log, fold it, decide, append one frame under the ETag just read; a
+``Fenced`` answer means someone else wrote first, so read again and decide again. Records are
+facts that fold idempotently, so a frame that landed although its append reported a failure
+is harmless: the next read sees it.
+
+Records (msgpack lists, first item the kind):
+
+- ``["flow", plan]`` — the validated definition (``FlowPlan.to_wire``), always first;
+- ``["run", step, attempt, at_us]`` — an attempt was handed to its handler;
+- ``["retry", step, attempt, error, retry_at_us, at_us]`` — the attempt ended, the step's policy
+  runs it again at ``retry_at_us`` (error is None when ``always`` re-runs a success);
+- ``["ok", step, attempt, at_us]`` / ``["fail", step, attempt, error, at_us]`` — the step
+  succeeded / exhausted its retries (the first ``fail`` halts the flow);
+- ``["intent", token, owner, [step, ...], at_us]`` — ``owner`` is about to schedule these steps;
+- ``["sched", token, [[step, shard, due_us], ...], at_us]`` — ... and did: their jobs are durable;
+- ``["cancel", at_us]`` then ``["cancelled", [step, ...], at_us]`` — a user cancelled the flow.
+
+**Moving on.** When a step's job finishes, the silo's hook appends ``ok`` (or ``fail``) and, in
+the same frame, an ``intent`` for every step whose dependencies have now all succeeded; only the
+writer whose frame lands schedules them, so two silos finishing two parents of one step at once
+start it once. The dependants' jobs carry deterministic ids (``<flow id>-<step index>``): a step
+rescheduled after a crash is recognisable in the shard logs and in the flow log.
+
+**Crashes.** Each silo reconciles every unfinished flow when it starts (Ray restarts a killed
+silo), when it adopts a shard holding flow jobs, and every ``10 x adoption_interval``:
+
+- an ``intent`` without its ``sched`` whose writer is dead, replaced, or silent for longer than
+  the grace period is taken over by a new intent and scheduled again;
+- a step silent for longer than an attempt can last (``handler_timeout`` after its start, or
+  after its retry time / due time plus ``undeliverable_timeout``) has its shard log read: the
+  job's ``remove`` there tells its outcome, which is recorded as the lost hook would have done;
+  a job that is gone without a trace (its drained shard was deleted) is run again — at least
+  once, like every job.
+
+The remaining window is a silo killed after a step's ``remove`` is durable and before its hook
+wrote ``ok``, with the shard deleted before any reconcile looked: the step then runs twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cluster.flows.model import (
+    CANCELLED_STEP,
+    FAILED,
+    FLOW_CANCELLED,
+    FLOW_HALTED,
+    FLOW_PREFIX,
+    FLOW_RUNNING,
+    FLOW_SUCCEEDED,
+    PENDING,
+    RETRYING,
+    RUNNING,
+    SUCCEEDED_STEP,
+    TERMINAL_STEP_STATES,
+    FlowPlan,
+    FlowStatus,
+    StepStatus,
+)
+from cluster.model.jobs import ScheduledJob
+from cluster.model.wire import us_to_datetime
+from storage import Fenced, NotFound, StorageError, Store, Unavailable, generation_name
+from storage.records import decode, encode
+
+_CAS_ATTEMPTS = 50
+
+Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[Sequence[str | None]]]
+"""Durably add jobs and return the shard each went to: through the client, or a silo directly."""
+
+
+class FlowLogDamaged(StorageError):
+    """A flow log has a torn or corrupt tail; appending after it would hide the new records."""
+
+
+# -- the fold ---------------------------------------------------------------------------------
+
+
+@dataclass
+class StepState:
+    state: str = PENDING
+    attempts: int = 0
+    phase: tuple[int, int] = (0, -1)  # (attempt, 0 run | 1 retry): later facts win, late ones are ignored
+    next_retry_us: int | None = None
+    started_us: int | None = None
+    ended_us: int | None = None
+    error: str | None = None
+    token: str | None = None  # the intent that scheduled (or is scheduling) it
+    shard: str | None = None
+    due_us: int | None = None
+
+
+@dataclass(frozen=True)
+class Intent:
+    token: str
+    owner: str
+    steps: tuple[str, ...]
+    at_us: int
+
+
+@dataclass
+class FlowState:
+    """The fold of one flow log, plus the ETag and sequence number to append after it."""
+
+    plan: FlowPlan
+    etag: str
+    last_seq: int
+    steps: dict[str, StepState] = field(default_factory=dict)
+    intents: dict[str, Intent] = field(default_factory=dict)
+    confirmed: set[str] = field(default_factory=set)
+    halted_by: str | None = None
+    cancelled_us: int | None = None
+    ended_us: int | None = None
+
+    @classmethod
+    def fold(cls, records: Iterable[Any], etag: str, last_seq: int) -> FlowState:
+        it = iter(records)
+        first = next(it)
+        if first[0] != "flow":
+            raise FlowLogDamaged(f"a flow log must start with its definition, not {first[0]!r}")
+        state = cls(FlowPlan.from_wire(first[1]), etag, last_seq)
+        state.steps = {s.name: StepState() for s in state.plan.steps}
+        for record in it:
+            state.apply(record)
+        return state
+
+    @property
+    def state(self) -> str:
+        if self.cancelled_us is not None:
+            return FLOW_CANCELLED
+        if self.halted_by is not None:
+            return FLOW_HALTED
+        if all(s.state == SUCCEEDED_STEP for s in self.steps.values()):
+            return FLOW_SUCCEEDED
+        return FLOW_RUNNING
+
+    @property
+    def finished(self) -> bool:
+        return self.state != FLOW_RUNNING
+
+    def apply(self, record: list[Any]) -> bool:
+        """Fold one record; False when it changes nothing (a duplicate or a late fact)."""
+        kind = record[0]
+        if kind in ("run", "retry", "ok", "fail"):
+            step = self.steps.get(record[1])
+            return step is not None and self._step_event(record[1], step, record)
+        if kind == "intent":
+            _, token, owner, steps, at = record
+            if token in self.intents:
+                return False
+            self.intents[token] = Intent(token, owner, tuple(steps), at)
+            for name in steps:
+                self.steps[name].token = token
+                self.steps[name].phase = (0, -1)  # a (re)scheduled job counts its attempts afresh
+            return True
+        if kind == "sched":
+            _, token, placed, _ = record
+            if token in self.confirmed:
+                return False
+            self.confirmed.add(token)
+            for name, shard, due_us in placed:
+                if self.steps[name].token == token:
+                    self.steps[name].shard, self.steps[name].due_us = shard, due_us
+            return True
+        if kind == "cancel":
+            if self.finished:
+                return False
+            self.cancelled_us = self.ended_us = record[1]
+            return True
+        if kind == "cancelled":
+            changed = False
+            for name in record[1]:
+                if self.steps[name].state not in TERMINAL_STEP_STATES:
+                    self.steps[name].state, self.steps[name].ended_us = CANCELLED_STEP, record[2]
+                    changed = True
+                    if self.cancelled_us is None and self.halted_by is None:
+                        # Cancelled on its own (try_cancel_job on its job): it will never succeed.
+                        self.halted_by, self.ended_us = name, record[2]
+            return changed
+        raise FlowLogDamaged(f"unknown flow record {kind!r}")
+
+    def _step_event(self, name: str, step: StepState, record: list[Any]) -> bool:
+        kind, attempt = record[0], record[2]
+        if step.state in TERMINAL_STEP_STATES:
+            return False  # the first outcome stands; a duplicate run of the step changes nothing
+        phase = (attempt, 0 if kind == "run" else 1)
+        if phase < step.phase:
+            return False  # a start written after its own end (starts are recorded in the background)
+        step.phase, step.attempts = phase, max(step.attempts, attempt)
+        at = record[-1]
+        if kind == "run":
+            step.state, step.started_us, step.next_retry_us = RUNNING, at, None
+        elif kind == "retry":
+            step.state, step.error, step.next_retry_us = RETRYING, record[3], record[4]
+        elif kind == "ok":
+            step.state, step.ended_us, step.next_retry_us = SUCCEEDED_STEP, at, None
+            if self.state == FLOW_SUCCEEDED:
+                self.ended_us = at
+        else:
+            step.state, step.error, step.ended_us, step.next_retry_us = FAILED, record[3], at, None
+            if self.halted_by is None and self.cancelled_us is None:
+                self.halted_by, self.ended_us = name, at
+        return True
+
+    def ready(self) -> list[str]:
+        """Steps to schedule now: never scheduled, and every dependency succeeded."""
+        if self.finished:
+            return []
+        return [
+            s.name for s in self.plan.steps
+            if self.steps[s.name].token is None
+            and all(self.steps[d].state == SUCCEEDED_STEP for d in s.depends_on)
+        ]
+
+    def unconfirmed(self) -> list[Intent]:
+        """Intents still current for some step whose ``sched`` never came."""
+        return [
+            i for i in self.intents.values()
+            if i.token not in self.confirmed and any(self.steps[s].token == i.token for s in i.steps)
+        ]
+
+    def status(self) -> FlowStatus:
+        def at(us: int | None) -> datetime | None:
+            return None if us is None else us_to_datetime(us)
+
+        steps = {
+            s.name: StepStatus(
+                s.name, st.state, st.attempts, at(st.next_retry_us), at(st.started_us), at(st.ended_us),
+                st.error, s.depends_on, self.plan.job_id(s.name),
+            )
+            for s in self.plan.steps
+            for st in (self.steps[s.name],)
+        }
+        return FlowStatus(self.plan.name, self.plan.id, self.state, self.halted_by, steps,
+                          us_to_datetime(self.plan.created_us), at(self.ended_us))
+
+
+# -- reading and writing a flow log -------------------------------------------------------------
+
+
+def log_name(flow: str) -> str:
+    return generation_name(FLOW_PREFIX + flow, 0)
+
+
+async def create_log(store: Store, plan: FlowPlan) -> None:
+    """Create ``plan``'s log holding its definition; ``AlreadyExists`` if the name is taken."""
+    name = log_name(plan.name)
+    etag = await store.create(name, {"flow_id": plan.id})
+    await store.append_block(name, encode(0, [["flow", plan.to_wire()]]), etag)
+
+
+async def read_flow(store: Store, flow: str) -> FlowState | None:
+    """The flow's current state, None if there is no such flow (or its definition is not written yet)."""
+    try:
+        fetched = await store.fetch(log_name(flow))
+    except NotFound:
+        return None
+    decoded = decode(fetched.data)
+    if decoded.torn is not None:
+        raise FlowLogDamaged(f"flow log {flow!r}: {decoded.torn.reason} at {decoded.torn.offset}")
+    records = list(decoded.records())
+    if not records:
+        return None
+    return FlowState.fold(records, fetched.etag, decoded.last_seq)
+
+
+Decide = Callable[[FlowState], list[list[Any]]]
+
+
+async def update(store: Store, flow: str, decide: Decide) -> FlowState | None:
+    """Append what ``decide`` asks for on the state just read; on a race, read and decide again.
+
+    ``decide`` returns the records to append and has applied them to the state it was given
+    (which is thrown away if the append loses). Returns the state after the write.
+    """
+    for _ in range(_CAS_ATTEMPTS):
+        state = await read_flow(store, flow)
+        if state is None:
+            return None
+        records = decide(state)
+        if not records:
+            return state
+        try:
+            appended = await store.append_block(log_name(flow), encode(state.last_seq + 1, records), state.etag)
+        except Fenced:
+            continue
+        state.etag, state.last_seq = appended.etag, state.last_seq + len(records)
+        return state
+    raise Unavailable(f"flow log {flow!r}: lost {_CAS_ATTEMPTS} races in a row")
+
+
+def applied(state: FlowState, records: Sequence[list[Any]]) -> list[list[Any]]:
+    """The ``records`` that change ``state``, applied to it: what a writer appends."""
+    return [r for r in records if state.apply(r)]

@@ -1,0 +1,330 @@
+"""The job model: what to call (``Target``), when, with what, and how often (``ScheduledJob``).
+
+A job is validated once, when it is created, and then travels as a compact msgpack list through
+the shard log. Replay (``ScheduledJob.from_wire``) trusts the log and rebuilds the job without
+re-validating: it runs for every job whenever a shard is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cluster.model.errors import InvalidJob
+from cluster.model.occurrences import Misfire
+from cluster.model.policies import FailurePolicy, PolicyLike
+from cluster.model.schedules import Schedule
+from cluster.model.times import ACCEPTED_TIMES, parse_period, parse_time, require_aware, utc_now
+from cluster.model.wire import (
+    check_code_path,
+    datetime_to_us,
+    memoized,
+    pack,
+    qualified_name,
+    unpack,
+    us_to_datetime,
+)
+
+__all__ = ["Target", "ScheduledJob", "new_job_id", "grain_actor_name", "DEFAULT_MAX_DATA_BYTES", "WIRE_VERSION"]
+
+DEFAULT_MAX_DATA_BYTES = 256 * 1024
+WIRE_VERSION = 1
+_REMINDER_PERIOD = re.compile(r"\s*R\d*/", re.IGNORECASE)
+
+
+def new_job_id() -> str:
+    """Return a fresh job id: 32 lowercase hex digits of a random UUID."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a job is delivered: a named Ray actor, or a grain (a virtual actor activated on demand).
+
+    ``name`` is always the Ray actor name the call goes to; for a grain it is derived from the
+    class path and key (see ``grain_actor_name``).
+    """
+
+    kind: str
+    name: str
+    namespace: str | None = None
+    key: str | None = None
+    cls_path: str | None = None
+
+    @classmethod
+    def actor(cls, name: str, namespace: str | None = None) -> Target:
+        """Return a target that calls the existing named Ray actor ``name`` (in ``namespace``)."""
+        _check_label(name, "target.name")
+        if namespace is not None:
+            _check_label(namespace, "target.namespace")
+        return cls("actor", name, namespace)
+
+    @classmethod
+    def grain(cls, cls_or_path: type | str, key: str | int) -> Target:
+        """Return a target that activates ``cls_or_path`` for ``key`` as a named actor on first use.
+
+        A class (or Ray actor class) is stored as its ``module:QualName`` path; a path may also be
+        given as text (``pkg.mod:Name`` or ``pkg.mod.Name``). ``key`` is stored as text.
+        """
+        if isinstance(cls_or_path, str):
+            path = check_code_path(cls_or_path)
+        else:
+            is_class = isinstance(cls_or_path, type) or hasattr(cls_or_path, "__ray_actor_class__")
+            path = qualified_name(cls_or_path) if is_class else None
+        if path is None:
+            raise InvalidJob(
+                "target.cls",
+                "must be a module-level class of an importable module or its path 'package.module:Class'",
+                cls_or_path,
+            )
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise InvalidJob("target.key", "must be a str or an int", key)
+        key = str(key)
+        _check_label(key, "target.key")
+        return cls("grain", grain_actor_name(path, key), None, key, path)
+
+    @property
+    def routing_key(self) -> str:
+        """Return a key equal for exactly the jobs that go to the same actor, for batching calls."""
+        # \x1f cannot occur in a name (control characters are rejected), so the join is unambiguous.
+        return f"{self.kind}\x1f{self.namespace or ''}\x1f{self.name}"
+
+    def to_wire(self) -> list[Any]:
+        """Return a msgpack-ready list that ``Target.from_wire`` turns back into an equal target."""
+        if self.kind == "grain":
+            return ["grain", self.cls_path, self.key]
+        return ["actor", self.name, self.namespace]
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> Target:
+        """Return the target ``to_wire`` encoded (no re-validation)."""
+        kind = obj[0] if isinstance(obj, (list, tuple)) and len(obj) == 3 else None
+        if kind == "actor":
+            return cls("actor", obj[1], obj[2])
+        if kind == "grain":
+            return cls("grain", grain_actor_name(obj[1], obj[2]), None, obj[2], obj[1])
+        raise InvalidJob("target", "unknown target kind on the wire; kinds: actor, grain", obj)
+
+
+def grain_actor_name(cls_path: str, key: str) -> str:
+    """Return the Ray actor name grain ``cls_path`` is activated under for ``key``."""
+    return f"grain:{cls_path}:{key}"
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    """A durable job: call ``target`` at ``due``, then at each ``schedule`` time while allowed.
+
+    Build one with ``ScheduledJob.create``, which validates everything; the fields are:
+
+    - ``id``: unique id (``new_job_id()``); ``name``: optional user name (named jobs);
+    - ``target``: the actor or grain to call; ``due``: first fire time (aware UTC);
+    - ``data``: msgpack-encodable payload, exactly as a replay returns it (lists, not tuples);
+    - ``metadata``: ``str -> str``; ``schedule``: recurrence or None for a one-shot job;
+    - ``repeats``: how many occurrences may end (succeeded or given up), None = unbounded;
+    - ``ttl``: absolute expiry (aware UTC), no occurrence at or after it;
+    - ``failure_policy``: None means ``DEFAULT_FAILURE_POLICY`` at use (see ``retry_policy``);
+    - ``generation``: bumped by an overwrite, so a stale definition never fires again;
+    - ``created_at``: when the job was created; ``misfire``: ``fire_once`` | ``fire_all`` | ``skip``.
+
+    Frozen (``data`` and ``metadata`` must not be mutated in place); hashed by ``id``.
+    """
+
+    id: str
+    name: str | None
+    target: Target
+    due: datetime
+    data: Any
+    metadata: dict[str, str]
+    schedule: Schedule | None
+    repeats: int | None
+    ttl: datetime | None
+    failure_policy: FailurePolicy | None
+    created_at: datetime
+    generation: int = 0
+    misfire: str = "fire_once"
+    # Where the job lives (the shard log's name), set by the client once the job is durable so
+    # that try_cancel_job can find it. Not part of the job's definition: not stored, not compared.
+    shard: str | None = field(default=None, compare=False)
+
+    def __hash__(self) -> int:
+        # data and metadata are unhashable; equal jobs share an id, so hashing it is consistent.
+        return hash(self.id)
+
+    @classmethod
+    def create(
+        cls,
+        target: Target,
+        name: str | None = None,
+        *,
+        due: datetime | str | Any = None,
+        data: Any = None,
+        metadata: Mapping[str, str] | None = None,
+        schedule: Schedule | str | None = None,
+        repeats: int | None = None,
+        ttl: datetime | str | Any = None,
+        failure_policy: PolicyLike | None = None,
+        misfire: Misfire | str = "fire_once",
+        generation: int = 0,
+        job_id: str | None = None,
+        now: datetime | None = None,
+        max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+    ) -> ScheduledJob:
+        """Return a validated job; bad input raises ``InvalidJob`` (or another ``ValidationError``).
+
+        ``due`` and ``ttl`` accept anything ``parse_time`` does, relative forms counting from
+        ``now`` (default: the current UTC time). Without ``due``, a recurring job first fires at
+        the schedule's first time after ``now``. An actor-reminder period ``R4/PT3S`` as the
+        schedule means ``@every 3s`` with ``repeats=4``. ``repeats`` and ``ttl`` need a schedule;
+        ``ttl`` must come after ``due``; packed ``data`` may take at most ``max_data_bytes``;
+        ``misfire`` is ``fire_once`` (default), ``fire_all`` or ``skip``.
+        """
+        now = utc_now() if now is None else require_aware(now, field="now")
+        if not isinstance(target, Target):
+            raise InvalidJob("target", "must be a Target (Target.actor(...) or Target.grain(...))", target)
+        if name is not None:
+            _check_label(name, "name")
+        if job_id is None:
+            job_id = new_job_id()
+        else:
+            _check_label(job_id, "id")
+        parsed_schedule, period_repeats = _schedule(schedule)
+        if period_repeats is not None:
+            if repeats is not None and repeats != period_repeats:
+                rule = f"disagrees with the schedule's repeat count {period_repeats}"
+                raise InvalidJob("repeats", rule, repeats)
+            repeats = period_repeats
+        if due is None:
+            if parsed_schedule is None:
+                raise InvalidJob("due", "is required for a job without a schedule", accepted=ACCEPTED_TIMES)
+            first = parsed_schedule.next_after(now)
+        else:
+            first = parse_time(due, now, field="due")
+        if parsed_schedule is None:
+            for field_name, value in (("repeats", repeats), ("ttl", ttl)):
+                if value is not None:
+                    raise InvalidJob(field_name, "needs a schedule (a one-shot job fires once)", value)
+        if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
+            raise InvalidJob("repeats", "must be None (unbounded) or an int >= 1", repeats)
+        expiry = None if ttl is None else parse_time(ttl, now, field="ttl")
+        if expiry is not None and expiry <= first:
+            raise InvalidJob("ttl", f"must be after due ({first.isoformat()})", expiry.isoformat())
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+            raise InvalidJob("generation", "must be an int >= 0", generation)
+        return cls(
+            id=job_id,
+            name=name,
+            target=target,
+            due=first,
+            data=_normalized_data(data, max_data_bytes),
+            metadata=_metadata(metadata),
+            schedule=parsed_schedule,
+            repeats=repeats,
+            ttl=expiry,
+            failure_policy=None if failure_policy is None else FailurePolicy.coerce(failure_policy),
+            created_at=now,
+            generation=generation,
+            misfire=Misfire.parse(misfire).value,
+        )
+
+    @property
+    def retry_policy(self) -> FailurePolicy:
+        """Return the failure policy in force: the job's own, or ``DEFAULT_FAILURE_POLICY``."""
+        return FailurePolicy.coerce(self.failure_policy)
+
+    @property
+    def recurring(self) -> bool:
+        """Return whether the job has a schedule (fires more than once unless bounded)."""
+        return self.schedule is not None
+
+    def to_wire(self) -> list[Any]:
+        """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it."""
+        return [
+            WIRE_VERSION,
+            self.id,
+            self.name,
+            self.target.to_wire(),
+            datetime_to_us(self.due),
+            self.data,
+            self.metadata,
+            None if self.schedule is None else self.schedule.text,
+            self.repeats,
+            None if self.ttl is None else datetime_to_us(self.ttl),
+            None if self.failure_policy is None else self.failure_policy.to_wire(),
+            datetime_to_us(self.created_at),
+            self.generation,
+            self.misfire,
+        ]
+
+    @classmethod
+    def from_wire(cls, obj: Any, memo: dict[Any, Any] | None = None) -> ScheduledJob:
+        """Return the job ``to_wire`` encoded, as read back from the log (no re-validation).
+
+        Pass one ``memo`` dict across a replay: each distinct schedule and failure policy is then
+        parsed once instead of once per job (schedules and policies are immutable).
+        """
+        if not isinstance(obj, (list, tuple)) or len(obj) != 14 or obj[0] != WIRE_VERSION:
+            raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
+        (_, job_id, name, target, due, data, metadata, schedule, repeats, ttl, policy, created, generation,
+         misfire) = obj
+        return cls(
+            job_id,
+            name,
+            Target.from_wire(target),
+            us_to_datetime(due),
+            data,
+            metadata,
+            None if schedule is None else memoized(memo, schedule, Schedule.parse, schedule),
+            repeats,
+            None if ttl is None else us_to_datetime(ttl),
+            None if policy is None else FailurePolicy.from_wire(policy, memo),
+            us_to_datetime(created),
+            generation,
+            misfire,
+        )
+
+
+def _check_label(value: object, field_name: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidJob(field_name, "must be a non-empty str", value)
+    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in value):
+        raise InvalidJob(field_name, "must not contain control characters", value)
+
+
+def _schedule(value: Schedule | str | None) -> tuple[Schedule | None, int | None]:
+    """Return the schedule and, for an actor-reminder period (``R4/PT3S``), its repeat count."""
+    if value is None or isinstance(value, Schedule):
+        return value, None
+    if not isinstance(value, str):
+        raise InvalidJob("schedule", "must be a Schedule, schedule text or None", value)
+    if _REMINDER_PERIOD.match(value):
+        interval, repeats = parse_period(value, field="schedule")
+        return Schedule.every(interval), repeats
+    return Schedule.parse(value), None
+
+
+def _metadata(value: Mapping[str, str] | None) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidJob("metadata", "must be a mapping of str to str", value)
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise InvalidJob("metadata", "keys and values must be str", {key: item})
+    return dict(value)
+
+
+def _normalized_data(value: Any, limit: int) -> Any:
+    """Return ``value`` as a replay will see it (tuples become lists), after checking its size."""
+    try:
+        packed = pack(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        rule = f"must be msgpack-encodable (None, bool, int, float, str, bytes, list, dict): {exc}"
+        raise InvalidJob("data", rule, type(value).__name__) from None
+    if len(packed) > limit:
+        raise InvalidJob("data", f"packs to {len(packed)} bytes, more than the limit of {limit}")
+    return unpack(packed)

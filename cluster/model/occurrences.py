@@ -1,0 +1,158 @@
+"""When a job fires: its occurrences in virtual time, and what to do with the ones a silo missed.
+
+Every next fire time is computed from the previous *scheduled* time, never from the clock, so a
+slow handler, a late silo or a failover never shifts a job's grid (``@every 10s`` due at 12:00:00
+fires at 12:00:10, 12:00:20 ... however late each fire ran). These are pure functions of their
+arguments: callers pass ``now``.
+
+Rules shared by every function here:
+
+- ``fired`` counts occurrences that *ended* (succeeded, or failed and given up), the previous
+  one included; ``repeats`` (None: unbounded) caps it. Occurrences skipped by a misfire policy
+  never ran, so they do not count.
+- ``ttl`` is a hard deadline (the instant the job expires, inclusive): nothing is scheduled after
+  it, and once ``now`` is past it nothing fires at all, late or not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from cluster.model.errors import InvalidPolicy
+from cluster.model.schedules import Schedule
+from cluster.model.times import require_aware
+
+__all__ = ["FIRE_ALL_LIMIT", "CatchUp", "Misfire", "catch_up", "first_occurrence", "next_occurrence"]
+
+# fire_all replays at most this many missed occurrences back to back: enough for any realistic
+# outage of a human-scale schedule, while a sub-second @every down for a day cannot flood its
+# handler with millions of calls. Occurrences past the limit are skipped.
+FIRE_ALL_LIMIT = 1000
+
+
+class Misfire(str, Enum):
+    """What happens to occurrences that came due while no silo owned the job's shard."""
+
+    FIRE_ONCE = "fire_once"  # one catch-up fire, then the next future occurrence (default)
+    FIRE_ALL = "fire_all"  # every missed occurrence back to back (Dapr), up to FIRE_ALL_LIMIT
+    SKIP = "skip"  # none of them: wait for the next future occurrence
+
+    @classmethod
+    def parse(cls, value: Misfire | str | None, *, field: str = "misfire") -> Misfire:
+        """The policy ``value`` names (None: the default, FIRE_ONCE); raises InvalidPolicy."""
+        if value is None:
+            return cls.FIRE_ONCE
+        try:
+            return cls(value.lower() if isinstance(value, str) else value)
+        except ValueError:
+            accepted = ", ".join(repr(m.value) for m in cls)
+            raise InvalidPolicy(field, "is not a misfire policy", value, accepted=accepted) from None
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """The outcome of :func:`catch_up`: fire ``fire_now`` in order at once, then wait for
+    ``next_due`` (None: the job is finished once those fires end)."""
+
+    fire_now: tuple[datetime, ...]
+    next_due: datetime | None
+
+
+def first_occurrence(due: datetime | None, schedule: Schedule | None, now: datetime) -> datetime:
+    """The first fire time: ``due`` if given, else the schedule's first time after ``now``,
+    else ``now`` (a one-shot job with no due time fires at once)."""
+    now = require_aware(now, field="now")
+    if due is not None:
+        return require_aware(due, field="due")
+    if schedule is not None:
+        return schedule.next_after(now)
+    return now
+
+
+def next_occurrence(
+    schedule: Schedule | None,
+    previous_scheduled: datetime,
+    fired: int,
+    repeats: int | None,
+    ttl: datetime | None,
+) -> datetime | None:
+    """The occurrence after the one scheduled at ``previous_scheduled``, or None when the job
+    has none left (no schedule, ``repeats`` reached, or the next time falls after ``ttl``)."""
+    if schedule is None or _exhausted(fired, repeats):
+        return None
+    following = schedule.next_after(previous_scheduled)
+    return None if _expired(following, ttl) else following
+
+
+def catch_up(
+    schedule: Schedule | None,
+    scheduled_for: datetime,
+    now: datetime,
+    misfire: Misfire | str = Misfire.FIRE_ONCE,
+    fired: int = 0,
+    repeats: int | None = None,
+    ttl: datetime | None = None,
+) -> CatchUp:
+    """What to fire now for a pending occurrence scheduled at ``scheduled_for``, found when a
+    shard is loaded or adopted, and when the job fires next.
+
+    Occurrences at or before ``now`` were missed. ``fire_once`` fires the oldest missed one
+    (the handler sees how late it is) and resumes at the first occurrence after ``now``;
+    ``fire_all`` fires every missed one in order (at most :data:`FIRE_ALL_LIMIT`); ``skip``
+    fires none. A one-shot job (no schedule) always fires its missed occurrence whatever the
+    policy: skipping it would lose the job. The grid is kept: an ``@every`` job resumes on
+    ``scheduled_for + k * period``, not on ``now + period``.
+    """
+    misfire = Misfire.parse(misfire)
+    now = require_aware(now, field="now")
+    scheduled_for = require_aware(scheduled_for, field="scheduled_for")
+    if _expired(now, ttl) or _expired(scheduled_for, ttl) or _exhausted(fired, repeats):
+        return CatchUp((), None)
+    if scheduled_for > now:
+        return CatchUp((), scheduled_for)
+    if schedule is None:
+        return CatchUp((scheduled_for,), None)
+    if misfire is Misfire.FIRE_ALL:
+        missed = _missed(schedule, scheduled_for, now, _room(fired, repeats))
+    elif misfire is Misfire.FIRE_ONCE:
+        missed = (scheduled_for,)
+    else:
+        missed = ()
+    after = fired + len(missed)
+    if _exhausted(after, repeats):
+        return CatchUp(missed, None)
+    following = _first_after(schedule, scheduled_for, now)
+    return CatchUp(missed, None if _expired(following, ttl) else following)
+
+
+def _missed(schedule: Schedule, scheduled_for: datetime, now: datetime, room: int) -> tuple[datetime, ...]:
+    """Occurrences from ``scheduled_for`` up to ``now``, oldest first, at most ``room``."""
+    times: list[datetime] = []
+    current = scheduled_for
+    while current <= now and len(times) < room:
+        times.append(current)
+        current = schedule.next_after(current)
+    return tuple(times)
+
+
+def _first_after(schedule: Schedule, anchor: datetime, now: datetime) -> datetime:
+    """The first occurrence strictly after ``now`` on the grid that runs through ``anchor``."""
+    if schedule.period is not None:
+        # O(1) even after a long outage; a cron schedule's grid is absolute, so next_after(now) is.
+        periods = (now - anchor) // schedule.period + 1
+        return anchor + periods * schedule.period
+    return schedule.next_after(now)
+
+
+def _room(fired: int, repeats: int | None) -> int:
+    return FIRE_ALL_LIMIT if repeats is None else min(FIRE_ALL_LIMIT, repeats - fired)
+
+
+def _exhausted(fired: int, repeats: int | None) -> bool:
+    return repeats is not None and fired >= repeats
+
+
+def _expired(when: datetime, ttl: datetime | None) -> bool:
+    return ttl is not None and when > ttl

@@ -1,0 +1,108 @@
+"""Cluster-wide settings, each with a default that suits a few silos on a small machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from cluster.model.errors import ValidationError
+from cluster.model.times import parse_duration
+
+DEFAULT_NAMESPACE = "timeshard"
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How silos shard, load, fire and watch each other. Durations accept timedelta or text.
+
+    - ``shard_duration`` (1 h): the due-time window one shard log covers. Shorter windows mean
+      smaller logs and faster replay after failover; longer ones mean fewer logs.
+    - ``lookahead`` (5 min): a shard is loaded into memory once its window starts within this
+      horizon; farther shards stay dormant and cost no memory per job.
+    - ``max_concurrency`` (10,000): attempts in flight per silo; due jobs wait in the queue
+      beyond it (backpressure) rather than pile up in handler actors.
+    - ``max_batch`` (500): the most attempts sent to one handler actor in one Ray call; several
+      batches are in flight at once, so a handler is never idle while a silo writes outcomes.
+    - ``handler_timeout`` (30 s): an attempt still running after this counts as failed.
+    - ``undeliverable_timeout`` (10 min): how long a job waits for its target actor to appear
+      before that counts as a failed attempt (Dapr's staging queue).
+    - ``staging_interval`` (1 s): how often staged jobs look for their target.
+    - ``heartbeat_interval`` (1 s) and ``suspicion_timeout`` (5 s): failure detection by
+      heartbeat; a silo silent longer than the timeout is declared dead.
+    - ``adoption_interval`` (2 s): how often silos look for orphaned shards besides membership
+      changes. ``max_adopted_count`` (3): a shard adopted more often is poisoned, not looped on;
+      ``poison_forgiveness`` (60 s): a shard held that long without its silo dying starts over.
+    - ``group_commit_linger`` (2 ms): how long a log writer waits to gather concurrent writes
+      into one append block.
+    - ``max_blocks`` (45,000): a shard log is compacted into a new generation before this many
+      blocks (Azure's hard limit is 50,000).
+    - ``misfire_grace`` (1 s): an occurrence later than this when its shard loads was missed,
+      and the job's misfire policy decides (fire_once, fire_all, skip).
+    - ``silo_num_cpus`` (0): Ray CPUs reserved per silo actor, 0 so several fit on 2 cores.
+    - ``max_restarts`` (-1): how often Ray restarts a crashed silo (-1: always).
+    """
+
+    shard_duration: timedelta = timedelta(hours=1)
+    lookahead: timedelta = timedelta(minutes=5)
+    max_concurrency: int = 10_000
+    max_batch: int = 500
+    handler_timeout: timedelta = timedelta(seconds=30)
+    undeliverable_timeout: timedelta = timedelta(minutes=10)
+    staging_interval: timedelta = timedelta(seconds=1)
+    heartbeat_interval: timedelta = timedelta(seconds=1)
+    suspicion_timeout: timedelta = timedelta(seconds=5)
+    adoption_interval: timedelta = timedelta(seconds=2)
+    max_adopted_count: int = 3
+    poison_forgiveness: timedelta = timedelta(seconds=60)
+    group_commit_linger: timedelta = timedelta(milliseconds=2)
+    max_blocks: int = 45_000
+    misfire_grace: timedelta = timedelta(seconds=1)
+    silo_num_cpus: float = 0
+    max_restarts: int = -1
+
+    if TYPE_CHECKING:
+        # The generated __init__, as callers may use it: durations also as text ("10s", "PT5M"),
+        # which __post_init__ parses. Keep in step with the fields above.
+        def __init__(
+            self,
+            shard_duration: timedelta | str = ...,
+            lookahead: timedelta | str = ...,
+            max_concurrency: int = ...,
+            max_batch: int = ...,
+            handler_timeout: timedelta | str = ...,
+            undeliverable_timeout: timedelta | str = ...,
+            staging_interval: timedelta | str = ...,
+            heartbeat_interval: timedelta | str = ...,
+            suspicion_timeout: timedelta | str = ...,
+            adoption_interval: timedelta | str = ...,
+            max_adopted_count: int = ...,
+            poison_forgiveness: timedelta | str = ...,
+            group_commit_linger: timedelta | str = ...,
+            max_blocks: int = ...,
+            misfire_grace: timedelta | str = ...,
+            silo_num_cpus: float = ...,
+            max_restarts: int = ...,
+        ) -> None: ...
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("timedelta", timedelta) and not isinstance(value, timedelta):
+                object.__setattr__(self, f.name, parse_duration(value, field=f.name))
+        for name in ("shard_duration", "handler_timeout", "heartbeat_interval", "suspicion_timeout",
+                     "adoption_interval", "staging_interval", "poison_forgiveness"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValidationError(name, "must be positive", getattr(self, name))
+        if self.lookahead < timedelta(0):
+            raise ValidationError("lookahead", "must not be negative", self.lookahead)
+        if self.suspicion_timeout <= self.heartbeat_interval:
+            raise ValidationError("suspicion_timeout", "must be longer than heartbeat_interval", self.suspicion_timeout)
+        for name in ("max_concurrency", "max_batch", "max_adopted_count", "max_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValidationError(name, "must be an int >= 1", value)
+
+    def with_(self, **changes: Any) -> ClusterOptions:
+        """A copy with ``changes`` applied and validated."""
+        return replace(self, **changes)

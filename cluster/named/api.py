@@ -1,0 +1,337 @@
+"""Named jobs (Dapr Jobs API) on ``client.jobs``: put, get, list, delete — by name, with a status.
+
+A name is unique per ``(namespace, app_id)`` (both default to ``"default"``). Every ``put`` makes
+a new **generation**: a new job with a new id (the generation id) and ``generation`` one higher.
+``put`` validates everything first, writes the definition, schedules the new job durably, points
+the registry entry at it by compare-and-swap, and cancels the previous generation through its
+shard's owner (following it through failovers) before it returns. So once ``put`` or
+``delete`` has returned, no occurrence of an older generation starts. An older generation whose
+cancel was cut short (the caller died) stays listed in the entry and is cancelled by the next
+``put`` or ``delete`` of that name.
+
+Status (``NamedJob.status``) is written by the silos as attempts start and end (see
+``cluster.named.hooks``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from cluster.model.errors import AlreadyExists, InvalidJob, InvalidSchedule, InvalidTime, ValidationError
+from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target, new_job_id
+from cluster.model.ports import JobSubmitter
+from cluster.model.times import utc_now
+from cluster.model.wire import datetime_to_us, pack, unpack, us_to_datetime
+from cluster.named.registry import (
+    NAMED_MARK,
+    RESERVED_METADATA,
+    Entry,
+    JobStatus,
+    Retired,
+    check_name,
+    check_scope,
+    definition_key,
+    entry_key,
+    read_entry,
+    scope_prefix,
+    update_entry,
+)
+from storage import AlreadyExists as LogExists
+from storage import Fenced, NotFound, Store, open_store
+
+__all__ = ["NamedJob", "NamedJobs", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
+
+DEFAULT_SCOPE = "default"
+#: A start time further in the past than this is a mistake, not a catch-up.
+EARLIEST_START = timedelta(minutes=10)
+MIN_PERIOD = timedelta(seconds=1)
+TARGET_FORMS = "Target.actor(...), Target.grain(...), 'actor:NAME', 'actor:NAME@RAY_NAMESPACE', 'grain:module:Class/KEY'"
+_PUT_ATTEMPTS = 8
+
+
+@dataclass(frozen=True)
+class NamedJob:
+    """A named job as ``get`` and ``list`` return it: its current definition and its status."""
+
+    name: str
+    namespace: str
+    app_id: str
+    generation: int  # counts the puts since the name was (re)created; job.id is the generation id
+    job: ScheduledJob  # the current generation, with job.shard set
+    status: JobStatus
+    updated_at: datetime  # when this generation was put
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The metadata given to ``put`` (without timeshard's own keys)."""
+        return {k: v for k, v in self.job.metadata.items() if not k.startswith(RESERVED_METADATA)}
+
+
+def parse_target(value: Any) -> Target:
+    """Return ``value`` as a Target: a Target, or text such as ``actor:mailer`` (see TARGET_FORMS)."""
+    if isinstance(value, Target):
+        if value.kind not in ("actor", "grain"):
+            raise InvalidJob("target.kind", "unknown target kind; kinds: actor, grain", value.kind)
+        return value
+    if not isinstance(value, str):
+        raise InvalidJob("target", "must be a Target or target text", value, accepted=TARGET_FORMS)
+    kind, sep, rest = value.partition(":")
+    if not sep or not rest:
+        raise InvalidJob("target", "must look like KIND:WHAT", value, accepted=TARGET_FORMS)
+    if kind == "actor":
+        name, at, namespace = rest.rpartition("@") if "@" in rest else (rest, "", "")
+        return Target.actor(name, namespace if at else None)
+    if kind == "grain":
+        path, slash, key = rest.rpartition("/")
+        if not slash or not key:
+            raise InvalidJob("target", "a grain needs a key: grain:module:Class/KEY", value, accepted=TARGET_FORMS)
+        return Target.grain(path, key)
+    raise InvalidJob("target.kind", "unknown target kind; kinds: actor, grain", kind, accepted=TARGET_FORMS)
+
+
+class NamedJobs:
+    """Schedule, look up, list, replace and delete jobs by name. ``client.jobs`` is one.
+
+    ``max_data_bytes`` (256 KiB) bounds the packed ``data`` of a job; build
+    ``NamedJobs(client, max_data_bytes=...)`` for another limit. The registry lives in the
+    silos' store, which this process opens itself (an Azure store needs its credential here too).
+    """
+
+    def __init__(self, client: JobSubmitter, *, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+                 store_url: str | None = None) -> None:
+        self.client = client
+        self.max_data_bytes = max_data_bytes
+        self._store_url = store_url  # the silos' store; asked of the cluster when None
+        self._stores: dict[int, Store] = {}  # per event loop: a store's connections belong to one
+
+    async def _store(self) -> Store:
+        loop = id(asyncio.get_running_loop())
+        store = self._stores.get(loop)
+        if store is None:
+            if self._store_url is None:
+                self._store_url = str((await self.client.describe())["store_url"])
+            store = self._stores[loop] = open_store(self._store_url)
+        return store
+
+    async def close(self) -> None:
+        """Release the store connections this object opened (optional; the process exit does it)."""
+        stores, self._stores = self._stores, {}
+        for store in stores.values():
+            await store.close()
+
+    # -- put ---------------------------------------------------------------------------------
+
+    async def put(
+        self,
+        name: str,
+        *,
+        target: Target | str,
+        schedule: Any = None,
+        due_time: Any = None,
+        repeats: int | None = None,
+        ttl: Any = None,
+        data: Any = None,
+        metadata: Mapping[str, str] | None = None,
+        failure_policy: Any = None,
+        overwrite: bool = False,
+        app_id: str = DEFAULT_SCOPE,
+        namespace: str = DEFAULT_SCOPE,
+    ) -> NamedJob:
+        """Schedule the job ``name``; returns it once durable and every older generation is cancelled.
+
+        Without ``overwrite`` a taken name raises ``AlreadyExists``; with it the last write wins.
+        Bad input raises a ``ValidationError`` naming the field and the rule, and writes nothing.
+        ``schedule`` and ``failure_policy`` take what ``schedule_job`` takes (an actor-reminder
+        period ``R4/PT3S`` too); ``due_time`` and ``ttl`` take what ``parse_time`` takes.
+        """
+        key = _key(name, app_id, namespace)
+        now = utc_now()
+        job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now)
+        store = await self._store()
+        for _ in range(_PUT_ATTEMPTS):
+            entry = await read_entry(store, key)
+            if entry is not None and not overwrite:
+                raise AlreadyExists(name, app_id, namespace)
+            generation = 1 if entry is None else entry.generation + 1
+            new = replace(job, id=new_job_id(), generation=generation)
+            await _write_definition(store, new)
+            (new,) = await self.client.submit_jobs([new])
+            written = await _point_at(store, key, entry, new, datetime_to_us(now))
+            if written is None:
+                await self._abandon(store, new)  # another put won the entry meanwhile
+                if not overwrite:
+                    raise AlreadyExists(name, app_id, namespace)
+                continue
+            await self._retire(store, written)
+            return NamedJob(name, namespace, app_id, generation, new, written.status, now)
+        raise Fenced(f"named job {name!r}: the entry kept changing under {_PUT_ATTEMPTS} concurrent puts")
+
+    def _build(self, name: str, key: str, target: Any, schedule: Any, due_time: Any, repeats: Any, ttl: Any,
+               data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime) -> ScheduledJob:
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidJob("metadata", "must be a mapping of str to str", metadata)
+        reserved = sorted(k for k in metadata or {} if isinstance(k, str) and k.startswith(RESERVED_METADATA))
+        if reserved:
+            raise InvalidJob("metadata", f"keys starting with {RESERVED_METADATA!r} are reserved", reserved)
+        try:
+            job = ScheduledJob.create(
+                self.client.resolve_target(parse_target(target)), name, due=due_time, data=data,
+                metadata={**(metadata or {}), NAMED_MARK: key},
+                schedule=schedule, repeats=repeats, ttl=ttl, failure_policy=failure_policy, now=now,
+                max_data_bytes=self.max_data_bytes,
+            )
+        except ValidationError as exc:
+            if exc.field != "due":
+                raise
+            raise type(exc)("due_time", exc.rule, exc.value, accepted=exc.accepted) from None
+        if job.due < now - EARLIEST_START:
+            raise InvalidTime("due_time", "must not be earlier than now - 10 minutes", job.due.isoformat())
+        if job.schedule is not None and job.schedule.period is not None and job.schedule.period < MIN_PERIOD:
+            raise InvalidSchedule("schedule", f"period must be at least {MIN_PERIOD.total_seconds():g}s", job.schedule.text)
+        return job
+
+    async def _abandon(self, store: Store, job: ScheduledJob) -> None:
+        await self.client.try_cancel_job(job)
+        await _delete_definition(store, job.id)
+
+    async def _cancel(self, job_id: str, shard: str, due_us: int) -> None:
+        await self.client.try_cancel_job(_locator(job_id, shard, due_us))
+
+    async def _retire(self, store: Store, entry: Entry) -> None:
+        """Cancel the older generations ``entry`` lists, then forget them."""
+        if not entry.retire:
+            return
+        for old in entry.retire:
+            await self._cancel(old.job_id, old.shard, old.due_us)
+        done = {old.job_id for old in entry.retire}
+        await update_entry(store, entry.key, entry.job_id,
+                           lambda e: replace(e, retire=tuple(r for r in e.retire if r.job_id not in done)), entry)
+        for job_id in done:
+            await _delete_definition(store, job_id)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def get(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> NamedJob | None:
+        """Return the named job with its status, or None if there is no job of that name."""
+        key = _key(name, app_id, namespace)
+        store = await self._store()
+        for _ in range(_PUT_ATTEMPTS):
+            entry = await read_entry(store, key)
+            if entry is None:
+                return None
+            found = await self._named(store, entry, namespace, app_id)
+            if found is not None:
+                return found
+        raise Fenced(f"named job {name!r}: its generation kept changing while being read")
+
+    async def list(self, prefix: str = "", *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> list[NamedJob]:
+        """Return the jobs of ``(namespace, app_id)`` whose name starts with ``prefix``, by name."""
+        if prefix:
+            check_name(prefix, "prefix")
+        check_scope(app_id, "app_id")
+        check_scope(namespace, "namespace")
+        store = await self._store()
+        base = scope_prefix(namespace, app_id)
+        infos = await store.list(entry_key(namespace, app_id, prefix) if prefix else base)
+        entries = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in infos
+                   if "/" not in info.name[len(base):]]
+        found = await asyncio.gather(*(self._named(store, e, namespace, app_id) for e in entries))
+        return sorted((f for f in found if f is not None), key=lambda f: f.name)
+
+    async def _named(self, store: Store, entry: Entry, namespace: str, app_id: str) -> NamedJob | None:
+        try:
+            job = await _read_definition(store, entry.job_id)
+        except NotFound:
+            return None  # replaced meanwhile and its definition deleted: read the entry again
+        return NamedJob(entry.name, namespace, app_id, entry.generation, replace(job, shard=entry.shard),
+                        entry.status, us_to_datetime(entry.updated_us))
+
+    # -- deleting ------------------------------------------------------------------------------
+
+    async def delete(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> bool:
+        """Delete the job ``name``: True if it existed. Once this returns, it does not start again."""
+        key = _key(name, app_id, namespace)
+        store = await self._store()
+        entry = await read_entry(store, key)
+        if entry is None:
+            return False
+        for _ in range(_PUT_ATTEMPTS * 4):
+            for job in (Retired(entry.job_id, entry.shard, entry.due_us), *entry.retire):
+                await self._cancel(job.job_id, job.shard, job.due_us)
+            try:
+                await store.delete(key, if_match=entry.etag)
+            except NotFound:
+                return True
+            except Fenced:  # a status update, or a put that made a newer generation to cancel
+                entry = await read_entry(store, key)
+                if entry is None:
+                    return True
+                continue
+            for job_id in [entry.job_id] + [r.job_id for r in entry.retire]:
+                await _delete_definition(store, job_id)
+            return True
+        raise Fenced(f"named job {name!r}: the entry kept changing while being deleted")
+
+    async def delete_prefix(self, prefix: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
+        """Delete every job whose name starts with ``prefix`` (``""``: all of the scope); returns how many."""
+        jobs = await self.list(prefix, app_id=app_id, namespace=namespace)
+        deleted = await asyncio.gather(*(self.delete(j.name, app_id=app_id, namespace=namespace) for j in jobs))
+        return sum(deleted)
+
+
+def _locator(job_id: str, shard: str, due_us: int) -> ScheduledJob:
+    """Return a stand-in job that says only where job ``job_id`` lives: all try_cancel_job reads."""
+    due = us_to_datetime(due_us)
+    return ScheduledJob(job_id, None, Target("actor", "-"), due, None, {}, None, None, None, None, due, shard=shard)
+
+
+def _key(name: str, app_id: str, namespace: str) -> str:
+    check_name(name)
+    return entry_key(check_scope(namespace, "namespace"), check_scope(app_id, "app_id"), name)
+
+
+async def _point_at(store: Store, key: str, entry: Entry | None, job: ScheduledJob, now_us: int) -> Entry | None:
+    """Point the entry at ``job`` by CAS; None when another put changed the generation first.
+
+    Status updates of the old generation may land in between: they only change the status,
+    which the new generation starts afresh, so the CAS is simply tried again.
+    """
+    assert job.shard is not None
+    while True:
+        retire = () if entry is None else (Retired(entry.job_id, entry.shard, entry.due_us), *entry.retire)
+        new = Entry(key, "", job.generation, job.id, job.shard, datetime_to_us(job.due), now_us,
+                    JobStatus(next_fire=job.due), retire)
+        try:
+            if entry is None:
+                etag = await store.create(key, new.metadata())
+            else:
+                etag = await store.set_metadata(key, new.metadata(), if_match=entry.etag)
+            return replace(new, etag=etag)
+        except (LogExists, Fenced, NotFound):
+            fresh = await read_entry(store, key)
+            if entry is None or fresh is None or fresh.job_id != entry.job_id:
+                return None
+            entry = fresh
+
+
+async def _write_definition(store: Store, job: ScheduledJob) -> None:
+    name = definition_key(job.id)
+    etag = await store.create(name, {})
+    await store.append(name, pack(job.to_wire()), if_match=etag)
+
+
+async def _read_definition(store: Store, job_id: str) -> ScheduledJob:
+    body, _ = await store.read(definition_key(job_id))
+    if not body:
+        raise NotFound(f"definition of {job_id} is not written yet")
+    return ScheduledJob.from_wire(unpack(body))
+
+
+async def _delete_definition(store: Store, job_id: str) -> None:
+    with contextlib.suppress(NotFound):
+        await store.delete(definition_key(job_id), if_match=None)

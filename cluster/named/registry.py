@@ -1,0 +1,324 @@
+"""The name registry of named jobs: which job a name points at, and what that job is doing.
+
+Layout in the store (the same one the shards live in):
+
+- ``names/<namespace>/<app_id>/<name>``: one empty log per name, the **entry**. Its metadata is
+  the whole record — generation, job id, shard, due time, the jobs still to retire, and the
+  status — so that every change is one compare-and-swap on its ETag and a listing of a scope is
+  one ``store.list`` call.
+- ``named-defs/<job id>``: one log per generation holding the job definition (data may be up
+  to 256 KiB, far more than metadata takes), written once before the entry points at it.
+
+Components are escaped byte-wise (``~XX`` for anything but ``A-Z a-z 0-9 - _``), so any
+name is a safe, printable store name, and the escape of a prefix is a prefix of the escape:
+``list(prefix)`` is a store prefix listing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from cluster.model.errors import ValidationError
+from cluster.model.wire import datetime_to_us, us_to_datetime
+from storage import Fenced, NotFound, Store
+
+__all__ = [
+    "NAMED_MARK",
+    "MAX_NAME_CHARS",
+    "AttemptRecord",
+    "JobStatus",
+    "Entry",
+    "Retired",
+    "check_name",
+    "check_scope",
+    "entry_key",
+    "scope_prefix",
+    "name_of",
+    "definition_key",
+    "read_entry",
+    "update_entry",
+]
+
+#: Job metadata key a named job carries: the key of its registry entry.
+NAMED_MARK = "timeshard.named"
+RESERVED_METADATA = "timeshard."
+REGISTRY_PREFIX = "names/"
+DEFINITIONS_PREFIX = "named-defs/"
+MAX_NAME_CHARS = 128
+MAX_SCOPE_CHARS = 64
+# The file store keeps each log in a file name of at most 240 characters and escapes '/' as
+# '%2F'; 200 leaves room for that on every store.
+MAX_KEY_CHARS = 200
+MAX_ERROR_CHARS = 500
+_FORBIDDEN = set("/\\#?")
+_PLAIN = re.compile(rb"[A-Za-z0-9_-]")
+_CAS_ATTEMPTS = 20
+
+
+# -- names ------------------------------------------------------------------------------------
+
+def check_name(name: object, field: str = "name") -> str:
+    """Return ``name`` if it is a valid job or reminder name, else raise ``ValidationError``.
+
+    Rules: a non-empty str of at most 128 characters, without ``/ \\ # ?`` or control
+    characters, and not ``.`` or ``..``.
+    """
+    _check_text(name, field, MAX_NAME_CHARS)
+    assert isinstance(name, str)
+    bad = sorted(set(name) & _FORBIDDEN)
+    if bad:
+        raise ValidationError(field, "must not contain '/', '\\', '#' or '?'", name)
+    if name in (".", ".."):
+        raise ValidationError(field, "must not be '.' or '..'", name)
+    return name
+
+
+def check_scope(value: object, field: str) -> str:
+    """Return ``value`` if it is a valid ``namespace`` or ``app_id``: like a name, 64 characters."""
+    _check_text(value, field, MAX_SCOPE_CHARS)
+    assert isinstance(value, str)
+    return value
+
+
+def _check_text(value: object, field: str, limit: int) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(field, "must be a non-empty str", value)
+    if len(value) > limit:
+        raise ValidationError(field, f"must be at most {limit} characters (got {len(value)})")
+    if not value.isprintable():
+        raise ValidationError(field, "must not contain control or other non-printable characters", value)
+
+
+def _escape(text: str) -> str:
+    return "".join(chr(b) if _PLAIN.fullmatch(bytes([b])) else f"~{b:02X}" for b in text.encode("utf-8"))
+
+
+def _unescape(text: str) -> str:
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "~":
+            out.append(int(text[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(text[i]))
+            i += 1
+    return out.decode("utf-8")
+
+
+def scope_prefix(namespace: str, app_id: str) -> str:
+    """Return the store prefix of every entry of ``(namespace, app_id)``."""
+    return f"{REGISTRY_PREFIX}{_escape(namespace)}/{_escape(app_id)}/"
+
+
+def entry_key(namespace: str, app_id: str, name: str) -> str:
+    """Return the store name of the entry for ``name``; raises if it would be too long."""
+    key = scope_prefix(namespace, app_id) + _escape(name)
+    if len(key) > MAX_KEY_CHARS:
+        raise ValidationError(
+            "name",
+            f"is too long once escaped for the store: {len(key)} characters with its namespace and app_id, "
+            f"at most {MAX_KEY_CHARS} (letters, digits, '-' and '_' take 1, other characters 3 per UTF-8 byte)",
+            name,
+        )
+    return key
+
+
+def name_of(key: str) -> str:
+    """Return the name an entry key holds (``entry_key``'s last component)."""
+    return _unescape(key.rpartition("/")[2])
+
+
+def definition_key(job_id: str) -> str:
+    """Return the store name of the log holding the definition of generation ``job_id``."""
+    return DEFINITIONS_PREFIX + job_id
+
+
+# -- status ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of a named job: when it was due and started, by whom, and how it ended.
+
+    ``outcome`` is ``running`` while it runs, then ``succeeded``, ``failed`` or ``interrupted``
+    (cut short by a silo crash). ``scheduled_for`` is virtual time; the others are wall clock.
+    """
+
+    run_id: str
+    attempt: int
+    occurrence: int
+    scheduled_for: datetime
+    started_at: datetime
+    owner: str = ""  # the silo incarnation that ran it
+    outcome: str = "running"
+    error: str | None = None
+    ended_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "r": self.run_id, "a": self.attempt, "o": self.occurrence, "s": datetime_to_us(self.scheduled_for),
+            "t": datetime_to_us(self.started_at), "w": self.owner, "x": self.outcome, "e": self.error,
+            "z": None if self.ended_at is None else datetime_to_us(self.ended_at),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any] | None) -> AttemptRecord | None:
+        if not obj:
+            return None
+        return cls(obj["r"], obj["a"], obj["o"], us_to_datetime(obj["s"]), us_to_datetime(obj["t"]), obj["w"],
+                   obj["x"], obj["e"], None if obj["z"] is None else us_to_datetime(obj["z"]))
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a named job is doing, as ``client.jobs.get(name).status`` shows it.
+
+    - ``next_fire``: when it fires next (None: nothing left, or an attempt is running);
+    - ``successful`` / ``failed`` / ``interrupted``: attempts that succeeded, raised (or timed
+      out), or were cut short by a silo crash (found when its shard was adopted);
+    - ``consecutive_failures``: failed or interrupted attempts since the last success;
+    - ``current_attempt``: the attempt running now, if any; ``last_attempt``: the last that ended;
+    - ``attempts`` / ``last_attempted``: Dapr's counters — attempts made at the current
+      occurrence and the virtual time of the last one; back to 0 / None when an occurrence ends;
+    - ``finished``: the job has nothing left to fire (its entry stays until deleted).
+
+    Counters describe the current generation: an overwrite starts them again.
+    """
+
+    next_fire: datetime | None = None
+    successful: int = 0
+    failed: int = 0
+    interrupted: int = 0
+    consecutive_failures: int = 0
+    current_attempt: AttemptRecord | None = None
+    last_attempt: AttemptRecord | None = None
+    attempts: int = 0
+    last_attempted: datetime | None = None
+    finished: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": None if self.next_fire is None else datetime_to_us(self.next_fire),
+            "ok": self.successful, "ko": self.failed, "int": self.interrupted, "cf": self.consecutive_failures,
+            "cur": None if self.current_attempt is None else self.current_attempt.to_json(),
+            "last": None if self.last_attempt is None else self.last_attempt.to_json(),
+            "at": self.attempts, "la": None if self.last_attempted is None else datetime_to_us(self.last_attempted),
+            "fin": self.finished,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> JobStatus:
+        return cls(
+            None if obj.get("n") is None else us_to_datetime(obj["n"]),
+            obj.get("ok", 0), obj.get("ko", 0), obj.get("int", 0), obj.get("cf", 0),
+            AttemptRecord.from_json(obj.get("cur")), AttemptRecord.from_json(obj.get("last")),
+            obj.get("at", 0), None if obj.get("la") is None else us_to_datetime(obj["la"]), obj.get("fin", False),
+        )
+
+
+# -- entries -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Retired:
+    """An older generation whose cancellation is not yet confirmed: ``put``/``delete`` retry it."""
+
+    job_id: str
+    shard: str
+    due_us: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registry entry at one ETag: the generation a name points at, and its status."""
+
+    key: str
+    etag: str
+    generation: int
+    job_id: str
+    shard: str
+    due_us: int
+    updated_us: int
+    status: JobStatus = field(default_factory=JobStatus)
+    retire: tuple[Retired, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return name_of(self.key)
+
+    def metadata(self) -> dict[str, str]:
+        """Return the store metadata of this entry: printable ASCII (JSON with ASCII escapes)."""
+        return {
+            "gen": str(self.generation),
+            "job": self.job_id,
+            "shard": self.shard,
+            "due": str(self.due_us),
+            "updated": str(self.updated_us),
+            "retire": _json([[r.job_id, r.shard, r.due_us] for r in self.retire]),
+            "status": _json(self.status.to_json()),
+        }
+
+    @classmethod
+    def from_metadata(cls, key: str, metadata: Mapping[str, str], etag: str) -> Entry:
+        return cls(
+            key, etag, int(metadata["gen"]), metadata["job"], metadata["shard"], int(metadata["due"]),
+            int(metadata["updated"]), JobStatus.from_json(json.loads(metadata["status"])),
+            tuple(Retired(*r) for r in json.loads(metadata["retire"])),
+        )
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
+
+
+def clip_error(text: str | None) -> str | None:
+    """Return ``text`` cut to fit the entry's metadata (8 KiB for everything on Azure)."""
+    if text is None or len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[: MAX_ERROR_CHARS - 1] + "\u2026"
+
+
+async def read_entry(store: Store, key: str) -> Entry | None:
+    """Return the entry stored under ``key``, or None if there is none."""
+    try:
+        stat = await store.stat(key)
+    except NotFound:
+        return None
+    return Entry.from_metadata(key, stat.metadata, stat.etag)
+
+
+async def update_entry(
+    store: Store,
+    key: str,
+    job_id: str,
+    change: Callable[[Entry], Entry | None],
+    known: Entry | None = None,
+) -> Entry | None:
+    """Apply ``change`` by compare-and-swap while the entry still points at ``job_id``.
+
+    Returns the entry written, or None when the entry is gone, points at another generation, or
+    ``change`` returned None (nothing to write). ``known`` is a cached entry to try first: a
+    stale one costs one ``Fenced`` and a re-read.
+    """
+    entry = known if known is not None and known.job_id == job_id else None
+    for _ in range(_CAS_ATTEMPTS):
+        if entry is None:
+            entry = await read_entry(store, key)
+        if entry is None or entry.job_id != job_id:
+            return None
+        new = change(entry)
+        if new is None:
+            return None
+        try:
+            etag = await store.set_metadata(key, new.metadata(), if_match=entry.etag)
+        except Fenced:
+            entry = None
+            continue
+        except NotFound:
+            return None
+        return replace(new, etag=etag)
+    raise Fenced(f"registry entry {key!r}: still contended after {_CAS_ATTEMPTS} attempts")

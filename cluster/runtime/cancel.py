@@ -1,0 +1,75 @@
+"""Cancelling one job in one shard: claimed first if orphaned, waited for if it is running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.runtime.adoption import Adoption
+from cluster.runtime.hooks import SiloHooks, call_hooks
+from cluster.runtime.ownership import ShardTable
+from cluster.runtime.queue import JobQueue
+from cluster.runtime.runs import Run, RunTable
+from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, RELEASED, SHARD_PREFIX, ShardState, remove_op
+from storage import Store, list_logs, read_log
+
+CancelAnswer = tuple[str, "str | None"]
+
+
+class Cancelling:
+    """Answers a client's cancel for a job in a shard this silo owns, or claims, or knows the owner of."""
+
+    def __init__(self, store: Store, queue: JobQueue[list[Any]], runs: RunTable, shards: ShardTable,
+                 adoption: Adoption, hooks: list[SiloHooks]) -> None:
+        self._store = store
+        self._queue = queue
+        self._runs = runs
+        self._shards = shards
+        self._adoption = adoption
+        self._hooks = hooks
+
+    async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
+        """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
+        shard = self._shards.get(shard_base)
+        if shard is None:
+            shard = await self._adoption.claim_for_cancel(shard_base)
+            if shard is None:
+                return "not_owner", await self.owner_of(shard_base)
+        run = self._runs.find(job_id)
+        if run is not None and run.shard is shard:
+            return await self._cancel_run(run)
+        async with shard.gate.exclusive():
+            state = shard.state
+            if state is None:  # dormant: fold the log to look, without loading the shard
+                state = ShardState().replay((await read_log(self._store, shard.base)).records())
+            entry = state.live.get(job_id)
+            if entry is None:
+                moved = state.moved.get(job_id)
+                return ("moved", moved) if moved else ("absent", None)
+            self._queue.cancel(job_id)
+            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
+        await call_hooks(self._hooks, "job_cancelled", job_id)
+        return "cancelled", None
+
+    async def _cancel_run(self, run: Run) -> CancelAnswer:
+        run.cancelled = True
+        self._runs.staged.pop(run.job_id, None)
+        await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+        # The attempt already started and runs to its end; wait so that nothing it was about to
+        # write (a retry, the next occurrence) outlives this cancel.
+        await run.wait_finished()
+        await call_hooks(self._hooks, "job_cancelled", run.job_id)
+        return "cancelled", None
+
+    async def owner_of(self, shard_base: str) -> str | None:
+        for head in await list_logs(self._store, shard_base):
+            if head.base == shard_base:
+                return head.metadata.get("owner")
+        return None
+
+    async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
+        """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
+        return [
+            (head.base, head.metadata.get("owner", RELEASED))
+            for head in await list_logs(self._store, SHARD_PREFIX)
+            if int(head.metadata.get("window_start", "0")) >= window_us
+        ]

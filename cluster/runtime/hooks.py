@@ -1,0 +1,122 @@
+"""Extension points of the silo: features built on jobs (named jobs, flows) watch attempts here.
+
+A hook sees every attempt a silo starts and ends, and every shard it loads or adopts. Hooks run
+inside the silo's event loop, so they must be quick for jobs that are not theirs (check
+``event.job`` first and return) and must not raise: an exception is logged and ignored, because
+a feature's bookkeeping must never stop jobs from firing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cluster.model.jobs import ScheduledJob
+from cluster.model.options import ClusterOptions
+
+if TYPE_CHECKING:
+    from storage import Store
+
+log = logging.getLogger("timeshard.silo")
+
+
+@dataclass(frozen=True)
+class AttemptEvent:
+    """One attempt of one job occurrence, as a hook sees it."""
+
+    job: ScheduledJob
+    run_id: str
+    attempt: int  # 1 on the first attempt of an occurrence
+    occurrence: int
+    scheduled_for: datetime  # virtual time of this attempt
+    started_at: datetime  # wall clock
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How an attempt ended and what happens next."""
+
+    succeeded: bool
+    error: str | None
+    ended_at: datetime
+    retry_at: datetime | None  # the failure policy's next attempt, None if it gave up
+    next_occurrence: datetime | None  # set when the occurrence ended and the job recurs
+    finished: bool  # the job has nothing left: removed from its shard
+
+
+class SiloHooks:
+    """Base class: override what you need. Every method is awaited by the silo."""
+
+    def interested(self, job: ScheduledJob) -> bool:
+        """Whether this hook wants to hear about ``job`` at all; the silo skips it otherwise.
+
+        Checked on the hot path for every attempt: answer from the job's metadata, no I/O.
+        """
+        return True
+
+    async def admit(self, event: AttemptEvent) -> bool:
+        """Whether this attempt may start at all; False cancels the job's occurrence instead.
+
+        For definitions that a newer one replaced (a named job's older generation): a stray
+        copy must not run once the replacing call has returned.
+        """
+        return True
+
+    async def attempt_started(self, event: AttemptEvent) -> None:
+        """An attempt is about to be delivered to its handler."""
+
+    async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
+        """An attempt's outcome is durable in its shard."""
+
+    async def job_cancelled(self, job_id: str) -> None:
+        """A job was cancelled through ``try_cancel_job``."""
+
+    async def shard_loaded(self, jobs: Sequence[tuple[ScheduledJob, int, int]], adopted: bool) -> None:
+        """A shard was loaded (``adopted``: taken from a failed silo); ``(job, occurrence, attempts)``."""
+
+    async def close(self) -> None:
+        """The silo stops."""
+
+
+async def call_hooks(hooks: Sequence[SiloHooks], method: str, *args: Any) -> None:
+    """Call ``method`` on each hook; a hook that raises is logged, never allowed to stop firing."""
+    for hook in hooks:
+        try:
+            await getattr(hook, method)(*args)
+        except Exception:
+            log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": method})
+
+
+async def admits(hooks: Sequence[SiloHooks], event: AttemptEvent) -> bool:
+    """Whether every hook admits ``event``; a hook that raises is logged and counts as admitting."""
+    ok = True
+    for hook in hooks:
+        try:
+            ok = ok and await hook.admit(event)
+        except Exception:
+            log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": "admit"})
+    return ok
+
+
+class SiloView(Protocol):
+    """What a hook may see of the silo it runs in: who it is now, its options, its own shards."""
+
+    @property
+    def owner(self) -> str:
+        """This incarnation's owner tag (``<silo id>#<incarnation>``); changes on a rejoin."""
+        ...
+
+    @property
+    def options(self) -> ClusterOptions: ...
+
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        """Durably add ``(id, due_us, packed job)`` items to this silo's shards; their shards."""
+        ...
+
+
+HooksFactory = Callable[["Store", SiloView], Sequence[SiloHooks]]
+"""Builds a silo's hooks inside its event loop, once the silo has joined. Passed to ``Silo`` by
+the code that wires the cluster (features register there), never looked up by the runtime."""

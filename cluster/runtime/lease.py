@@ -1,0 +1,57 @@
+"""The firing lease: a silo fires only while its last heartbeat proves it still owns its shards.
+
+Peers declare a silo dead after watching its membership row unchanged for ``suspicion_timeout``,
+counted from when they first saw it — at the earliest when the heartbeat write *began*. So the
+lease runs from that moment for a fraction of the timeout, however slow the write was: a silo
+that is paused or cut off from the store stops firing before anyone may adopt its shards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from cluster.model.clock import Clock
+
+# The lease ends this fraction of suspicion_timeout after a heartbeat began: the margin covers a
+# delivery in progress when it ends (the handler refuses work past the lease's wall-clock end).
+LEASE_FRACTION = 0.8
+
+
+def lease_end(written_from: float, suspicion_timeout: float) -> float:
+    """When a lease renewed by a heartbeat that began at ``written_from`` (monotonic s) ends."""
+    return written_from + LEASE_FRACTION * suspicion_timeout
+
+
+class Lease:
+    """Until when (monotonic) this silo may fire, and a wait for the next renewal."""
+
+    def __init__(self, clock: Clock, suspicion_timeout: float) -> None:
+        self._clock = clock
+        self._suspicion = suspicion_timeout
+        self.until = 0.0
+        self._renewed = asyncio.Event()
+
+    @property
+    def valid(self) -> bool:
+        return self._clock.monotonic() <= self.until
+
+    def renew(self, written_from: float) -> bool:
+        """Extend the lease from a heartbeat that began at ``written_from``; True if it had lapsed."""
+        lapsed = self._clock.monotonic() > self.until
+        self.until = lease_end(written_from, self._suspicion)
+        self._renewed.set()
+        return lapsed
+
+    async def wait_renewed(self) -> None:
+        """Wait for the next renewal (the caller found the lease lapsed)."""
+        self._renewed.clear()
+        await self._renewed.wait()
+
+    async def wait_valid(self) -> None:
+        """Return once the lease holds, waiting out renewals as long as it has lapsed."""
+        while not self.valid:
+            await self.wait_renewed()
+
+    def wall_end(self) -> float:
+        """The lease's end on the wall clock (seconds since the epoch), for the handler to check."""
+        return self._clock.now_us() / 1e6 + (self.until - self._clock.monotonic())

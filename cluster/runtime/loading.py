@@ -1,0 +1,105 @@
+"""Loading: read and fold a shard's log once its window nears, queue its jobs, and clean up.
+
+A shard beyond the lookahead stays dormant (nothing in memory per job). Once its window starts
+within ``lookahead`` it is loaded; recurring occurrences missed while nobody held it are settled
+by their misfire policy; and once drained and past its window, its log is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cluster.model.clock import Clock
+from cluster.model.occurrences import Misfire, catch_up
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
+from cluster.runtime.hooks import SiloHooks, call_hooks
+from cluster.runtime.ownership import ShardTable
+from cluster.runtime.queue import JobQueue
+from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import ATTEMPTS, DUE, EXPIRED, JOB, OCCURRENCE, SCHEDULED, add_op, remove_op
+from storage import Fenced, NotFound, StorageError, Store
+
+log = logging.getLogger("timeshard.silo")
+
+
+class Loading:
+    """Loads due shards into the queue and deletes drained ones."""
+
+    def __init__(self, store: Store, options: ClusterOptions, clock: Clock, queue: JobQueue[list[Any]], runs: RunTable,
+                 shards: ShardTable, hooks: list[SiloHooks], decode: JobDecoder) -> None:
+        self._store = store
+        self._options = options
+        self._clock = clock
+        self._queue = queue
+        self._runs = runs
+        self._shards = shards
+        self._hooks = hooks
+        self._decode = decode
+
+    async def load_due(self) -> None:
+        """Load every held shard whose window starts within the lookahead."""
+        horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
+        for shard in self._shards:
+            if not shard.loaded and shard.meta.window_start <= horizon:
+                async with shard.gate.exclusive():
+                    if not shard.loaded:
+                        try:
+                            await shard.load(self._store)
+                        except StorageError as exc:
+                            log.warning("could not load shard", extra={"shard": shard.base, "error": repr(exc)})
+                            continue
+                        self.settle_misfires(shard)
+                        self.queue_loaded(shard)
+
+    def settle_misfires(self, shard: Shard) -> None:
+        """Recurring jobs whose occurrence passed while the shard was not loaded: per policy."""
+        assert shard.state is not None
+        now_us = self._clock.now_us()
+        grace = timedelta_to_us(self._options.misfire_grace)
+        for job_id, entry in list(shard.state.live.items()):
+            if entry[DUE] >= now_us - grace or entry[ATTEMPTS]:
+                continue
+            job = self._decode(entry[JOB])
+            if job.schedule is None or Misfire.parse(job.misfire) is not Misfire.SKIP:
+                continue  # fire_once / fire_all fire the missed occurrence now; one-shots always do
+            plan = catch_up(job.schedule, us_to_datetime(entry[SCHEDULED]), us_to_datetime(now_us),
+                            Misfire.SKIP, entry[OCCURRENCE] - 1, job.repeats, job.ttl)
+            if plan.next_due is None:
+                self._runs.spawn(shard.write([remove_op(job_id, entry[OCCURRENCE], EXPIRED)]))
+            else:
+                nxt = datetime_to_us(plan.next_due)
+                self._runs.spawn(shard.write([add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, nxt)]))
+
+    def queue_loaded(self, shard: Shard, *, adopted: bool = False) -> None:
+        """Queue the live jobs of a shard just loaded or claimed; tell the hooks."""
+        assert shard.state is not None
+        for job_id, entry in shard.state.live.items():
+            if job_id not in self._runs.inflight and job_id not in self._runs.staged:
+                self._queue.push(job_id, entry[DUE], entry)
+        self._shards.update_loaded_gauge()
+        if self._hooks and shard.state.live:
+            jobs = [(self._decode(e[JOB]), e[OCCURRENCE], e[ATTEMPTS]) for e in shard.state.live.values()]
+            self._runs.spawn(call_hooks(self._hooks, "shard_loaded", jobs, adopted))
+
+    async def delete_drained(self) -> None:
+        """Delete the logs of held shards that are empty and past their window."""
+        now = self._clock.now_us()
+        for shard in self._shards:
+            if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now:
+                if self._runs.of_shard(shard):
+                    continue
+                async with shard.gate.exclusive():
+                    if shard.live_count != 0:
+                        continue
+                    try:
+                        await shard.writer.close()
+                        await self._store.delete(shard.writer.name, if_match=shard.writer.etag)
+                    except (Fenced, NotFound):
+                        pass
+                    except StorageError as exc:
+                        log.warning("could not delete drained shard", extra={"shard": shard.base, "error": repr(exc)})
+                        continue
+                    self._shards.forget(shard)

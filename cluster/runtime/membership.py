@@ -1,0 +1,185 @@
+"""The membership table: which silos exist, which incarnation of each is alive, and since when.
+
+One small log per silo (``members/<silo id>``) whose metadata is the silo's row; every change is a
+compare-and-swap on its ETag, so two incarnations of one silo can never both believe they are
+current. A silo restarted by Ray joins as a new incarnation, which makes everything its
+predecessor owned an orphan.
+
+Correctness never rests on this table: a silo wrongly thought dead loses its shards by fencing,
+not its data. The table only decides *when* others look for orphans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from storage import AlreadyExists, Fenced, NotFound, Store
+
+MEMBER_PREFIX = "members/"
+SILO_PREFIX = "silo-"  # a silo's Ray actor name is SILO_PREFIX + silo id
+JOINING, ACTIVE, LEAVING, DEAD = "joining", "active", "leaving", "dead"
+
+
+def owner_tag(silo_id: str, incarnation: int) -> str:
+    """The owner string a shard's metadata carries: ``<silo id>#<incarnation>``."""
+    return f"{silo_id}#{incarnation}"
+
+
+def parse_owner(owner: str) -> tuple[str, int] | None:
+    """``(silo id, incarnation)`` of an owner tag, or None for a released shard."""
+    silo_id, sep, incarnation = owner.rpartition("#")
+    if not sep or not incarnation.isdigit():
+        return None
+    return silo_id, int(incarnation)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One silo's row: identity, incarnation, where it runs, its status and last heartbeat (µs)."""
+
+    silo_id: str
+    incarnation: int
+    status: str
+    heartbeat_us: int
+    node: str = ""
+    pid: int = 0
+    etag: str = ""
+
+    @property
+    def owner(self) -> str:
+        return owner_tag(self.silo_id, self.incarnation)
+
+    def to_metadata(self) -> dict[str, str]:
+        return {
+            "silo_id": self.silo_id,
+            "incarnation": str(self.incarnation),
+            "status": self.status,
+            "heartbeat_us": str(self.heartbeat_us),
+            "node": self.node or "-",
+            "pid": str(self.pid),
+        }
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, str], etag: str) -> Member:
+        return cls(
+            silo_id=md["silo_id"],
+            incarnation=int(md["incarnation"]),
+            status=md["status"],
+            heartbeat_us=int(md["heartbeat_us"]),
+            node="" if md.get("node", "-") == "-" else md["node"],
+            pid=int(md.get("pid", "0")),
+            etag=etag,
+        )
+
+    def alive(self, now_us: int, suspicion_timeout_us: int) -> bool:
+        """Whether this incarnation counts as alive: not dead, not gone, heard from lately."""
+        return self.status in (JOINING, ACTIVE) and now_us - self.heartbeat_us <= suspicion_timeout_us
+
+
+class Identity:
+    """Who this silo is right now: its id and current membership row (replaced on every write).
+
+    Shared by the silo's roles: a rejoin gives a new incarnation, and every role sees it at once.
+    """
+
+    def __init__(self, silo_id: str) -> None:
+        self.silo_id = silo_id
+        self.member: Member | None = None
+
+    @property
+    def row(self) -> Member:
+        assert self.member is not None, "the silo has not joined yet"
+        return self.member
+
+    @property
+    def owner(self) -> str:
+        return self.row.owner
+
+    @property
+    def incarnation(self) -> int:
+        return self.row.incarnation
+
+
+class Membership:
+    """Reads and writes the membership table in ``store``; every write is a CAS."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def members(self) -> dict[str, Member]:
+        """Every silo's current row, by silo id."""
+        rows = await self._store.list(MEMBER_PREFIX)
+        return {m.silo_id: m for m in (Member.from_metadata(md, etag) for _, md, etag in rows)}
+
+    async def join(self, silo_id: str, now_us: int, *, node: str = "", pid: int = 0) -> Member:
+        """Register a new incarnation of ``silo_id`` and return its row (status active)."""
+        name = MEMBER_PREFIX + silo_id
+        while True:
+            try:
+                stat = await self._store.stat(name)
+            except NotFound:
+                row = Member(silo_id, 1, ACTIVE, now_us, node, pid)
+                try:
+                    etag = await self._store.create(name, row.to_metadata())
+                except AlreadyExists:
+                    continue  # another incarnation raced us to it: read and go on from there
+                return replace(row, etag=etag)
+            previous = Member.from_metadata(stat.metadata, stat.etag)
+            row = Member(silo_id, previous.incarnation + 1, ACTIVE, now_us, node, pid)
+            try:
+                etag = await self._store.set_metadata(name, row.to_metadata(), if_match=stat.etag)
+            except Fenced:
+                continue
+            return replace(row, etag=etag)
+
+    async def update(self, row: Member, **changes: Any) -> Member:
+        """Write ``row`` with ``changes``; ``Fenced`` if someone else changed it since."""
+        new = replace(row, **changes)
+        etag = await self._store.set_metadata(MEMBER_PREFIX + row.silo_id, new.to_metadata(), if_match=row.etag)
+        return replace(new, etag=etag)
+
+    async def declare_dead(self, row: Member) -> bool:
+        """Mark a suspected silo dead by CAS; False if its row moved on (it is alive after all)."""
+        try:
+            await self.update(row, status=DEAD)
+        except (Fenced, NotFound):
+            return False
+        return True
+
+
+class HeartbeatWatch:
+    """Suspects peers by how long *this* silo has seen their heartbeat unchanged.
+
+    Judging by local observation, not by comparing a peer's timestamp with our clock, keeps
+    detection right under clock skew and after a storage outage: when nobody could write a
+    heartbeat, nobody's silence counts until we have watched it again for a full timeout.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, int, float]] = {}  # silo -> (incarnation, heartbeat, since)
+
+    def observe(self, members: Mapping[str, Member], now: float) -> None:
+        """Record what ``members`` shows at monotonic time ``now``."""
+        for silo_id, m in members.items():
+            seen = self._seen.get(silo_id)
+            if seen is None or seen[:2] != (m.incarnation, m.heartbeat_us):
+                self._seen[silo_id] = (m.incarnation, m.heartbeat_us, now)
+
+    def suspects(self, members: Mapping[str, Member], now: float, timeout: float, *, me: str) -> list[Member]:
+        """Peers still marked alive whose heartbeat has not moved for ``timeout`` seconds."""
+        out = []
+        for silo_id, m in members.items():
+            seen = self._seen.get(silo_id)
+            if silo_id != me and m.status in (JOINING, ACTIVE) and seen is not None and now - seen[2] > timeout:
+                out.append(m)
+        return out
+
+    def seen(self) -> list[str]:
+        """Every silo id observed so far."""
+        return list(self._seen)
+
+    def forget_silence(self, now: float) -> None:
+        """Restart every peer's clock: we could not see the table for a while ourselves."""
+        self._seen = {k: (inc, hb, now) for k, (inc, hb, _) in self._seen.items()}

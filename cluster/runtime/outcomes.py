@@ -1,0 +1,207 @@
+"""What an attempt's outcome means, made durable: a removal, a retry, or the next occurrence.
+
+An outcome that cannot be written yet (the store is down) is kept and written again, rather
+than the job run again; its run stays in flight meanwhile, which holds back new work. A write
+fenced by another owner ends the matter: that owner replays the job from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from cluster.model.attempt import JobFailed, Outcome
+from cluster.model.clock import Clock, now_datetime
+from cluster.model.occurrences import Misfire, catch_up, next_occurrence
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
+from cluster.runtime.hooks import AttemptEnd, call_hooks
+from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.ownership import ShardTable
+from cluster.runtime.queue import JobQueue
+from cluster.runtime.runs import Run, RunTable
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import (
+    CANCELLED,
+    EXHAUSTED,
+    EXPIRED,
+    JOB,
+    MOVED,
+    OCCURRENCE,
+    SCHEDULED,
+    SUCCEEDED,
+    add_op,
+    remove_op,
+    retry_op,
+    window_of,
+)
+from storage import Fenced, StorageError
+
+log = logging.getLogger("timeshard.silo")
+
+T = TypeVar("T")
+FIRST_RETRY_DELAY = 0.2  # seconds before an outcome write is tried again; doubles up to the max
+MAX_RETRY_DELAY = 5.0
+
+
+class Outcomes:
+    """Writes outcomes of attempts into their shards and queues what comes next."""
+
+    def __init__(self, options: ClusterOptions, clock: Clock, queue: JobQueue[list[Any]], runs: RunTable,
+                 shards: ShardTable, metrics: SiloMetrics) -> None:
+        self._options = options
+        self._clock = clock
+        self._queue = queue
+        self._runs = runs
+        self._shards = shards
+        self._metrics = metrics
+
+    async def complete_batch(self, runs: list[Run], outcomes: list[Outcome]) -> None:
+        """Record the outcomes of a delivered batch, ``outcomes[i]`` belonging to ``runs[i]``."""
+        # The common case — a one-shot job that succeeded, nobody hooked — needs only a REMOVE:
+        # one write per shard for the whole batch. Everything else goes through complete().
+        simple: dict[Shard, list[Run]] = defaultdict(list)
+        rest: list[tuple[Run, Outcome]] = []
+        # Not strict: outcomes come from the handler's process, and a short reply must not keep
+        # the runs it does answer from being recorded.
+        for run, outcome in zip(runs, outcomes, strict=False):
+            if (outcome.succeeded and run.job.schedule is None and not run.hooks and not run.cancelled
+                    and run.job.retry_policy.strategy != "always"):
+                simple[run.shard].append(run)
+            else:
+                rest.append((run, outcome))
+        succeeded = sum(len(v) for v in simple.values())
+        if succeeded:
+            self._metrics.succeeded.inc(succeeded)
+        await asyncio.gather(*(self._remove_succeeded(shard, rs) for shard, rs in simple.items()),
+                             *(self.complete(run, outcome) for run, outcome in rest))
+
+    async def _remove_succeeded(self, shard: Shard, runs: list[Run]) -> None:
+        def removals() -> Awaitable[list[Any]]:
+            live = [r for r in runs if not r.cancelled]
+            return shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in live])
+
+        try:
+            await self._until_durable(shard, removals, done=lambda: all(r.cancelled for r in runs), jobs=len(runs))
+        finally:
+            self._runs.release_all(runs)
+
+    async def complete(self, run: Run, outcome: Outcome) -> None:
+        """Record ``outcome`` of ``run`` durably, then tell the run's hooks how it ended."""
+        end: AttemptEnd | None = None
+        try:
+            if outcome.refused:
+                # The handler saw our lease had run out and did not start it: no attempt was
+                # made. Queue it again; if the shard was taken meanwhile, the write fences us.
+                if not run.shard.lost and not run.cancelled:
+                    self._queue.push(run.job_id, run.due_us, run.entry)
+                return
+            (self._metrics.succeeded if outcome.succeeded else self._metrics.failed).inc()
+            end = await self._until_durable(run.shard, lambda: self._record(run, outcome),
+                                            done=lambda: run.cancelled, jobs=1)
+        finally:
+            self._runs.release(run)
+        if end is not None and run.hooks:
+            await call_hooks(run.hooks, "attempt_ended", run.event(), end)
+
+    async def _until_durable(self, shard: Shard, write: Callable[[], Awaitable[T]], *, done: Callable[[], bool],
+                             jobs: int) -> T | None:
+        """``write()`` until it is durable or ``done()``; None if fenced, given up, or done."""
+        delay = FIRST_RETRY_DELAY
+        while not done():
+            try:
+                return await write()
+            except Fenced:
+                self._shards.drop(shard, "fenced while writing outcomes")
+                return None
+            except StorageError as exc:
+                if self._runs.closing:
+                    log.error("outcomes not recorded at stop; the jobs will run again", extra={"jobs": jobs})
+                    return None
+                log.warning("outcomes not durable yet, retrying", extra={"jobs": jobs, "error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, MAX_RETRY_DELAY)
+        return None
+
+    async def _record(self, run: Run, outcome: Outcome) -> AttemptEnd:
+        """Write what the outcome means — a retry, the next occurrence or the end — durably."""
+        policy = run.job.retry_policy
+        attempts = run.number
+        exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "",
+                                                       timed_out=outcome.timed_out)
+        retry_at = policy.decide(
+            attempts, us_to_datetime(run.due_us), succeeded=outcome.succeeded,
+            ctx=run.context() if exc is not None else None, exc=exc,
+        ) if (exc is not None or policy.strategy == "always") else None
+        error = None if exc is None else f"{exc.error_type}: {exc.message}"
+        if retry_at is not None:
+            due_us = datetime_to_us(retry_at)
+            (entry,) = await run.shard.write([retry_op(run.job_id, due_us, attempts)])
+            if entry is not None and not run.cancelled:
+                self._queue.push(run.job_id, due_us, entry)
+            self._metrics.retried.inc()
+            return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), retry_at, None, False)
+        if exc is not None:
+            log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
+        nxt = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+        return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), None,
+                          None if nxt is None else us_to_datetime(nxt), nxt is None)
+
+    async def end_occurrence(self, run: Run, outcome: str) -> int | None:
+        """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
+        entry = run.entry
+        nxt = None if outcome == EXPIRED else self._next_time(run)
+        if nxt is None:
+            await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
+            return None
+        add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
+        window = window_of(nxt, timedelta_to_us(self._options.shard_duration))
+        if self._shards.open_for(window) is run.shard:
+            (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
+        else:
+            # Queued below, once this occurrence is fully written: the next one must not start
+            # while this run still counts as in flight.
+            target = await self._shards.write_to_window(window, [add], queue=False)
+            new_entry = target.state.live.get(run.job_id) if target.state is not None else None
+            await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base)])
+        if run.cancelled:
+            await self._cancel_next(run.job_id, window)
+            return None
+        if new_entry is not None:
+            self._queue.push(run.job_id, nxt, new_entry)
+        return nxt
+
+    async def expire(self, run: Run) -> None:
+        """Remove a job whose ttl passed before this occurrence could start."""
+        try:
+            await self.end_occurrence(run, EXPIRED)
+        except Fenced:
+            self._shards.drop(run.shard, "fenced while expiring a job")
+        except StorageError as exc:
+            # Not durable: the job stays in its log and is expired again when next loaded.
+            log.warning("could not record an expiry", extra={"job": run.job_id, "error": repr(exc)})
+
+    async def _cancel_next(self, job_id: str, window: int) -> None:
+        shard = self._shards.open_for(window)
+        if shard is not None and shard.state is not None and job_id in shard.state.live:
+            self._queue.cancel(job_id)
+            await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
+
+    def _next_time(self, run: Run) -> int | None:
+        job, entry = run.job, run.entry
+        scheduled = us_to_datetime(entry[SCHEDULED])
+        nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
+        if nxt is None:
+            return None
+        now = now_datetime(self._clock)
+        grace = self._options.misfire_grace
+        if nxt < now - grace:
+            misfire = Misfire.parse(job.misfire)
+            # This fire was itself the one catch-up fire_once allows when it ran late.
+            late = us_to_datetime(run.due_us) < now - grace
+            if misfire is Misfire.SKIP or (misfire is Misfire.FIRE_ONCE and late):
+                nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
+        return None if nxt is None else datetime_to_us(nxt)

@@ -1,0 +1,148 @@
+"""The shards a silo owns: its open shard per window, creating them, and letting them go.
+
+Every new job goes into this silo's own *open* shard for its window, so silos never contend on
+a write. A shard is sealed (no new jobs) once adopted or full, forgotten once drained and
+deleted, and dropped when a fenced write shows another silo owns it now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+from cluster.model.clock import Clock
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import timedelta_to_us as us
+from cluster.runtime.membership import Identity
+from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.queue import JobQueue
+from cluster.runtime.runs import RunTable
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import DUE, RELEASED, ShardMeta, shard_name
+from storage import Fenced, LogFull, LogOptions, StorageError, Store
+
+log = logging.getLogger("timeshard.silo")
+
+
+class ShardTable:
+    """This silo's shards by name, and its open shard per due-time window."""
+
+    def __init__(self, store: Store, options: ClusterOptions, clock: Clock, me: Identity, queue: JobQueue[list[Any]],
+                 runs: RunTable, metrics: SiloMetrics) -> None:
+        self._store = store
+        self._options = options
+        self._clock = clock
+        self._me = me
+        self._queue = queue
+        self._runs = runs
+        self._metrics = metrics
+        self.log_options = LogOptions(linger=options.group_commit_linger.total_seconds(), rotate_blocks=options.max_blocks)
+        self.shards: dict[str, Shard] = {}
+        self._open: dict[int, Shard] = {}  # window start -> this incarnation's open shard
+        self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._counter = 0
+
+    def __iter__(self) -> Any:
+        return iter(list(self.shards.values()))
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def get(self, base: str) -> Shard | None:
+        return self.shards.get(base)
+
+    def open_for(self, window: int) -> Shard | None:
+        """This silo's open shard for ``window``, if it has one."""
+        return self._open.get(window)
+
+    async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
+        """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded."""
+        while True:
+            shard = await self._open_shard(window)
+            try:
+                async with shard.gate.shared():
+                    if shard.lost or self.shards.get(shard.base) is not shard:
+                        continue  # drained and deleted (or lost) while we waited: open a fresh one
+                    started = time.perf_counter()
+                    entries = await shard.write(ops)
+                    self._metrics.append_latency.observe(time.perf_counter() - started)
+                    # Not strict: a dormant shard returns no entries, and nothing is queued then.
+                    for op, entry in zip(ops, entries if queue else (), strict=False):
+                        self._queue.push(op[1], entry[DUE], entry)
+                return shard
+            except LogFull:
+                self.seal(shard)  # full while dormant: later adds go to a fresh shard
+            except Fenced:
+                self.drop(shard, "fenced while adding jobs")
+
+    async def _open_shard(self, window: int) -> Shard:
+        shard = self._open.get(window)
+        if shard is not None:
+            return shard
+        async with self._opening[window]:
+            shard = self._open.get(window)
+            if shard is not None:
+                return shard
+            self._counter += 1
+            base = shard_name(window, f"{self._me.silo_id}.{self._me.incarnation}", self._counter)
+            meta = ShardMeta(self._me.owner, window, window + us(self._options.shard_duration))
+            shard = await Shard.create(self._store, base, meta, self.log_options)
+            if window - us(self._options.lookahead) > self._clock.now_us():
+                shard.state = None  # beyond the lookahead: dormant, nothing held per job
+            self.add(shard)
+            self._open[window] = shard
+            return shard
+
+    def add(self, shard: Shard) -> None:
+        """Hold ``shard`` (just created or claimed)."""
+        shard.held_since = self._clock.monotonic()
+        self.shards[shard.base] = shard
+        self._metrics.shards_owned.set(len(self.shards))
+
+    def seal(self, shard: Shard) -> None:
+        """No new jobs go into ``shard`` (full, or its window's open shard changes)."""
+        for window, open_shard in list(self._open.items()):
+            if open_shard is shard:
+                del self._open[window]
+
+    def forget(self, shard: Shard) -> None:
+        """Stop holding ``shard`` (deleted, or lost)."""
+        self.shards.pop(shard.base, None)
+        self.seal(shard)
+        self._metrics.shards_owned.set(len(self.shards))
+
+    def drop(self, shard: Shard, why: str) -> None:
+        """Another silo owns ``shard`` now (fencing): fire nothing more from it."""
+        if shard.lost:
+            return
+        shard.lost = True
+        self.forget(shard)
+        if shard.state is not None:
+            for job_id, entry in shard.state.live.items():
+                got = self._queue.get(job_id)
+                if got is not None and got[1] is entry:
+                    self._queue.cancel(job_id)
+        for job_id, run in list(self._runs.staged.items()):
+            if run.shard is shard:
+                del self._runs.staged[job_id]
+        log.warning("shard lost to another silo", extra={"shard": shard.base, "why": why})
+
+    def drop_all(self, why: str) -> None:
+        for shard in list(self.shards.values()):
+            self.drop(shard, why)
+
+    def update_loaded_gauge(self) -> None:
+        self._metrics.shards_loaded.set(sum(1 for s in self.shards.values() if s.loaded))
+
+    async def release_all(self) -> int:
+        """Clear the owner of every shard (a graceful stop) so peers take them at once."""
+        released = 0
+        for shard in list(self.shards.values()):
+            with contextlib.suppress(StorageError):
+                await shard.set_meta(shard.meta.with_owner(RELEASED))
+                released += 1
+        return released

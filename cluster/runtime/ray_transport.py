@@ -1,0 +1,152 @@
+"""The silo's transport over Ray: named handler actors, grains activated on demand, peer silos.
+
+Lookups go through Ray's GCS, so handles are cached per target and dropped when a call finds the
+actor dead. A target that does not exist yet is not an error here: the silo stages the job until
+the actor appears (Dapr's staging queue) or ``undeliverable_timeout`` runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import ray
+
+from cluster.model.attempt import DELIVER, Attempt, Outcome
+from cluster.model.jobs import Target
+from cluster.model.wire import resolve_code_path
+from cluster.runtime.membership import SILO_PREFIX
+from cluster.runtime.transport import TargetAbsent
+
+log = logging.getLogger("timeshard.delivery")
+
+
+class ActorDirectory:
+    """Resolves targets to Ray actor handles, activating grains on first use."""
+
+    def __init__(self, default_namespace: str | None) -> None:
+        self._namespace = default_namespace
+        self._handles: dict[str, Any] = {}
+
+    def resolve(self, target: Target) -> Any:
+        """The actor handle for ``target``; raises ``TargetAbsent`` if it does not exist."""
+        key = target.routing_key
+        handle = self._handles.get(key)
+        if handle is not None:
+            return handle
+        namespace = target.namespace or self._namespace
+        try:
+            handle = ray.get_actor(target.name, namespace=namespace)
+        except ValueError:
+            if target.kind != "grain":
+                raise TargetAbsent(f"no actor named {target.name!r} in namespace {namespace!r}") from None
+            handle = self._activate(target, namespace)
+        self._handles[key] = handle
+        return handle
+
+    def forget(self, target: Target) -> None:
+        """Drop a cached handle, e.g. after a call found the actor dead."""
+        self._handles.pop(target.routing_key, None)
+
+    def _activate(self, target: Target, namespace: str | None) -> Any:
+        assert target.cls_path is not None
+        try:
+            cls = resolve_code_path(target.cls_path)
+        except (ImportError, AttributeError) as exc:
+            raise TargetAbsent(f"grain class {target.cls_path!r} cannot be imported: {exc}") from None
+        actor_cls = cls if hasattr(cls, "options") and hasattr(cls, "remote") else ray.remote(cls)
+        log.info("activating grain", extra={"grain": target.name})
+        return actor_cls.options(
+            name=target.name,
+            namespace=namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=-1,
+            max_task_retries=0,
+        ).remote()
+
+
+class RayTransport:
+    """Delivers batches of attempts to handler actors and pings peer silos, all through Ray.
+
+    Built by the code that wires the cluster and pickled into each silo actor: it holds only its
+    namespace until first used, then caches handles in the silo's process.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self._directory = ActorDirectory(namespace)
+        self._peers: dict[str, Any] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"namespace": self.namespace}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["namespace"])  # type: ignore[misc]
+
+    def node_id(self) -> str:
+        with contextlib.suppress(Exception):
+            return str(ray.get_runtime_context().get_node_id())
+        return ""
+
+    def resolve(self, target: Target) -> Any:
+        return self._directory.resolve(target)
+
+    async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
+                      lease_end: float) -> list[Outcome]:
+        try:
+            ref = getattr(handle, DELIVER).remote([tuple(a) for a in attempts], timeout, lease_end)
+            outcomes = await asyncio.wait_for(ref, timeout + 10)
+        except AttributeError:
+            return await self._deliver_one_by_one(handle, attempts, timeout)
+        except asyncio.TimeoutError:
+            return [Outcome(a.run_id, f"no answer within {timeout} s", "TimeoutError", True) for a in attempts]
+        except ray.exceptions.RayActorError as exc:
+            self._directory.forget(target)
+            return [Outcome(a.run_id, f"handler actor failed: {exc}", type(exc).__name__) for a in attempts]
+        except Exception as exc:  # a serialization or Ray fault: the attempts failed, not the silo
+            return [Outcome(a.run_id, repr(exc), type(exc).__name__) for a in attempts]
+        return [Outcome(*o) for o in outcomes]
+
+    async def _deliver_one_by_one(self, handle: Any, attempts: Sequence[Attempt], timeout: float) -> list[Outcome]:
+        """For actors that define ``execute_job`` but do not subclass JobHandler."""
+
+        async def one(attempt: Attempt) -> Outcome:
+            try:
+                await asyncio.wait_for(handle.execute_job.remote(attempt.context()), timeout)
+            except asyncio.TimeoutError:
+                return Outcome(attempt.run_id, f"no answer within {timeout} s", "TimeoutError", True)
+            except Exception as exc:
+                cause = getattr(exc, "cause", None) or exc
+                return Outcome(attempt.run_id, str(cause) or repr(cause), type(cause).__name__)
+            return Outcome(attempt.run_id)
+
+        return list(await asyncio.gather(*(one(a) for a in attempts)))
+
+    async def ping(self, silo_id: str, timeout: float) -> bool | None:
+        handle = self._peers.get(silo_id)
+        try:
+            if handle is None:
+                handle = self._peers[silo_id] = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
+            await asyncio.wait_for(handle.ping.remote(), timeout)
+            return True
+        except ValueError:
+            return False  # no such actor: removed for good
+        except ray.exceptions.ActorUnavailableError:
+            return None  # unreachable for now, maybe restarting: the heartbeat watch decides
+        except ray.exceptions.RayActorError:
+            self._peers.pop(silo_id, None)
+            return False
+        except asyncio.TimeoutError:
+            return None  # busy or paused: the heartbeat watch decides
+
+    def notify_adopt(self, silo_ids: Iterable[str]) -> None:
+        for silo_id in silo_ids:
+            handle = self._peers.get(silo_id)
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    handle.adopt_now.remote()

@@ -1,0 +1,141 @@
+"""Attempts in flight: the ``Run`` of one attempt, and the table of what a silo is running.
+
+The run table bounds work in flight (``max_concurrency``) and is the one place a run ends:
+``release`` takes it out of the table, wakes whoever waits on its end and frees its slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.model.attempt import Attempt, JobContext
+from cluster.model.jobs import ScheduledJob
+from cluster.model.wire import unpack, us_to_datetime
+from cluster.runtime.hooks import AttemptEvent, SiloHooks
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import JOB, OCCURRENCE, OWNER
+
+MEMO_LIMIT = 10_000  # decoded schedules and policies kept per silo
+
+
+class JobDecoder:
+    """Decodes packed jobs, sharing one decoded schedule and policy among jobs that repeat them."""
+
+    def __init__(self) -> None:
+        self._memo: dict[Any, Any] = {}
+
+    def __call__(self, packed: bytes) -> ScheduledJob:
+        if len(self._memo) > MEMO_LIMIT:
+            self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
+        return ScheduledJob.from_wire(unpack(packed), self._memo)
+
+
+@dataclass
+class Run:
+    """One attempt in flight: the job, where it lives, and what its handler must be told."""
+
+    job_id: str
+    entry: list[Any]  # the shard's live entry (see cluster.runtime.shardlog)
+    job: ScheduledJob
+    run_id: str
+    due_us: int
+    attempts_before: int
+    staged_since: int = 0
+    started_us: int = 0
+    cancelled: bool = False
+    hooks: tuple[SiloHooks, ...] = ()  # the hooks interested in this job
+    _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
+    finished: bool = False
+
+    def finish(self) -> None:
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
+
+    async def wait_finished(self) -> None:
+        if not self.finished:
+            if self._done is None:
+                self._done = asyncio.Event()
+            await self._done.wait()
+
+    @property
+    def shard(self) -> Shard:
+        return self.entry[OWNER]
+
+    @property
+    def number(self) -> int:
+        """Which attempt of its occurrence this is (1 = first): fixed when the run starts."""
+        return self.attempts_before + 1
+
+    def attempt(self) -> Attempt:
+        return Attempt(self.entry[JOB], self.run_id, self.number, self.due_us, self.entry[OCCURRENCE])
+
+    def context(self) -> JobContext:
+        return JobContext(self.job, self.run_id, self.number, us_to_datetime(self.due_us), self.entry[OCCURRENCE])
+
+    def event(self) -> AttemptEvent:
+        return AttemptEvent(self.job, self.run_id, self.number, self.entry[OCCURRENCE], us_to_datetime(self.due_us),
+                            us_to_datetime(self.started_us))
+
+
+class RunTable:
+    """The runs a silo has in flight or staged, its capacity, and its background tasks."""
+
+    def __init__(self, max_concurrency: int) -> None:
+        self.max_concurrency = max_concurrency
+        self.inflight: dict[str, Run] = {}
+        self.staged: dict[str, Run] = {}  # due, waiting for their target actor to exist
+        self.closing = False  # the silo is stopping: no new work, give up on retries at the end
+        self._capacity = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+        # Run ids: unique per attempt without a urandom call per job (uuid4 costs more than firing).
+        self._run_prefix = uuid.uuid4().hex[:10]
+        self._run_seq = itertools.count(1)
+
+    def new_run_id(self, owner: str) -> str:
+        return f"{self._run_prefix}{next(self._run_seq):x}@{owner}"
+
+    @property
+    def room(self) -> int:
+        """How many more attempts may start now."""
+        return self.max_concurrency - len(self.inflight)
+
+    async def wait_for_room(self) -> None:
+        self._capacity.clear()
+        await self._capacity.wait()
+
+    def start(self, run: Run) -> None:
+        self.inflight[run.job_id] = run
+
+    def notify_room(self) -> None:
+        """Slots were freed: wake the fire loop if it waits for room."""
+        self._capacity.set()
+
+    def release(self, run: Run) -> None:
+        """``run`` ended (or will never start): out of the table, its waiters woken, its slot free."""
+        self.release_all((run,))
+
+    def release_all(self, runs: Iterable[Run]) -> None:
+        for run in runs:
+            if self.inflight.get(run.job_id) is run:
+                del self.inflight[run.job_id]
+            run.finish()
+        self._capacity.set()
+
+    def of_shard(self, shard: Shard) -> bool:
+        """Whether any attempt of ``shard`` is in flight."""
+        return any(r.shard is shard for r in self.inflight.values())
+
+    def find(self, job_id: str) -> Run | None:
+        return self.inflight.get(job_id) or self.staged.get(job_id)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background, keeping a reference so it is not collected mid-way."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

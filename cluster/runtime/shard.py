@@ -1,0 +1,132 @@
+"""A shard as its owning silo holds it: the fenced log writer, the metadata, the live jobs.
+
+A shard is *dormant* (writes go to its log, nothing is held per job) until its window nears; then
+it is *loaded*: its log is read and folded into live jobs, which the silo queues. Writes apply to
+the in-memory state when submitted and return once durable, which is what the log writer's
+rotation needs: its snapshot must cover every record submitted so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from cluster.runtime.shardlog import ShardMeta, ShardState
+from storage import Fenced, LogFull, LogOptions, LogWriter, Store, read_log
+
+
+class Gate:
+    """Many shared holders at once, or one exclusive holder; a waiting exclusive goes first.
+
+    Writes to a shard hold it shared, so concurrent writes still coalesce into one block; loading
+    holds it exclusive, so no write lands between reading the log and queueing what it held.
+    """
+
+    def __init__(self) -> None:
+        self._cond = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._exclusive and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._cond:
+            self._waiting += 1
+            try:
+                await self._cond.wait_for(lambda: not self._exclusive and not self._shared)
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class Shard:
+    """One shard owned by this silo."""
+
+    def __init__(self, base: str, meta: ShardMeta, writer: LogWriter) -> None:
+        self.base = base
+        self.meta = meta
+        self.writer = writer
+        self.state: ShardState | None = None
+        self.gate = Gate()
+        self.lost = False  # fenced: another silo owns it now
+        self.held_since = 0.0  # monotonic, set by the shard table when it starts holding it
+
+    def __repr__(self) -> str:
+        return f"Shard({self.base!r}, loaded={self.loaded}, jobs={self.live_count})"
+
+    @property
+    def loaded(self) -> bool:
+        return self.state is not None
+
+    @property
+    def live_count(self) -> int:
+        return -1 if self.state is None else len(self.state.live)
+
+    @classmethod
+    async def create(cls, store: Store, base: str, meta: ShardMeta, options: LogOptions) -> Shard:
+        """A new, empty shard; it counts as loaded, having nothing to replay."""
+        shard = cls.__new__(cls)
+        writer = await LogWriter.create(store, base, meta.to_metadata(), snapshot=shard.snapshot, options=options)
+        shard.__init__(base, meta, writer)  # type: ignore[misc]
+        shard.state = ShardState(owner=shard)
+        return shard
+
+    @classmethod
+    async def claim(cls, store: Store, base: str, meta: ShardMeta, expected_owner: str, options: LogOptions) -> Shard:
+        """Take over ``base`` from ``expected_owner`` by CAS with ``meta`` and load it.
+
+        ``Fenced`` if someone was faster — also when the winner's claim landed between our
+        listing and our read, which the ETag alone cannot tell from an unclaimed log.
+        """
+        shard = cls.__new__(cls)
+        shard.__init__(base, meta, None)  # type: ignore[misc]
+        log = await read_log(store, base)
+        if log.metadata.get("owner") != expected_owner:
+            raise Fenced(f"shard {base!r} was claimed by {log.metadata.get('owner')!r} meanwhile")
+        state = ShardState(owner=shard).replay(log.records())
+        shard.writer = await LogWriter.claim(store, log, meta.to_metadata(), snapshot=shard.snapshot, options=options)
+        shard.state = state
+        return shard
+
+    async def load(self, store: Store) -> ShardState:
+        """Read the log and fold it into live jobs (the caller holds the gate exclusive)."""
+        log = await read_log(store, self.base)
+        self.state = ShardState(owner=self).replay(log.records())
+        return self.state
+
+    def snapshot(self) -> list[Any]:
+        # Called by the writer at rotation. A dormant shard has no state to snapshot: the write
+        # fails with LogFull and the silo seals it and opens a fresh shard for the window.
+        if self.state is None:
+            raise LogFull(f"shard {self.base!r} is dormant and full; it will be sealed")
+        return self.state.snapshot()
+
+    async def write(self, ops: Sequence[list[Any]]) -> list[Any]:
+        """Apply ``ops`` to the live state now, return once durable; entries ADD/RETRY touched."""
+        touched = [] if self.state is None else [self.state.apply(op) for op in ops]
+        await self.writer.append_many(ops)
+        return touched
+
+    async def set_meta(self, meta: ShardMeta) -> None:
+        await self.writer.set_metadata(meta.to_metadata())
+        self.meta = meta

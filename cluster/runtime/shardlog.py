@@ -1,0 +1,186 @@
+"""What a shard log says: its name, its metadata, its operations, and the state they fold into.
+
+A shard covers the due-time window ``[start, end)``. Its log name begins with the window start
+in fixed-width UTC so lexical order is time order, then the creating silo and a counter, so
+every silo writes its own shards without contention.
+
+Operations are msgpack lists, compact on purpose — replay reads every one of them:
+
+- ``[ADD, id, due_us, job, occurrence, attempts, scheduled_us]`` — ``job`` is the packed
+  ``ScheduledJob``; replay keeps it packed and only the handler decodes it, so a loaded job
+  costs little memory. ``scheduled_us`` is the occurrence's virtual time, ``due_us`` when its
+  next attempt runs; an ADD of a live id replaces it (the next occurrence, or a reschedule).
+- ``[REMOVE, id, occurrence, outcome, moved_to]`` — final for that occurrence; ``outcome`` says
+  why (succeeded, exhausted, cancelled, moved, expired); ``moved_to`` names the shard that holds
+  a recurring job's next occurrence, so a cancel can follow the job there.
+- ``[RETRY, id, due_us, attempts]`` — the attempt failed; run again at ``due_us``.
+- ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved]`` — the live state,
+  written first in a new generation when a log is compacted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+ADD, REMOVE, RETRY, SNAPSHOT = 0, 1, 2, 3
+
+SUCCEEDED, EXHAUSTED, CANCELLED, MOVED, EXPIRED = "succeeded", "exhausted", "cancelled", "moved", "expired"
+
+SHARD_PREFIX = "shards/"
+RELEASED = "-"  # the owner of a shard released by a graceful stop
+OPEN, SEALED = "open", "sealed"
+
+
+def window_of(due_us: int, duration_us: int) -> int:
+    """The start (µs) of the shard window that holds ``due_us``."""
+    return due_us - due_us % duration_us
+
+
+def format_window(start_us: int) -> str:
+    """Fixed-width UTC text of a window start, ordered like the times it names."""
+    dt = datetime.fromtimestamp(start_us // 1_000_000, timezone.utc)
+    return f"{dt:%Y%m%dT%H%M%S}.{start_us % 1_000_000:06d}Z"
+
+
+def shard_name(start_us: int, silo_id: str, counter: int) -> str:
+    """``shards/<window start>-<silo>-<counter>``: lexical order is window order."""
+    return f"{SHARD_PREFIX}{format_window(start_us)}-{silo_id}-{counter:06d}"
+
+
+@dataclass(frozen=True)
+class ShardMeta:
+    """A shard's ownership record, kept in its log's metadata and replaced by CAS to claim it."""
+
+    owner: str  # "<silo id>#<incarnation>", or "" when released
+    window_start: int
+    window_end: int
+    state: str = OPEN
+    adopted_count: int = 0
+    generation: int = 0
+
+    def to_metadata(self) -> dict[str, str]:
+        return {
+            "owner": self.owner,
+            "window_start": str(self.window_start),
+            "window_end": str(self.window_end),
+            "state": self.state,
+            "adopted_count": str(self.adopted_count),
+            "generation": str(self.generation),
+        }
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, str]) -> ShardMeta:
+        return cls(
+            owner=md.get("owner", ""),
+            window_start=int(md["window_start"]),
+            window_end=int(md["window_end"]),
+            state=md.get("state", OPEN),
+            adopted_count=int(md.get("adopted_count", "0")),
+            generation=int(md.get("generation", "0")),
+        )
+
+    def with_owner(self, owner: str, **changes: Any) -> ShardMeta:
+        return ShardMeta(**{**self.__dict__, "owner": owner, **changes})
+
+
+def add_op(job_id: str, due_us: int, job: bytes, occurrence: int = 1, attempts: int = 0,
+           scheduled_us: int | None = None) -> list[Any]:
+    return [ADD, job_id, due_us, job, occurrence, attempts, due_us if scheduled_us is None else scheduled_us]
+
+
+def remove_op(job_id: str, occurrence: int, outcome: str, moved_to: str | None = None) -> list[Any]:
+    return [REMOVE, job_id, occurrence, outcome, moved_to]
+
+
+def retry_op(job_id: str, due_us: int, attempts: int) -> list[Any]:
+    return [RETRY, job_id, due_us, attempts]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# A live job inside one shard: [due_us, packed job, occurrence, attempts, scheduled_us, owner].
+# A list, not an object, because a loaded shard holds one per job and replay builds them by the
+# million; the same list is the silo queue's item, and ``owner`` (never written) points back at
+# the in-memory shard that holds it.
+DUE, JOB, OCCURRENCE, ATTEMPTS, SCHEDULED, OWNER = range(6)
+LiveJob = list[Any]
+
+
+@dataclass
+class ShardState:
+    """The fold of a shard log: live jobs by id, and where moved recurring jobs went.
+
+    ``owner`` is stored in every live entry so an entry found in the silo's queue knows its shard.
+    """
+
+    live: dict[str, LiveJob] = field(default_factory=dict)
+    moved: dict[str, str] = field(default_factory=dict)
+    owner: Any = None
+
+    def apply(self, op: list[Any]) -> LiveJob | None:
+        """Fold one operation; returns the entry an ADD created or a RETRY changed."""
+        kind = op[0]
+        live = self.live
+        entry: LiveJob | None
+        if kind == ADD:
+            entry = [op[2], op[3], op[4], op[5], op[6], self.owner]
+            live[op[1]] = entry
+            return entry
+        if kind == REMOVE:
+            entry = live.get(op[1])
+            if entry is not None and entry[OCCURRENCE] == op[2]:
+                del live[op[1]]
+            if op[4] is not None:
+                self.moved[op[1]] = op[4]
+            return None
+        if kind == RETRY:
+            entry = live.get(op[1])
+            if entry is not None:
+                entry[DUE] = op[2]
+                entry[ATTEMPTS] = op[3]
+            return entry
+        if kind == SNAPSHOT:
+            live.clear()
+            self.moved = dict(op[2])
+            for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
+                live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
+            return None
+        raise ValueError(f"unknown shard operation {kind!r}")
+
+    def replay(self, records: Iterable[list[Any]]) -> ShardState:
+        """Fold records read from a log, in order. Consumes them: ADD records become entries.
+
+        The hot loop of loading a shard. An ADD record's own list becomes the live entry (no
+        copy), and the cyclic garbage collector is paused meanwhile: building a million
+        containers would otherwise trigger dozens of full collections over the ones already
+        built, which costs more than the replay itself.
+        """
+        live, owner, apply = self.live, self.owner, self.apply
+        with _gc_paused():
+            for op in records:
+                if op[0] == ADD:
+                    key = op[1]
+                    del op[:2]
+                    op.append(owner)
+                    live[key] = op
+                else:
+                    apply(op)
+        return self
+
+    def snapshot(self) -> list[list[Any]]:
+        """The records a compacted generation starts with: every live job and forward."""
+        return [[SNAPSHOT, [[job_id, *entry[:OWNER]] for job_id, entry in self.live.items()], dict(self.moved)]]

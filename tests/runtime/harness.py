@@ -1,0 +1,201 @@
+"""In-process parts for runtime tests: a manual clock, a transport that calls handlers directly,
+and one silo's roles wired on a shared memory store — no Ray anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from cluster.model.attempt import Attempt, JobContext, Outcome
+from cluster.model.jobs import ScheduledJob, Target
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
+from cluster.runtime.adoption import Adoption
+from cluster.runtime.cancel import Cancelling
+from cluster.runtime.firing import Firing
+from cluster.runtime.heartbeat import Heartbeat
+from cluster.runtime.hooks import SiloHooks
+from cluster.runtime.lease import Lease
+from cluster.runtime.loading import Loading
+from cluster.runtime.membership import Identity
+from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.outcomes import Outcomes
+from cluster.runtime.ownership import ShardTable
+from cluster.runtime.queue import JobQueue
+from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.shardlog import add_op, window_of
+from cluster.runtime.staging import Staging
+from cluster.runtime.transport import TargetAbsent
+from storage import MemoryStore, Store
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0_US = datetime_to_us(T0)
+
+OPTIONS = ClusterOptions(
+    shard_duration="10s", lookahead="5s", heartbeat_interval="1s", suspicion_timeout="5s", adoption_interval="2s",
+    staging_interval="1s", handler_timeout="5s", undeliverable_timeout="30s", misfire_grace="1s",
+    group_commit_linger="0s",
+)
+
+
+class ManualClock:
+    """A clock that moves only when told: wall time from ``T0``, monotonic from 1000 s."""
+
+    def __init__(self, now_us: int = T0_US) -> None:
+        self.wall_us = now_us
+        self.mono = 1000.0
+
+    def now_us(self) -> int:
+        return self.wall_us
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall_us += int(seconds * 1_000_000)
+        self.mono += seconds
+
+
+Handler = Callable[[JobContext], Awaitable[None]]
+
+
+@dataclass
+class LocalTransport:
+    """Calls handlers in this process: ``handlers[name]`` runs one attempt and raises to fail."""
+
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    calls: list[tuple[str, list[Attempt]]] = field(default_factory=list)  # (target name, batch)
+    alive: dict[str, bool | None] = field(default_factory=dict)  # ping answers by silo id
+    notified: list[str] = field(default_factory=list)
+
+    def node_id(self) -> str:
+        return "local"
+
+    def resolve(self, target: Target) -> Any:
+        if target.name not in self.handlers:
+            raise TargetAbsent(f"no handler {target.name!r}")
+        return self.handlers[target.name]
+
+    async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
+                      lease_end: float) -> list[Outcome]:
+        self.calls.append((target.name, list(attempts)))
+        outcomes = []
+        for attempt in attempts:
+            try:
+                await handle(attempt.context())
+            except Exception as exc:
+                outcomes.append(Outcome(attempt.run_id, str(exc), type(exc).__name__))
+            else:
+                outcomes.append(Outcome(attempt.run_id))
+        return outcomes
+
+    async def ping(self, silo_id: str, timeout: float) -> bool | None:
+        return self.alive.get(silo_id)
+
+    def notify_adopt(self, silo_ids: Iterable[str]) -> None:
+        self.notified.extend(silo_ids)
+
+    def delivered(self) -> list[str]:
+        """Job ids in the order they were delivered."""
+        return [ScheduledJob.from_wire(unpack(a.job)).id for _, batch in self.calls for a in batch]
+
+
+class Recorder:
+    """A handler that records the jobs it ran; ``fail`` names job ids that raise."""
+
+    def __init__(self, fail: Iterable[str] = ()) -> None:
+        self.ran: list[JobContext] = []
+        self.fail = set(fail)
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.ran.append(ctx)
+        if ctx.job.id in self.fail:
+            raise RuntimeError(f"job {ctx.job.id} failed on purpose")
+
+
+@dataclass
+class Parts:
+    """One silo's roles, built from the shared pieces as ``Silo`` builds them."""
+
+    store: Store
+    clock: ManualClock
+    transport: LocalTransport
+    me: Identity
+    queue: JobQueue[list[Any]]
+    runs: RunTable
+    lease: Lease
+    metrics: SiloMetrics
+    shards: ShardTable
+    outcomes: Outcomes
+    staging: Staging
+    firing: Firing
+    loading: Loading
+    adoption: Adoption
+    cancelling: Cancelling
+    heartbeat: Heartbeat
+    hooks: list[SiloHooks]
+
+
+async def make_parts(store: Store | None = None, silo_id: str = "0", *, clock: ManualClock | None = None,
+                     transport: LocalTransport | None = None, options: ClusterOptions = OPTIONS,
+                     hooks: Sequence[SiloHooks] = (), join: bool = True) -> Parts:
+    """Wire one silo's roles on ``store`` (a new memory store by default) and join membership."""
+    store = store if store is not None else MemoryStore()
+    clock = clock or ManualClock()
+    transport = transport or LocalTransport()
+    me = Identity(silo_id)
+    queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
+    runs = RunTable(options.max_concurrency)
+    lease = Lease(clock, options.suspicion_timeout.total_seconds())
+    metrics = SiloMetrics(silo_id)
+    hook_list = list(hooks)
+    decode = JobDecoder()
+    shards = ShardTable(store, options, clock, me, queue, runs, metrics)
+    outcomes = Outcomes(options, clock, queue, runs, shards, metrics)
+    staging = Staging(options, clock, runs, transport)
+    firing = Firing(options, clock, me, queue, runs, lease, hook_list, transport, staging, outcomes, decode, metrics)
+    loading = Loading(store, options, clock, queue, runs, shards, hook_list, decode)
+    adoption = Adoption(store, options, clock, me, shards, loading, metrics, random.Random(7))
+    cancelling = Cancelling(store, queue, runs, shards, adoption, hook_list)
+    heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
+    parts = Parts(store, clock, transport, me, queue, runs, lease, metrics, shards, outcomes, staging, firing, loading,
+                  adoption, cancelling, heartbeat, hook_list)
+    if join:
+        await heartbeat.join()
+    return parts
+
+
+def job(target: str = "h", *, due: timedelta | datetime = timedelta(seconds=1), now: datetime = T0, **kw: Any) -> ScheduledJob:
+    """A valid job for ``target``, due ``due`` after ``now`` (T0) unless ``due`` is a datetime."""
+    return ScheduledJob.create(Target.actor(target, namespace="test"), due=due if isinstance(due, datetime) else now + due,
+                               now=now, **kw)
+
+
+def item(j: ScheduledJob) -> tuple[str, int, bytes]:
+    """What ``Silo.schedule`` takes for ``j``."""
+    return j.id, datetime_to_us(j.due), pack(j.to_wire())
+
+
+async def add(parts: Parts, *jobs: ScheduledJob) -> list[str]:
+    """Durably add ``jobs`` through the shard table, as ``Silo.schedule`` does; their shards."""
+    names = []
+    for j in jobs:
+        jid, due_us, packed = item(j)
+        window = window_of(due_us, timedelta_to_us(OPTIONS.shard_duration))
+        shard = await parts.shards.write_to_window(window, [add_op(jid, due_us, packed)])
+        names.append(shard.base)
+    return names
+
+
+async def fire_due(parts: Parts) -> None:
+    """One turn of the fire loop, without the loop: take what is due and deliver it, to the end."""
+    batch = parts.queue.pop_due(limit=parts.runs.room)
+    parts.firing.dispatch(batch)
+    for _ in range(50):  # let deliveries and outcome writes run to completion
+        await asyncio.sleep(0)
+    while parts.runs.inflight:  # noqa: ASYNC110  outcome writes end on their own; nothing to wait on but the table
+        await asyncio.sleep(0.001)

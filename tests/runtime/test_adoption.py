@@ -1,0 +1,81 @@
+"""Adoption without Ray: who counts as an orphan, the claim budget, and one winner per claim."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, is_orphan, next_budget
+from cluster.runtime.membership import ACTIVE, DEAD, LEAVING, Member, Membership
+from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta
+from storage import MemoryStore, list_logs
+from tests.runtime.harness import add, job, make_parts
+
+ALIVE = {"a": Member("a", 2, ACTIVE, 0)}
+
+
+@pytest.mark.parametrize(
+    ("owner", "members", "orphan"),
+    [
+        ("-", ALIVE, True),  # released by a graceful stop
+        ("garbage", ALIVE, True),  # no incarnation in the tag
+        ("a#1", ALIVE, True),  # that incarnation was replaced by a restart
+        ("b#1", ALIVE, True),  # never registered
+        ("a#2", ALIVE, False),
+        ("a#2", {"a": Member("a", 2, DEAD, 0)}, True),
+        ("a#2", {"a": Member("a", 2, LEAVING, 0)}, True),
+    ],
+)
+def test_only_a_shard_whose_owner_is_gone_is_an_orphan(owner: str, members: dict[str, Member], orphan: bool) -> None:
+    assert is_orphan({"owner": owner}, members) is orphan
+
+
+def test_a_lone_survivor_ramps_its_claims_up_instead_of_taking_everything_at_once() -> None:
+    assert claims_this_round(orphans=100, alive=4, budget=INITIAL_CLAIM_BUDGET) == INITIAL_CLAIM_BUDGET
+    assert claims_this_round(orphans=10, alive=4, budget=64) == 3  # a fair share, rounded up
+    budget, rounds = INITIAL_CLAIM_BUDGET, 0
+    while budget < MAX_CLAIM_BUDGET:
+        budget, rounds = next_budget(10_000, budget), rounds + 1
+    assert rounds == 10 and next_budget(10_000, budget) == MAX_CLAIM_BUDGET
+    assert next_budget(0, 512) == INITIAL_CLAIM_BUDGET  # nothing left: start small next time
+
+
+async def test_a_dead_silos_shard_is_claimed_by_exactly_one_of_two_racing_peers() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(victim, j)
+    await Membership(store).declare_dead(victim.me.row)
+    a, b = await make_parts(store, "a"), await make_parts(store, "b")
+    for parts in (a, b):
+        parts.adoption._budget = 64  # both try everything at once
+    claimed = [await a.adoption.adopt_orphans(), await b.adoption.adopt_orphans()]
+    assert sorted(claimed) == [0, 1]
+    winner = a if claimed[0] else b
+    assert winner.queue.get(j.id) is not None  # loaded and queued on the spot
+    (head,) = await list_logs(store, SHARD_PREFIX)
+    meta = ShardMeta.from_metadata(head.metadata)
+    assert head.base == name and meta.owner == winner.me.owner and meta.state == SEALED and meta.adopted_count == 1
+
+
+async def test_a_shard_beyond_the_lookahead_waits_dormant_even_when_orphaned() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    await add(victim, job(due=timedelta(minutes=10)))
+    await Membership(store).declare_dead(victim.me.row)
+    peer = await make_parts(store, "p")
+    assert await peer.adoption.adopt_orphans() == 0
+
+
+async def test_a_shard_adopted_too_often_is_left_alone_as_poisoned() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    (name,) = await add(victim, job())
+    shard = victim.shards.get(name)
+    assert shard is not None
+    await shard.set_meta(ShardMeta(**{**shard.meta.__dict__, "adopted_count": 3}))
+    await Membership(store).declare_dead(victim.me.row)
+    peer = await make_parts(store, "p")
+    assert await peer.adoption.adopt_orphans() == 0
+    assert name in peer.adoption.poisoned

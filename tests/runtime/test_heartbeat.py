@@ -1,0 +1,55 @@
+"""Heartbeat without Ray: a beat renews the lease, a silent peer is declared dead and adopted,
+and a silo declared dead drops its shards and rejoins as a new incarnation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cluster.runtime.membership import DEAD, Membership
+from storage import MemoryStore
+from tests.runtime.harness import add, job, make_parts
+
+
+async def test_a_beat_renews_the_lease_from_when_it_began() -> None:
+    parts = await make_parts()
+    parts.clock.advance(10)
+    assert not parts.lease.valid
+    await parts.heartbeat.beat()
+    assert parts.lease.valid
+
+
+async def test_a_peer_silent_for_the_suspicion_timeout_is_declared_dead_and_its_shards_adopted() -> None:
+    store = MemoryStore()
+    quiet = await make_parts(store, "q")
+    j = job(due=timedelta(seconds=2))
+    await add(quiet, j)
+    watcher = await make_parts(store, "w", clock=quiet.clock)
+    watcher.adoption._budget = 64
+    await watcher.heartbeat.detect_failures()  # first look: starts watching q's row
+    quiet.clock.advance(4)
+    await watcher.heartbeat.detect_failures()
+    assert (await Membership(store).members())["q"].status != DEAD  # 4 s < the 5 s timeout
+    quiet.clock.advance(2)
+    await watcher.heartbeat.detect_failures()
+    assert (await Membership(store).members())["q"].status == DEAD
+    assert watcher.queue.get(j.id) is not None
+
+
+async def test_a_peer_the_transport_reports_gone_is_declared_dead_at_once() -> None:
+    store = MemoryStore()
+    await make_parts(store, "gone")
+    watcher = await make_parts(store, "w")
+    watcher.transport.alive["gone"] = False
+    await watcher.heartbeat.detect_failures()
+    assert (await Membership(store).members())["gone"].status == DEAD
+
+
+async def test_a_silo_declared_dead_drops_its_shards_and_rejoins_as_a_new_incarnation() -> None:
+    store = MemoryStore()
+    parts = await make_parts(store, "s")
+    j = job()
+    (name,) = await add(parts, j)
+    await Membership(store).declare_dead(parts.me.row)
+    await parts.heartbeat.beat()
+    assert parts.me.owner == "s#2"
+    assert parts.shards.get(name) is None and j.id not in parts.queue

@@ -1,0 +1,94 @@
+"""Outcomes without Ray: a success removes, a failure retries per policy, a recurring job moves on,
+and an outcome that cannot be written yet is written again rather than run again."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cluster.model.policies import FailurePolicy
+from cluster.model.wire import datetime_to_us
+from cluster.runtime.shardlog import MOVED, REMOVE, RETRY, SUCCEEDED
+from storage import StorageError, read_log
+from tests.runtime.harness import Recorder, add, fire_due, job, make_parts
+
+
+async def ops(parts, name):  # type: ignore[no-untyped-def]
+    return [op[:4] for op in (await read_log(parts.store, name)).records()]
+
+
+async def test_a_success_removes_the_job_from_its_shard_log() -> None:
+    parts = await make_parts()
+    parts.transport.handlers["h"] = Recorder()
+    j = job()
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await ops(parts, name)
+    assert parts.metrics.succeeded.value == 1
+
+
+async def test_a_failure_writes_a_retry_at_the_policys_time_and_queues_it() -> None:
+    parts = await make_parts()
+    j = job(failure_policy=FailurePolicy.constant("2s", max_retries=1))
+    parts.transport.handlers["h"] = recorder = Recorder(fail=[j.id])
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    retries = [op for op in await ops(parts, name) if op[0] == RETRY]
+    assert retries == [[RETRY, j.id, datetime_to_us(j.due) + 2_000_000, 1]]  # from the virtual attempt time
+    assert parts.queue.get(j.id) is not None
+    parts.clock.advance(2)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert [ctx.dequeue_count for ctx in recorder.ran] == [1, 2]
+    assert parts.queue.get(j.id) is None  # retries exhausted: removed
+
+
+async def test_a_recurring_job_moves_to_the_next_windows_shard_with_a_pointer_left_behind() -> None:
+    parts = await make_parts()
+    parts.transport.handlers["h"] = Recorder()
+    j = job(due=timedelta(seconds=9), schedule="@every 5s")
+    (name,) = await add(parts, j)
+    parts.clock.advance(9)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    removes = [op for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
+    assert len(removes) == 1 and removes[0][3] == MOVED
+    moved_to = removes[0][4]
+    assert moved_to != name and parts.shards.get(moved_to) is not None
+    due, _ = parts.queue.get(j.id) or (None, None)
+    assert due == parts.clock.now_us() + 5_000_000  # T0+14 s, in the window that starts at T0+10 s
+
+
+class FlakyWrites:
+    """Makes the next ``n`` writes of a shard fail, as a store outage would."""
+
+    def __init__(self, shard, n: int) -> None:  # type: ignore[no-untyped-def]
+        self.left = n
+        self._write = shard.write
+        shard.write = self
+
+    async def __call__(self, ops):  # type: ignore[no-untyped-def]
+        if self.left:
+            self.left -= 1
+            raise StorageError("store unreachable")
+        return await self._write(ops)
+
+
+async def test_an_outcome_that_cannot_be_written_yet_is_written_later_not_run_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import cluster.runtime.outcomes as outcomes
+
+    monkeypatch.setattr(outcomes, "FIRST_RETRY_DELAY", 0.001)
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job()
+    (name,) = await add(parts, j)
+    shard = parts.shards.get(name)
+    FlakyWrites(shard, 2)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    assert len(recorder.ran) == 1
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await ops(parts, name)

@@ -1,0 +1,47 @@
+"""A whole silo in-process: clock, transport and store passed in, no Ray; jobs fire and stop releases."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from cluster.model.clock import SYSTEM_CLOCK
+from cluster.runtime.hooks import SiloHooks
+from cluster.runtime.shardlog import SHARD_PREFIX
+from cluster.runtime.silo import Silo
+from storage import MemoryStore, list_logs
+from tests.runtime.harness import OPTIONS, LocalTransport, Recorder, item, job
+
+
+class Seen(SiloHooks):
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    async def attempt_ended(self, event, end) -> None:  # type: ignore[no-untyped-def]
+        self.ended.append(event.job.id)
+
+
+async def test_a_silo_built_with_a_local_transport_fires_its_jobs_and_releases_its_shards_on_stop() -> None:
+    store, transport, seen = MemoryStore(), LocalTransport(), Seen()
+    transport.handlers["h"] = recorder = Recorder()
+    silo = Silo("0", "memory://", OPTIONS.with_(heartbeat_interval="100ms", suspicion_timeout="1s"), "test",
+                hooks=lambda _store, _view: [seen], transport=transport, clock=SYSTEM_CLOCK, store=store)
+    assert (await silo.ready())["owner"] == "0#1"
+    now = datetime.now(timezone.utc)
+    jobs = [job(due=timedelta(milliseconds=200 + 50 * i), now=now, schedule=None) for i in range(3)]
+    shards = await silo.schedule([item(j) for j in jobs])
+    assert len(set(shards)) == 1
+    for _ in range(100):
+        if len(recorder.ran) == 3:
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(ctx.job.id for ctx in recorder.ran) == sorted(j.id for j in jobs)
+    assert all(datetime.now(timezone.utc) >= ctx.scheduled_for for ctx in recorder.ran)
+    for _ in range(20):
+        if len(seen.ended) == 3:
+            break
+        await asyncio.sleep(0.05)
+    assert sorted(seen.ended) == sorted(j.id for j in jobs)  # hooks passed in hear every outcome
+    stopped = await silo.stop()
+    assert stopped == {"released": 1, "unfinished": 0}
+    assert {h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)} == {"-"}

@@ -1,0 +1,40 @@
+"""Staging without Ray: due jobs wait for an absent target, then go, or fail after the timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from cluster.model.policies import FailurePolicy
+from tests.runtime.harness import Recorder, add, fire_due, job, make_parts
+
+
+async def test_a_staged_job_holds_no_concurrency_slot_and_fails_after_the_undeliverable_timeout() -> None:
+    parts = await make_parts()
+    j = job("nobody", failure_policy=FailurePolicy.drop())
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    assert list(parts.runs.staged) == [j.id] and parts.runs.room == parts.runs.max_concurrency
+    parts.clock.advance(29)
+    assert parts.staging.take_due() == ([], [])  # 29 s < the 30 s undeliverable_timeout
+    parts.clock.advance(2)
+    ready, expired = parts.staging.take_due()
+    assert ready == [] and [run.job_id for run, _ in expired] == [j.id]
+    assert "undeliverable" in expired[0][1]
+
+
+async def test_staged_jobs_go_to_their_target_together_once_it_appears() -> None:
+    parts = await make_parts()
+    jobs = [job("later", due=timedelta(seconds=1)) for _ in range(3)]
+    await add(parts, *jobs)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    assert len(parts.runs.staged) == 3
+    parts.transport.handlers["later"] = recorder = Recorder()
+    parts.firing.retry_staged()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert len(parts.transport.calls) == 1 and len(recorder.ran) == 3
