@@ -41,8 +41,14 @@ def is_orphan(metadata: Mapping[str, str], members: Mapping[str, Member]) -> boo
         return True
     silo_id, incarnation = parsed
     member = members.get(silo_id)
-    if member is None or member.incarnation != incarnation:
-        return True  # that incarnation was replaced (a Ray restart) or never registered
+    if member is None:
+        return True  # never registered
+    if member.incarnation > incarnation:
+        return True  # that incarnation was replaced (a Ray restart)
+    if member.incarnation < incarnation:
+        # The owner is newer than our snapshot of the table (read before the shard list): it
+        # joined and claimed meanwhile. Only an owner proven gone makes an orphan.
+        return False
     # A silent silo is orphaned only once declared dead by CAS (see the heartbeat), so a silo
     # that was merely slow learns it from its own failed heartbeat and stops firing.
     return member.status in (DEAD, LEAVING)
@@ -126,7 +132,8 @@ class Adoption:
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
             return None
-        self._shards.add(shard)
+        if not self._shards.add(shard):
+            return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()
         log.info("shard adopted", extra={"shard": base, "from": meta.owner, "jobs": shard.live_count})
         async with shard.gate.exclusive():

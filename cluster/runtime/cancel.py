@@ -45,15 +45,30 @@ class Cancelling:
             if entry is None:
                 moved = state.moved.get(job_id)
                 return ("moved", moved) if moved else ("absent", None)
-            self._queue.cancel(job_id)
-            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
+            queued = self._queue.get(job_id)
+            self._queue.cancel(job_id)  # first: it must not start while the removal is written
+            try:
+                await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
+            except BaseException:
+                if queued is not None and queued[1] is entry and state.live.get(job_id) is entry:
+                    self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
+                raise
         await call_hooks(self._hooks, "job_cancelled", job_id)
         return "cancelled", None
 
     async def _cancel_run(self, run: Run) -> CancelAnswer:
-        run.cancelled = True
-        self._runs.staged.pop(run.job_id, None)
-        await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+        run.cancelled = True  # first: the attempt must write no retry or next occurrence meanwhile
+        staged = self._runs.staged.pop(run.job_id, None)
+        try:
+            await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+        except BaseException:
+            run.cancelled = False  # not cancelled after all: the job carries on
+            if staged is not None:
+                self._runs.staged[run.job_id] = staged
+            elif run.finished and not run.shard.lost:
+                # It ended meanwhile and skipped its outcome for the cancel: run it again.
+                self._queue.push(run.job_id, run.due_us, run.entry)
+            raise
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()

@@ -77,7 +77,10 @@ class Loading:
         """Queue the live jobs of a shard just loaded or claimed; tell the hooks."""
         assert shard.state is not None
         for job_id, entry in shard.state.live.items():
-            if job_id not in self._runs.inflight and job_id not in self._runs.staged:
+            run = self._runs.find(job_id)
+            # A run of this very shard writes its own outcome; one of an older copy of it (a
+            # shard we lost and took back) writes into a fenced log, so the job is queued anew.
+            if run is None or run.shard is not shard:
                 self._queue.push(job_id, entry[DUE], entry)
         self._shards.update_loaded_gauge()
         if self._hooks and shard.state.live:

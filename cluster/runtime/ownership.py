@@ -93,15 +93,25 @@ class ShardTable:
             shard = await Shard.create(self._store, base, meta, self.log_options)
             if window - us(self._options.lookahead) > self._clock.now_us():
                 shard.state = None  # beyond the lookahead: dormant, nothing held per job
-            self.add(shard)
-            self._open[window] = shard
-            return shard
+            if self.add(shard):
+                self._open[window] = shard
+            return shard  # if refused, the caller finds it unheld and opens a fresh one
 
-    def add(self, shard: Shard) -> None:
-        """Hold ``shard`` (just created or claimed)."""
+    def add(self, shard: Shard) -> bool:
+        """Hold ``shard`` (just created or claimed); False if it carries an older incarnation.
+
+        A create or claim that was in flight while this silo rejoined finishes with the dead
+        incarnation's owner tag: peers rightly take such a shard as an orphan, so holding it
+        too would make two owners. It is left to them, and whoever asked opens a fresh one.
+        """
+        if shard.meta.owner != self._me.owner:
+            shard.lost = True
+            log.warning("shard of an older incarnation not held", extra={"shard": shard.base, "owner": shard.meta.owner})
+            return False
         shard.held_since = self._clock.monotonic()
         self.shards[shard.base] = shard
         self._metrics.shards_owned.set(len(self.shards))
+        return True
 
     def seal(self, shard: Shard) -> None:
         """No new jobs go into ``shard`` (full, or its window's open shard changes)."""

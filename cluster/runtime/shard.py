@@ -122,9 +122,23 @@ class Shard:
         return self.state.snapshot()
 
     async def write(self, ops: Sequence[list[Any]]) -> list[Any]:
-        """Apply ``ops`` to the live state now, return once durable; entries ADD/RETRY touched."""
-        touched = [] if self.state is None else [self.state.apply(op) for op in ops]
-        await self.writer.append_many(ops)
+        """Apply ``ops`` to the live state now, return once durable; entries ADD/RETRY touched.
+
+        Applied at submit, because a rotation's snapshot must cover every record submitted so
+        far; taken back if the write fails, so memory never holds what the log does not: a
+        failed cancel leaves its job live, a failed schedule leaves no phantom job behind.
+        """
+        state = self.state
+        if state is None:
+            await self.writer.append_many(ops)
+            return []
+        touched, before = state.apply_undoably(ops)
+        try:
+            await self.writer.append_many(ops)
+        except BaseException:
+            if self.state is state:
+                state.undo(before, touched)
+            raise
         return touched
 
     async def set_meta(self, meta: ShardMeta) -> None:

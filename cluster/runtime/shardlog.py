@@ -161,6 +161,41 @@ class ShardState:
             return None
         raise ValueError(f"unknown shard operation {kind!r}")
 
+    def apply_undoably(self, ops: Iterable[list[Any]]) -> tuple[list[LiveJob | None], list[Any]]:
+        """Fold ``ops`` like ``apply``; returns the entries touched and what ``undo`` needs."""
+        before = []
+        touched = []
+        for op in ops:
+            if op[0] == SNAPSHOT:
+                raise ValueError("a snapshot is written by the log writer, never undone")
+            entry = self.live.get(op[1])
+            before.append((op, entry, None if entry is None else entry[:OWNER], self.moved.get(op[1])))
+            touched.append(self.apply(op))
+        return touched, before
+
+    def undo(self, before: list[Any], touched: list[LiveJob | None]) -> None:
+        """Take back ops folded by ``apply_undoably`` whose write failed, newest first.
+
+        An op is taken back only where the state still shows what it did: a later op on the
+        same job (another write, already durable) wins.
+        """
+        for (op, entry, contents, moved), made in zip(reversed(before), reversed(touched), strict=True):
+            job_id, live = op[1], self.live
+            if op[0] == ADD and live.get(job_id) is made:
+                if entry is None:
+                    del live[job_id]
+                else:
+                    live[job_id] = entry
+            elif op[0] == REMOVE and entry is not None and job_id not in live and entry[OCCURRENCE] == op[2]:
+                live[job_id] = entry
+            elif op[0] == RETRY and made is not None and live.get(job_id) is made and contents is not None:
+                made[:OWNER] = contents
+            if op[0] == REMOVE and op[4] is not None and self.moved.get(job_id) == op[4]:
+                if moved is None:
+                    del self.moved[job_id]
+                else:
+                    self.moved[job_id] = moved
+
     def replay(self, records: Iterable[list[Any]]) -> ShardState:
         """Fold records read from a log, in order. Consumes them: ADD records become entries.
 

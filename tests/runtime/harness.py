@@ -30,7 +30,7 @@ from cluster.runtime.runs import JobDecoder, RunTable
 from cluster.runtime.shardlog import add_op, window_of
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import TargetAbsent
-from storage import MemoryStore, Store
+from storage import MemoryStore, Store, Unavailable
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 T0_US = datetime_to_us(T0)
@@ -102,6 +102,49 @@ class LocalTransport:
     def delivered(self) -> list[str]:
         """Job ids in the order they were delivered."""
         return [ScheduledJob.from_wire(unpack(a.job)).id for _, batch in self.calls for a in batch]
+
+
+class GatedStore:
+    """A memory store whose chosen calls wait at a gate: for driving an interleaving by hand.
+
+    ``gate("create", "shards/")`` makes the next ``create`` of a name with that prefix wait
+    until the returned event is set; ``reached(...)`` is set once a call waits there.
+    ``fail_next("append_block", n)`` makes the next ``n`` such calls raise ``Unavailable``.
+    """
+
+    def __init__(self, inner: MemoryStore | None = None) -> None:
+        self.inner = inner or MemoryStore()
+        self._gates: dict[tuple[str, str], tuple[asyncio.Event, asyncio.Event]] = {}
+        self._failures: dict[str, int] = {}
+
+    def gate(self, method: str, prefix: str) -> asyncio.Event:
+        release, reached = asyncio.Event(), asyncio.Event()
+        self._gates[(method, prefix)] = (release, reached)
+        return release
+
+    def reached(self, method: str, prefix: str) -> asyncio.Event:
+        return self._gates[(method, prefix)][1]
+
+    def fail_next(self, method: str, n: int = 1) -> None:
+        self._failures[method] = n
+
+    def __getattr__(self, attr: str) -> Any:
+        target = getattr(self.inner, attr)
+        if not callable(target) or attr.startswith("_"):
+            return target
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            name = args[0] if args and isinstance(args[0], str) else ""
+            for (method, prefix), (release, reached) in list(self._gates.items()):
+                if method == attr and name.startswith(prefix) and not release.is_set():
+                    reached.set()
+                    await release.wait()
+            if self._failures.get(attr):
+                self._failures[attr] -= 1
+                raise Unavailable(f"injected: {attr} failed")
+            return await target(*args, **kwargs)
+
+        return call
 
 
 class Recorder:

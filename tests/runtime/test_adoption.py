@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
 
+from cluster.model.policies import FailurePolicy
 from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, is_orphan, next_budget
 from cluster.runtime.membership import ACTIVE, DEAD, LEAVING, Member, Membership
 from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta
 from storage import MemoryStore, list_logs
-from tests.runtime.harness import add, job, make_parts
+from tests.runtime.harness import add, fire_due, job, make_parts
 
 ALIVE = {"a": Member("a", 2, ACTIVE, 0)}
 
@@ -23,6 +25,7 @@ ALIVE = {"a": Member("a", 2, ACTIVE, 0)}
         ("a#1", ALIVE, True),  # that incarnation was replaced by a restart
         ("b#1", ALIVE, True),  # never registered
         ("a#2", ALIVE, False),
+        ("a#3", ALIVE, False),  # newer than our snapshot: it restarted and claimed meanwhile (issue 12, point 1)
         ("a#2", {"a": Member("a", 2, DEAD, 0)}, True),
         ("a#2", {"a": Member("a", 2, LEAVING, 0)}, True),
     ],
@@ -79,3 +82,39 @@ async def test_a_shard_adopted_too_often_is_left_alone_as_poisoned() -> None:
     peer = await make_parts(store, "p")
     assert await peer.adoption.adopt_orphans() == 0
     assert name in peer.adoption.poisoned
+
+
+async def test_a_silo_that_takes_its_own_shard_back_reruns_a_job_whose_attempt_was_in_flight() -> None:
+    """Issue 12, point 4: the old attempt's outcome goes to a fenced log, so the job must be queued anew."""
+    store = MemoryStore()
+    parts = await make_parts(store, "s")
+    started, finish = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    async def slow_then_fail(ctx):  # type: ignore[no-untyped-def]
+        ran.append(ctx.dequeue_count)
+        started.set()
+        await finish.wait()
+        raise RuntimeError("the first attempt fails")
+
+    parts.transport.handlers["h"] = slow_then_fail
+    j = job(failure_policy=FailurePolicy.constant("1s", max_retries=3))
+    await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    firing = asyncio.ensure_future(fire_due(parts))
+    await started.wait()
+    await Membership(store).declare_dead(parts.me.row)  # paused too long: declared dead
+    await parts.heartbeat.beat()  # rejoins as s#2 and drops the shard
+    assert await parts.adoption.adopt_orphans() == 1  # ... and takes it back from s#1
+    finish.set()
+    await firing  # the first attempt's retry is fenced: written to the dropped shard's log
+    assert parts.queue.get(j.id) is not None
+    parts.clock.advance(1)
+    parts.lease.renew(parts.clock.monotonic())
+    finish.clear()
+    firing = asyncio.ensure_future(fire_due(parts))
+    await asyncio.sleep(0.05)
+    finish.set()
+    await firing
+    assert len(ran) == 2

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
+import pytest
+
 from cluster.runtime.shardlog import CANCELLED, REMOVE
-from storage import MemoryStore, read_log
-from tests.runtime.harness import Recorder, add, fire_due, job, make_parts
+from storage import MemoryStore, StorageError, read_log
+from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
 
 
 async def test_a_cancelled_job_is_removed_durably_and_never_fires() -> None:
@@ -39,3 +42,43 @@ async def test_a_shard_owned_by_a_live_peer_is_answered_with_its_owner() -> None
     (name,) = await add(owner, j)
     other = await make_parts(store, "x")
     assert await other.cancelling.cancel(name, j.id) == ("not_owner", "o#1")
+
+
+async def test_a_cancel_whose_write_fails_leaves_the_job_to_fire() -> None:
+    """Issue 12, point 5: the failed removal used to be applied in memory, so the job never fired."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job()
+    (name,) = await add(parts, j)
+    store.fail_next("append_block", 3)  # the writer tries three times
+    with pytest.raises(StorageError):
+        await parts.cancelling.cancel(name, j.id)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    await fire_due(parts)
+    assert [ctx.job.id for ctx in recorder.ran] == [j.id]
+
+
+async def test_a_cancel_of_a_running_job_whose_write_fails_lets_the_attempt_record_its_outcome() -> None:
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx):  # type: ignore[no-untyped-def]
+        started.set()
+        await finish.wait()
+
+    parts.transport.handlers["h"] = slow
+    j = job()
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    firing = asyncio.ensure_future(fire_due(parts))
+    await started.wait()
+    store.fail_next("append_block", 3)  # the writer tries three times
+    with pytest.raises(StorageError):
+        await parts.cancelling.cancel(name, j.id)
+    finish.set()
+    await firing
+    assert [REMOVE, j.id, 1, "succeeded"] in [op[:4] for op in (await read_log(store, name)).records()]  # type: ignore[arg-type]

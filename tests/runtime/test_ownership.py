@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta
-from storage import list_logs
-from tests.runtime.harness import add, job, make_parts
+import pytest
+
+from cluster.runtime.membership import Membership
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
+from storage import StorageError, list_logs, read_log
+from tests.runtime.harness import GatedStore, add, job, make_parts
 
 
 async def test_jobs_of_one_window_share_this_silos_open_shard_tagged_with_its_incarnation() -> None:
@@ -48,3 +52,38 @@ async def test_release_clears_the_owner_so_peers_adopt_at_once() -> None:
     assert await parts.shards.release_all() == 2
     owners = {h.metadata["owner"] for h in await list_logs(parts.store, SHARD_PREFIX)}
     assert owners == {"-"}
+
+
+async def test_a_shard_created_while_the_silo_rejoined_is_not_held_under_the_dead_incarnation() -> None:
+    """Issue 12, point 2: the create finishes after a rejoin and carries the old owner tag."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    release = store.gate("create", "shards/")
+    write = asyncio.ensure_future(add(parts, job()))
+    await store.reached("create", "shards/").wait()
+    await Membership(store).declare_dead(parts.me.row)  # type: ignore[arg-type]
+    await parts.heartbeat.beat()  # finds itself declared dead: drops everything, rejoins as s#2
+    assert parts.me.owner == "s#2"
+    release.set()
+    (name,) = await write
+    held = {s.base: s.meta.owner for s in parts.shards}
+    assert held == {name: "s#2"}  # the job went to a shard of the live incarnation
+    owners = {h.base: h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)}  # type: ignore[arg-type]
+    assert owners[name] == "s#2" and sorted(owners.values()) == ["s#1", "s#2"]  # the stray one is an orphan
+
+
+async def test_a_schedule_whose_write_fails_leaves_no_phantom_for_the_next_compaction() -> None:
+    """Issue 12, point 5: the caller was told it failed, so it must never fire."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    kept, failed = job(), job()
+    (name,) = await add(parts, kept)
+    store.fail_next("append_block", 3)  # the writer tries three times
+    with pytest.raises(StorageError):
+        await add(parts, failed)
+    shard = parts.shards.get(name)
+    assert shard is not None and shard.state is not None
+    assert set(shard.state.live) == {kept.id} and failed.id not in parts.queue
+    await shard.writer.rotate()  # compaction writes the live state as a snapshot
+    replayed = ShardState().replay((await read_log(store, name)).records())  # type: ignore[arg-type]
+    assert set(replayed.live) == {kept.id}

@@ -115,3 +115,21 @@ def test_a_shard_log_written_before_the_layout_change_still_replays() -> None:
     assert state.live["a"][:5] == [1_500_000, b"JOB-A", 1, 1, 1_000_000]
     assert state.live["c"][:5] == [3_000_000, b"JOB-C", 4, 2, 2_900_000]
     assert state.moved == {"b": "shards/next"}
+
+
+def test_ops_whose_write_failed_are_taken_back_and_later_ops_win() -> None:
+    """Issue 12, point 5: nothing stays applied in memory that the log does not hold."""
+    state = ShardState()
+    state.apply(add_op("a", 10, b"A"))
+    state.apply(add_op("b", 20, b"B"))
+    snapshot = copy.deepcopy(state.live)
+    ops = [add_op("c", 30, b"C"), remove_op("a", 1, CANCELLED), retry_op("b", 25, 1),
+           remove_op("b", 1, MOVED, "shards/next"), add_op("b", 40, b"B", 2)]
+    touched, before = state.apply_undoably(ops)
+    state.undo(before, touched)
+    assert state.live == snapshot and state.moved == {}
+    # A later, durable write of the same job is not taken back by an earlier failed one.
+    touched, before = state.apply_undoably([add_op("a", 11, b"A2")])
+    state.apply(add_op("a", 12, b"A3"))
+    state.undo(before, touched)
+    assert state.live["a"][0] == 12
