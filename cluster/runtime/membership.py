@@ -11,11 +11,12 @@ not its data. The table only decides *when* others look for orphans.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from storage import AlreadyExists, Fenced, NotFound, Store
+from storage import AlreadyExists, Fenced, NotFound, Store, Unavailable
 
 MEMBER_PREFIX = "members/"
 SILO_PREFIX = "silo-"  # a silo's Ray actor name is SILO_PREFIX + silo id
@@ -46,6 +47,7 @@ class Member:
     node: str = ""
     pid: int = 0
     etag: str = ""
+    token: str = ""  # new on every write: tells a landed write whose answer was lost
 
     @property
     def owner(self) -> str:
@@ -59,6 +61,7 @@ class Member:
             "heartbeat_us": str(self.heartbeat_us),
             "node": self.node or "-",
             "pid": str(self.pid),
+            "token": self.token or "-",
         }
 
     @classmethod
@@ -71,6 +74,7 @@ class Member:
             node="" if md.get("node", "-") == "-" else md["node"],
             pid=int(md.get("pid", "0")),
             etag=etag,
+            token="" if md.get("token", "-") == "-" else md["token"],
         )
 
     def alive(self, now_us: int, suspicion_timeout_us: int) -> bool:
@@ -114,20 +118,29 @@ class Membership:
         return {m.silo_id: m for m in (Member.from_metadata(md, etag) for _, md, etag in rows)}
 
     async def join(self, silo_id: str, now_us: int, *, node: str = "", pid: int = 0) -> Member:
-        """Register a new incarnation of ``silo_id`` and return its row (status active)."""
+        """Register a new incarnation of ``silo_id`` and return its row (status active).
+
+        A write whose answer was lost is recognised by its token when the row is read again,
+        so one join makes one incarnation.
+        """
         name = MEMBER_PREFIX + silo_id
+        mine = ""  # the token of our last write, in case it landed unanswered
         while True:
             try:
                 stat = await self._store.stat(name)
             except NotFound:
-                row = Member(silo_id, 1, ACTIVE, now_us, node, pid)
+                row = Member(silo_id, 1, ACTIVE, now_us, node, pid, token=secrets.token_hex(8))
+                mine = row.token
                 try:
                     etag = await self._store.create(name, row.to_metadata())
                 except AlreadyExists:
                     continue  # another incarnation raced us to it: read and go on from there
                 return replace(row, etag=etag)
             previous = Member.from_metadata(stat.metadata, stat.etag)
-            row = Member(silo_id, previous.incarnation + 1, ACTIVE, now_us, node, pid)
+            if mine and previous.token == mine:
+                return previous
+            row = Member(silo_id, previous.incarnation + 1, ACTIVE, now_us, node, pid, token=secrets.token_hex(8))
+            mine = row.token
             try:
                 etag = await self._store.set_metadata(name, row.to_metadata(), if_match=stat.etag)
             except Fenced:
@@ -135,9 +148,21 @@ class Membership:
             return replace(row, etag=etag)
 
     async def update(self, row: Member, **changes: Any) -> Member:
-        """Write ``row`` with ``changes``; ``Fenced`` if someone else changed it since."""
-        new = replace(row, **changes)
-        etag = await self._store.set_metadata(MEMBER_PREFIX + row.silo_id, new.to_metadata(), if_match=row.etag)
+        """Write ``row`` with ``changes``; ``Fenced`` if someone else changed it since.
+
+        Each write carries a fresh token. A CAS whose answer was lost and that the store then
+        retried sees its own write as a conflict (412 on Azure): the token in the row tells
+        that it landed, so a lost answer never reads as "declared dead".
+        """
+        new = replace(row, **changes, token=secrets.token_hex(8))
+        name = MEMBER_PREFIX + row.silo_id
+        try:
+            etag = await self._store.set_metadata(name, new.to_metadata(), if_match=row.etag)
+        except (Fenced, Unavailable):
+            stat = await self._store.stat(name)
+            if stat.metadata.get("token") != new.token:
+                raise
+            etag = stat.etag
         return replace(new, etag=etag)
 
     async def declare_dead(self, row: Member) -> bool:

@@ -30,7 +30,7 @@ from cluster.runtime.runs import JobDecoder, RunTable
 from cluster.runtime.shardlog import add_op, window_of
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import TargetAbsent
-from storage import MemoryStore, Store, Unavailable
+from storage import Fenced, MemoryStore, Store, Unavailable
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 T0_US = datetime_to_us(T0)
@@ -116,6 +116,7 @@ class GatedStore:
         self.inner = inner or MemoryStore()
         self._gates: dict[tuple[str, str], tuple[asyncio.Event, asyncio.Event]] = {}
         self._failures: dict[str, int] = {}
+        self._lost_answers: dict[str, int] = {}
 
     def gate(self, method: str, prefix: str) -> asyncio.Event:
         release, reached = asyncio.Event(), asyncio.Event()
@@ -127,6 +128,10 @@ class GatedStore:
 
     def fail_next(self, method: str, n: int = 1) -> None:
         self._failures[method] = n
+
+    def lose_answer(self, method: str, n: int = 1) -> None:
+        """The next ``n`` such calls land, then raise ``Fenced`` as a retried CAS does on Azure."""
+        self._lost_answers[method] = n
 
     def __getattr__(self, attr: str) -> Any:
         target = getattr(self.inner, attr)
@@ -142,7 +147,12 @@ class GatedStore:
             if self._failures.get(attr):
                 self._failures[attr] -= 1
                 raise Unavailable(f"injected: {attr} failed")
-            return await target(*args, **kwargs)
+            result = await target(*args, **kwargs)
+            if self._lost_answers.get(attr):
+                self._lost_answers[attr] -= 1
+                # Landed, but the answer was lost and the retry saw our own write as a conflict.
+                raise Fenced(f"injected: {attr} landed, its answer was lost")
+            return result
 
         return call
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from cluster.runtime.membership import DEAD, Membership
 from storage import MemoryStore
-from tests.runtime.harness import add, job, make_parts
+from tests.runtime.harness import GatedStore, add, job, make_parts
 
 
 async def test_a_beat_renews_the_lease_from_when_it_began() -> None:
@@ -53,3 +53,24 @@ async def test_a_silo_declared_dead_drops_its_shards_and_rejoins_as_a_new_incarn
     await parts.heartbeat.beat()
     assert parts.me.owner == "s#2"
     assert parts.shards.get(name) is None and j.id not in parts.queue
+
+
+async def test_a_heartbeat_that_landed_but_lost_its_answer_is_not_taken_for_being_declared_dead() -> None:
+    """Issue 12, point 7: a retried CAS sees its own write as a conflict; the silo used to drop everything."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    (name,) = await add(parts, job())
+    store.lose_answer("set_metadata", 1)
+    await parts.heartbeat.beat()
+    assert parts.me.owner == "s#1" and parts.shards.get(name) is not None
+    await parts.heartbeat.beat()  # and the ETag it took from the row is the row's: the next beat lands
+    assert parts.me.owner == "s#1"
+
+
+async def test_a_peer_that_really_declared_us_dead_is_still_seen_as_such() -> None:
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    await Membership(store).declare_dead(parts.me.row)  # type: ignore[arg-type]
+    store.lose_answer("set_metadata", 1)  # the rejoin's write lands but its answer is lost
+    await parts.heartbeat.beat()  # our beat's CAS fails for real: the token in the row is not ours
+    assert parts.me.owner == "s#2"  # one new incarnation, not two
