@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -102,7 +103,7 @@ class RayTransport:
             ref = getattr(handle, DELIVER).remote([tuple(a) for a in attempts], timeout, lease_end)
             outcomes = await asyncio.wait_for(ref, timeout + 10)
         except AttributeError:
-            return await self._deliver_one_by_one(handle, attempts, timeout)
+            return await self._deliver_one_by_one(handle, attempts, timeout, lease_end)
         except asyncio.TimeoutError:
             return [Outcome(a.run_id, f"no answer within {timeout} s", "TimeoutError", True) for a in attempts]
         except ray.exceptions.RayActorError as exc:
@@ -112,10 +113,17 @@ class RayTransport:
             return [Outcome(a.run_id, repr(exc), type(exc).__name__) for a in attempts]
         return [Outcome(*o) for o in outcomes]
 
-    async def _deliver_one_by_one(self, handle: Any, attempts: Sequence[Attempt], timeout: float) -> list[Outcome]:
-        """For actors that define ``execute_job`` but do not subclass JobHandler."""
+    async def _deliver_one_by_one(self, handle: Any, attempts: Sequence[Attempt], timeout: float,
+                                  lease_end: float) -> list[Outcome]:
+        """For actors that define ``execute_job`` but do not subclass JobHandler.
+
+        Such a handler cannot check the sender's lease, so it is checked here, right before
+        each call: a silo paused past its lease sends nothing (issue 12, point 8).
+        """
 
         async def one(attempt: Attempt) -> Outcome:
+            if time.time() > lease_end:
+                return Outcome(attempt.run_id, "the sending silo's lease had expired", "LeaseExpired", refused=True)
             try:
                 await asyncio.wait_for(handle.execute_job.remote(attempt.context()), timeout)
             except asyncio.TimeoutError:
