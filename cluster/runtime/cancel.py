@@ -10,7 +10,7 @@ from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, RELEASED, SHARD_PREFIX, ShardState, remove_op
-from storage import Store, list_logs, read_log
+from storage import StorageError, Store, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
 
@@ -49,7 +49,7 @@ class Cancelling:
             self._queue.cancel(job_id)  # first: it must not start while the removal is written
             try:
                 await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
-            except BaseException:
+            except StorageError:
                 if queued is not None and queued[1] is entry and state.live.get(job_id) is entry:
                     self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
                 raise
@@ -61,7 +61,7 @@ class Cancelling:
         staged = self._runs.staged.pop(run.job_id, None)
         try:
             await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
-        except BaseException:
+        except StorageError:
             run.cancelled = False  # not cancelled after all: the job carries on
             if staged is not None:
                 self._runs.staged[run.job_id] = staged

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from cluster.runtime.shardlog import ShardMeta, ShardState
-from storage import Fenced, LogFull, LogOptions, LogWriter, Store, read_log
+from storage import Fenced, LogFull, LogOptions, LogWriter, StorageError, Store, read_log
 
 
 class Gate:
@@ -135,7 +135,8 @@ class Shard:
         touched, before = state.apply_undoably(ops)
         try:
             await self.writer.append_many(ops)
-        except BaseException:
+        except StorageError:
+            # Not on cancellation: a cancelled caller's ops stay queued in the writer and land.
             if self.state is state:
                 state.undo(before, touched)
             raise
