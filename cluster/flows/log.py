@@ -1,4 +1,4 @@
-"""Durable progress of flows: the flow log in the store, its fold, and the silo hook that moves it.
+"""Durable progress of flows: the flow log in the store, its records and their fold.
 
 Every flow has one log, ``flows/<name>`` (generation 0 of ``storage``'s naming, never rotated: a
 flow writes a handful of small records per step). Any process may append to it — the client at

@@ -33,7 +33,7 @@ class SystemClock:
     """The host's clocks: ``time.time_ns`` and ``time.monotonic`` (asyncio's own time base)."""
 
     def now_us(self) -> int:
-        return time.time_ns() // 1000
+        return wall_clock_us()
 
     def monotonic(self) -> float:
         return time.monotonic()

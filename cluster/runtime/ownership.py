@@ -49,9 +49,6 @@ class ShardTable:
     def __iter__(self) -> Any:
         return iter(list(self.shards.values()))
 
-    def __len__(self) -> int:
-        return len(self.shards)
-
     def get(self, base: str) -> Shard | None:
         return self.shards.get(base)
 

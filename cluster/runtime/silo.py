@@ -32,21 +32,11 @@ from cluster.model.clock import SYSTEM_CLOCK, Clock
 from cluster.model.errors import SiloStopping
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
-from cluster.runtime.adoption import Adoption
-from cluster.runtime.cancel import CancelAnswer, Cancelling
-from cluster.runtime.firing import Firing
-from cluster.runtime.heartbeat import Heartbeat
-from cluster.runtime.hooks import HooksFactory, SiloHooks, call_hooks
-from cluster.runtime.lease import Lease
-from cluster.runtime.loading import Loading
-from cluster.runtime.membership import Identity
+from cluster.runtime.cancel import CancelAnswer
+from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
-from cluster.runtime.outcomes import Outcomes
-from cluster.runtime.ownership import ShardTable
-from cluster.runtime.queue import JobQueue
-from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.roles import wire
 from cluster.runtime.shardlog import add_op, window_of
-from cluster.runtime.staging import Staging
 from cluster.runtime.transport import Transport
 from storage import StorageError, Store, open_store
 
@@ -73,45 +63,29 @@ class Silo:
         self._hooks_factory = hooks
         self._clock = clock
         self._store = store if store is not None else open_store(store_url)
-        self._me = Identity(silo_id)
-        self._hooks: list[SiloHooks] = []  # built once joined; the roles share this list
         self.metrics = SiloMetrics(silo_id, metrics_exporter)
-        self._queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
-        self._runs = RunTable(options.max_concurrency)
-        self._lease = Lease(clock, options.suspicion_timeout.total_seconds())
-        decode = JobDecoder()
-        self._shards = ShardTable(self._store, options, clock, self._me, self._queue, self._runs, self.metrics)
-        self._outcomes = Outcomes(options, clock, self._queue, self._runs, self._shards, self.metrics)
-        self._staging = Staging(options, clock, self._runs, transport)
-        self._firing = Firing(options, clock, self._me, self._queue, self._runs, self._lease, self._hooks, transport,
-                              self._staging, self._outcomes, decode, self.metrics)
-        self._loading = Loading(self._store, options, clock, self._queue, self._runs, self._shards, self._hooks, decode)
-        self._adoption = Adoption(self._store, options, clock, self._me, self._shards, self._loading, self.metrics,
-                                  rng or random.Random())
-        self._cancelling = Cancelling(self._store, self._queue, self._runs, self._shards, self._adoption, self._hooks)
-        self._heartbeat = Heartbeat(self._store, options, clock, self._me, self._shards, self._lease, self._adoption,
-                                    transport, self.metrics)
-        self._transport = transport
+        self._r = wire(silo_id, self._store, options, clock=clock, transport=transport, metrics=self.metrics,
+                       rng=rng or random.Random())
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.get_running_loop().create_task(self._start())
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def _start(self) -> None:
-        await self._heartbeat.join()
-        self._hooks.extend(self._hooks_factory(self._store, self))
+        await self._r.heartbeat.join()
+        self._r.hooks.extend(self._hooks_factory(self._store, self))
         log.info("silo joined", extra={"silo": self.owner})
-        await self._adoption.adopt_orphans()
+        await self._r.adoption.adopt_orphans()
         self._tasks = [
-            asyncio.create_task(self._firing.run(), name="fire"),
-            asyncio.create_task(self._heartbeat.run(), name="heartbeat"),
+            asyncio.create_task(self._r.firing.run(), name="fire"),
+            asyncio.create_task(self._r.heartbeat.run(), name="heartbeat"),
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
         ]
 
     @property
     def owner(self) -> str:
         """This incarnation's owner tag, ``<silo id>#<incarnation>``."""
-        return self._me.owner
+        return self._r.me.owner
 
     async def ready(self) -> dict[str, Any]:
         """Wait until the silo has joined and claimed its orphans; returns who it is."""
@@ -121,28 +95,28 @@ class Silo:
     async def stop(self, timeout: float = 30.0) -> dict[str, Any]:
         """Stop gracefully: no new work, finish what is in flight, release every shard."""
         await self._ready
-        self._runs.closing = True
+        self._r.runs.closing = True
         for task in self._tasks:
             task.cancel()
         deadline = self._clock.monotonic() + timeout
         # Polled: the deadline is on the injectable clock, which an Event's timeout would not follow.
-        while self._runs.inflight and self._clock.monotonic() < deadline:  # noqa: ASYNC110
+        while self._r.runs.inflight and self._clock.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
-        released = await self._shards.release_all()
+        released = await self._r.shards.release_all()
         with contextlib.suppress(StorageError):
-            await self._heartbeat.leave()
-        self._transport.notify_adopt(self._heartbeat.peers())  # hand the released shards over at once
-        await call_hooks(self._hooks, "close")
+            await self._r.heartbeat.leave()
+        self._r.transport.notify_adopt(self._r.heartbeat.peers())  # hand the released shards over at once
+        await call_hooks(self._r.hooks, "close")
         await self._store.close()
         log.info("silo stopped", extra={"silo": self.owner, "released": released})
-        return {"released": released, "unfinished": len(self._runs.inflight)}
+        return {"released": released, "unfinished": len(self._r.runs.inflight)}
 
     # -- the API -------------------------------------------------------------------------------
 
     async def schedule(self, jobs: Sequence[tuple[str, int, bytes]]) -> list[str]:
         """Durably add ``(id, due_us, packed job)`` items; returns each job's shard, in order."""
         await self._ready
-        if self._runs.closing:
+        if self._r.runs.closing:
             raise SiloStopping(f"silo {self.silo_id} is stopping")
         by_window: dict[int, list[int]] = defaultdict(list)
         duration = timedelta_to_us(self.options.shard_duration)
@@ -152,7 +126,7 @@ class Silo:
 
         async def add(window: int, indexes: list[int]) -> None:
             ops = [add_op(jobs[i][0], jobs[i][1], jobs[i][2]) for i in indexes]
-            shard = await self._shards.write_to_window(window, ops)
+            shard = await self._r.shards.write_to_window(window, ops)
             for i in indexes:
                 names[i] = shard.base
 
@@ -163,22 +137,22 @@ class Silo:
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """Cancel ``job_id`` in ``shard_base``: ("cancelled" | "absent" | "moved" | "not_owner", info)."""
         await self._ready
-        return await self._cancelling.cancel(shard_base, job_id)
+        return await self._r.cancelling.cancel(shard_base, job_id)
 
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
         """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
         await self._ready
-        return await self._cancelling.shards_from(window_us)
+        return await self._r.cancelling.shards_from(window_us)
 
     async def adopt_now(self) -> int:
         """Look for orphans at once (a peer released its shards or was found dead)."""
         await self._ready
-        return await self._adoption.adopt_orphans()
+        return await self._r.adoption.adopt_orphans()
 
     async def declare_peer_dead(self, silo_id: str) -> bool:
         """Fast path of failure detection: mark a peer dead now, then adopt its shards."""
         await self._ready
-        return await self._heartbeat.declare_peer_dead(silo_id)
+        return await self._r.heartbeat.declare_peer_dead(silo_id)
 
     async def ping(self) -> str:
         return self.silo_id
@@ -194,9 +168,9 @@ class Silo:
             "silo_id": self.silo_id,
             "owner": self.owner,
             "pid": os.getpid(),
-            "queued": len(self._queue),
-            "inflight": len(self._runs.inflight),
-            "staged": len(self._runs.staged),
+            "queued": len(self._r.queue),
+            "inflight": len(self._r.runs.inflight),
+            "staged": len(self._r.runs.staged),
             "shards": [
                 {
                     "name": s.base,
@@ -207,9 +181,9 @@ class Silo:
                     "window_end": s.meta.window_end,
                     "adopted_count": s.meta.adopted_count,
                 }
-                for s in self._shards
+                for s in self._r.shards
             ],
-            "poisoned": dict(self._adoption.poisoned),
+            "poisoned": dict(self._r.adoption.poisoned),
             "counters": self.metrics.snapshot(),
         }
 
@@ -221,13 +195,13 @@ class Silo:
         while True:
             await asyncio.sleep(tick)
             try:
-                self._firing.retry_staged()
-                await self._loading.load_due()
+                self._r.firing.retry_staged()
+                await self._r.loading.load_due()
                 if self._clock.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds():
                     last_adoption = self._clock.monotonic()
-                    await self._adoption.adopt_orphans()
-                    await self._loading.delete_drained()
-                    await self._adoption.forgive()
+                    await self._r.adoption.adopt_orphans()
+                    await self._r.loading.delete_drained()
+                    await self._r.adoption.forgive()
             except asyncio.CancelledError:
                 raise
             except Exception:

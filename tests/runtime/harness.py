@@ -1,5 +1,6 @@
 """In-process parts for runtime tests: a manual clock, a transport that calls handlers directly,
-and one silo's roles wired on a shared memory store — no Ray anywhere."""
+a store that can hold back or fail calls, and one silo's roles wired by ``cluster.runtime.roles``
+on a shared memory store — no Ray anywhere."""
 
 from __future__ import annotations
 
@@ -14,21 +15,10 @@ from cluster.model.attempt import Attempt, JobContext, Outcome
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
-from cluster.runtime.adoption import Adoption
-from cluster.runtime.cancel import Cancelling
-from cluster.runtime.firing import Firing
-from cluster.runtime.heartbeat import Heartbeat
 from cluster.runtime.hooks import SiloHooks
-from cluster.runtime.lease import Lease
-from cluster.runtime.loading import Loading
-from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
-from cluster.runtime.outcomes import Outcomes
-from cluster.runtime.ownership import ShardTable
-from cluster.runtime.queue import JobQueue
-from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.roles import Roles, wire
 from cluster.runtime.shardlog import add_op, window_of
-from cluster.runtime.staging import Staging
 from cluster.runtime.transport import TargetAbsent
 from storage import Fenced, MemoryStore, Store, Unavailable
 
@@ -170,55 +160,15 @@ class Recorder:
             raise RuntimeError(f"job {ctx.job.id} failed on purpose")
 
 
-@dataclass
-class Parts:
-    """One silo's roles, built from the shared pieces as ``Silo`` builds them."""
-
-    store: Store
-    clock: ManualClock
-    transport: LocalTransport
-    me: Identity
-    queue: JobQueue[list[Any]]
-    runs: RunTable
-    lease: Lease
-    metrics: SiloMetrics
-    shards: ShardTable
-    outcomes: Outcomes
-    staging: Staging
-    firing: Firing
-    loading: Loading
-    adoption: Adoption
-    cancelling: Cancelling
-    heartbeat: Heartbeat
-    hooks: list[SiloHooks]
-
-
 async def make_parts(store: Store | None = None, silo_id: str = "0", *, clock: ManualClock | None = None,
                      transport: LocalTransport | None = None, options: ClusterOptions = OPTIONS,
-                     hooks: Sequence[SiloHooks] = (), join: bool = True) -> Parts:
+                     hooks: Sequence[SiloHooks] = (), join: bool = True) -> Roles:
     """Wire one silo's roles on ``store`` (a new memory store by default) and join membership."""
-    store = store if store is not None else MemoryStore()
-    clock = clock or ManualClock()
-    transport = transport or LocalTransport()
-    me = Identity(silo_id)
-    queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
-    runs = RunTable(options.max_concurrency)
-    lease = Lease(clock, options.suspicion_timeout.total_seconds())
-    metrics = SiloMetrics(silo_id)
-    hook_list = list(hooks)
-    decode = JobDecoder()
-    shards = ShardTable(store, options, clock, me, queue, runs, metrics)
-    outcomes = Outcomes(options, clock, queue, runs, shards, metrics)
-    staging = Staging(options, clock, runs, transport)
-    firing = Firing(options, clock, me, queue, runs, lease, hook_list, transport, staging, outcomes, decode, metrics)
-    loading = Loading(store, options, clock, queue, runs, shards, hook_list, decode)
-    adoption = Adoption(store, options, clock, me, shards, loading, metrics, random.Random(7))
-    cancelling = Cancelling(store, queue, runs, shards, adoption, hook_list)
-    heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
-    parts = Parts(store, clock, transport, me, queue, runs, lease, metrics, shards, outcomes, staging, firing, loading,
-                  adoption, cancelling, heartbeat, hook_list)
+    parts = wire(silo_id, store if store is not None else MemoryStore(), options, clock=clock or ManualClock(),
+                 transport=transport or LocalTransport(), metrics=SiloMetrics(silo_id), rng=random.Random(7))
+    parts.hooks.extend(hooks)
     if join:
-        await heartbeat.join()
+        await parts.heartbeat.join()
     return parts
 
 
@@ -233,7 +183,7 @@ def item(j: ScheduledJob) -> tuple[str, int, bytes]:
     return j.id, datetime_to_us(j.due), pack(j.to_wire())
 
 
-async def add(parts: Parts, *jobs: ScheduledJob) -> list[str]:
+async def add(parts: Roles, *jobs: ScheduledJob) -> list[str]:
     """Durably add ``jobs`` through the shard table, as ``Silo.schedule`` does; their shards."""
     names = []
     for j in jobs:
@@ -244,7 +194,7 @@ async def add(parts: Parts, *jobs: ScheduledJob) -> list[str]:
     return names
 
 
-async def fire_due(parts: Parts) -> None:
+async def fire_due(parts: Roles) -> None:
     """One turn of the fire loop, without the loop: take what is due and deliver it, to the end."""
     batch = parts.queue.pop_due(limit=parts.runs.room)
     parts.firing.dispatch(batch)
