@@ -120,6 +120,9 @@ class Client:
         """Durably add jobs already built by ``ScheduledJob.create``; returns them with ``shard`` set."""
         if not jobs:
             return []
+        limits, now, resolved = self.options.job_limits(), datetime.now(timezone.utc), set[str]()
+        for job in jobs:
+            limits.check(job, now, resolved=resolved)  # the cluster's limits, before anything is written
         items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
         shards = await self._schedule_coalesced(items)
         return [dataclasses.replace(job, shard=shard) for job, shard in zip(jobs, shards, strict=True)]
@@ -166,7 +169,8 @@ class Client:
         if "target" not in spec:
             raise TypeError(f"job spec {index}: 'target' is required")
         fields = {k: v for k, v in spec.items() if k != "target" and v is not None}
-        return ScheduledJob.create(self.resolve_target(spec["target"]), now=now, **fields)
+        return ScheduledJob.create(self.resolve_target(spec["target"]), now=now, limits=self.options.job_limits(),
+                                   **fields)
 
     def resolve_target(self, target: Any) -> Any:
         """Return ``target`` with a bare actor name placed in the caller's Ray namespace."""

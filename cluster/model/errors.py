@@ -16,10 +16,16 @@ class ValidationError(ValueError):
         self.accepted = accepted
         message = f"{field}: {rule}"
         if value is not None:
-            message += f" (got {value!r})"
+            message += f" (got {_shown(value)})"
         if accepted:
             message += f"; accepted forms: {accepted}"
         super().__init__(message)
+
+
+def _shown(value: object, limit: int = 200) -> str:
+    """``repr(value)``, shortened: a hostile input may be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 40]}... ({len(text)} characters)"
 
 
 class InvalidTime(ValidationError):

@@ -7,6 +7,7 @@ re-validating: it runs for every job whenever a shard is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from cluster.model.errors import InvalidJob
+from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.occurrences import Misfire
 from cluster.model.policies import FailurePolicy, PolicyLike
 from cluster.model.schedules import Schedule
@@ -172,7 +174,8 @@ class ScheduledJob:
         generation: int = 0,
         job_id: str | None = None,
         now: datetime | None = None,
-        max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+        max_data_bytes: int | None = None,
+        limits: JobLimits = DEFAULT_LIMITS,
     ) -> ScheduledJob:
         """Return a validated job; bad input raises ``InvalidJob`` (or another ``ValidationError``).
 
@@ -180,9 +183,13 @@ class ScheduledJob:
         ``now`` (default: the current UTC time). Without ``due``, a recurring job first fires at
         the schedule's first time after ``now``. An actor-reminder period ``R4/PT3S`` as the
         schedule means ``@every 3s`` with ``repeats=4``. ``repeats`` and ``ttl`` need a schedule;
-        ``ttl`` must come after ``due``; packed ``data`` may take at most ``max_data_bytes``;
-        ``misfire`` is ``fire_once`` (default), ``fire_all`` or ``skip``.
+        ``ttl`` must come after ``due``; ``misfire`` is ``fire_once`` (default), ``fire_all`` or
+        ``skip``. The job must also meet ``limits`` (minimum period, earliest start, size of data,
+        metadata and name together — ``max_data_bytes`` overrides that one —, importable grain
+        classes and retry functions; see ``JobLimits``).
         """
+        if max_data_bytes is not None:
+            limits = dataclasses.replace(limits, max_bytes=max_data_bytes)
         now = utc_now() if now is None else require_aware(now, field="now")
         if not isinstance(target, Target):
             raise InvalidJob("target", "must be a Target (Target.actor(...) or Target.grain(...))", target)
@@ -215,12 +222,12 @@ class ScheduledJob:
             raise InvalidJob("ttl", f"must be after due ({first.isoformat()})", expiry.isoformat())
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
             raise InvalidJob("generation", "must be an int >= 0", generation)
-        return cls(
+        job = cls(
             id=job_id,
             name=name,
             target=target,
             due=first,
-            data=_normalized_data(data, max_data_bytes),
+            data=_normalized_data(data),
             metadata=_metadata(metadata),
             schedule=parsed_schedule,
             repeats=repeats,
@@ -230,6 +237,8 @@ class ScheduledJob:
             generation=generation,
             misfire=Misfire.parse(misfire).value,
         )
+        limits.check(job, now)  # imports are checked when it is scheduled
+        return job
 
     @property
     def retry_policy(self) -> FailurePolicy:
@@ -293,6 +302,14 @@ def _check_label(value: object, field_name: str) -> None:
         raise InvalidJob(field_name, "must be a non-empty str", value)
     if any(ord(ch) < 0x20 or ch == "\x7f" for ch in value):
         raise InvalidJob(field_name, "must not contain control characters", value)
+    _check_unicode(value, field_name)
+
+
+def _check_unicode(value: str, field_name: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob(field_name, "must be valid Unicode text (no lone surrogates)", value) from None
 
 
 def _schedule(value: Schedule | str | None) -> tuple[Schedule | None, int | None]:
@@ -315,16 +332,21 @@ def _metadata(value: Mapping[str, str] | None) -> dict[str, str]:
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
             raise InvalidJob("metadata", "keys and values must be str", {key: item})
+        _check_unicode(key, "metadata")
+        _check_unicode(item, "metadata")
     return dict(value)
 
 
-def _normalized_data(value: Any, limit: int) -> Any:
-    """Return ``value`` as a replay will see it (tuples become lists), after checking its size."""
+def _normalized_data(value: Any) -> Any:
+    """Return ``value`` as a replay will see it (tuples become lists); its size is a limit."""
+    rule = "must be msgpack-encodable (None, bool, int within 64 bits, float, str, bytes, list, dict)"
     try:
         packed = pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
-        rule = f"must be msgpack-encodable (None, bool, int, float, str, bytes, list, dict): {exc}"
-        raise InvalidJob("data", rule, type(value).__name__) from None
-    if len(packed) > limit:
-        raise InvalidJob("data", f"packs to {len(packed)} bytes, more than the limit of {limit}")
-    return unpack(packed)
+        raise InvalidJob("data", f"{rule}: {exc}", type(value).__name__) from None
+    try:
+        return unpack(packed)
+    except (TypeError, ValueError) as exc:
+        # A tuple key packs as an array, which cannot key a dict when read back.
+        raise InvalidJob("data", f"{rule}, with str, int, float, bool, bytes or None as dict keys: {exc}",
+                         type(value).__name__) from None

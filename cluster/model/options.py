@@ -6,7 +6,11 @@ from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 from cluster.model.errors import ValidationError
+from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.times import parse_duration
 
 DEFAULT_NAMESPACE = "timeshard"
@@ -41,6 +45,10 @@ class ClusterOptions:
       and the job's misfire policy decides (fire_once, fire_all, skip).
     - ``silo_num_cpus`` (0): Ray CPUs reserved per silo actor, 0 so several fit on 2 cores.
     - ``max_restarts`` (-1): how often Ray restarts a crashed silo (-1: always).
+    - ``min_period`` (1 s): the shortest ``@every`` period a job may have.
+    - ``allowed_code_prefixes`` (None: any): module prefixes grain classes and callable failure
+      policies must come from; silos import those paths, so this is the trust boundary for
+      whoever can call a silo or write to the store (see ``JobLimits``).
     """
 
     shard_duration: timedelta = timedelta(hours=1)
@@ -60,6 +68,8 @@ class ClusterOptions:
     misfire_grace: timedelta = timedelta(seconds=1)
     silo_num_cpus: float = 0
     max_restarts: int = -1
+    min_period: timedelta = timedelta(seconds=1)
+    allowed_code_prefixes: tuple[str, ...] | None = None
 
     if TYPE_CHECKING:
         # The generated __init__, as callers may use it: durations also as text ("10s", "PT5M"),
@@ -83,6 +93,8 @@ class ClusterOptions:
             misfire_grace: timedelta | str = ...,
             silo_num_cpus: float = ...,
             max_restarts: int = ...,
+            min_period: timedelta | str = ...,
+            allowed_code_prefixes: Sequence[str] | None = ...,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -91,7 +103,7 @@ class ClusterOptions:
             if f.type in ("timedelta", timedelta) and not isinstance(value, timedelta):
                 object.__setattr__(self, f.name, parse_duration(value, field=f.name))
         for name in ("shard_duration", "handler_timeout", "heartbeat_interval", "suspicion_timeout",
-                     "adoption_interval", "staging_interval", "poison_forgiveness"):
+                     "adoption_interval", "staging_interval", "poison_forgiveness", "min_period"):
             if getattr(self, name) <= timedelta(0):
                 raise ValidationError(name, "must be positive", getattr(self, name))
         if self.lookahead < timedelta(0):
@@ -102,6 +114,17 @@ class ClusterOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(name, "must be an int >= 1", value)
+
+        prefixes = self.allowed_code_prefixes
+        if prefixes is not None:
+            if isinstance(prefixes, str) or not all(isinstance(p, str) and p.strip(". ") for p in prefixes):
+                raise ValidationError("allowed_code_prefixes", "must be None or a list of module prefixes like 'myapp.'",
+                                      prefixes)
+            object.__setattr__(self, "allowed_code_prefixes", tuple(prefixes))
+
+    def job_limits(self) -> JobLimits:
+        """The limits every job scheduled on this cluster must meet."""
+        return replace(DEFAULT_LIMITS, min_period=self.min_period, code_prefixes=self.allowed_code_prefixes)
 
     def with_(self, **changes: Any) -> ClusterOptions:
         """A copy with ``changes`` applied and validated."""

@@ -65,6 +65,7 @@ _SPECS = (
     ("month", 1, 12, _MONTHS),
     ("day_of_week", 0, 7, _WEEKDAYS),
 )
+MAX_SCHEDULE_CHARS = 1000  # the longest sensible cron text lists every value of every field
 _PREFIX = re.compile(r"(CRON_TZ|TZ)=(\S*)\s+(.*)", re.DOTALL)
 _ONE_SECOND = timedelta(seconds=1)
 _ONE_DAY = timedelta(days=1)
@@ -186,6 +187,8 @@ class Schedule:
             return text
         if not isinstance(text, str):
             raise InvalidSchedule("schedule", "must be schedule text", text, accepted=ACCEPTED)
+        if len(text) > MAX_SCHEDULE_CHARS:
+            raise InvalidSchedule("schedule", f"is longer than {MAX_SCHEDULE_CHARS} characters", text, accepted=ACCEPTED)
         normalized = " ".join(text.split())
         body, zone_name = normalized, None
         tz: tzinfo = timezone.utc
@@ -265,7 +268,8 @@ def _parse_field(
     """Allowed values of one field, and whether it was written as a plain ``*`` / ``?``."""
 
     def fail(rule: str) -> InvalidSchedule:
-        return InvalidSchedule(name, f"{rule} in {part!r}", text, accepted=ACCEPTED)
+        shown = part if len(part) <= 40 else f"{part[:30]}..."
+        return InvalidSchedule(name, f"{rule} in {shown!r}", text, accepted=ACCEPTED)
 
     def value(token: str) -> int:
         if names is not None and token.lower() in names:
@@ -274,6 +278,8 @@ def _parse_field(
             raise fail("empty value")
         if not token.isdigit():
             raise fail(f"{token!r} is not a number" + (" or a name" if names else ""))
+        if len(token) > 4:  # no field goes past 9999; int() of a huge text is slow or refused
+            raise fail(f"{token[:8]}... is outside {low}-{high}")
         number = int(token)
         if not low <= number <= high:
             raise fail(f"{number} is outside {low}-{high}")
@@ -285,8 +291,8 @@ def _parse_field(
         span, slash, step_text = item.partition("/")
         step = 1
         if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
-                raise fail(f"step {step_text!r} must be a positive number")
+            if not step_text.isdigit() or len(step_text) > 4 or int(step_text) == 0:
+                raise fail(f"step {step_text[:10]!r} must be a positive number")
             step = int(step_text)
         if span in ("*", "?"):
             if span == "?" and name not in ("day_of_month", "day_of_week"):

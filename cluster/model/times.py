@@ -99,6 +99,7 @@ def parse_time(value: object, now: datetime | None = None, *, field: str = "due"
         return require_aware(value, field=field)
     if isinstance(value, str):
         text = value.strip()
+        _check_digits(text, value, field, ACCEPTED_TIMES)
         match = _RFC3339.fullmatch(text)
         if match is not None:
             return _rfc3339(value, match, field)
@@ -131,6 +132,7 @@ def parse_period(text: object, *, field: str = "period") -> tuple[timedelta, int
     repeats: int | None = None
     body: object = text
     if isinstance(text, str):
+        _check_digits(text, text, field, ACCEPTED_PERIODS)
         match = _PERIOD.fullmatch(text.strip())
         if match is not None:
             count, body = match.group(1), match.group(2)
@@ -198,6 +200,7 @@ def _duration_or_none(value: object, field: str, accepted: str) -> timedelta | N
 def _parse_duration_text(text: str, original: str, field: str, accepted: str) -> tuple[str, timedelta] | None:
     if text in ("0", "+0", "-0"):  # Go's one unit-less duration
         return "", timedelta(0)
+    _check_digits(text, original, field, accepted)
     match = _GO_DURATION.fullmatch(text)
     if match is not None:
         nanos = sum((Fraction(number) * _NS_PER_UNIT[unit] for number, unit in _GO_PART.findall(match.group(2))), Fraction(0))
@@ -218,6 +221,17 @@ def _parse_duration_text(text: str, original: str, field: str, accepted: str) ->
         if number is not None
     ), Fraction(0))
     return match.group(1), _from_seconds(seconds, original, field, accepted)
+
+
+# No meaningful time needs more digits; Python refuses to convert beyond 4,300 digits anyway, and
+# long digit strings cost quadratic time to convert.
+MAX_DIGITS = 30
+_DIGIT_RUN = re.compile(rf"\d{{{MAX_DIGITS + 1},}}")
+
+
+def _check_digits(text: str, original: object, field: str, accepted: str) -> None:
+    if _DIGIT_RUN.search(text) is not None:
+        raise InvalidTime(field, f"has a number longer than {MAX_DIGITS} digits", original, accepted=accepted)
 
 
 def _from_seconds(seconds: Fraction, original: str, field: str, accepted: str) -> timedelta:

@@ -19,11 +19,12 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, InvalidJob, InvalidSchedule, InvalidTime, ValidationError
+from cluster.model.errors import AlreadyExists, InvalidJob, ValidationError
 from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target, new_job_id
+from cluster.model.limits import DEFAULT_LIMITS
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
 from cluster.model.wire import datetime_to_us, pack, unpack, us_to_datetime
@@ -47,9 +48,9 @@ from storage import Fenced, NotFound, Store, open_store
 __all__ = ["NamedJob", "NamedJobs", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
 
 DEFAULT_SCOPE = "default"
-#: A start time further in the past than this is a mistake, not a catch-up.
-EARLIEST_START = timedelta(minutes=10)
-MIN_PERIOD = timedelta(seconds=1)
+#: A start time further in the past than this is a mistake, not a catch-up (every job's limit).
+EARLIEST_START = DEFAULT_LIMITS.earliest_start
+MIN_PERIOD = DEFAULT_LIMITS.min_period
 TARGET_FORMS = "Target.actor(...), Target.grain(...), 'actor:NAME', 'actor:NAME@RAY_NAMESPACE', 'grain:module:Class/KEY'"
 _PUT_ATTEMPTS = 8
 
@@ -189,10 +190,6 @@ class NamedJobs:
             if exc.field != "due":
                 raise
             raise type(exc)("due_time", exc.rule, exc.value, accepted=exc.accepted) from None
-        if job.due < now - EARLIEST_START:
-            raise InvalidTime("due_time", "must not be earlier than now - 10 minutes", job.due.isoformat())
-        if job.schedule is not None and job.schedule.period is not None and job.schedule.period < MIN_PERIOD:
-            raise InvalidSchedule("schedule", f"period must be at least {MIN_PERIOD.total_seconds():g}s", job.schedule.text)
         return job
 
     async def _abandon(self, store: Store, job: ScheduledJob) -> None:
