@@ -19,6 +19,7 @@ from .base import (
 )
 from .errors import (
     AlreadyExists,
+    DamagedLog,
     Fenced,
     InvalidMetadata,
     InvalidStoreUrl,
@@ -40,7 +41,7 @@ __all__ = [
     "Store", "LogInfo", "LogStat", "Appended", "Fetched", "RetryPolicy",
     "MemoryStore", "FileStore", "open_store",
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "Unavailable", "Transient",
-    "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge",
+    "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
     "Decoded", "Frame", "Torn", "decode", "encode",
     "LogHead", "LogState", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "generation_name",
 ]

@@ -168,7 +168,7 @@ class AzureStore(Store):
             return AlreadyExists(f"{where}: log already exists")
         if isinstance(exc, ResourceNotFoundError):
             return NotFound(f"{where}: {code or 'not found'}")
-        if isinstance(exc, ClientAuthenticationError):
+        if isinstance(exc, ClientAuthenticationError) or exc.status_code == 403:
             return StorageError(f"{where}: authentication failed ({code}); check AZURE_STORAGE_CONNECTION_STRING "
                                 "or the DefaultAzureCredential setup")
         if exc.status_code in _TRANSIENT_STATUS:

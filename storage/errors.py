@@ -34,6 +34,10 @@ class Transient(StorageError):
     """A fault worth retrying (timeout, throttling, 5xx, lost connection). Retried inside stores."""
 
 
+class DamagedLog(StorageError):
+    """A log's own bookkeeping (the file store's ``.meta``) cannot be read; the log is kept as is."""
+
+
 class InvalidStoreUrl(StorageError, ValueError):
     """``open_store`` got a URL it cannot use; the message says which forms and settings work."""
 

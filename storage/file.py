@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterator, Mapping
@@ -26,8 +27,12 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from .base import AZURE_MAX_BLOCKS, Appended, Fetched, LogInfo, LogStat, Store, check_metadata, check_name, check_payload
-from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError
+from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError
 
+log = logging.getLogger("timeshard.storage")
+
+# What a readable .meta holds besides its metadata: anything else is a damaged file.
+_META_FIELDS = (("incarnation", str), ("version", int), ("size", int), ("blocks", int))
 _SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
 _MAX_FILENAME = 240
 
@@ -54,6 +59,7 @@ class FileStore(Store):
         self.root = Path(root)
         self.max_blocks = max_blocks
         self._made_root = False
+        self._reported: set[str] = set()  # damaged logs already logged
 
     # -- paths, locks and the meta record ------------------------------------------------
 
@@ -75,11 +81,17 @@ class FileStore(Store):
             os.close(fd)  # closing the descriptor releases the lock
 
     def _read_meta(self, name: str) -> dict[str, Any]:
+        path = self._path(name, ".meta")
         try:
-            meta: dict[str, Any] = json.loads(self._path(name, ".meta").read_bytes())
-            return meta
+            meta = json.loads(path.read_bytes())
         except FileNotFoundError:
             raise NotFound(f"log {name!r} not found in {self.root}") from None
+        except ValueError as exc:  # not UTF-8 or not JSON
+            raise DamagedLog(f"log {name!r}: {path} cannot be read ({exc}); the log is left as it is") from None
+        if not (isinstance(meta, dict) and isinstance(meta.get("metadata"), dict)
+                and all(isinstance(meta.get(k), t) for k, t in _META_FIELDS)):
+            raise DamagedLog(f"log {name!r}: {path} lacks its fields; the log is left as it is")
+        return meta
 
     def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
         final, tmp = self._path(name, ".meta"), self._path(name, ".meta.tmp")
@@ -127,9 +139,17 @@ class FileStore(Store):
                 continue
             name = unquote(file[: -len(".meta")])
             if name.startswith(prefix):
-                with contextlib.suppress(NotFound):  # deleted while we listed
+                try:
                     meta = self._read_meta(name)
-                    out.append(LogInfo(name, dict(meta["metadata"]), self._etag(meta)))
+                except NotFound:
+                    continue  # deleted while we listed
+                except DamagedLog as exc:
+                    # One damaged log must not hide every other one; it is reported once.
+                    if name not in self._reported:
+                        self._reported.add(name)
+                        log.error("damaged log left out of listings", extra={"log": name, "error": str(exc)})
+                    continue
+                out.append(LogInfo(name, dict(meta["metadata"]), self._etag(meta)))
         return sorted(out)
 
     def _set_metadata(self, name: str, metadata: dict[str, str], if_match: str | None) -> str:

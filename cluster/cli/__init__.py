@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from cluster.cli.jobs import add_job_commands
 from cluster.model.errors import ValidationError
 from cluster.model.options import DEFAULT_NAMESPACE
+from storage import StorageError
 
 EPILOG = """examples:
   timeshard demo                                   # the main job, about a minute
@@ -155,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValidationError) as exc:
+    except (UserError, ValidationError, StorageError) as exc:
         print(f"timeshard: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -18,6 +21,7 @@ from typing import Any
 
 from cluster.model.errors import AlreadyExists, ValidationError
 from cluster.model.options import DEFAULT_NAMESPACE
+from storage import StorageError
 
 __all__ = ["add_job_commands", "named_job_to_json"]
 
@@ -36,12 +40,19 @@ class _Failure(Exception):
     """A failure to report in one line."""
 
 
+#: How long a command waits for Ray's head to answer before saying it cannot reach it.
+CONNECT_TIMEOUT = 5.0
+
+
 def _connect(namespace: str) -> Any:
     import ray
 
     from cluster._cluster import Cluster
 
     if not ray.is_initialized():
+        _check_reachable()
+        # Ray logs this on every connection to a cluster with a token; it is not the user's concern.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         try:
             # "auto": join the Ray that runs the silos, never start a new empty one.
             ray.init(address="auto", namespace=namespace, log_to_driver=False, configure_logging=False)
@@ -53,6 +64,25 @@ def _connect(namespace: str) -> Any:
         raise _Failure(str(exc)) from None
 
 
+def _check_reachable() -> None:
+    """Fail in one line within ``CONNECT_TIMEOUT`` when Ray's head does not answer: ``ray.init``
+    itself retries an unreachable address for minutes."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        address = canonicalize_bootstrap_address(os.environ.get("RAY_ADDRESS") or "auto")
+    except ConnectionError as exc:
+        raise _Failure(f"no running Ray found ({exc}); start the silos with `timeshard up`") from None
+    if not address or "://" in address:
+        return  # Ray Client (ray://) and other schemes: ray.init knows how to reach them
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except (OSError, ValueError) as exc:
+        raise _Failure(f"cannot reach Ray at {address} within {CONNECT_TIMEOUT:g} s ({exc}); "
+                       "check RAY_ADDRESS or start the silos with `timeshard up`") from None
+
+
 def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
     """Wrap a command: connect, run it, and turn user errors into one line and exit code 1."""
 
@@ -62,7 +92,7 @@ def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[
         try:
             client = _connect(args.namespace).client()
             return asyncio.run(_with_args(work, client, args))
-        except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable) as exc:
+        except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable, StorageError) as exc:
             print(f"timeshard: error: {exc}", file=sys.stderr)
             return 1
 

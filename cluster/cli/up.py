@@ -10,6 +10,7 @@ import ray
 
 from cluster._cluster import Cluster
 from cluster.model.options import ClusterOptions
+from storage import open_store
 
 
 def _options(args: argparse.Namespace) -> ClusterOptions:
@@ -29,6 +30,7 @@ def _line(statuses: list[dict]) -> str:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    open_store(args.store)  # a bad URL or a missing credential fails here, before Ray starts
     ray.init(namespace=args.namespace, include_dashboard=False, log_to_driver=False, configure_logging=False)
     cluster = Cluster.start(args.store, silos=args.silos, namespace=args.namespace, options=_options(args))
     print(f"timeshard up: {args.silos} silos on {args.store} in Ray namespace {args.namespace!r}; "

@@ -29,8 +29,8 @@ def timeshard(*args: str) -> subprocess.CompletedProcess[str]:
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 1, result
     assert "Traceback" not in result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("timeshard")]
-    assert len(lines) == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("timeshard"), result.stderr  # nothing else, not Ray's chatter
     return lines[0]
 
 
@@ -63,6 +63,17 @@ async def test_schedule_get_list_status_delete_through_the_command_line(make_clu
     (silo,) = json.loads(status.stdout)["silos"]
     assert silo["shards"] and {"name", "state", "jobs", "window_start"} <= set(silo["shards"][0])
 
+    hostile = {
+        "schedule": ("--schedule", "0 " + "9" * 5000 + " * * * *"),
+        "repeats": ("--schedule", "@every 1s", "--repeats", str(2**64)),
+        "data": ("--due-time", "1h", *[a for i in range(3) for a in ("--metadata", f"k{i}={'x' * 100_000}")]),
+        "due_time": ("--due-time", "9" * 5000 + "s"),
+    }
+    for field, args in hostile.items():
+        error = one_line_error(timeshard("schedule", "hostile", "--target", target, *args, *ns))
+        assert f"{field}:" in error and len(error) < 1000, error
+    assert "no job named" in one_line_error(timeshard("get", "hostile", *ns))  # nothing was written
+
     deleted = timeshard("delete", "nightly", *ns)
     assert deleted.returncode == 0 and "deleted" in deleted.stdout
     assert "no job named" in one_line_error(timeshard("get", "nightly", *ns))
@@ -72,6 +83,21 @@ def test_usage_errors_exit_2_and_help_teaches_by_example():
     assert timeshard("schedule", "x").returncode == 2  # --target missing: argparse, no cluster needed
     shown = timeshard("schedule", "--help")
     assert shown.returncode == 0 and "examples:" in shown.stdout and "--schedule '@daily'" in shown.stdout
+
+
+@pytest.mark.file_only
+def test_an_unreachable_ray_is_a_one_line_failure_within_seconds():
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}
+    result = subprocess.run([TIMESHARD, "get", "x"], capture_output=True, text=True, timeout=30, env=env)
+    assert "cannot reach Ray" in one_line_error(result)
+
+
+@pytest.mark.file_only
+def test_a_store_without_its_credential_fails_before_ray_starts():
+    env = {k: v for k, v in os.environ.items() if k != "AZURE_STORAGE_CONNECTION_STRING"}
+    result = subprocess.run([TIMESHARD, "up", "--store", "azure://timeshard-test"], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert "no credential" in one_line_error(result)
 
 
 def test_no_silos_in_the_namespace_is_a_one_line_failure(ray_session):

@@ -100,3 +100,22 @@ async def test_compare_and_swap_is_safe_between_processes(tmp_path: Path) -> Non
     assert [await asyncio.wait_for(p.wait(), 60) for p in procs] == [0, 0]
     async with storage.open_store(url) as store:
         assert (await store.stat("counter")).metadata == {"n": "80"}  # no lost update
+
+
+async def test_a_damaged_meta_file_hides_only_its_own_log(tmp_path: Path, caplog) -> None:
+    store = storage.FileStore(tmp_path)
+    for name in ("shards/a", "shards/b", "members/0"):
+        await store.create(name, {"owner": "x"})
+    meta = store._path("shards/a", ".meta")
+    for damage in (b"\xff\xfe not json", b'{"metadata": {}}', b"[]"):
+        meta.write_bytes(damage)
+        assert [i.name for i in await store.list("shards/")] == ["shards/b"]
+        assert [i.name for i in await store.list()] == ["members/0", "shards/b"]
+        try:
+            await store.stat("shards/a")
+        except storage.DamagedLog as exc:
+            assert "shards/a" in str(exc)
+        else:
+            raise AssertionError("a damaged log must not stat as a healthy one")
+    reported = [r for r in caplog.records if r.getMessage() == "damaged log left out of listings"]
+    assert len(reported) == 1  # once per log, not on every listing
