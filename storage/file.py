@@ -19,13 +19,25 @@ import contextlib
 import fcntl
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from .base import AZURE_MAX_BLOCKS, Appended, Fetched, LogInfo, LogStat, Store, check_metadata, check_name, check_payload
+from .base import (
+    AZURE_MAX_BLOCKS,
+    Appended,
+    Fetched,
+    LogInfo,
+    LogStat,
+    ServerTime,
+    Store,
+    check_metadata,
+    check_name,
+    check_payload,
+)
 from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError
 
 _SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
@@ -205,6 +217,11 @@ class FileStore(Store):
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await asyncio.to_thread(self._fetch, name, offset)
+
+    async def server_time(self) -> ServerTime | None:
+        # The logs live on this host (flock does not hold across machines), so this host's
+        # clock is the store's: every process using the store reads the same one.
+        return ServerTime(time.time_ns() // 1000, 1)
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await asyncio.to_thread(self._delete, name, if_match)
