@@ -15,6 +15,7 @@ from .base import (
     LogInfo,
     LogStat,
     RetryPolicy,
+    ServerTime,
     Store,
 )
 from .errors import (
@@ -38,7 +39,7 @@ from .urls import DEFAULT_URL, open_store
 
 __all__ = [
     "AZURE_MAX_BLOCKS", "MAX_BLOCK_BYTES", "DEFAULT_URL",
-    "Store", "LogInfo", "LogStat", "Appended", "Fetched", "RetryPolicy",
+    "Store", "LogInfo", "LogStat", "Appended", "Fetched", "RetryPolicy", "ServerTime",
     "MemoryStore", "FileStore", "open_store",
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",

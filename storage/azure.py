@@ -15,6 +15,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
 from azure.core import MatchConditions
@@ -35,6 +36,7 @@ from .base import (
     LogInfo,
     LogStat,
     RetryPolicy,
+    ServerTime,
     Store,
     check_metadata,
     check_name,
@@ -51,6 +53,7 @@ _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _RANGE_TOTAL = re.compile(r"/(\d+)$")
 _PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _CLIENT_CACHE = 4096
+_SECOND_US = 1_000_000
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 
 
@@ -269,6 +272,28 @@ class AzureStore(Store):
                 await blob.delete_blob(etag=if_match, match_condition=MatchConditions.IfNotModified)
 
         await self._call("delete", name, op)
+
+    async def server_time(self) -> ServerTime | None:
+        """The ``Date`` header of a Get Container Properties answer (one-second resolution)."""
+        dates: list[str] = []
+
+        def keep_date(response: Any) -> None:
+            dates.append(str(response.http_response.headers.get("Date", "")))
+
+        async def op() -> ServerTime:
+            dates.clear()
+            await self._container.get_container_properties(raw_response_hook=keep_date)
+            if not dates or not dates[-1]:
+                raise StorageError("server time: the answer carried no Date header")
+            try:
+                when = parsedate_to_datetime(dates[-1])
+            except (TypeError, ValueError) as exc:
+                raise StorageError(f"server time: unreadable Date header {dates[-1]!r}") from exc
+            if when.tzinfo is None:
+                raise StorageError(f"server time: Date header {dates[-1]!r} names no zone")
+            return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US)
+
+        return await self._call("server_time", self.container, op)
 
     async def close(self) -> None:
         await self._client.close()

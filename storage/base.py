@@ -69,6 +69,19 @@ class Fetched:
 
 
 @dataclass(frozen=True)
+class ServerTime:
+    """The store's clock as one answer showed it: somewhere in ``[at_us, at_us + resolution_us)``.
+
+    The reading was taken while the call was in flight, so a caller that notes its own clock
+    before and after the call can bound the offset between the two clocks (``cluster.runtime
+    .skew``). Azure's ``Date`` header has a resolution of one second.
+    """
+
+    at_us: int
+    resolution_us: int
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     """Capped exponential backoff with full jitter for transient faults.
 
@@ -161,6 +174,10 @@ class Store(ABC):
     @abstractmethod
     async def delete(self, name: str, if_match: str | None) -> None:
         """Delete the log (only if its ETag is still ``if_match``, unless that is None)."""
+
+    @abstractmethod
+    async def server_time(self) -> ServerTime | None:
+        """The store's clock, read by one cheap call; None if the store shares the caller's clock."""
 
     async def append(self, name: str, payload: bytes, if_match: str) -> str:
         """Append ``payload`` as one block if the ETag is still ``if_match``; return the new ETag."""

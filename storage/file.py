@@ -20,13 +20,25 @@ import fcntl
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from .base import AZURE_MAX_BLOCKS, Appended, Fetched, LogInfo, LogStat, Store, check_metadata, check_name, check_payload
+from .base import (
+    AZURE_MAX_BLOCKS,
+    Appended,
+    Fetched,
+    LogInfo,
+    LogStat,
+    ServerTime,
+    Store,
+    check_metadata,
+    check_name,
+    check_payload,
+)
 from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError
 
 log = logging.getLogger("timeshard.storage")
@@ -225,6 +237,11 @@ class FileStore(Store):
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await asyncio.to_thread(self._fetch, name, offset)
+
+    async def server_time(self) -> ServerTime | None:
+        # The logs live on this host (flock does not hold across machines), so this host's
+        # clock is the store's: every process using the store reads the same one.
+        return ServerTime(time.time_ns() // 1000, 1)
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await asyncio.to_thread(self._delete, name, if_match)

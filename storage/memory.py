@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .base import AZURE_MAX_BLOCKS, Appended, Fetched, LogInfo, LogStat, Store, check_metadata, check_name, check_payload
+from .base import (
+    AZURE_MAX_BLOCKS,
+    Appended,
+    Fetched,
+    LogInfo,
+    LogStat,
+    ServerTime,
+    Store,
+    check_metadata,
+    check_name,
+    check_payload,
+)
 from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError
 
 
@@ -23,10 +34,13 @@ class MemoryStore(Store):
     """Logs that live as long as this object: fast, for unit tests and benchmarks.
 
     ``max_blocks`` mimics the append-blob block limit so rotation can be tested quickly.
+    ``clock`` (wall time, µs) is the store's own clock, so a test can set it apart from the
+    silos'; without one the store has no clock and callers take theirs as the store's.
     """
 
-    def __init__(self, *, max_blocks: int = AZURE_MAX_BLOCKS) -> None:
+    def __init__(self, *, max_blocks: int = AZURE_MAX_BLOCKS, clock: Callable[[], int] | None = None) -> None:
         self.max_blocks = max_blocks
+        self.clock = clock
         self._logs: dict[str, _Log] = {}
         self._versions = itertools.count(1)
 
@@ -92,6 +106,10 @@ class MemoryStore(Store):
         if not 0 <= offset <= len(log.body):
             raise StorageError(f"read {name!r} at {offset}: outside the body (size {len(log.body)})")
         return Fetched(bytes(log.body[offset:]), log.etag, dict(log.metadata), len(log.body), log.blocks)
+
+    async def server_time(self) -> ServerTime | None:
+        await asyncio.sleep(0)
+        return None if self.clock is None else ServerTime(self.clock(), 1)
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await asyncio.sleep(0)

@@ -56,7 +56,8 @@ def open_store(url: str = DEFAULT_URL, *, retry: RetryPolicy | None = None,
     if scheme == "memory":
         if parts.netloc or parts.path not in ("", "/"):
             raise InvalidStoreUrl(f"store URL {url!r}: memory:// takes no host or path")
-        return MemoryStore(**_max_blocks(url, _query(url, parts.query, {"max_blocks"})))
+        limits = _max_blocks(url, _query(url, parts.query, {"max_blocks"}))
+        return MemoryStore(max_blocks=limits["max_blocks"]) if limits else MemoryStore()
     if scheme == "file":
         params = _query(url, parts.query, {"max_blocks"})
         if parts.netloc in ("", "localhost") and parts.path.startswith("/"):

@@ -261,6 +261,18 @@ def _list_text(jobs: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+def _clock_text(clock: dict[str, Any] | None) -> str:
+    """One line: how far this silo's host clock is from the store's, and whether that is too far."""
+    if clock is None or clock["offset_low_s"] is None:
+        return "  clock: not measured yet"
+    if clock["store_clock"] == "shared":
+        return "  clock: the store's is this host's"
+    text = f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s]"
+    if clock["exceeded"]:
+        text += f"  CLOCK SKEW beyond max_clock_skew ({clock['max_clock_skew_s']}s): fix this host's time sync"
+    return text
+
+
 def _status_text(report: dict[str, Any]) -> str:
     lines = [f"namespace {report['namespace']}, store {report['store']}"]
     for silo in report["silos"]:
@@ -273,6 +285,7 @@ def _status_text(report: dict[str, Any]) -> str:
             f"{silo['inflight']} in flight, {silo['staged']} staged; lateness mean "
             f"{c.get('lateness_mean_s', 0):.3f}s max {c.get('lateness_max_s', 0):.3f}s"
         )
+        lines.append(_clock_text(silo.get("clock")))
         for shard in silo["shards"]:
             start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "

@@ -43,6 +43,9 @@ class ClusterOptions:
       blocks (Azure's hard limit is 50,000).
     - ``misfire_grace`` (1 s): an occurrence later than this when its shard loads was missed,
       and the job's misfire policy decides (fire_once, fire_all, skip).
+    - ``max_clock_skew`` (500 ms): how far a silo's host clock may be off the store's before it
+      is an error (logged, in ``status()`` and a metric). Silos fire by the store's clock at any
+      skew; handlers check a lease against their host's clock, which this bound stands for.
     - ``silo_num_cpus`` (0): Ray CPUs reserved per silo actor, 0 so several fit on 2 cores.
     - ``max_restarts`` (-1): how often Ray restarts a crashed silo (-1: always).
     - ``min_period`` (1 s): the shortest ``@every`` period a job may have.
@@ -66,6 +69,7 @@ class ClusterOptions:
     group_commit_linger: timedelta = timedelta(milliseconds=2)
     max_blocks: int = 45_000
     misfire_grace: timedelta = timedelta(seconds=1)
+    max_clock_skew: timedelta = timedelta(milliseconds=500)
     silo_num_cpus: float = 0
     max_restarts: int = -1
     min_period: timedelta = timedelta(seconds=1)
@@ -91,6 +95,7 @@ class ClusterOptions:
             group_commit_linger: timedelta | str = ...,
             max_blocks: int = ...,
             misfire_grace: timedelta | str = ...,
+            max_clock_skew: timedelta | str = ...,
             silo_num_cpus: float = ...,
             max_restarts: int = ...,
             min_period: timedelta | str = ...,
@@ -103,7 +108,8 @@ class ClusterOptions:
             if f.type in ("timedelta", timedelta) and not isinstance(value, timedelta):
                 object.__setattr__(self, f.name, parse_duration(value, field=f.name))
         for name in ("shard_duration", "handler_timeout", "heartbeat_interval", "suspicion_timeout",
-                     "adoption_interval", "staging_interval", "poison_forgiveness", "min_period"):
+                     "adoption_interval", "staging_interval", "poison_forgiveness", "max_clock_skew",
+                     "min_period"):
             if getattr(self, name) <= timedelta(0):
                 raise ValidationError(name, "must be positive", getattr(self, name))
         if self.lookahead < timedelta(0):

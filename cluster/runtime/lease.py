@@ -13,7 +13,7 @@ import asyncio
 from cluster.model.clock import Clock
 
 # The lease ends this fraction of suspicion_timeout after a heartbeat began: the margin covers a
-# delivery in progress when it ends (the handler refuses work past the lease's wall-clock end).
+# delivery in progress when it ends (the handler refuses work past the lease's end in store time).
 LEASE_FRACTION = 0.8
 
 
@@ -53,5 +53,5 @@ class Lease:
             await self.wait_renewed()
 
     def wall_end(self) -> float:
-        """The lease's end on the wall clock (seconds since the epoch), for the handler to check."""
+        """The lease's end (seconds since the epoch) on the silo's clock, the store's time, for handlers."""
         return self._clock.now_us() / 1e6 + (self.until - self._clock.monotonic())

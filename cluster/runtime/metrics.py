@@ -123,6 +123,9 @@ class SiloMetrics:
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
         self.lateness = histogram("lateness_seconds", "execution start minus due time", LATENESS_BOUNDS)
+        self.clock_offset = gauge("clock_offset_seconds", "store clock minus this host's (middle of the measured interval)")
+        self.clock_uncertainty = gauge("clock_offset_uncertainty_seconds", "width of the measured clock offset interval")
+        self.clock_skew_exceeded = gauge("clock_skew_exceeded", "1 while this host's clock is beyond max_clock_skew")
         self.append_latency = histogram("append_seconds", "time for an add to become durable", LATENCY_BOUNDS)
 
     def flush(self) -> None:

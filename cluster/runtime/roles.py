@@ -25,6 +25,7 @@ from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.skew import Skew
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import Transport
 from storage import Store
@@ -32,7 +33,10 @@ from storage import Store
 
 @dataclass(frozen=True)
 class Roles:
-    """The pieces every role shares, then the roles. ``hooks`` is filled in once the silo joined."""
+    """The pieces every role shares, then the roles. ``hooks`` is filled in once the silo joined.
+
+    ``clock`` is the host's clock as given; the roles run on ``skew.clock``, the store's time.
+    """
 
     store: Store
     clock: Clock
@@ -51,12 +55,16 @@ class Roles:
     adoption: Adoption
     cancelling: Cancelling
     heartbeat: Heartbeat
+    skew: Skew
 
 
 def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, transport: Transport,
          metrics: SiloMetrics, rng: random.Random) -> Roles:
     """Build one silo's roles on ``store``, each given the shared pieces it needs."""
     me = Identity(silo_id)
+    local = clock
+    skew = Skew(store, options, local, metrics, silo_id)
+    clock = skew.clock  # every role reads the store's time, measured from this host (issue 12, point 10)
     hooks: list[SiloHooks] = []
     queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
     runs = RunTable(options.max_concurrency)
@@ -70,5 +78,5 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng)
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
-    return Roles(store, clock, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, staging, firing,
-                 loading, adoption, cancelling, heartbeat)
+    return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, staging, firing,
+                 loading, adoption, cancelling, heartbeat, skew)

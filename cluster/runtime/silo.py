@@ -75,11 +75,17 @@ class Silo:
         await self._r.heartbeat.join()
         self._r.hooks.extend(self._hooks_factory(self._store, self))
         log.info("silo joined", extra={"silo": self.owner})
+        try:
+            await self._r.skew.sample()  # fire by the store's clock from the first job on
+        except StorageError as exc:
+            log.warning("could not read the store's clock; on this host's until it can",
+                        extra={"silo": self.owner, "error": repr(exc)})
         await self._r.adoption.adopt_orphans()
         self._tasks = [
             asyncio.create_task(self._r.firing.run(), name="fire"),
             asyncio.create_task(self._r.heartbeat.run(), name="heartbeat"),
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
+            asyncio.create_task(self._r.skew.run(), name="skew"),
         ]
 
     @property
@@ -184,6 +190,7 @@ class Silo:
                 for s in self._r.shards
             ],
             "poisoned": dict(self._r.adoption.poisoned),
+            "clock": self._r.skew.report(),
             "counters": self.metrics.snapshot(),
         }
 

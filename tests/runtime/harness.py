@@ -169,6 +169,7 @@ async def make_parts(store: Store | None = None, silo_id: str = "0", *, clock: M
     parts.hooks.extend(hooks)
     if join:
         await parts.heartbeat.join()
+        await parts.skew.sample()  # as Silo._start does: fire by the store's clock from the start
     return parts
 
 

@@ -133,6 +133,9 @@ class ResendingStore(storage.Store):
     async def fetch(self, *a: Any) -> storage.Fetched:
         return await self.inner.fetch(*a)
 
+    async def server_time(self) -> storage.ServerTime | None:
+        return await self.inner.server_time()
+
     async def delete(self, *a: Any) -> None:
         await self.inner.delete(*a)
 

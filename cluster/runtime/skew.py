@@ -1,0 +1,169 @@
+"""Clock skew: the silo measures the store's clock and runs on it (issue 12, point 10).
+
+Due times mean the store's time: every silo and every host then agrees on when a job is due,
+whatever its own clock says. Every ``heartbeat_interval`` (plus a phase that makes each reading
+informative, see ``cluster.model.skew``) the silo reads the store's clock and narrows the
+interval that holds ``store - local``. The roles read time from ``StoreClock``: this host's
+monotonic clock plus the *low* end of that interval — the earliest the store's time can be. So a
+job is due only once the store's time is surely past its due time: a silo whose clock runs ahead
+waits, one that runs behind fires late by at most the interval's width (about a round trip).
+
+A skew beyond ``max_clock_skew`` is an error in the log, in ``status()`` and in the
+``clock_skew_exceeded`` metric. The silo keeps firing, corrected: its own firing is right at any
+skew, and stopping would turn a clock fault into an outage. What the bound protects is the
+handler's lease check, which compares the lease end (store time) with the handler host's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from cluster.model.clock import Clock
+from cluster.model.options import ClusterOptions
+from cluster.model.skew import DRIFT, Offset, OffsetEstimator, Sample
+from cluster.model.wire import timedelta_to_us
+from cluster.runtime.metrics import SiloMetrics
+from storage import StorageError, Store
+
+log = logging.getLogger("timeshard.silo")
+
+#: An offset interval wider than this (µs) is narrowed by quicker readings.
+WIDE_US = 20_000
+#: While the skew stays beyond the bound, the error is logged again this often (seconds).
+REPEAT_ERROR = 60.0
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1_000_000)
+
+
+class StoreClock:
+    """The store's time as read on this host: monotonic time plus the offset's low bound.
+
+    Until the first reading, and for a store that shares this host's clock (``server_time``
+    answers None), it is the local clock itself.
+    """
+
+    def __init__(self, local: Clock) -> None:
+        self._local = local
+        self._low_us: int | None = None  # the offset's low bound at local monotonic _at_us
+        self._at_us = 0
+
+    def set_offset(self, offset: Offset | None, at_us: int) -> None:
+        """Run on ``offset`` (measured at local monotonic ``at_us``), or on the local clock if None."""
+        self._low_us, self._at_us = (None, 0) if offset is None else (offset.low_us, at_us)
+
+    def now_us(self) -> int:
+        if self._low_us is None:
+            return self._local.now_us()
+        mono = _us(self._local.monotonic())
+        # Every reading widens by DRIFT per second of age, so the intersection's low end does too.
+        return mono + self._low_us - int((mono - self._at_us) * DRIFT)
+
+    def monotonic(self) -> float:
+        return self._local.monotonic()
+
+
+class Skew:
+    """Reads the store's clock, keeps the offset estimate, and reports a skew beyond the bound."""
+
+    def __init__(self, store: Store, options: ClusterOptions, local: Clock, metrics: SiloMetrics, silo_id: str) -> None:
+        self._store = store
+        self._options = options
+        self._local = local
+        self._metrics = metrics
+        self._silo_id = silo_id
+        self._estimator = OffsetEstimator()
+        self._shared = False  # the store has no clock of its own: ours is taken as its
+        self._round_trip_us = 0
+        self._errored_at: float | None = None  # monotonic time of the last error logged
+        self.clock = StoreClock(local)
+
+    async def sample(self) -> None:
+        """Read the store's clock once and update the estimate, the clock and the report."""
+        sent = _us(self._local.monotonic())
+        reading = await self._store.server_time()
+        received = _us(self._local.monotonic())
+        self._round_trip_us = received - sent
+        if reading is None:
+            self._shared = True
+            self.clock.set_offset(None, received)
+            return
+        if not self._estimator.add(Sample(sent, received, reading.at_us, reading.resolution_us)):
+            log.warning("the store's clock disagrees with earlier readings (a clock was stepped); measuring again",
+                        extra={"silo": self._silo_id})
+        self.clock.set_offset(self._estimator.offset(received), received)
+        self._check_bound()
+
+    async def run(self) -> None:
+        """Read the store's clock every ``heartbeat_interval``, at the phase that tells most; forever."""
+        interval = self._options.heartbeat_interval.total_seconds()
+        while True:
+            now = _us(self._local.monotonic())
+            offset = self._estimator.offset(now)
+            # While the interval is still wide (a second, from Azure's first reading) jobs fire up
+            # to that much late: read again sooner until it is down to a few round trips.
+            wide = offset is not None and offset.width_us > max(4 * self._round_trip_us, WIDE_US)
+            pause = interval / 10 if wide else interval
+            phase = self._estimator.next_phase(now + _us(pause), self._round_trip_us)
+            await asyncio.sleep(pause + phase / 1e6)
+            try:
+                await self.sample()
+            except asyncio.CancelledError:
+                raise
+            except StorageError as exc:
+                log.warning("could not read the store's clock", extra={"silo": self._silo_id, "error": repr(exc)})
+
+    def skew(self) -> tuple[int, int] | None:
+        """``store - this host's wall clock`` in µs, as an interval; None if unmeasured or shared."""
+        if self._shared:
+            return (0, 0)
+        mono = _us(self._local.monotonic())
+        offset = self._estimator.offset(mono)
+        if offset is None:
+            return None
+        wall_minus_mono = self._local.now_us() - mono
+        return offset.low_us - wall_minus_mono, offset.high_us - wall_minus_mono
+
+    def exceeded(self) -> bool:
+        """Whether this host's clock is surely more than ``max_clock_skew`` from the store's."""
+        skew = self.skew()
+        bound = timedelta_to_us(self._options.max_clock_skew)
+        return skew is not None and (skew[0] > bound or skew[1] < -bound)
+
+    def report(self) -> dict[str, Any]:
+        """For ``status()``: the offset interval (store minus this host, seconds) and the bound."""
+        skew = self.skew()
+        return {
+            "store_clock": "shared" if self._shared else ("unmeasured" if skew is None else "measured"),
+            "offset_low_s": None if skew is None else skew[0] / 1e6,
+            "offset_high_s": None if skew is None else skew[1] / 1e6,
+            "max_clock_skew_s": self._options.max_clock_skew.total_seconds(),
+            "exceeded": self.exceeded(),
+            "restarts": self._estimator.restarts,
+        }
+
+    def _check_bound(self) -> None:
+        skew = self.skew()
+        if skew is None:
+            return
+        exceeded = self.exceeded()
+        self._metrics.clock_offset.set((skew[0] + skew[1]) / 2e6)
+        self._metrics.clock_uncertainty.set((skew[1] - skew[0]) / 1e6)
+        self._metrics.clock_skew_exceeded.set(1.0 if exceeded else 0.0)
+        now = self._local.monotonic()
+        if not exceeded:
+            if self._errored_at is not None:
+                log.info("clock skew back within max_clock_skew", extra={"silo": self._silo_id})
+            self._errored_at = None
+            return
+        if self._errored_at is None or now - self._errored_at >= REPEAT_ERROR:
+            self._errored_at = now
+            log.error(
+                "this host's clock is off the store's by more than max_clock_skew; firing follows the "
+                "store's clock, but handlers on hosts this far off may accept work past a lease",
+                extra={"silo": self._silo_id, "offset_low_s": skew[0] / 1e6, "offset_high_s": skew[1] / 1e6,
+                       "max_clock_skew_s": self._options.max_clock_skew.total_seconds()},
+            )
