@@ -1,16 +1,16 @@
 """The client: schedule and cancel jobs from any driver or actor. Picklable; hand it around.
 
 Validation happens here, in the caller's process, so bad input raises a typed error before
-anything is written. A call goes to one silo (round-robin); if that silo is dead or restarting,
-the call moves on to the next without the caller noticing. A schedule call returns only once
-every job's ``add`` is durable.
+anything is written. A call goes to one silo (round-robin, ``cluster.model.routing``); if that silo
+is dead or restarting, the call moves on to the next without the caller noticing. A schedule
+call returns only once every job's ``add`` is durable, and a schedule call sent again after a
+silo died during it names that silo, so no job gets a second copy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -19,9 +19,10 @@ from typing import Any
 import ray
 
 from cluster.flows.api import Flows
-from cluster.model.errors import SiloStopping
+from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, SiloStopping
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
+from cluster.model.routing import Router, SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us, pack
 from cluster.named.api import NamedJobs
 from cluster.named.reminders import Reminders
@@ -31,15 +32,7 @@ _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeat
 _MAX_HOPS = 16
 
 
-class ClusterUnavailable(RuntimeError):
-    """No silo answered: the cluster is down or every silo is restarting."""
-
-
-def _retriable(exc: BaseException) -> bool:
-    """Whether another silo may succeed where this one failed: it is dead, restarting or stopping."""
-    if isinstance(exc, (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)):
-        return True
-    return isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, SiloStopping)
+__all__ = ["Client", "ClusterUnavailable"]
 
 
 class Client:
@@ -50,7 +43,8 @@ class Client:
         self.silo_ids = list(silo_ids)
         self.options = options
         self._attempts = attempts
-        self._next = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
+        start = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
+        self._router = Router(self.silo_ids, self._call_silo, attempts=attempts, start=start)
         self._handles: dict[str, Any] = {}
         self._pending: list[Any] | None = None  # schedule calls waiting to share the next Ray call
         self._pending_loop: asyncio.AbstractEventLoop | None = None
@@ -148,7 +142,7 @@ class Client:
         if self._pending is pending:
             self._pending = None
         try:
-            shards = await self._call("schedule", [item for items, _ in pending for item in items])
+            shards = await self._router.schedule([item for items, _ in pending for item in items])
         except BaseException as exc:
             for _, future in pending:
                 if not future.done():
@@ -225,37 +219,24 @@ class Client:
             self._handles[silo_id] = handle
         return handle
 
-    def _order(self, prefer: str | None) -> Iterable[str]:
-        start = self._next
-        self._next = (self._next + 1) % len(self.silo_ids)
-        ring = self.silo_ids[start:] + self.silo_ids[:start]
-        if prefer in self.silo_ids:
-            ring.remove(prefer)
-            ring.insert(0, prefer)
-        return ring
-
     async def _call(self, method: str, *args: Any, prefer: str | None = None) -> Any:
-        last: BaseException | None = None
-        delay = 0.05
-        for attempt in itertools.count():
-            for silo_id in self._order(prefer):
-                try:
-                    handle = self._handle(silo_id)
-                except ValueError as exc:  # not registered (yet): restarting or never started
-                    last = exc
-                    continue
-                try:
-                    return await getattr(handle, method).remote(*args)
-                except Exception as exc:
-                    if not _retriable(exc):
-                        raise
-                    self._handles.pop(silo_id, None)
-                    last = exc
-            if attempt + 1 >= self._attempts:
-                break
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-        raise ClusterUnavailable(f"no silo of namespace {self.namespace!r} answered {method}: {last}")
+        return await self._router.call(method, *args, prefer=prefer)
+
+    async def _call_silo(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        """One Ray call to one silo, its failures told apart for the router (see ``routing``)."""
+        try:
+            handle = self._handle(silo_id)
+        except ValueError as exc:  # not registered (yet): restarting or never started
+            raise SiloRefused(f"silo {silo_id} is not registered") from exc
+        try:
+            return await getattr(handle, method).remote(*args)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            self._handles.pop(silo_id, None)
+            raise SiloLost(f"silo {silo_id} was lost during {method}: {exc}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, (SiloStopping, EarlierTryUnsettled)):  # raised before doing anything
+                raise SiloRefused(f"silo {silo_id}: {exc.cause}") from exc
+            raise
 
 
 def _current_namespace() -> str | None:

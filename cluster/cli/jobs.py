@@ -88,11 +88,12 @@ def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[
 
     def command(args: argparse.Namespace) -> int:
         from cluster.client import ClusterUnavailable
+        from cluster.model.errors import ScheduleInDoubt
 
         try:
             client = _connect(args.namespace).client()
             return asyncio.run(_with_args(work, client, args))
-        except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable, StorageError) as exc:
+        except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable, StorageError, ScheduleInDoubt) as exc:
             print(f"timeshard: error: {exc}", file=sys.stderr)
             return 1
 

@@ -66,3 +66,29 @@ NameTaken = AlreadyExists
 
 class SiloStopping(RuntimeError):
     """The silo is stopping gracefully and takes no new work; the client tries another."""
+
+
+class ClusterUnavailable(RuntimeError):
+    """No silo answered: the cluster is down or every silo is restarting."""
+
+
+class EarlierTryUnsettled(RuntimeError):
+    """A retried schedule call cannot yet prove where its earlier try landed: a silo that may
+    hold it is not yet proven dead. Nothing was written; the client asks again shortly."""
+
+
+class ScheduleInDoubt(RuntimeError):
+    """A schedule call failed, yet some of its jobs may still fire.
+
+    ``may_fire`` maps each such job id to the shard that may hold it (None if unknown): pass a
+    job with that ``shard`` to ``try_cancel_job`` to make sure, or treat those jobs as scheduled.
+    Every other job of the call is not scheduled.
+    """
+
+    def __init__(self, message: str, may_fire: dict[str, str | None]) -> None:
+        self.reason = message
+        self.may_fire = dict(may_fire)
+        super().__init__(f"{message}; {len(may_fire)} job(s) may still fire: {sorted(may_fire)[:10]}")
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses Ray: rebuilt from both arguments
+        return (type(self), (self.reason, self.may_fire))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from cluster.runtime.adoption import Adoption
@@ -9,7 +10,8 @@ from cluster.runtime.hooks import SiloHooks, call_hooks
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
-from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, RELEASED, SHARD_PREFIX, ShardState, remove_op
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHARD_PREFIX, ShardState, remove_op
 from storage import StorageError, Store, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
@@ -74,6 +76,35 @@ class Cancelling:
         await run.wait_finished()
         await call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
+
+    async def withdraw(self, shard: Shard, job_ids: Sequence[str]) -> set[str]:
+        """Take back the ADDs of a schedule call that failed: a REMOVE(CANCELLED) for each job.
+
+        Returns the jobs that started meanwhile (their shard was loaded and they were due): those
+        run to their end. ``StorageError`` if the removals are not durable; the jobs are then
+        left queued, to fire, as the log says they will.
+        """
+        started: set[str] = set()
+        unqueued: list[tuple[str, int, list[Any]]] = []
+        async with shard.gate.exclusive():
+            for job_id in job_ids:
+                run = self._runs.find(job_id)
+                if run is not None and run.shard is shard:
+                    started.add(job_id)
+                    continue
+                queued = self._queue.get(job_id)
+                if queued is not None and queued[1][OWNER] is shard:
+                    self._queue.cancel(job_id)  # first: it must not start while the removal is written
+                    unqueued.append((job_id, queued[0], queued[1]))
+            try:
+                # 1: the first occurrence, the only one a new job has
+                await shard.write([remove_op(job_id, 1, CANCELLED) for job_id in job_ids if job_id not in started])
+            except StorageError:
+                for job_id, due_us, entry in unqueued:
+                    if shard.state is not None and shard.state.live.get(job_id) is entry:
+                        self._queue.push(job_id, due_us, entry)
+                raise
+        return started
 
     async def owner_of(self, shard_base: str) -> str | None:
         for head in await list_logs(self._store, shard_base):

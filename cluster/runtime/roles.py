@@ -25,6 +25,7 @@ from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.scheduling import Scheduling
 from cluster.runtime.skew import Skew
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import Transport
@@ -56,6 +57,7 @@ class Roles:
     cancelling: Cancelling
     heartbeat: Heartbeat
     skew: Skew
+    scheduling: Scheduling
 
 
 def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, transport: Transport,
@@ -78,5 +80,6 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng)
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
+    scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
     return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, staging, firing,
-                 loading, adoption, cancelling, heartbeat, skew)
+                 loading, adoption, cancelling, heartbeat, skew, scheduling)

@@ -52,6 +52,36 @@ def shard_name(start_us: int, silo_id: str, counter: int) -> str:
     return f"{SHARD_PREFIX}{format_window(start_us)}-{silo_id}-{counter:06d}"
 
 
+def creator_of(base: str) -> tuple[str, int] | None:
+    """``(silo id, incarnation)`` that created the shard named ``base``, or None if not a shard name."""
+    _, sep, rest = base.removeprefix(SHARD_PREFIX).partition("-")  # the window text has no "-"
+    creator, sep2, counter = rest.rpartition("-")
+    silo_id, sep3, incarnation = creator.rpartition(".")
+    if not (sep and sep2 and sep3 and incarnation.isdigit() and counter.isdigit()):
+        return None
+    return silo_id, int(incarnation)
+
+
+def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
+    """Which of ``ids`` a shard log took and did not take back (an ADD not followed by a
+    REMOVE(CANCELLED)): a retried schedule call must not add these again.
+
+    A job that already ran counts as landed; one cancelled (a failed call withdrawing its ADD)
+    does not. A compacted log keeps only live jobs, so one that ran before the compaction is
+    not found.
+    """
+    landed: set[str] = set()
+    for op in records:
+        if op[0] == SNAPSHOT:
+            landed |= {entry[0] for entry in op[1] if entry[0] in ids}
+        elif op[1] in ids:
+            if op[0] == ADD:
+                landed.add(op[1])
+            elif op[0] == REMOVE and op[3] == CANCELLED:
+                landed.discard(op[1])
+    return landed
+
+
 @dataclass(frozen=True)
 class ShardMeta:
     """A shard's ownership record, kept in its log's metadata and replaced by CAS to claim it."""

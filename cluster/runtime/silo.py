@@ -24,19 +24,16 @@ import contextlib
 import logging
 import os
 import random
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from cluster.model.clock import SYSTEM_CLOCK, Clock
 from cluster.model.errors import SiloStopping
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import timedelta_to_us
 from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
 from cluster.runtime.roles import wire
-from cluster.runtime.shardlog import add_op, window_of
 from cluster.runtime.transport import Transport
 from storage import StorageError, Store, open_store
 
@@ -119,24 +116,16 @@ class Silo:
 
     # -- the API -------------------------------------------------------------------------------
 
-    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]]) -> list[str]:
-        """Durably add ``(id, due_us, packed job)`` items; returns each job's shard, in order."""
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+        """Durably add ``(id, due_us, packed job)`` items, all or none; returns each job's shard, in order.
+
+        ``suspects``: silos that may hold an earlier try of this very call (a client retrying
+        after losing them); jobs already there are answered with their shard, not added again.
+        """
         await self._ready
         if self._r.runs.closing:
             raise SiloStopping(f"silo {self.silo_id} is stopping")
-        by_window: dict[int, list[int]] = defaultdict(list)
-        duration = timedelta_to_us(self.options.shard_duration)
-        for i, (_, due_us, _) in enumerate(jobs):
-            by_window[window_of(due_us, duration)].append(i)
-        names: list[str] = [""] * len(jobs)
-
-        async def add(window: int, indexes: list[int]) -> None:
-            ops = [add_op(jobs[i][0], jobs[i][1], jobs[i][2]) for i in indexes]
-            shard = await self._r.shards.write_to_window(window, ops)
-            for i in indexes:
-                names[i] = shard.base
-
-        await asyncio.gather(*(add(w, ix) for w, ix in by_window.items()))
+        names = await self._r.scheduling.schedule(jobs, suspects)
         self.metrics.scheduled.inc(len(jobs))
         return names
 

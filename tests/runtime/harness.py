@@ -105,7 +105,7 @@ class GatedStore:
     def __init__(self, inner: MemoryStore | None = None) -> None:
         self.inner = inner or MemoryStore()
         self._gates: dict[tuple[str, str], tuple[asyncio.Event, asyncio.Event]] = {}
-        self._failures: dict[str, int] = {}
+        self._failures: dict[tuple[str, str], int] = {}
         self._lost_answers: dict[str, int] = {}
 
     def gate(self, method: str, prefix: str) -> asyncio.Event:
@@ -116,8 +116,9 @@ class GatedStore:
     def reached(self, method: str, prefix: str) -> asyncio.Event:
         return self._gates[(method, prefix)][1]
 
-    def fail_next(self, method: str, n: int = 1) -> None:
-        self._failures[method] = n
+    def fail_next(self, method: str, n: int = 1, prefix: str = "") -> None:
+        """The next ``n`` calls of ``method`` on a name starting with ``prefix`` raise ``Unavailable``."""
+        self._failures[(method, prefix)] = n
 
     def lose_answer(self, method: str, n: int = 1) -> None:
         """The next ``n`` such calls land, then raise ``Fenced`` as a retried CAS does on Azure."""
@@ -134,9 +135,10 @@ class GatedStore:
                 if method == attr and name.startswith(prefix) and not release.is_set():
                     reached.set()
                     await release.wait()
-            if self._failures.get(attr):
-                self._failures[attr] -= 1
-                raise Unavailable(f"injected: {attr} failed")
+            for (method, prefix), left in self._failures.items():
+                if method == attr and left and name.startswith(prefix):
+                    self._failures[(method, prefix)] -= 1
+                    raise Unavailable(f"injected: {attr} failed")
             result = await target(*args, **kwargs)
             if self._lost_answers.get(attr):
                 self._lost_answers[attr] -= 1

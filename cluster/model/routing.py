@@ -1,0 +1,99 @@
+"""Which silo a client call goes to, and what a retry after losing a silo carries.
+
+Pure asyncio around one injected function that calls a silo, so the decisions are tested
+without Ray. That function tells two failures apart:
+
+- ``SiloRefused``: the silo did nothing (not registered, stopping, or not yet able to settle an
+  earlier try): any other silo may be asked.
+- ``SiloLost``: the silo died or went away during the call, so it may have done the work. A
+  schedule call sent again names every such silo as a *suspect*: the silo that takes the retry
+  first finds what an earlier try landed there and adds only the rest (``runtime.scheduling``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
+
+# (silo id, method, arguments) -> the silo's answer; raises SiloRefused, SiloLost, or the silo's error.
+SiloCall = Callable[[str, str, tuple[Any, ...]], Awaitable[Any]]
+
+
+class SiloRefused(Exception):
+    """The silo did not act on the call; another may."""
+
+
+class SiloLost(Exception):
+    """The silo died or went away during the call; it may have acted on it."""
+
+
+class Router:
+    """Sends calls to silos round-robin, moving on past refused or lost ones, with backoff.
+
+    ``attempts`` rounds over every silo, ``max_delay`` seconds at most between rounds.
+    """
+
+    def __init__(self, silo_ids: Sequence[str], call: SiloCall, *, attempts: int = 40, start: int = 0,
+                 max_delay: float = 1.0) -> None:
+        self.silo_ids = list(silo_ids)
+        self._call = call
+        self._attempts = attempts
+        self._next = start % len(self.silo_ids) if self.silo_ids else 0
+        self._max_delay = max_delay
+
+    def order(self, prefer: str | None = None) -> list[str]:
+        """The silos to try for one call: ``prefer`` first, then the ring from the next start."""
+        start = self._next
+        self._next = (self._next + 1) % max(len(self.silo_ids), 1)
+        ring = self.silo_ids[start:] + self.silo_ids[:start]
+        if prefer in ring:
+            ring.remove(prefer)
+            ring.insert(0, prefer)
+        return ring
+
+    async def call(self, method: str, *args: Any, prefer: str | None = None) -> Any:
+        """The first answer of a silo to ``method(*args)``; ``ClusterUnavailable`` if none answers."""
+        last: BaseException | None = None
+        delay = 0.05
+        for attempt in range(self._attempts):
+            for silo_id in self.order(prefer):
+                try:
+                    return await self._call(silo_id, method, args)
+                except (SiloRefused, SiloLost) as exc:
+                    last = exc
+            if attempt + 1 < self._attempts:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._max_delay)
+        raise ClusterUnavailable(f"no silo answered {method}: {last}")
+
+    async def schedule(self, items: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        """Add ``items`` through the first silo that answers; each job's shard, in order.
+
+        A silo lost during the call becomes a suspect that every later try names, so the silo
+        that answers adds only what no suspect holds. If none answers after a silo was lost, the
+        jobs may or may not be scheduled: ``ScheduleInDoubt`` says so, naming every job.
+        """
+        suspects: list[str] = []
+        last: BaseException | None = None
+        delay = 0.05
+        for attempt in range(self._attempts):
+            for silo_id in self.order():
+                args: tuple[Any, ...] = (list(items), list(suspects)) if suspects else (list(items),)
+                try:
+                    return list(await self._call(silo_id, "schedule", args))
+                except SiloRefused as exc:
+                    last = exc
+                except SiloLost as exc:
+                    last = exc
+                    if silo_id not in suspects:
+                        suspects.append(silo_id)
+            if attempt + 1 < self._attempts:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._max_delay)
+        if suspects:
+            raise ScheduleInDoubt(f"no silo could settle a schedule call after losing {suspects}: {last}",
+                                  dict.fromkeys((item[0] for item in items), None))
+        raise ClusterUnavailable(f"no silo answered schedule: {last}")

@@ -1,0 +1,174 @@
+"""Adding new jobs: all of a call or none of it, and a retried call never makes a second copy.
+
+A call writes one batch per due-time window, each into this silo's open shard for that window.
+Its jobs are queued only once every batch is durable; when one batch fails, the ones that landed
+are taken back by a durable REMOVE before the call fails, so a caller told "failed" gets no job.
+
+A client that lost a silo mid-call cannot know whether that call landed: it sends the same job
+ids again, to another silo, naming the lost ones as *suspects*. Before writing, this silo makes
+sure no suspect can still add them: each shard a suspect created for those windows must have
+left its creator — claimed by an adopter, by its creator's next incarnation, or now by us, once
+it is an orphan. Jobs found there are answered with that shard and not written again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import timedelta_to_us
+from cluster.runtime.adoption import Adoption, is_orphan
+from cluster.runtime.cancel import Cancelling
+from cluster.runtime.membership import Identity, Member, Membership
+from cluster.runtime.ownership import ShardTable
+from cluster.runtime.queue import JobQueue
+from cluster.runtime.runs import RunTable
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import DUE, RELEASED, SHARD_PREFIX, add_op, creator_of, format_window, landed_ids, window_of
+from storage import Fenced, StorageError, Store, list_logs, read_log
+
+log = logging.getLogger("timeshard.silo")
+
+Item = tuple[str, int, bytes]  # (job id, due µs, packed job), as a client sends it
+
+# How often taking back a failed call's landed batch is tried before the call reports it in doubt.
+WITHDRAW_ATTEMPTS = 3
+
+
+class Scheduling:
+    """Durably adds a client's jobs; see the module docstring for the two promises it keeps."""
+
+    def __init__(self, store: Store, options: ClusterOptions, me: Identity, queue: JobQueue[list[Any]],
+                 runs: RunTable, shards: ShardTable, adoption: Adoption, cancelling: Cancelling) -> None:
+        self._store = store
+        self._options = options
+        self._me = me
+        self._queue = queue
+        self._runs = runs
+        self._shards = shards
+        self._adoption = adoption
+        self._cancelling = cancelling
+        self._calls = 0  # schedule calls in progress here: a retry naming this silo waits for them
+
+    async def schedule(self, jobs: Sequence[Item], suspects: Collection[str] = ()) -> list[str]:
+        """Add ``jobs``; returns each one's shard, in order. ``suspects``: silos that may hold an
+        earlier try of this call (a retry); jobs found there are not added again."""
+        duration = timedelta_to_us(self._options.shard_duration)
+        by_window: dict[int, list[int]] = defaultdict(list)
+        for i, (_, due_us, _) in enumerate(jobs):
+            by_window[window_of(due_us, duration)].append(i)
+        names = [""] * len(jobs)
+        if suspects:
+            found = await self._find_earlier_tries(
+                {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects))
+            for i, (job_id, _, _) in enumerate(jobs):
+                names[i] = found.get(job_id, "")
+        batches = {w: [jobs[i] for i in ix if not names[i]] for w, ix in by_window.items()}
+        batches = {w: items for w, items in batches.items() if items}
+        self._calls += 1
+        try:
+            landed = await self._write_all(batches)
+        finally:
+            self._calls -= 1
+        for (window, items), shard in zip(batches.items(), landed, strict=True):
+            self._queue_new(shard, items)
+            for i in by_window[window]:
+                names[i] = names[i] or shard.base
+        return names
+
+    async def _write_all(self, batches: dict[int, list[Item]]) -> list[Shard]:
+        """Write every batch; all durable, or the landed ones taken back before raising."""
+
+        async def write(window: int, items: list[Item]) -> Shard:
+            # Not queued yet: nothing of the call may start before all of it is durable.
+            return await self._shards.write_to_window(window, [add_op(*item) for item in items], queue=False)
+
+        results = await asyncio.gather(*(write(w, items) for w, items in batches.items()), return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is None:
+            return [r for r in results if isinstance(r, Shard)]
+        # A failed batch may still land (its writer settles the doubt before the next append), so
+        # it is taken back too, from the shard it was going into.
+        targets = [(r if isinstance(r, Shard) else self._shards.open_for(w), [item[0] for item in items])
+                   for (w, items), r in zip(batches.items(), results, strict=True)]
+        may_fire: dict[str, str | None] = {}
+        for shard, job_ids in targets:
+            if shard is not None:
+                may_fire.update(await self._withdraw(shard, job_ids))
+        if may_fire:
+            log.error("schedule call failed and could not take back all it wrote",
+                      extra={"jobs": len(may_fire), "error": repr(failure)})
+            raise ScheduleInDoubt(f"schedule failed: {failure!r}", may_fire) from failure
+        raise failure
+
+    async def _withdraw(self, shard: Shard, job_ids: list[str]) -> dict[str, str | None]:
+        """Take back ``job_ids`` from ``shard``, retried; returns the ones that may still fire."""
+        for _ in range(WITHDRAW_ATTEMPTS):
+            try:
+                started = await self._cancelling.withdraw(shard, job_ids)
+            except Fenced:
+                break  # adopted meanwhile: the new owner holds what landed
+            except StorageError as exc:
+                log.warning("taking back a failed schedule call failed; trying again",
+                            extra={"shard": shard.base, "error": repr(exc)})
+                continue
+            return dict.fromkeys(started, shard.base)
+        return dict.fromkeys(job_ids, shard.base)
+
+    def _queue_new(self, shard: Shard, items: list[Item]) -> None:
+        """Queue a landed batch, if its shard is loaded and still ours (a dormant one loads later)."""
+        state = shard.state
+        if state is None or shard.lost:
+            return
+        for job_id, _, _ in items:
+            entry = state.live.get(job_id)
+            # A load that ran meanwhile queued it already, and it may even have started.
+            if entry is not None and self._runs.find(job_id) is None and self._queue.get(job_id) is None:
+                self._queue.push(job_id, entry[DUE], entry)
+
+    async def _find_earlier_tries(self, ids_by_window: dict[int, set[str]], suspects: set[str]) -> dict[str, str]:
+        """Where an earlier try of this call landed: job id -> shard, for the ones found.
+
+        Raises ``EarlierTryUnsettled`` (nothing written) while a suspect may still add to a shard:
+        it still owns one it created for these windows and is not yet proven dead, or it is
+        this silo and a schedule call is still in progress here.
+        """
+        if self._me.silo_id in suspects and self._calls:
+            raise EarlierTryUnsettled(f"silo {self._me.silo_id} is still writing a schedule call")
+        members = await Membership(self._store).members()
+        found: dict[str, str] = {}
+        unsettled: list[str] = []
+        for window, ids in ids_by_window.items():
+            for head in await list_logs(self._store, f"{SHARD_PREFIX}{format_window(window)}-"):
+                creator = creator_of(head.base)
+                if creator is None or creator[0] not in suspects:
+                    continue
+                if not await self._fenced_from_creator(head.base, head.metadata, creator, members):
+                    unsettled.append(head.base)
+                    continue
+                records = (await read_log(self._store, head.base)).records()
+                for job_id in landed_ids(records, ids - found.keys()):
+                    found[job_id] = head.base
+        if unsettled:
+            raise EarlierTryUnsettled(f"shards {unsettled} may still take an earlier try of this call; "
+                                      "their creators are not yet proven dead")
+        if found:
+            log.info("retried schedule call found jobs of its earlier try", extra={"jobs": len(found)})
+        return found
+
+    async def _fenced_from_creator(self, base: str, metadata: dict[str, str], creator: tuple[str, int],
+                                   members: dict[str, Member]) -> bool:
+        """Whether the silo that created ``base`` can no longer append to it; claims it if it is
+        an orphan still under its creator, since only a claim's CAS fences a write to come."""
+        if metadata.get("owner") not in (f"{creator[0]}#{creator[1]}", RELEASED):
+            return True  # claimed since: its creator's writer is fenced (a release is not a claim)
+        if self._shards.get(base) is not None:
+            return True  # our own, and no call of ours is in progress (checked before)
+        if not is_orphan(metadata, members):
+            return False
+        return await self._adoption.claim_for_cancel(base) is not None

@@ -1,0 +1,59 @@
+"""The client's routing decisions without Ray: what a retry after a lost silo carries (issue 12, point 9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
+from cluster.model.routing import Router, SiloLost, SiloRefused
+
+ITEMS = [("j1", 1, b"x"), ("j2", 2, b"y")]
+
+
+class Silos:
+    """Answers by silo id: an exception to raise, or a value to return; records every call."""
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        self.calls.append((silo_id, method, args))
+        answer = self.answers[silo_id]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+async def test_a_schedule_retried_after_a_lost_silo_names_it_as_a_suspect() -> None:
+    silos = Silos(a=SiloLost("a died"), b=["s1", "s2"])
+    assert await Router(["a", "b"], silos).schedule(ITEMS) == ["s1", "s2"]
+    assert silos.calls == [("a", "schedule", (ITEMS,)), ("b", "schedule", (ITEMS, ["a"]))]
+
+
+async def test_a_silo_that_refused_is_no_suspect() -> None:
+    silos = Silos(a=SiloRefused("stopping"), b=["s1", "s2"])
+    await Router(["a", "b"], silos).schedule(ITEMS)
+    assert silos.calls[-1] == ("b", "schedule", (ITEMS,))
+
+
+async def test_giving_up_after_a_lost_silo_says_the_jobs_are_in_doubt() -> None:
+    silos = Silos(a=SiloLost("a died"), b=SiloRefused("earlier try unsettled"))
+    with pytest.raises(ScheduleInDoubt) as raised:
+        await Router(["a", "b"], silos, attempts=3, max_delay=0.0).schedule(ITEMS)
+    assert raised.value.may_fire == {"j1": None, "j2": None}
+    assert all(args == (ITEMS, ["a"]) for silo, _, args in silos.calls if silo == "b")
+
+
+async def test_giving_up_when_no_silo_acted_says_the_cluster_is_unavailable() -> None:
+    silos = Silos(a=SiloRefused("not registered"), b=SiloRefused("stopping"))
+    with pytest.raises(ClusterUnavailable):
+        await Router(["a", "b"], silos, attempts=2, max_delay=0.0).schedule(ITEMS)
+
+
+async def test_a_preferred_silo_is_asked_first() -> None:
+    silos = Silos(a="from a", b="from b")
+    assert await Router(["a", "b"], silos).call("cancel", "shard", "j1", prefer="b") == "from b"
+    assert silos.calls == [("b", "cancel", ("shard", "j1"))]

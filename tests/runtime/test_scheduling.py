@@ -1,0 +1,122 @@
+"""Scheduling without Ray: a call is all or nothing across windows, and a retried call never makes
+a second copy of a job that its earlier try landed (issue 12, point 9)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from cluster.model.clock import SYSTEM_CLOCK
+from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
+from cluster.model.wire import timedelta_to_us
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, format_window, window_of
+from cluster.runtime.silo import Silo
+from storage import MemoryStore, StorageError, Store, list_logs, read_log
+from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, item, job, make_parts
+
+
+async def copies(store: Store, job_id: str) -> list[str]:
+    """The shards in which ``job_id`` is live: more than one means it fires more than once."""
+    found = []
+    for head in await list_logs(store, SHARD_PREFIX):
+        if job_id in ShardState().replay((await read_log(store, head.base)).records()).live:
+            found.append(head.base)
+    return found
+
+
+def window_prefix(j_due: datetime) -> str:
+    due_us = int(j_due.timestamp() * 1_000_000)
+    return f"{SHARD_PREFIX}{format_window(window_of(due_us, timedelta_to_us(OPTIONS.shard_duration)))}-"
+
+
+async def test_a_call_whose_batch_for_one_window_fails_leaves_none_of_its_jobs() -> None:
+    """Before: the batch of the other window stayed durable, and fired, though the call failed."""
+    store = GatedStore()
+    silo = Silo("0", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=LocalTransport(),
+                clock=SYSTEM_CLOCK, store=store)  # type: ignore[arg-type]
+    await silo.ready()
+    now = datetime.now(timezone.utc)
+    first, second = job(due=timedelta(hours=1), now=now), job(due=timedelta(hours=2), now=now)
+    store.fail_next("append_block", 3, prefix=window_prefix(second.due))  # the writer tries three times
+    with pytest.raises(StorageError):
+        await silo.schedule([item(first), item(second)])
+    assert await copies(store.inner, first.id) == []
+    assert await copies(store.inner, second.id) == []
+    await silo.stop()
+
+
+async def test_a_failed_call_that_cannot_take_back_what_landed_names_the_jobs_that_may_fire() -> None:
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    first, second = job(due=timedelta(hours=1)), job(due=timedelta(hours=2))
+    held = store.gate("append_block", window_prefix(second.due))
+    call = asyncio.ensure_future(parts.scheduling.schedule([item(first), item(second)]))
+    await store.reached("append_block", window_prefix(second.due)).wait()
+    for _ in range(100):  # the first window's batch lands meanwhile
+        if await copies(store.inner, first.id):
+            break
+        await asyncio.sleep(0)
+    (landed_in,) = await copies(store.inner, first.id)
+    store.fail_next("append_block", 3, prefix=window_prefix(second.due))
+    store.fail_next("append_block", 9, prefix=window_prefix(first.due))  # three take-backs of three tries
+    held.set()
+    with pytest.raises(ScheduleInDoubt) as raised:
+        await call
+    assert raised.value.may_fire == {first.id: landed_in}
+    assert await copies(store.inner, second.id) == []
+
+
+async def test_a_retry_after_the_first_silo_died_having_landed_the_jobs_adds_no_second_copy() -> None:
+    """Before: the retry wrote every job again into the second silo's shard: two live copies."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j, k = job(due=timedelta(hours=1)), job(due=timedelta(hours=1))
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    await make_parts(store, "a")  # Ray restarted the silo: its first incarnation's shards are orphans
+    second = await make_parts(store, "b")
+    names = await second.scheduling.schedule([item(j), item(k)], suspects=["a"])
+    assert names[0] == earlier
+    assert second.shards.get(earlier) is not None  # claimed: the dead incarnation can write there no more
+    assert await copies(store, j.id) == [earlier]
+    assert await copies(store, k.id) == [names[1]]
+
+
+async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_and_asks_again() -> None:
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(hours=1))
+    await first.scheduling.schedule([item(j)])
+    second = await make_parts(store, "b")
+    with pytest.raises(EarlierTryUnsettled):
+        await second.scheduling.schedule([item(j)], suspects=["a"])
+    assert len(await copies(store, j.id)) == 1
+    assert [h.base for h in await list_logs(store, SHARD_PREFIX) if "-b." in h.base] == []
+
+
+async def test_a_retry_whose_earlier_try_never_landed_adds_the_jobs_once() -> None:
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    await first.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # a shard of "a" in that window
+    await make_parts(store, "a")
+    second = await make_parts(store, "b")
+    j = job(due=timedelta(hours=1))
+    (name,) = await second.scheduling.schedule([item(j)], suspects=["a"])
+    assert "-b.1-" in name
+    assert await copies(store, j.id) == [name]
+
+
+async def test_a_retry_that_a_failed_earlier_try_took_back_adds_the_jobs_again() -> None:
+    store = GatedStore()
+    first = await make_parts(store, "a")  # type: ignore[arg-type]
+    j, k = job(due=timedelta(hours=1)), job(due=timedelta(hours=2))
+    store.fail_next("append_block", 3, prefix=window_prefix(k.due))
+    with pytest.raises(StorageError):
+        await first.scheduling.schedule([item(j), item(k)])
+    await make_parts(store, "a")  # type: ignore[arg-type]
+    second = await make_parts(store, "b")  # type: ignore[arg-type]
+    names = await second.scheduling.schedule([item(j), item(k)], suspects=["a"])
+    assert all("-b.1-" in name for name in names)
+    assert await copies(store.inner, j.id) == [names[0]]
+    assert await copies(store.inner, k.id) == [names[1]]
