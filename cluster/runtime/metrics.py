@@ -122,6 +122,8 @@ class SiloMetrics:
         self.adopted = counter("shards_adopted", "shards claimed from other silos")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
+        self.shards_quarantined = gauge("shards_quarantined", "owned shards firing one job at a time after owner deaths")
+        self.jobs_parked = gauge("jobs_parked", "jobs held back after killing their owners; released by an operator")
         self.lateness = histogram("lateness_seconds", "execution start minus due time", LATENESS_BOUNDS)
         self.append_latency = histogram("append_seconds", "time for an add to become durable", LATENCY_BOUNDS)
 
@@ -137,4 +139,6 @@ class SiloMetrics:
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0
         counters["lateness_max_s"] = late.max
+        counters["shards_quarantined"] = int(self.shards_quarantined.value)
+        counters["jobs_parked"] = int(self.jobs_parked.value)
         return counters
