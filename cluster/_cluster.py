@@ -138,6 +138,24 @@ class Cluster:
                 out.append({"silo_id": silo_id, "error": repr(exc)})
         return out
 
+    def release_quarantine(self, shard: str, timeout: float = 30.0) -> dict[str, Any]:
+        """Release ``shard`` from quarantine and queue its parked jobs again (an operator's call).
+
+        Asks each silo; the one that holds ``shard`` answers ``{"shard", "was_quarantined",
+        "released_jobs"}``. ``LookupError`` if no silo that answered holds it.
+        """
+        errors = []
+        for silo_id, handle in zip(self.silo_ids, self.silos, strict=True):
+            try:
+                released = ray.get(handle.release_quarantine.remote(shard), timeout=timeout)
+            except Exception as exc:
+                errors.append(f"silo {silo_id}: {exc!r}")
+                continue
+            if released is not None:
+                return dict(released)
+        unanswered = f" ({len(errors)} silo(s) did not answer: {errors[0]})" if errors else ""
+        raise LookupError(f"no silo holds shard {shard!r}{unanswered}; `timeshard status` lists the shards")
+
     def kill_silo(self, silo_id: str, *, restart: bool = True) -> None:
         """Crash a silo (no graceful stop); Ray restarts it as a new incarnation if ``restart``."""
         ray.kill(ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace), no_restart=not restart)

@@ -1,4 +1,5 @@
-"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, status.
+"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, status,
+release-quarantine.
 
 Each connects to silos already running in a Ray namespace (``timeshard up`` starts them), acts
 through the same client a program uses, and exits 0 (ok), 1 (failure: one line on stderr, no
@@ -187,6 +188,31 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- release-quarantine -----------------------------------------------------------------------
+
+def _release_quarantine(args: argparse.Namespace) -> int:
+    try:
+        cluster = _connect(args.namespace)
+        released = cluster.release_quarantine(args.shard)
+    except _Failure as exc:
+        print(f"timeshard: error: {exc}", file=sys.stderr)
+        return 1
+    except LookupError as exc:
+        print(f"timeshard: error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    _show(args, released, _released_text)
+    return 0
+
+
+def _released_text(released: dict[str, Any]) -> str:
+    jobs = released["released_jobs"]
+    if not released["was_quarantined"] and not jobs:
+        return f"shard {released['shard']} was not in quarantine and held no parked jobs"
+    state = "released from quarantine" if released["was_quarantined"] else "not in quarantine"
+    return f"shard {released['shard']} {state}; {len(jobs)} parked job(s) queued again" + "".join(
+        f"\n  {job_id}" for job_id in jobs)
+
+
 # -- output -----------------------------------------------------------------------------------
 
 def _time(value: datetime | None) -> str | None:
@@ -291,15 +317,19 @@ def _status_text(report: dict[str, Any]) -> str:
             start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
                          f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x")
-        for shard, owner in silo["poisoned"].items():
-            lines.append(f"  POISONED shard {shard} (last owner {owner})")
+            if shard.get("quarantined"):
+                lines.append(f"  QUARANTINED shard {shard['name']}: {shard['owner_deaths']} owners died while it "
+                             "fired; its jobs fire one at a time")
+            for job_id in shard.get("parked", ()):
+                lines.append(f"  PARKED job {job_id} in shard {shard['name']}: its owners died during its attempts; "
+                             f"`timeshard release-quarantine {shard['name']}` runs it again")
     return "\n".join(lines)
 
 
 # -- registration -----------------------------------------------------------------------------
 
 def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``schedule``, ``get``, ``list``, ``delete`` and ``status`` on ``subparsers``."""
+    """Register ``schedule``, ``get``, ``list``, ``delete``, ``status`` and ``release-quarantine``."""
     raw = argparse.RawDescriptionHelpFormatter
 
     p = subparsers.add_parser("schedule", help="schedule (or replace) a named job", formatter_class=raw,
@@ -340,9 +370,21 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     _common(p, json_flag=False)
     p.set_defaults(func=_run(_delete))
 
-    p = subparsers.add_parser("status", help="silos, shards, poisoned shards, lateness", formatter_class=raw,
+    p = subparsers.add_parser("status", help="silos, shards, quarantined shards, parked jobs, lateness",
+                              formatter_class=raw,
                               description="Show each silo: its shards (owner, state, window, job count), "
-                                          "poisoned shards, queue and lateness.",
+                                          "quarantined shards and parked jobs, queue and lateness.",
                               epilog="examples:\n  timeshard status\n  timeshard status --namespace prod --json\n")
     _common(p, scoped=False)
     p.set_defaults(func=_status)
+
+    p = subparsers.add_parser("release-quarantine", help="take a shard out of quarantine, run its parked jobs again",
+                              formatter_class=raw,
+                              description="Release SHARD (as `timeshard status` names it) from quarantine: its "
+                                          "jobs fire in batches again and its parked jobs are queued again. Exit "
+                                          "code 1 if no silo holds SHARD.",
+                              epilog="examples:\n  timeshard release-quarantine "
+                                     "shards/20300101T000000.000000Z-0.1-000001\n")
+    p.add_argument("shard", help="shard name, e.g. shards/20300101T000000.000000Z-0.1-000001")
+    _common(p, scoped=False)
+    p.set_defaults(func=_release_quarantine)

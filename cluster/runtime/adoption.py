@@ -3,8 +3,10 @@
 A shard is an orphan when its owner is gone: released by a graceful stop, an incarnation that
 was replaced, or one marked dead or leaving. Silos claim orphans within the lookahead a fair
 share per round, with a budget that ramps up, so a lone survivor of a mass failure takes the
-load on step by step. A claimed shard is sealed: it takes no new jobs. A shard adopted too
-often is *poisoned*: something in it may be killing its owners, so it is left alone.
+load on step by step. A claimed shard is sealed: it takes no new jobs. Every orphan is claimed,
+however often its owners died: a claim counts the last owner's death if it died while the
+shard was firing, and a shard whose owners keep dying so runs in quarantine
+(``cluster.runtime.quarantine``) — never left alone with its jobs.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from cluster.runtime.loading import Loading
 from cluster.runtime.membership import DEAD, LEAVING, Identity, Member, Membership, parse_owner
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import ShardTable
+from cluster.runtime.quarantine import Quarantine, claimed_meta
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import RELEASED, SEALED, SHARD_PREFIX, ShardMeta
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardMeta
 from storage import Fenced, NotFound, StorageError, Store, list_logs
 
 log = logging.getLogger("timeshard.silo")
@@ -72,17 +75,17 @@ class Adoption:
     """Finds orphaned shards and claims them for this silo."""
 
     def __init__(self, store: Store, options: ClusterOptions, clock: Clock, me: Identity, shards: ShardTable,
-                 loading: Loading, metrics: SiloMetrics, rng: random.Random) -> None:
+                 loading: Loading, quarantine: Quarantine, metrics: SiloMetrics, rng: random.Random) -> None:
         self._store = store
         self._options = options
         self._clock = clock
         self._me = me
         self._shards = shards
         self._loading = loading
+        self._quarantine = quarantine
         self._metrics = metrics
         self._rng = rng  # seeded in tests, so a simulated run replays exactly
         self._budget = INITIAL_CLAIM_BUDGET
-        self.poisoned: dict[str, str] = {}  # shard -> its owner when it was found poisoned
 
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
@@ -97,11 +100,6 @@ class Adoption:
             except (KeyError, ValueError):
                 continue
             if meta.window_start > horizon or not is_orphan(head.metadata, members):
-                continue
-            if meta.adopted_count >= self._options.max_adopted_count:
-                if head.base not in self.poisoned:
-                    self.poisoned[head.base] = meta.owner
-                    log.error("poisoned shard left alone", extra={"shard": head.base, "adopted": meta.adopted_count})
                 continue
             candidates.append((head.base, meta))
         alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
@@ -124,9 +122,9 @@ class Adoption:
     async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
         """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""
         failed = meta.owner != RELEASED
-        new_meta = meta.with_owner(self._me.owner, state=SEALED, adopted_count=meta.adopted_count + failed)
         try:
-            shard = await Shard.claim(self._store, base, new_meta, meta.owner, self._shards.log_options)
+            shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, self._me.owner), meta.owner,
+                                      self._shards.log_options)
         except (Fenced, NotFound):
             return None  # another silo was faster
         except StorageError as exc:
@@ -136,23 +134,22 @@ class Adoption:
             return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()
         log.info("shard adopted", extra={"shard": base, "from": meta.owner, "jobs": shard.live_count})
+        self._report_deaths(shard)
         async with shard.gate.exclusive():
             self._loading.settle_misfires(shard)
             self._loading.queue_loaded(shard, adopted=failed)
         return shard
 
-    async def forgive(self) -> None:
-        """Reset ``adopted_count`` of shards held long enough: their jobs did not kill us.
-
-        Poisoning is for a shard whose jobs crash each silo that loads it; a shard adopted a few
-        times because silos died of other causes (a drill, a lost node) must not end up poisoned.
-        """
-        now = self._clock.monotonic()
-        for shard in self._shards:
-            if shard.meta.adopted_count and now - shard.held_since > self._options.poison_forgiveness.total_seconds():
-                try:
-                    await shard.set_meta(ShardMeta(**{**shard.meta.__dict__, "adopted_count": 0}))
-                except Fenced:
-                    self._shards.drop(shard, "fenced while resetting its adoption count")
-                except StorageError:
-                    pass
+    def _report_deaths(self, shard: Shard) -> None:
+        meta, limit = shard.meta, self._options.max_adopted_count
+        if not meta.deaths and not meta.suspects:
+            return
+        self._quarantine.update_gauges()
+        parked = self._quarantine.parked_jobs(shard)
+        extra = {"shard": shard.base, "owner_deaths": meta.deaths, "parked": parked}
+        if meta.deaths >= limit:
+            log.error("shard in quarantine: its owners died while it fired", extra=extra)
+        elif parked:
+            log.error("shard adopted with parked jobs: they killed the owners that fired them", extra=extra)
+        else:
+            log.warning("shard adopted from an owner that died while it fired", extra=extra)

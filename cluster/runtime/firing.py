@@ -2,14 +2,17 @@
 
 Due jobs leave in batches, grouped by target: one call per target per batch, and at most
 ``CALLS_PER_TARGET`` calls in flight to one handler. Every attempt is fenced twice before it
-goes: its shard must still be ours, and our lease must hold (a paused silo fires nothing).
+goes: its shard must still be ours, and our lease must hold (a paused silo fires nothing). And
+before it goes, its shard's metadata says that it is firing, so that an adopter can tell whether
+its owner died mid-firing (see ``cluster.runtime.quarantine``). A shard that runs isolated sends
+its due jobs through a lane of its own: one attempt at a time, each alone in its call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any
 
 from cluster.model.attempt import Outcome
@@ -21,10 +24,11 @@ from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.outcomes import Outcomes
+from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, Run, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, JOB, OCCURRENCE, OWNER, remove_op
+from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, DUE, JOB, OCCURRENCE, OWNER, remove_op
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import TargetAbsent, Transport
 from storage import StorageError
@@ -33,6 +37,8 @@ log = logging.getLogger("timeshard.silo")
 
 # Ray calls in flight to one handler actor at once; more due jobs wait and go as one batch.
 CALLS_PER_TARGET = 4
+# An isolated attempt whose firing mark could not be written waits this long (µs) to try again.
+ISOLATED_RETRY_US = 1_000_000
 
 
 class Firing:
@@ -40,7 +46,7 @@ class Firing:
 
     def __init__(self, options: ClusterOptions, clock: Clock, me: Identity, queue: JobQueue[list[Any]], runs: RunTable,
                  lease: Lease, hooks: list[SiloHooks], transport: Transport, staging: Staging, outcomes: Outcomes,
-                 decode: JobDecoder, metrics: SiloMetrics) -> None:
+                 quarantine: Quarantine, decode: JobDecoder, metrics: SiloMetrics) -> None:
         self._options = options
         self._clock = clock
         self._me = me
@@ -51,10 +57,17 @@ class Firing:
         self._transport = transport
         self._staging = staging
         self._outcomes = outcomes
+        self._quarantine = quarantine
         self._metrics = metrics
         self._decode = decode
         self._calls: dict[str, int] = {}  # calls in flight per target
         self._waiting: dict[str, list[Run]] = {}  # due runs waiting for a target's call slot
+        self._lanes: dict[Shard, deque[tuple[int, str, list[Any]]]] = {}  # isolated shards' due jobs
+
+    @property
+    def busy(self) -> bool:
+        """Whether attempts are in flight or due jobs wait in an isolated shard's lane."""
+        return bool(self._runs.inflight or self._lanes)
 
     async def run(self) -> None:
         """The fire loop: wake at the next due time, take a batch, dispatch it; forever."""
@@ -79,20 +92,75 @@ class Firing:
         """Start runs for ``(due, id, entry)`` items just taken off the queue."""
         groups: dict[str, list[Run]] = defaultdict(list)
         now = self._clock.now_us()
-        for due_us, job_id, entry in batch:
+        for item in batch:
+            due_us, job_id, entry = item
             shard: Shard = entry[OWNER]
             if shard.lost:
                 continue
-            job = self._decode(entry[JOB])
-            run = Run(job_id, entry, job, self._runs.new_run_id(self._me.owner), due_us, entry[ATTEMPTS],
-                      hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
-            if job.ttl is not None and now > datetime_to_us(job.ttl):
+            if self._quarantine.isolates(shard):
+                self._to_lane(shard, item)
+                continue
+            run = self._new_run(due_us, job_id, entry)
+            if run.job.ttl is not None and now > datetime_to_us(run.job.ttl):
                 self._runs.spawn(self._outcomes.expire(run))
                 continue
             self._runs.start(run)
-            groups[job.target.routing_key].append(run)
+            groups[run.job.target.routing_key].append(run)
         for key, runs in groups.items():
             self.send(key, runs)
+
+    def _new_run(self, due_us: int, job_id: str, entry: list[Any]) -> Run:
+        job = self._decode(entry[JOB])
+        return Run(job_id, entry, job, self._runs.new_run_id(self._me.owner), due_us, entry[ATTEMPTS],
+                   hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
+
+    def _to_lane(self, shard: Shard, item: tuple[int, str, list[Any]]) -> None:
+        lane = self._lanes.get(shard)
+        if lane is None:
+            lane = self._lanes[shard] = deque()
+            self._runs.spawn(self._drain_lane(shard, lane))
+        lane.append(item)
+
+    async def _drain_lane(self, shard: Shard, lane: deque[tuple[int, str, list[Any]]]) -> None:
+        """Fire an isolated shard's due jobs one at a time, each alone and named in its mark."""
+        try:
+            while True:
+                while lane:
+                    await self._fire_alone(shard, *lane.popleft())
+                await self._quarantine.settle(shard)
+                if not lane:
+                    return
+        finally:
+            del self._lanes[shard]
+            for due_us, job_id, entry in lane:  # only after a failure: queue what is left again
+                self._queue.push(job_id, due_us, entry)
+
+    async def _fire_alone(self, shard: Shard, due_us: int, job_id: str, entry: list[Any]) -> None:
+        state = shard.state
+        if shard.lost or state is None or state.live.get(job_id) is not entry or self._quarantine.parked(shard, job_id):
+            return  # lost, cancelled or replaced while it waited, or parked meanwhile
+        run = self._new_run(entry[DUE], job_id, entry)
+        run.isolated = True
+        if run.job.ttl is not None and self._clock.now_us() > datetime_to_us(run.job.ttl):
+            await self._outcomes.expire(run)
+            return
+        self._runs.start(run)
+        try:
+            await self._quarantine.isolate(run)
+        except StorageError as exc:
+            self._runs.release(run)
+            if not shard.lost:
+                # Not sent unnamed: a death during it would count against the shard, not the job.
+                log.warning("could not mark an isolated attempt; trying again later",
+                            extra={"job": job_id, "error": repr(exc)})
+                self._queue.push(job_id, self._clock.now_us() + ISOLATED_RETRY_US, entry)
+            return
+        if run.cancelled:
+            self._runs.release(run)
+            return
+        await self._deliver([run])
+        if run.finished and not shard.lost:
+            self._quarantine.survived(run)
 
     def send(self, key: str, runs: list[Run]) -> None:
         """Deliver ``runs`` to their target, at most ``CALLS_PER_TARGET`` calls at a time.
@@ -116,7 +184,12 @@ class Firing:
         """Send staged runs whose target appeared; fail those that waited too long."""
         ready, expired = self._staging.take_due()
         for runs in ready:
-            self.send(runs[0].job.target.routing_key, runs)
+            alone = [r for r in runs if r.isolated]
+            self._runs.release_all(alone)  # back to their lane: sent one at a time
+            for run in alone:
+                self._to_lane(run.shard, (run.due_us, run.job_id, run.entry))
+            if len(alone) < len(runs):
+                self.send(runs[0].job.target.routing_key, [r for r in runs if not r.isolated])
         for run, why in expired:
             self._runs.spawn(self._outcomes.complete(run, Outcome(run.run_id, why, "TargetAbsent")))
 
@@ -145,6 +218,7 @@ class Firing:
             for run in runs:
                 if run.hooks:
                     await call_hooks(run.hooks, "attempt_started", run.event())
+        await self._quarantine.cover(runs)
         runs = await self._still_owned(runs)
         if not runs:
             return

@@ -16,6 +16,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import SiloHooks, call_hooks
 from cluster.runtime.ownership import ShardTable
+from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
 from cluster.runtime.shard import Shard
@@ -29,13 +30,14 @@ class Loading:
     """Loads due shards into the queue and deletes drained ones."""
 
     def __init__(self, store: Store, options: ClusterOptions, clock: Clock, queue: JobQueue[list[Any]], runs: RunTable,
-                 shards: ShardTable, hooks: list[SiloHooks], decode: JobDecoder) -> None:
+                 shards: ShardTable, quarantine: Quarantine, hooks: list[SiloHooks], decode: JobDecoder) -> None:
         self._store = store
         self._options = options
         self._clock = clock
         self._queue = queue
         self._runs = runs
         self._shards = shards
+        self._quarantine = quarantine
         self._hooks = hooks
         self._decode = decode
 
@@ -74,14 +76,20 @@ class Loading:
                 self._runs.spawn(shard.write([add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, nxt)]))
 
     def queue_loaded(self, shard: Shard, *, adopted: bool = False) -> None:
-        """Queue the live jobs of a shard just loaded or claimed; tell the hooks."""
+        """Queue the live jobs of a shard just loaded or claimed; tell the hooks.
+
+        A parked job is not queued, and a suspect one only after its back-off (see quarantine).
+        """
         assert shard.state is not None
+        queue_at = self._quarantine.queue_at
         for job_id, entry in shard.state.live.items():
             run = self._runs.find(job_id)
             # A run of this very shard writes its own outcome; one of an older copy of it (a
             # shard we lost and took back) writes into a fenced log, so the job is queued anew.
             if run is None or run.shard is not shard:
-                self._queue.push(job_id, entry[DUE], entry)
+                due = queue_at(shard, job_id, entry[DUE])
+                if due is not None:
+                    self._queue.push(job_id, due, entry)
         self._shards.update_loaded_gauge()
         if self._hooks and shard.state.live:
             jobs = [(self._decode(e[JOB]), e[OCCURRENCE], e[ATTEMPTS]) for e in shard.state.live.values()]

@@ -122,6 +122,8 @@ class SiloMetrics:
         self.adopted = counter("shards_adopted", "shards claimed from other silos")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
+        self.shards_quarantined = gauge("shards_quarantined", "owned shards firing one job at a time after owner deaths")
+        self.jobs_parked = gauge("jobs_parked", "jobs held back after killing their owners; released by an operator")
         self.lateness = histogram("lateness_seconds", "execution start minus due time", LATENESS_BOUNDS)
         self.clock_offset = gauge("clock_offset_seconds", "store clock minus this host's (middle of the measured interval)")
         self.clock_uncertainty = gauge("clock_offset_uncertainty_seconds", "width of the measured clock offset interval")
@@ -140,4 +142,6 @@ class SiloMetrics:
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0
         counters["lateness_max_s"] = late.max
+        counters["shards_quarantined"] = int(self.shards_quarantined.value)
+        counters["jobs_parked"] = int(self.jobs_parked.value)
         return counters

@@ -23,6 +23,7 @@ from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
+from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
 from cluster.runtime.scheduling import Scheduling
@@ -50,6 +51,7 @@ class Roles:
     lease: Lease
     shards: ShardTable
     outcomes: Outcomes
+    quarantine: Quarantine
     staging: Staging
     firing: Firing
     loading: Loading
@@ -74,12 +76,14 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     decode = JobDecoder()
     shards = ShardTable(store, options, clock, me, queue, runs, metrics)
     outcomes = Outcomes(options, clock, queue, runs, shards, metrics)
+    quarantine = Quarantine(options, clock, queue, runs, shards, metrics)
     staging = Staging(options, clock, runs, transport)
-    firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, decode, metrics)
-    loading = Loading(store, options, clock, queue, runs, shards, hooks, decode)
-    adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng)
+    firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, quarantine, decode,
+                    metrics)
+    loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode)
+    adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng)
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
-    return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, staging, firing,
-                 loading, adoption, cancelling, heartbeat, skew, scheduling)
+    return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, quarantine, staging,
+                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling)

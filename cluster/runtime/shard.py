@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from cluster.runtime.shardlog import ShardMeta, ShardState
@@ -92,17 +92,21 @@ class Shard:
         return shard
 
     @classmethod
-    async def claim(cls, store: Store, base: str, meta: ShardMeta, expected_owner: str, options: LogOptions) -> Shard:
-        """Take over ``base`` from ``expected_owner`` by CAS with ``meta`` and load it.
+    async def claim(cls, store: Store, base: str, take: Callable[[ShardMeta], ShardMeta], expected_owner: str,
+                    options: LogOptions) -> Shard:
+        """Take over ``base`` from ``expected_owner`` by CAS with ``take(metadata read)``, and load it.
 
+        The new metadata is made from what the read returned, the same version the CAS is
+        conditional on, so what the last owner wrote down (its firing mark) is not missed.
         ``Fenced`` if someone was faster — also when the winner's claim landed between our
         listing and our read, which the ETag alone cannot tell from an unclaimed log.
         """
         shard = cls.__new__(cls)
-        shard.__init__(base, meta, None)  # type: ignore[misc]
         log = await read_log(store, base)
         if log.metadata.get("owner") != expected_owner:
             raise Fenced(f"shard {base!r} was claimed by {log.metadata.get('owner')!r} meanwhile")
+        meta = take(ShardMeta.from_metadata(log.metadata))
+        shard.__init__(base, meta, None)  # type: ignore[misc]
         state = ShardState(owner=shard).replay(log.records())
         shard.writer = await LogWriter.claim(store, log, meta.to_metadata(), snapshot=shard.snapshot, options=options)
         shard.state = state

@@ -8,7 +8,8 @@ passed in, so tests run silos in-process on the memory store. Its life:
 2. write new jobs into its own shard for each due-time window (``ownership``);
 3. load a shard — read, fold, queue — once its window starts within the lookahead (``loading``);
 4. claim orphaned shards (owner dead, stale or gone) by metadata CAS, sealed on adoption
-   (``adoption``);
+   (``adoption``); a shard whose owners keep dying while it fires runs one job at a time, and a
+   job that keeps killing them is parked until an operator releases it (``quarantine``);
 5. fire due jobs: one call per target per batch, within a concurrency limit (``firing``,
    ``staging`` for targets that do not exist yet);
 6. write each outcome: remove, retry per failure policy, or the next occurrence (``outcomes``);
@@ -149,6 +150,14 @@ class Silo:
         await self._ready
         return await self._r.heartbeat.declare_peer_dead(silo_id)
 
+    async def release_quarantine(self, shard_base: str) -> dict[str, Any] | None:
+        """Release ``shard_base`` from quarantine and queue its parked jobs; None if not held here.
+
+        Returns ``{"shard", "was_quarantined", "released_jobs"}``.
+        """
+        await self._ready
+        return await self._r.quarantine.release(shard_base)
+
     async def ping(self) -> str:
         return self.silo_id
 
@@ -157,8 +166,14 @@ class Silo:
         return {"silo_id": self.silo_id, "store_url": self._store_url, "options": self.options, "namespace": self.namespace}
 
     async def status(self) -> dict[str, Any]:
-        """What this silo holds: shards (owner, state, window, jobs), queue, in flight, staged."""
+        """What this silo holds: shards (owner, state, window, jobs, quarantine), queue, in flight, staged.
+
+        ``quarantined`` names the shards firing one job at a time, ``parked`` the jobs held back
+        per shard (see ``cluster.runtime.quarantine``).
+        """
         await self._ready
+        quarantine = self._r.quarantine
+        shards = list(self._r.shards)
         return {
             "silo_id": self.silo_id,
             "owner": self.owner,
@@ -175,10 +190,12 @@ class Silo:
                     "window_start": s.meta.window_start,
                     "window_end": s.meta.window_end,
                     "adopted_count": s.meta.adopted_count,
+                    **quarantine.describe(s),
                 }
-                for s in self._r.shards
+                for s in shards
             ],
-            "poisoned": dict(self._r.adoption.poisoned),
+            "quarantined": [s.base for s in shards if quarantine.quarantined(s)],
+            "parked": {s.base: parked for s in shards if (parked := quarantine.parked_jobs(s))},
             "clock": self._r.skew.report(),
             "counters": self.metrics.snapshot(),
         }
@@ -193,11 +210,12 @@ class Silo:
             try:
                 self._r.firing.retry_staged()
                 await self._r.loading.load_due()
+                await self._r.quarantine.clear_idle()
                 if self._clock.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds():
                     last_adoption = self._clock.monotonic()
                     await self._r.adoption.adopt_orphans()
                     await self._r.loading.delete_drained()
-                    await self._r.adoption.forgive()
+                    await self._r.quarantine.forgive()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -203,5 +203,6 @@ async def fire_due(parts: Roles) -> None:
     parts.firing.dispatch(batch)
     for _ in range(50):  # let deliveries and outcome writes run to completion
         await asyncio.sleep(0)
-    while parts.runs.inflight:  # noqa: ASYNC110  outcome writes end on their own; nothing to wait on but the table
+    # Outcome writes and isolated shards' lanes end on their own; nothing to wait on but the table.
+    while parts.firing.busy:  # noqa: ASYNC110
         await asyncio.sleep(0.001)

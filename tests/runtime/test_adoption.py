@@ -71,19 +71,6 @@ async def test_a_shard_beyond_the_lookahead_waits_dormant_even_when_orphaned() -
     assert await peer.adoption.adopt_orphans() == 0
 
 
-async def test_a_shard_adopted_too_often_is_left_alone_as_poisoned() -> None:
-    store = MemoryStore()
-    victim = await make_parts(store, "v")
-    (name,) = await add(victim, job())
-    shard = victim.shards.get(name)
-    assert shard is not None
-    await shard.set_meta(ShardMeta(**{**shard.meta.__dict__, "adopted_count": 3}))
-    await Membership(store).declare_dead(victim.me.row)
-    peer = await make_parts(store, "p")
-    assert await peer.adoption.adopt_orphans() == 0
-    assert name in peer.adoption.poisoned
-
-
 async def test_a_silo_that_takes_its_own_shard_back_reruns_a_job_whose_attempt_was_in_flight() -> None:
     """Issue 12, point 4: the old attempt's outcome goes to a fenced log, so the job must be queued anew."""
     store = MemoryStore()
