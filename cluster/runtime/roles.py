@@ -21,6 +21,7 @@ from cluster.runtime.lease import Lease
 from cluster.runtime.loading import Loading
 from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.moves import Moves
 from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
@@ -51,6 +52,7 @@ class Roles:
     adoption: Adoption
     cancelling: Cancelling
     heartbeat: Heartbeat
+    moves: Moves
 
 
 def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, transport: Transport,
@@ -63,12 +65,14 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     lease = Lease(clock, options.suspicion_timeout.total_seconds())
     decode = JobDecoder()
     shards = ShardTable(store, options, clock, me, queue, runs, metrics)
-    outcomes = Outcomes(options, clock, queue, runs, shards, metrics)
+    moves = Moves(store, options, shards, runs)
+    outcomes = Outcomes(options, clock, queue, runs, shards, metrics, moves)
     staging = Staging(options, clock, runs, transport)
     firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, decode, metrics)
     loading = Loading(store, options, clock, queue, runs, shards, hooks, decode)
-    adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng)
-    cancelling = Cancelling(store, queue, runs, shards, adoption, hooks)
+    adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng, moves)
+    moves.claim_orphan = adoption.claim_for_cancel
+    cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     return Roles(store, clock, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, staging, firing,
-                 loading, adoption, cancelling, heartbeat)
+                 loading, adoption, cancelling, heartbeat, moves)
