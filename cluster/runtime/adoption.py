@@ -21,6 +21,7 @@ from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
 from cluster.runtime.membership import DEAD, LEAVING, Identity, Member, Membership, parse_owner
 from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine, claimed_meta
 from cluster.runtime.shard import Shard
@@ -75,7 +76,8 @@ class Adoption:
     """Finds orphaned shards and claims them for this silo."""
 
     def __init__(self, store: Store, options: ClusterOptions, clock: Clock, me: Identity, shards: ShardTable,
-                 loading: Loading, quarantine: Quarantine, metrics: SiloMetrics, rng: random.Random) -> None:
+                 loading: Loading, quarantine: Quarantine, metrics: SiloMetrics, rng: random.Random,
+                 moves: Moves) -> None:
         self._store = store
         self._options = options
         self._clock = clock
@@ -85,6 +87,7 @@ class Adoption:
         self._quarantine = quarantine
         self._metrics = metrics
         self._rng = rng  # seeded in tests, so a simulated run replays exactly
+        self._moves = moves
         self._budget = INITIAL_CLAIM_BUDGET
 
     async def adopt_orphans(self) -> int:
@@ -138,6 +141,9 @@ class Adoption:
         async with shard.gate.exclusive():
             self._loading.settle_misfires(shard)
             self._loading.queue_loaded(shard, adopted=failed)
+        # Moves its writer decided but may not have carried out: carried out now, exactly once.
+        for job_id, entry in await self._moves.settle_all(shard):
+            self._loading.queue_entry(job_id, entry)
         return shard
 
     def _report_deaths(self, shard: Shard) -> None:

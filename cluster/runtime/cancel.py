@@ -7,6 +7,7 @@ from typing import Any
 
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.hooks import SiloHooks, call_hooks
+from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
@@ -21,13 +22,14 @@ class Cancelling:
     """Answers a client's cancel for a job in a shard this silo owns, or claims, or knows the owner of."""
 
     def __init__(self, store: Store, queue: JobQueue[list[Any]], runs: RunTable, shards: ShardTable,
-                 adoption: Adoption, hooks: list[SiloHooks]) -> None:
+                 adoption: Adoption, hooks: list[SiloHooks], moves: Moves) -> None:
         self._store = store
         self._queue = queue
         self._runs = runs
         self._shards = shards
         self._adoption = adoption
         self._hooks = hooks
+        self._moves = moves
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
@@ -39,6 +41,12 @@ class Cancelling:
         run = self._runs.find(job_id)
         if run is not None and run.shard is shard:
             return await self._cancel_run(run)
+        if shard.state is not None and job_id in shard.state.pending:
+            # Moved, but not known to have landed: settle first, so the forward given is the
+            # one shard that holds the job.
+            entry = await self._moves.settle(shard, job_id)
+            if entry is not None:
+                self._queue.push(job_id, entry[0], entry)
         async with shard.gate.exclusive():
             state = shard.state
             if state is None:  # dormant: fold the log to look, without loading the shard

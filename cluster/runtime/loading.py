@@ -20,8 +20,8 @@ from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import ATTEMPTS, DUE, EXPIRED, JOB, OCCURRENCE, SCHEDULED, add_op, remove_op
-from storage import Fenced, NotFound, StorageError, Store
+from cluster.runtime.shardlog import ATTEMPTS, DUE, EXPIRED, JOB, OCCURRENCE, SCHEDULED, SHARD_PREFIX, add_op, remove_op
+from storage import Fenced, NotFound, StorageError, Store, list_logs
 
 log = logging.getLogger("timeshard.silo")
 
@@ -95,13 +95,31 @@ class Loading:
             jobs = [(self._decode(e[JOB]), e[OCCURRENCE], e[ATTEMPTS]) for e in shard.state.live.values()]
             self._runs.spawn(call_hooks(self._hooks, "shard_loaded", jobs, adopted))
 
+    def queue_entry(self, job_id: str, entry: list[Any]) -> None:
+        """Queue one live entry of a held shard (a move carried out into it), unless it runs."""
+        if self._runs.find(job_id) is None:
+            self._queue.push(job_id, entry[DUE], entry)
+
     async def delete_drained(self) -> None:
-        """Delete the logs of held shards that are empty and past their window."""
+        """Delete the logs of held shards that are empty and past their window.
+
+        Not while a move decided in the shard is unsettled, nor while a shard that moved jobs
+        into it exists: a move settled there later looks here for its proof (cluster.runtime.moves).
+        """
         now = self._clock.now_us()
+        existing: set[str] | None = None
         for shard in self._shards:
             if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now:
-                if self._runs.of_shard(shard):
+                if self._runs.of_shard(shard) or (shard.state is not None and shard.state.pending):
                     continue
+                if shard.state is not None and shard.state.sources:
+                    if existing is None:
+                        try:
+                            existing = {head.base for head in await list_logs(self._store, SHARD_PREFIX)}
+                        except StorageError:
+                            return
+                    if not existing.isdisjoint(shard.state.sources):
+                        continue
                 async with shard.gate.exclusive():
                     if shard.live_count != 0:
                         continue

@@ -20,6 +20,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, call_hooks
 from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
@@ -51,13 +52,14 @@ class Outcomes:
     """Writes outcomes of attempts into their shards and queues what comes next."""
 
     def __init__(self, options: ClusterOptions, clock: Clock, queue: JobQueue[list[Any]], runs: RunTable,
-                 shards: ShardTable, metrics: SiloMetrics) -> None:
+                 shards: ShardTable, metrics: SiloMetrics, moves: Moves) -> None:
         self._options = options
         self._clock = clock
         self._queue = queue
         self._runs = runs
         self._shards = shards
         self._metrics = metrics
+        self._moves = moves
 
     async def complete_batch(self, runs: list[Run], outcomes: list[Outcome]) -> None:
         """Record the outcomes of a delivered batch, ``outcomes[i]`` belonging to ``runs[i]``."""
@@ -162,13 +164,17 @@ class Outcomes:
         if self._shards.open_for(window) is run.shard:
             (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
         else:
+            # One durable decision in this shard, carrying the next occurrence; then carried out.
+            # An adopter of this shard sees either the occurrence still live (and runs it) or
+            # the decision (and carries it out): never both, so the job keeps one chain.
+            target = await self._shards.open_shard(window)
+            decision = remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base, add[2:7])
+            await run.shard.write([decision])
             # Queued below, once this occurrence is fully written: the next one must not start
             # while this run still counts as in flight.
-            target = await self._shards.write_to_window(window, [add], queue=False)
-            new_entry = target.state.live.get(run.job_id) if target.state is not None else None
-            await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base)])
+            new_entry = await self._moves.settle(run.shard, run.job_id)
         if run.cancelled:
-            await self._cancel_next(run.job_id, window)
+            await self._cancel_next(run.job_id, run.shard)
             return None
         if new_entry is not None:
             self._queue.push(run.job_id, nxt, new_entry)
@@ -184,8 +190,11 @@ class Outcomes:
             # Not durable: the job stays in its log and is expired again when next loaded.
             log.warning("could not record an expiry", extra={"job": run.job_id, "error": repr(exc)})
 
-    async def _cancel_next(self, job_id: str, window: int) -> None:
-        shard = self._shards.open_for(window)
+    async def _cancel_next(self, job_id: str, source: Shard) -> None:
+        state = source.state
+        shard: Shard | None = source  # the next occurrence stayed in this shard, or moved on
+        if state is not None and job_id not in state.live:
+            shard = self._shards.get(state.moved.get(job_id) or "")
         if shard is not None and shard.state is not None and job_id in shard.state.live:
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])

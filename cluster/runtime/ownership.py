@@ -59,7 +59,7 @@ class ShardTable:
     async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
         """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded."""
         while True:
-            shard = await self._open_shard(window)
+            shard = await self.open_shard(window)
             try:
                 async with shard.gate.shared():
                     if shard.lost or self.shards.get(shard.base) is not shard:
@@ -76,7 +76,8 @@ class ShardTable:
             except Fenced:
                 self.drop(shard, "fenced while adding jobs")
 
-    async def _open_shard(self, window: int) -> Shard:
+    async def open_shard(self, window: int) -> Shard:
+        """This silo's open shard for ``window``, created if it has none."""
         shard = self._open.get(window)
         if shard is not None:
             return shard

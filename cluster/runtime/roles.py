@@ -21,6 +21,7 @@ from cluster.runtime.lease import Lease
 from cluster.runtime.loading import Loading
 from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.moves import Moves
 from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine
@@ -60,6 +61,7 @@ class Roles:
     heartbeat: Heartbeat
     skew: Skew
     scheduling: Scheduling
+    moves: Moves
 
 
 def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, transport: Transport,
@@ -75,15 +77,17 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     lease = Lease(clock, options.suspicion_timeout.total_seconds())
     decode = JobDecoder()
     shards = ShardTable(store, options, clock, me, queue, runs, metrics)
-    outcomes = Outcomes(options, clock, queue, runs, shards, metrics)
+    moves = Moves(store, options, shards, runs)
+    outcomes = Outcomes(options, clock, queue, runs, shards, metrics, moves)
     quarantine = Quarantine(options, clock, queue, runs, shards, metrics)
     staging = Staging(options, clock, runs, transport)
     firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, quarantine, decode,
                     metrics)
     loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode)
-    adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng)
-    cancelling = Cancelling(store, queue, runs, shards, adoption, hooks)
+    adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves)
+    moves.claim_orphan = adoption.claim_for_cancel
+    cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
     return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, quarantine, staging,
-                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling)
+                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves)

@@ -10,12 +10,17 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
   ``ScheduledJob``; replay keeps it packed and only the handler decodes it, so a loaded job
   costs little memory. ``scheduled_us`` is the occurrence's virtual time, ``due_us`` when its
   next attempt runs; an ADD of a live id replaces it (the next occurrence, or a reschedule).
-- ``[REMOVE, id, occurrence, outcome, moved_to]`` — final for that occurrence; ``outcome`` says
-  why (succeeded, exhausted, cancelled, moved, expired); ``moved_to`` names the shard that holds
-  a recurring job's next occurrence, so a cancel can follow the job there.
+  A recurring job's next occurrence carries an eighth field, ``source``: the shard it moved from.
+- ``[REMOVE, id, occurrence, outcome, moved_to, next]`` — final for that occurrence; ``outcome``
+  says why (succeeded, exhausted, cancelled, moved, expired); ``moved_to`` names the shard that
+  holds a recurring job's next occurrence, so a cancel can follow the job there. ``next`` (logs
+  written before it existed have five fields) is that occurrence, ``[due_us, job, occurrence,
+  attempts, scheduled_us]``: the REMOVE is the one durable decision to move, and whoever owns
+  this shard carries it out (see ``cluster.runtime.moves``).
 - ``[RETRY, id, due_us, attempts]`` — the attempt failed; run again at ``due_us``.
-- ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved]`` — the live state,
-  written first in a new generation when a log is compacted.
+- ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved, pending, sources]``
+  — the live state, written first in a new generation when a log is compacted (older snapshots
+  end after ``moved``).
 """
 
 from __future__ import annotations
@@ -139,12 +144,19 @@ class ShardMeta:
 
 
 def add_op(job_id: str, due_us: int, job: bytes, occurrence: int = 1, attempts: int = 0,
-           scheduled_us: int | None = None) -> list[Any]:
-    return [ADD, job_id, due_us, job, occurrence, attempts, due_us if scheduled_us is None else scheduled_us]
+           scheduled_us: int | None = None, source: str | None = None) -> list[Any]:
+    op = [ADD, job_id, due_us, job, occurrence, attempts, due_us if scheduled_us is None else scheduled_us]
+    if source is not None:
+        op.append(source)
+    return op
 
 
-def remove_op(job_id: str, occurrence: int, outcome: str, moved_to: str | None = None) -> list[Any]:
-    return [REMOVE, job_id, occurrence, outcome, moved_to]
+def remove_op(job_id: str, occurrence: int, outcome: str, moved_to: str | None = None,
+              next_entry: list[Any] | None = None) -> list[Any]:
+    op = [REMOVE, job_id, occurrence, outcome, moved_to]
+    if next_entry is not None:
+        op.append(next_entry)
+    return op
 
 
 def retry_op(job_id: str, due_us: int, attempts: int) -> list[Any]:
@@ -175,11 +187,18 @@ class ShardState:
     """The fold of a shard log: live jobs by id, and where moved recurring jobs went.
 
     ``owner`` is stored in every live entry so an entry found in the silo's queue knows its shard.
+    ``moved`` also keeps ``""`` for a later occurrence of a recurring job that ended here: proof
+    that a move into this shard landed, which a redo of that move looks for. ``pending`` holds
+    moves decided here and not yet known to have landed (job id -> [target, next occurrence]);
+    ``sources`` the shards moves into this one came from: this log is kept while any of them
+    exists, so a move still being settled there always finds its proof here.
     """
 
     live: dict[str, LiveJob] = field(default_factory=dict)
     moved: dict[str, str] = field(default_factory=dict)
     owner: Any = None
+    pending: dict[str, list[Any]] = field(default_factory=dict)
+    sources: set[str] = field(default_factory=set)
 
     def apply(self, op: list[Any]) -> LiveJob | None:
         """Fold one operation; returns the entry an ADD created or a RETRY changed."""
@@ -189,6 +208,8 @@ class ShardState:
         if kind == ADD:
             entry = [op[2], op[3], op[4], op[5], op[6], self.owner]
             live[op[1]] = entry
+            if len(op) > 7:
+                self.sources.add(op[7])
             return entry
         if kind == REMOVE:
             entry = live.get(op[1])
@@ -196,6 +217,10 @@ class ShardState:
                 del live[op[1]]
             if op[4] is not None:
                 self.moved[op[1]] = op[4]
+                if len(op) > 5 and op[5] is not None:
+                    self.pending[op[1]] = [op[4], op[5]]
+            elif op[2] > 1:
+                self.moved[op[1]] = ""  # a moved-in occurrence ended here: the proof a redo looks for
             return None
         if kind == RETRY:
             entry = live.get(op[1])
@@ -206,6 +231,8 @@ class ShardState:
         if kind == SNAPSHOT:
             live.clear()
             self.moved = dict(op[2])
+            self.pending = dict(op[3]) if len(op) > 3 else {}
+            self.sources = set(op[4]) if len(op) > 4 else set()
             for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
                 live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
             return None
@@ -219,7 +246,8 @@ class ShardState:
             if op[0] == SNAPSHOT:
                 raise ValueError("a snapshot is written by the log writer, never undone")
             entry = self.live.get(op[1])
-            before.append((op, entry, None if entry is None else entry[:OWNER], self.moved.get(op[1])))
+            before.append((op, entry, None if entry is None else entry[:OWNER], self.moved.get(op[1]),
+                           self.pending.get(op[1])))
             touched.append(self.apply(op))
         return touched, before
 
@@ -229,7 +257,7 @@ class ShardState:
         An op is taken back only where the state still shows what it did: a later op on the
         same job (another write, already durable) wins.
         """
-        for (op, entry, contents, moved), made in zip(reversed(before), reversed(touched), strict=True):
+        for (op, entry, contents, moved, pending), made in zip(reversed(before), reversed(touched), strict=True):
             job_id, live = op[1], self.live
             if op[0] == ADD and live.get(job_id) is made:
                 if entry is None:
@@ -240,11 +268,16 @@ class ShardState:
                 live[job_id] = entry
             elif op[0] == RETRY and made is not None and live.get(job_id) is made and contents is not None:
                 made[:OWNER] = contents
-            if op[0] == REMOVE and op[4] is not None and self.moved.get(job_id) == op[4]:
+            if op[0] == REMOVE and self.moved.get(job_id) == (op[4] if op[4] is not None else ""):
                 if moved is None:
                     del self.moved[job_id]
                 else:
                     self.moved[job_id] = moved
+            if op[0] == REMOVE and len(op) > 5 and self.pending.get(job_id, [None])[0] == op[4]:
+                if pending is None:
+                    del self.pending[job_id]
+                else:
+                    self.pending[job_id] = pending
 
     def replay(self, records: Iterable[list[Any]]) -> ShardState:
         """Fold records read from a log, in order. Consumes them: ADD records become entries.
@@ -259,6 +292,8 @@ class ShardState:
             for op in records:
                 if op[0] == ADD:
                     key = op[1]
+                    if len(op) > 7:
+                        self.sources.add(op.pop())
                     del op[:2]
                     op.append(owner)
                     live[key] = op
@@ -268,4 +303,10 @@ class ShardState:
 
     def snapshot(self) -> list[list[Any]]:
         """The records a compacted generation starts with: every live job and forward."""
-        return [[SNAPSHOT, [[job_id, *entry[:OWNER]] for job_id, entry in self.live.items()], dict(self.moved)]]
+        return [[SNAPSHOT, [[job_id, *entry[:OWNER]] for job_id, entry in self.live.items()], dict(self.moved),
+                 dict(self.pending), sorted(self.sources)]]
+
+    def holds_move(self, job_id: str, occurrence: int) -> bool:
+        """Whether a move of ``job_id`` to ``occurrence`` landed here: live, or ended or moved on since."""
+        entry = self.live.get(job_id)
+        return job_id in self.moved if entry is None else entry[OCCURRENCE] >= occurrence

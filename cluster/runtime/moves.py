@@ -1,0 +1,145 @@
+"""Moving a recurring job to its next occurrence: one durable decision, carried out exactly once.
+
+The decision is one append to the shard the occurrence ran from: a REMOVE(MOVED) that names the
+target shard and carries the next occurrence. Until the next occurrence is known to be in the
+target, the decision stays *pending* in the source, and whoever owns the source carries it out —
+its writer, or the silo that adopts the source after a failover. Carrying it out is safe to
+repeat: the ADD goes only into the target the decision names; it is skipped where the target
+proves it landed (live, or ended or moved on since); and a target that cannot be written is
+first fenced (claimed, if its writer is gone) and read, and only a target proven not to hold
+the occurrence is replaced, by a new decision in the source. A target is never deleted while
+a source of moves into it exists, so "the target is gone" means the move never landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import timedelta_to_us
+from cluster.runtime.ownership import ShardTable
+from cluster.runtime.runs import RunTable
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import MOVED, LiveJob, ShardState, add_op, remove_op, window_of
+from storage import Fenced, LogFull, NotFound, StorageError, Store, list_logs, read_log
+
+log = logging.getLogger("timeshard.silo")
+
+FIRST_RETRY_DELAY = 0.2  # seconds before a move is tried again after a storage error; doubles
+MAX_RETRY_DELAY = 5.0
+
+# The next occurrence a decision carries: [due_us, packed job, occurrence, attempts, scheduled_us].
+NEXT_DUE, NEXT_JOB, NEXT_OCCURRENCE, NEXT_ATTEMPTS, NEXT_SCHEDULED = range(5)
+
+#: Claims an orphaned shard by name for this silo; None if it is not an orphan or another was faster.
+ClaimOrphan = Callable[[str], Awaitable["Shard | None"]]
+
+
+class Moves:
+    """Carries out the moves decided in shards this silo owns."""
+
+    def __init__(self, store: Store, options: ClusterOptions, shards: ShardTable, runs: RunTable) -> None:
+        self._store = store
+        self._duration = timedelta_to_us(options.shard_duration)
+        self._shards = shards
+        self._runs = runs
+        self.claim_orphan: ClaimOrphan | None = None  # set once adoption is wired (it settles claims here)
+
+    async def settle(self, source: Shard, job_id: str) -> LiveJob | None:
+        """Make the move of ``job_id`` decided in ``source`` land exactly once.
+
+        Returns the next occurrence's live entry when it sits in a loaded shard this silo holds
+        (the caller queues it), else None: held dormant, or by another silo, or ``source`` was
+        lost meanwhile (its new owner settles the move).
+        """
+        delay = FIRST_RETRY_DELAY
+        while not source.lost and source.state is not None:
+            pending = source.state.pending.get(job_id)
+            if pending is None:
+                return None
+            target_base, nxt = pending
+            try:
+                target = await self._fenced_target(target_base, job_id, nxt[NEXT_OCCURRENCE])
+                if isinstance(target, Shard):
+                    took, entry = await self._add(target, source, job_id, nxt)
+                    if took:
+                        self._resolved(source, job_id, target_base)
+                        return entry
+                elif target:
+                    self._resolved(source, job_id, target_base)
+                    return None
+                await self._retarget(source, job_id, nxt)
+            except Fenced:
+                continue  # the target was taken meanwhile: look again
+            except StorageError as exc:
+                if self._runs.closing:
+                    return None  # the decision is durable: the next owner of the source settles it
+                log.warning("move not settled yet, retrying", extra={"job": job_id, "error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, MAX_RETRY_DELAY)
+        return None
+
+    async def settle_all(self, source: Shard) -> list[tuple[str, LiveJob]]:
+        """Settle every move pending in ``source`` (just claimed); the entries to queue."""
+        queued = []
+        for job_id in list(source.state.pending if source.state is not None else ()):
+            entry = await self.settle(source, job_id)
+            if entry is not None:
+                queued.append((job_id, entry))
+        return queued
+
+    @staticmethod
+    def _resolved(source: Shard, job_id: str, target_base: str) -> None:
+        state = source.state
+        if state is not None and state.pending.get(job_id, [None])[0] == target_base:
+            del state.pending[job_id]  # durable in the target; the next snapshot leaves it out
+
+    async def _fenced_target(self, base: str, job_id: str, occurrence: int) -> Shard | bool:
+        """The target as a shard this silo holds, or whether it holds the move (read, fenced).
+
+        Only the silo that decided a move writes its ADD; a target this silo does not hold was
+        claimed from that silo since (which fences its writes), or is claimed now if orphaned.
+        """
+        held = self._shards.get(base)
+        if held is not None and not held.lost:
+            return held
+        if not any(head.base == base for head in await list_logs(self._store, base)):
+            return False  # deleted: it never held this move, else the source would have kept it
+        if self.claim_orphan is not None:
+            claimed = await self.claim_orphan(base)
+            if claimed is not None:
+                return claimed
+        try:
+            state = ShardState().replay((await read_log(self._store, base)).records())
+        except NotFound:
+            return False  # deleted since we listed it: see above
+        return state.holds_move(job_id, occurrence)
+
+    async def _add(self, target: Shard, source: Shard, job_id: str, nxt: list[Any]) -> tuple[bool, LiveJob | None]:
+        """ADD the next occurrence into ``target`` unless it holds it; (False, None) if it is full."""
+        try:
+            async with target.gate.shared():
+                if target.lost or self._shards.get(target.base) is not target:
+                    raise Fenced(f"shard {target.base!r} is no longer held")
+                state = target.state
+                if state is not None and state.holds_move(job_id, nxt[NEXT_OCCURRENCE]):
+                    return True, state.live.get(job_id)
+                op = add_op(job_id, nxt[NEXT_DUE], nxt[NEXT_JOB], nxt[NEXT_OCCURRENCE], nxt[NEXT_ATTEMPTS],
+                            nxt[NEXT_SCHEDULED], source=source.base)
+                entries = await target.write([op])
+                return True, (entries[0] if entries else None)
+        except LogFull:
+            self._shards.seal(target)
+            return False, None
+        except Fenced:
+            self._shards.drop(target, "fenced while moving a recurring job")
+            raise
+
+    async def _retarget(self, source: Shard, job_id: str, nxt: list[Any]) -> None:
+        """Decide again, in ``source``: the named target is proven not to hold the move."""
+        target = await self._shards.open_shard(window_of(nxt[NEXT_DUE], self._duration))
+        await source.write([remove_op(job_id, nxt[NEXT_OCCURRENCE] - 1, MOVED, target.base, nxt)])
+
