@@ -96,7 +96,7 @@ async def test_exhausted_retries_give_up(make_cluster, recorder):
 
 async def test_repeats_stop_a_recurring_job(make_cluster, recorder):
     name, handle = recorder
-    client = make_cluster(silos=1).client()
+    client = make_cluster(silos=1, min_period="100ms").client()
     job = await client.schedule_job(Target.actor(name), "thrice", schedule="@every 300ms", repeats=3)
     runs = await wait_for(lambda: (r := executions(handle)) and len(r) >= 3 and r, timeout=20)
     await asyncio.sleep(1.0)
@@ -110,7 +110,7 @@ async def test_repeats_stop_a_recurring_job(make_cluster, recorder):
 @pytest.mark.file_only
 async def test_ttl_stops_a_recurring_job(make_cluster, recorder):
     name, handle = recorder
-    client = make_cluster(silos=1).client()
+    client = make_cluster(silos=1, min_period="100ms").client()
     now = datetime.now(timezone.utc)
     await client.schedule_job(Target.actor(name), "bounded", due=now + timedelta(milliseconds=200),
                               schedule="@every 250ms", ttl=now + timedelta(milliseconds=1000))
@@ -123,7 +123,7 @@ async def test_ttl_stops_a_recurring_job(make_cluster, recorder):
 
 async def test_recurring_job_crosses_shard_windows_and_cancel_follows_it(make_cluster, recorder):
     name, handle = recorder
-    client = make_cluster(silos=2).client()
+    client = make_cluster(silos=2, min_period="100ms").client()
     job = await client.schedule_job(Target.actor(name), "tick", schedule="@every 700ms")
     await wait_for(lambda: len(executions(handle)) >= 4, timeout=20)  # > one 2 s window
     assert await client.try_cancel_job(job) is True
