@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from typing import Any
 
 from cluster.model.attempt import Outcome
 from cluster.model.clock import Clock
+from cluster.model.jobs import Target
+from cluster.model.limits import code_allowed
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.hooks import SiloHooks, admits, call_hooks
@@ -39,6 +42,15 @@ log = logging.getLogger("timeshard.silo")
 CALLS_PER_TARGET = 4
 # An isolated attempt whose firing mark could not be written waits this long (µs) to try again.
 ISOLATED_RETRY_US = 1_000_000
+
+
+#: How long an attempt whose admission could not be decided (a hook raised) waits to be asked again.
+ADMIT_RETRY_US = 1_000_000
+
+
+def failed(runs: Sequence[Run], error: str, exc: BaseException) -> list[Outcome]:
+    """A failed outcome for each of ``runs``: what a silo records when it could not deliver them."""
+    return [Outcome(run.run_id, error, type(exc).__name__) for run in runs]
 
 
 class Firing:
@@ -206,9 +218,14 @@ class Firing:
     async def _deliver(self, runs: list[Run]) -> None:
         target = runs[0].job.target
         try:
+            self._check_code(target)
             handle = self._transport.resolve(target)
         except TargetAbsent as exc:
             self._staging.stage(runs, str(exc))
+            return
+        except Exception as exc:  # a grain class that cannot be activated: a failed attempt, not a stuck run
+            log.error("target cannot be activated", extra={"target": target.name, "error": repr(exc)})
+            await self._outcomes.complete_batch(runs, failed(runs, f"target cannot be activated: {exc}", exc))
             return
         if any(run.hooks for run in runs):
             now = self._clock.now_us()
@@ -232,8 +249,17 @@ class Firing:
             run.started_us = started
             self._metrics.lateness.observe(max(0, started - run.due_us) / 1e6)
         self._metrics.fired.inc(len(runs))
-        outcomes = await self._transport.deliver(target, handle, [r.attempt() for r in runs], timeout, lease_end)
+        try:
+            outcomes = await self._transport.deliver(target, handle, [r.attempt() for r in runs], timeout, lease_end)
+        except Exception as exc:  # a transport's own bug must not hold these runs forever
+            log.exception("delivery failed", extra={"target": target.name, "jobs": len(runs)})
+            outcomes = failed(runs, f"delivery failed: {exc!r}", exc)
         await self._outcomes.complete_batch(runs, outcomes)
+
+    def _check_code(self, target: Target) -> None:
+        if target.cls_path is not None and not code_allowed(target.cls_path, self._options.allowed_code_prefixes):
+            raise PermissionError(f"grain class {target.cls_path!r} is outside allowed_code_prefixes "
+                                  f"{list(self._options.allowed_code_prefixes or ())}")
 
     async def _still_owned(self, runs: list[Run]) -> list[Run]:
         """Wait out a lapsed lease (paused, cut off), then keep the runs whose shard is ours."""
@@ -247,8 +273,15 @@ class Firing:
         """The runs every hook admits; the others are cancelled, durably, without starting."""
         admitted = []
         for run in runs:
-            if not run.hooks or await admits(run.hooks, run.event()):
+            verdict = True if not run.hooks else await admits(run.hooks, run.event())
+            if verdict:
                 admitted.append(run)
+                continue
+            if verdict is None:
+                # Undecided: not started, asked again a little later (fail closed, never stuck).
+                self._runs.release(run)
+                if not run.shard.lost and not run.cancelled:
+                    self._queue.push(run.job_id, self._clock.now_us() + ADMIT_RETRY_US, run.entry)
                 continue
             log.info("attempt refused: superseded definition", extra={"job": run.job_id})
             try:

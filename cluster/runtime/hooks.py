@@ -90,15 +90,20 @@ async def call_hooks(hooks: Sequence[SiloHooks], method: str, *args: Any) -> Non
             log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": method})
 
 
-async def admits(hooks: Sequence[SiloHooks], event: AttemptEvent) -> bool:
-    """Whether every hook admits ``event``; a hook that raises is logged and counts as admitting."""
-    ok = True
+async def admits(hooks: Sequence[SiloHooks], event: AttemptEvent) -> bool | None:
+    """Whether every hook admits ``event``: True, False, or None when one raised (undecided).
+
+    Undecided fails closed: an ``admit`` is the fence that keeps a superseded definition (a
+    named job overwritten meanwhile) from running, so a hook that cannot tell must not let it.
+    """
     for hook in hooks:
         try:
-            ok = ok and await hook.admit(event)
+            if not await hook.admit(event):
+                return False
         except Exception:
             log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": "admit"})
-    return ok
+            return None
+    return True
 
 
 class SiloView(Protocol):

@@ -11,12 +11,15 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from cluster.model.attempt import JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
+from cluster.model.limits import code_allowed
 from cluster.model.occurrences import Misfire, catch_up, next_occurrence
 from cluster.model.options import ClusterOptions
+from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, call_hooks
 from cluster.runtime.metrics import SiloMetrics
@@ -67,9 +70,15 @@ class Outcomes:
         # one write per shard for the whole batch. Everything else goes through complete().
         simple: dict[Shard, list[Run]] = defaultdict(list)
         rest: list[tuple[Run, Outcome]] = []
-        # Not strict: outcomes come from the handler's process, and a short reply must not keep
-        # the runs it does answer from being recorded.
-        for run, outcome in zip(runs, outcomes, strict=False):
+        if len(outcomes) != len(runs):
+            # The handler's process answered for some other number of attempts: record what it
+            # answered, and the rest as failed, so that no run stays in flight for good.
+            log.error("handler answered for the wrong number of attempts", extra={"sent": len(runs),
+                                                                                 "answered": len(outcomes)})
+            outcomes = [*outcomes[: len(runs)],
+                        *(Outcome(r.run_id, "the handler gave no outcome for this attempt", "MissingOutcome")
+                          for r in runs[len(outcomes):])]
+        for run, outcome in zip(runs, outcomes, strict=True):
             if (outcome.succeeded and run.job.schedule is None and not run.hooks and not run.cancelled
                     and run.job.retry_policy.strategy != "always"):
                 simple[run.shard].append(run)
@@ -134,10 +143,7 @@ class Outcomes:
         attempts = run.number
         exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "",
                                                        timed_out=outcome.timed_out)
-        retry_at = policy.decide(
-            attempts, us_to_datetime(run.due_us), succeeded=outcome.succeeded,
-            ctx=run.context() if exc is not None else None, exc=exc,
-        ) if (exc is not None or policy.strategy == "always") else None
+        retry_at = self._decide(policy, run, outcome, exc) if (exc is not None or policy.strategy == "always") else None
         error = None if exc is None else f"{exc.error_type}: {exc.message}"
         if retry_at is not None:
             due_us = datetime_to_us(retry_at)
@@ -151,6 +157,22 @@ class Outcomes:
         nxt = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
         return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), None,
                           None if nxt is None else us_to_datetime(nxt), nxt is None)
+
+    def _decide(self, policy: FailurePolicy, run: Run, outcome: Outcome, exc: JobFailed | None) -> datetime | None:
+        """The policy's next attempt; a policy that raises (a retry function that does not import,
+        takes the wrong arguments, or is outside ``allowed_code_prefixes``) is logged and replaced
+        by the default policy, so the attempt still ends in a durable outcome."""
+        last = us_to_datetime(run.due_us)
+        ctx = run.context() if exc is not None else None
+        try:
+            path = getattr(policy, "path", None)
+            if isinstance(path, str) and not code_allowed(path, self._options.allowed_code_prefixes):
+                raise PermissionError(f"retry function {path!r} is outside allowed_code_prefixes")
+            return policy.decide(run.number, last, succeeded=outcome.succeeded, ctx=ctx, exc=exc)
+        except Exception as error:
+            log.error("failure policy raised; the default policy decides", extra={"job": run.job_id,
+                                                                                  "error": repr(error)})
+            return DEFAULT_FAILURE_POLICY.decide(run.number, last, succeeded=outcome.succeeded, ctx=ctx, exc=exc)
 
     async def end_occurrence(self, run: Run, outcome: str) -> int | None:
         """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
