@@ -68,6 +68,8 @@ class Outcomes:
         # Not strict: outcomes come from the handler's process, and a short reply must not keep
         # the runs it does answer from being recorded.
         for run, outcome in zip(runs, outcomes, strict=False):
+            if self._discarded(run):
+                continue
             if (outcome.succeeded and run.job.schedule is None and not run.hooks and not run.cancelled
                     and run.job.retry_policy.strategy != "always"):
                 simple[run.shard].append(run)
@@ -89,8 +91,22 @@ class Outcomes:
         finally:
             self._runs.release_all(runs)
 
+    def _discarded(self, run: Run) -> bool:
+        """Whether ``run``'s outcome comes too late to record: its shard is no longer ours.
+
+        Lost to another owner, released at a stop, or held by an incarnation this silo no
+        longer is (it rejoined): whoever holds the shard next replays the job from its log.
+        """
+        if self._shards.holds(run.shard):
+            return False
+        log.info("outcome of an ended ownership discarded", extra={"job": run.job_id, "shard": run.shard.base})
+        self._runs.release(run)
+        return True
+
     async def complete(self, run: Run, outcome: Outcome) -> None:
         """Record ``outcome`` of ``run`` durably, then tell the run's hooks how it ended."""
+        if self._discarded(run):
+            return
         end: AttemptEnd | None = None
         try:
             if outcome.refused:
@@ -112,6 +128,8 @@ class Outcomes:
         """``write()`` until it is durable or ``done()``; None if fenced, given up, or done."""
         delay = FIRST_RETRY_DELAY
         while not done():
+            if not self._shards.holds(shard):
+                return None  # our ownership ended while we retried: the next owner replays the job
             try:
                 return await write()
             except Fenced:
@@ -164,7 +182,7 @@ class Outcomes:
         else:
             # Queued below, once this occurrence is fully written: the next one must not start
             # while this run still counts as in flight.
-            target = await self._shards.write_to_window(window, [add], queue=False)
+            target = await self._shards.write_to_window(window, [add], queue=False, epoch=run.shard.meta.owner)
             new_entry = target.state.live.get(run.job_id) if target.state is not None else None
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base)])
         if run.cancelled:

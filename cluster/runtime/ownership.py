@@ -56,9 +56,20 @@ class ShardTable:
         """This silo's open shard for ``window``, if it has one."""
         return self._open.get(window)
 
-    async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
-        """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded."""
+    def holds(self, shard: Shard) -> bool:
+        """Whether ``shard`` is held by this incarnation: not lost, not released, not of an older one."""
+        return not shard.lost and shard.meta.owner == self._me.owner
+
+    async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True,
+                              epoch: str | None = None) -> Shard:
+        """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded.
+
+        With ``epoch`` (an owner tag), ``Fenced`` once this silo is no longer that incarnation:
+        work begun under an older one must not land in the new one's shards.
+        """
         while True:
+            if epoch is not None and epoch != self._me.owner:
+                raise Fenced(f"{epoch} ended: this silo is {self._me.owner} now")
             shard = await self._open_shard(window)
             try:
                 async with shard.gate.shared():

@@ -19,7 +19,7 @@ from cluster.runtime.heartbeat import Heartbeat
 from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.loading import Loading
-from cluster.runtime.membership import Identity
+from cluster.runtime.membership import Departures, Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
@@ -77,7 +77,8 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     staging = Staging(options, clock, runs, transport)
     firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, decode, metrics)
     loading = Loading(store, options, clock, queue, runs, shards, hooks, decode)
-    adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng)
+    departures = Departures(options.firing_lease.total_seconds())
+    adoption = Adoption(store, options, clock, me, shards, loading, metrics, rng, departures)
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
