@@ -34,11 +34,12 @@ class Lease:
 
     @property
     def valid(self) -> bool:
-        return self._clock.monotonic() <= self.until
+        # Ends *at* ``until``: a peer takes our shards from that instant on (``Departures``).
+        return self._clock.monotonic() < self.until
 
     def renew(self, written_from: float) -> bool:
         """Extend the lease from a heartbeat that began at ``written_from``; True if it had lapsed."""
-        lapsed = self._clock.monotonic() > self.until
+        lapsed = self._clock.monotonic() >= self.until
         self.until = lease_end(written_from, self._suspicion)
         self._renewed.set()
         return lapsed
