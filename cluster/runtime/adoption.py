@@ -135,7 +135,7 @@ class Adoption:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
         members = await self.read_members()
         for head in await list_logs(self._store, shard_base):
-            if head.base == shard_base and is_orphan(head.metadata, members, self._departures, self._clock.monotonic()):
+            if head.base == shard_base and self.orphaned(head.metadata, members):
                 return await self.claim(head.base, ShardMeta.from_metadata(head.metadata))
         return None
 
@@ -144,6 +144,10 @@ class Adoption:
         members = await Membership(self._store).members()
         self._departures.observe(members, self._clock.monotonic())  # after the read: never too early
         return members
+
+    def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
+        """Whether the shard whose log metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
+        return is_orphan(metadata, members, self._departures, self._clock.monotonic())
 
     async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
         """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""
