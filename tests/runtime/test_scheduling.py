@@ -17,7 +17,6 @@ from storage import MemoryStore, StorageError, Store, list_logs, read_log
 from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, item, job, make_parts
 
 
-
 def restarted() -> LocalTransport:
     """The transport of a silo Ray restarted after a SIGKILL on this node: the old process is seen gone."""
     return LocalTransport(predecessors_exited=True)
