@@ -37,8 +37,10 @@ class Cluster:
         self.killed: list[Silo] = []
 
     async def start(self, silo_id: str) -> None:
+        # A restart follows a SIGKILL on this node: the new incarnation sees the old process gone.
         self.silos[silo_id] = Silo(silo_id, "memory://", OPTIONS, "test", hooks=lambda _store, _view: [],
-                                   transport=LocalTransport(), clock=SYSTEM_CLOCK, store=self.store)
+                                   transport=LocalTransport(predecessors_exited=True), clock=SYSTEM_CLOCK,
+                                   store=self.store)
         await self.silos[silo_id].ready()
 
     def handle(self, silo_id: str) -> Any:

@@ -14,6 +14,11 @@ from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.times import parse_duration
 
 DEFAULT_NAMESPACE = "timeshard"
+# A silo's firing lease lasts this fraction of suspicion_timeout from when its last heartbeat
+# began. Below 1, so a peer that watched a row unchanged for the whole timeout knows the lease
+# is over; the rest is the margin for a delivery in flight when it ends (handlers refuse work past
+# the lease's end in store time).
+LEASE_FRACTION = 0.8
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,9 @@ class ClusterOptions:
       before that counts as a failed attempt (Dapr's staging queue).
     - ``staging_interval`` (1 s): how often staged jobs look for their target.
     - ``heartbeat_interval`` (1 s) and ``suspicion_timeout`` (5 s): failure detection by
-      heartbeat; a silo silent longer than the timeout is declared dead.
+      heartbeat; a silo silent longer than the timeout is declared dead. Each heartbeat renews
+      the silo's firing lease for ``LEASE_FRACTION`` (0.8) of the timeout (``firing_lease``):
+      peers wait that long before taking the shards of a silo not proven gone.
     - ``adoption_interval`` (2 s): how often silos look for orphaned shards besides membership
       changes. ``max_adopted_count`` (3): after this many owners in a row died while a shard was
       firing, it is quarantined (its jobs fire one at a time, never abandoned); after this many
@@ -117,8 +124,10 @@ class ClusterOptions:
                 raise ValidationError(name, "must be positive", getattr(self, name))
         if self.lookahead < timedelta(0):
             raise ValidationError("lookahead", "must not be negative", self.lookahead)
-        if self.suspicion_timeout <= self.heartbeat_interval:
-            raise ValidationError("suspicion_timeout", "must be longer than heartbeat_interval", self.suspicion_timeout)
+        if self.firing_lease <= self.heartbeat_interval:
+            # Else the lease runs out between two heartbeats and the silo stops firing each time.
+            raise ValidationError("suspicion_timeout", f"must be longer than heartbeat_interval / {LEASE_FRACTION} "
+                                  "(the firing lease must outlast a heartbeat interval)", self.suspicion_timeout)
         for name in ("max_concurrency", "max_batch", "max_adopted_count", "max_blocks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -134,6 +143,11 @@ class ClusterOptions:
     def job_limits(self) -> JobLimits:
         """The limits every job scheduled on this cluster must meet."""
         return replace(DEFAULT_LIMITS, min_period=self.min_period, code_prefixes=self.allowed_code_prefixes)
+
+    @property
+    def firing_lease(self) -> timedelta:
+        """How long one heartbeat lets a silo fire, from when the heartbeat began."""
+        return self.suspicion_timeout * LEASE_FRACTION
 
     def with_(self, **changes: Any) -> ClusterOptions:
         """A copy with ``changes`` applied and validated."""

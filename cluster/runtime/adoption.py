@@ -1,7 +1,8 @@
 """Adoption: which shards are orphans, and claiming them by compare-and-swap on their metadata.
 
-A shard is an orphan when its owner is gone: released by a graceful stop, an incarnation that
-was replaced, or one marked dead or leaving. Silos claim orphans within the lookahead a fair
+A shard is an orphan when its owner is proven gone: released by a graceful stop, or an
+incarnation that was replaced or marked dead or leaving *and* that provably fires no more — its
+process exited, or its lease ran out (``membership.Departures``). Silos claim orphans within the lookahead a fair
 share per round, with a budget that ramps up, so a lone survivor of a mass failure takes the
 load on step by step. A claimed shard is sealed: it takes no new jobs. Every orphan is claimed,
 however often its owners died: a claim counts the last owner's death if it died while the
@@ -19,7 +20,7 @@ from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
-from cluster.runtime.membership import DEAD, LEAVING, Identity, Member, Membership, parse_owner
+from cluster.runtime.membership import DEAD, LEAVING, Departures, Identity, Member, Membership, parse_owner
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
@@ -35,27 +36,35 @@ INITIAL_CLAIM_BUDGET = 4
 MAX_CLAIM_BUDGET = 4096
 
 
-def is_orphan(metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
-    """Whether the shard whose log metadata is ``metadata`` has no live owner in ``members``."""
+def orphan_at(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures) -> float | None:
+    """From when (monotonic) the shard whose log metadata is ``metadata`` is an orphan; None while its owner may live."""
     owner = metadata.get("owner", RELEASED)
     if owner == RELEASED:
-        return True
+        return float("-inf")
     parsed = parse_owner(owner)
     if parsed is None:
-        return True
+        return float("-inf")
     silo_id, incarnation = parsed
     member = members.get(silo_id)
     if member is None:
-        return True  # never registered
-    if member.incarnation > incarnation:
-        return True  # that incarnation was replaced (a Ray restart)
+        return float("-inf")  # never registered
     if member.incarnation < incarnation:
         # The owner is newer than our snapshot of the table (read before the shard list): it
         # joined and claimed meanwhile. Only an owner proven gone makes an orphan.
-        return False
-    # A silent silo is orphaned only once declared dead by CAS (see the heartbeat), so a silo
-    # that was merely slow learns it from its own failed heartbeat and stops firing.
-    return member.status in (DEAD, LEAVING)
+        return None
+    if member.incarnation == incarnation and member.status not in (DEAD, LEAVING):
+        # A silent silo is orphaned only once declared dead by CAS (see the heartbeat), so a silo
+        # that was merely slow learns it from its own failed heartbeat and stops firing.
+        return None
+    # Replaced (a Ray restart) or marked dead: gone once its process is known to have exited or
+    # its lease has run out — a process cut off by a partition may still fire until then.
+    return departures.over_at(member, incarnation)
+
+
+def is_orphan(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures, now: float) -> bool:
+    """Whether the shard whose log metadata is ``metadata`` has no live owner in ``members`` at ``now``."""
+    since = orphan_at(metadata, members, departures)
+    return since is not None and now >= since
 
 
 def claims_this_round(orphans: int, alive: int, budget: int) -> int:
@@ -77,7 +86,7 @@ class Adoption:
 
     def __init__(self, store: Store, options: ClusterOptions, clock: Clock, me: Identity, shards: ShardTable,
                  loading: Loading, quarantine: Quarantine, metrics: SiloMetrics, rng: random.Random,
-                 moves: Moves) -> None:
+                 moves: Moves, departures: Departures) -> None:
         self._store = store
         self._options = options
         self._clock = clock
@@ -89,10 +98,14 @@ class Adoption:
         self._rng = rng  # seeded in tests, so a simulated run replays exactly
         self._moves = moves
         self._budget = INITIAL_CLAIM_BUDGET
+        self._departures = departures
+        self.recheck_at: float | None = None  # when (monotonic) a shard seen waiting for a lease becomes an orphan
 
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
-        members = await Membership(self._store).members()
+        members = await self.read_members()
+        now = self._clock.monotonic()
+        self.recheck_at = None
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
         candidates: list[tuple[str, ShardMeta]] = []
         for head in await list_logs(self._store, SHARD_PREFIX):
@@ -102,7 +115,12 @@ class Adoption:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
-            if meta.window_start > horizon or not is_orphan(head.metadata, members):
+            if meta.window_start > horizon:
+                continue
+            since = orphan_at(head.metadata, members, self._departures)
+            if since is None or now < since:
+                if since is not None:  # its owner's lease is still running out: look again then
+                    self.recheck_at = since if self.recheck_at is None else min(self.recheck_at, since)
                 continue
             candidates.append((head.base, meta))
         alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
@@ -116,11 +134,21 @@ class Adoption:
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
-        members = await Membership(self._store).members()
+        members = await self.read_members()
         for head in await list_logs(self._store, shard_base):
-            if head.base == shard_base and is_orphan(head.metadata, members):
+            if head.base == shard_base and self.orphaned(head.metadata, members):
                 return await self.claim(head.base, ShardMeta.from_metadata(head.metadata))
         return None
+
+    async def read_members(self) -> dict[str, Member]:
+        """The membership table, noting for each ended incarnation when we first saw it end."""
+        members = await Membership(self._store).members()
+        self._departures.observe(members, self._clock.monotonic())  # after the read: never too early
+        return members
+
+    def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
+        """Whether the shard whose log metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
+        return is_orphan(metadata, members, self._departures, self._clock.monotonic())
 
     async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
         """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""

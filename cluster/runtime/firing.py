@@ -264,10 +264,14 @@ class Firing:
     async def _still_owned(self, runs: list[Run]) -> list[Run]:
         """Wait out a lapsed lease (paused, cut off), then keep the runs whose shard is ours."""
         await self._lease.wait_valid()
-        lost = [r for r in runs if r.shard.lost]
-        if lost:
-            self._runs.release_all(lost)
-        return [r for r in runs if not r.shard.lost]
+        # Held by this incarnation: not lost, not released by a stop, not left from before a rejoin.
+        held: list[Run] = []
+        gone: list[Run] = []
+        for run in runs:
+            (held if not run.shard.lost and run.shard.meta.owner == self._me.owner else gone).append(run)
+        if gone:
+            self._runs.release_all(gone)
+        return held
 
     async def _admitted(self, runs: list[Run]) -> list[Run]:
         """The runs every hook admits; the others are cancelled, durably, without starting."""

@@ -1,15 +1,18 @@
 """Heartbeat and failure detection: renew this silo's lease, and declare silent peers dead.
 
 Every ``heartbeat_interval`` a silo rewrites its membership row by CAS (which renews its firing
-lease), then looks at its peers: one that Ray reports dead, or whose row this silo has watched
-unchanged for ``suspicion_timeout``, is declared dead by CAS, and its shards become orphans. A
-silo that finds its own row taken (declared dead while paused or cut off) drops every shard and
-joins again as a new incarnation.
+lease), then looks at its peers: one whose row this silo has watched unchanged for
+``suspicion_timeout`` (longer than any lease), or whose process Ray saw exit, is declared dead by
+CAS with that proof, and its shards become orphans at once. One that Ray reports dead without
+such proof (a lost node, a partition) is declared dead too, but its shards wait until its lease
+has provably run out. A silo that finds its own row taken (declared dead while paused or cut off)
+drops every shard and joins again as a new incarnation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 
@@ -17,10 +20,21 @@ from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.lease import Lease
-from cluster.runtime.membership import DEAD, LEAVING, HeartbeatWatch, Identity, Membership
+from cluster.runtime.membership import (
+    DEAD,
+    EXITED,
+    LEAVING,
+    REPORTED,
+    SILENT,
+    STOPPED,
+    HeartbeatWatch,
+    Identity,
+    Member,
+    Membership,
+)
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import ShardTable
-from cluster.runtime.transport import Transport
+from cluster.runtime.transport import Ping, Transport
 from storage import Fenced, NotFound, StorageError, Store
 
 log = logging.getLogger("timeshard.silo")
@@ -41,23 +55,35 @@ class Heartbeat:
         self._transport = transport
         self._metrics = metrics
         self._watch = HeartbeatWatch()
+        self._writing = asyncio.Lock()  # held while our row is written: a stop waits for it
+        self.watching_peers = True  # off while stopping: keep our lease, take on nothing new
 
-    async def join(self) -> None:
-        """Register as a new incarnation; the lease runs from when the write began."""
+    async def join(self, *, replacing: int = 0) -> None:
+        """Register as a new incarnation; the lease runs from when the write began.
+
+        The row records whether the incarnation replaced provably fires no more: ``replacing``
+        (ours, given up in this process), or one whose process ran here and is gone.
+        """
         began = self._clock.monotonic()
+
+        def ended(previous: Member) -> bool:
+            return previous.incarnation == replacing or self._transport.exited(previous.node, previous.pid)
+
         self._me.member = await self._membership.join(self._me.silo_id, self._clock.now_us(),
-                                                      node=self._transport.node_id(), pid=os.getpid())
+                                                      node=self._transport.node_id(), pid=os.getpid(), ended=ended)
         self._renew(began)
 
     async def run(self) -> None:
-        """The heartbeat loop: beat, then look at peers; every ``heartbeat_interval``, forever."""
+        """The heartbeat loop: beat, then look at peers; every ``heartbeat_interval``, until halted."""
         interval = self._options.heartbeat_interval.total_seconds()
         while True:
             await asyncio.sleep(interval)
             try:
                 self._metrics.flush()
-                await self.beat()
-                await self.detect_failures()
+                async with self._writing:
+                    await self.beat()
+                if self.watching_peers:
+                    await self.detect_failures()
             except asyncio.CancelledError:
                 raise
             except StorageError as exc:
@@ -75,7 +101,8 @@ class Heartbeat:
             # and our writes are fenced. Drop them all and join again as a new incarnation.
             log.error("silo was declared dead; rejoining", extra={"silo": self._me.owner})
             self._shards.drop_all("declared dead")
-            self._me.member = await self._membership.join(self._me.silo_id, self._clock.now_us(), pid=os.getpid())
+            await self.join(replacing=self._me.incarnation)  # it dropped everything: proof it fires no more
+            return
         self._renew(began)
 
     def _renew(self, began: float) -> None:
@@ -83,27 +110,39 @@ class Heartbeat:
             self._watch.forget_silence(self._clock.monotonic())  # we were blind too: give every peer a fresh timeout
 
     async def detect_failures(self) -> None:
-        """Declare dead, by CAS, peers that the transport reports dead or that stayed silent too long."""
-        members = await self._membership.members()
+        """Declare dead, by CAS, peers that stayed silent too long or that Ray reports dead, saying why."""
+        members = await self._adoption.read_members()
         now = self._clock.monotonic()
         self._watch.observe(members, now)
         timeout = self._options.suspicion_timeout.total_seconds()
-        dead = {m.silo_id: m for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id)}
+        causes: dict[str, tuple[Member, str]] = {}
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
         ping_timeout = self._options.heartbeat_interval.total_seconds()
         answers = await asyncio.gather(*(self._transport.ping(m.silo_id, ping_timeout) for m in alive))
-        dead.update({m.silo_id: m for m, answer in zip(alive, answers, strict=True) if answer is False})
-        declared = [m for m in dead.values() if await self._membership.declare_dead(m)]
+        for m, answer in zip(alive, answers, strict=True):
+            if answer in (Ping.EXITED, Ping.GONE):
+                causes[m.silo_id] = (m, EXITED if answer is Ping.EXITED else REPORTED)
+        for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id):
+            causes[m.silo_id] = (m, SILENT)  # the strongest proof: every incarnation of it is over
+        declared = [m for m, cause in causes.values() if await self._membership.declare_dead(m, cause)]
         if declared:
-            log.warning("peers declared dead", extra={"silos": [m.owner for m in declared], "by": self._me.owner})
+            log.warning("peers declared dead", extra={"silos": [m.owner for m in declared], "by": self._me.owner,
+                                                      "causes": {m.owner: causes[m.silo_id][1] for m in declared}})
             await self._adoption.adopt_orphans()
 
     async def declare_peer_dead(self, silo_id: str) -> bool:
-        """Mark a peer dead now (Ray told a caller it died), then adopt its shards."""
-        member = (await self._membership.members()).get(silo_id)
+        """Mark a peer dead now (Ray told a caller it died), then adopt what is provably orphaned.
+
+        Its shards are taken at once only if Ray saw its process exit; otherwise (a lost node,
+        a partition) once its lease has run out. A peer that answers is not declared dead.
+        """
+        member = (await self._adoption.read_members()).get(silo_id)
         if member is None or member.status in (DEAD, LEAVING):
             return False
-        dead = await self._membership.declare_dead(member)
+        answer = await self._transport.ping(silo_id, self._options.heartbeat_interval.total_seconds())
+        if answer is Ping.ALIVE:
+            return False
+        dead = await self._membership.declare_dead(member, EXITED if answer is Ping.EXITED else REPORTED)
         if dead:
             await self._adoption.adopt_orphans()
         return dead
@@ -112,6 +151,14 @@ class Heartbeat:
         """The other silos this one has seen in the membership table."""
         return [s for s in self._watch.seen() if s != self._me.silo_id]
 
+    async def halt(self, loop: asyncio.Task[None]) -> None:
+        """Stop the heartbeat ``loop`` between two writes of our row, never during one."""
+        async with self._writing:
+            loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+
     async def leave(self) -> None:
-        """Mark our row dead (a graceful stop): peers adopt what we released at once."""
-        await self._membership.update(self._me.row, status=DEAD)
+        """Mark our row dead (a graceful stop, once our work ended): peers adopt what is left at once."""
+        row = self._me.row
+        self._me.member = await self._membership.update(row, status=DEAD, cause=STOPPED, ended_through=row.ended_with(True))

@@ -2,8 +2,10 @@
 
 Peers declare a silo dead after watching its membership row unchanged for ``suspicion_timeout``,
 counted from when they first saw it — at the earliest when the heartbeat write *began*. So the
-lease runs from that moment for a fraction of the timeout, however slow the write was: a silo
-that is paused or cut off from the store stops firing before anyone may adopt its shards.
+lease runs from that moment for a fraction of the timeout (``LEASE_FRACTION``), however slow the
+write was: a silo that is paused or cut off from the store stops firing before anyone may adopt
+its shards. Any other write to its row also lands after that heartbeat began, which is how a
+peer that merely *saw* the row change knows when the lease is over (``membership.Departures``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ from __future__ import annotations
 import asyncio
 
 from cluster.model.clock import Clock
+from cluster.model.options import LEASE_FRACTION
 
-# The lease ends this fraction of suspicion_timeout after a heartbeat began: the margin covers a
-# delivery in progress when it ends (the handler refuses work past the lease's end in store time).
-LEASE_FRACTION = 0.8
+__all__ = ["LEASE_FRACTION", "Lease", "lease_end"]
 
 
 def lease_end(written_from: float, suspicion_timeout: float) -> float:
@@ -33,11 +34,12 @@ class Lease:
 
     @property
     def valid(self) -> bool:
-        return self._clock.monotonic() <= self.until
+        # Ends *at* ``until``: a peer takes our shards from that instant on (``Departures``).
+        return self._clock.monotonic() < self.until
 
     def renew(self, written_from: float) -> bool:
         """Extend the lease from a heartbeat that began at ``written_from``; True if it had lapsed."""
-        lapsed = self._clock.monotonic() > self.until
+        lapsed = self._clock.monotonic() >= self.until
         self.until = lease_end(written_from, self._suspicion)
         self._renewed.set()
         return lapsed

@@ -53,6 +53,8 @@ class Loading:
                         except StorageError as exc:
                             log.warning("could not load shard", extra={"shard": shard.base, "error": repr(exc)})
                             continue
+                        if not self._shards.holds(shard):
+                            continue  # lost or rejoined while reading: its jobs are not ours to queue
                         self.settle_misfires(shard)
                         self.queue_loaded(shard)
 

@@ -2,8 +2,9 @@
 
 One small log per silo (``members/<silo id>``) whose metadata is the silo's row; every change is a
 compare-and-swap on its ETag, so two incarnations of one silo can never both believe they are
-current. A silo restarted by Ray joins as a new incarnation, which makes everything its
-predecessor owned an orphan.
+current. A silo restarted by Ray joins as a new incarnation. What its predecessor owned becomes an
+orphan once that predecessor provably fires no more: its process is known to have exited, or its
+lease has run out (``Departures``); the row carries what is proven (``ended_through``).
 
 Correctness never rests on this table: a silo wrongly thought dead loses its shards by fencing,
 not its data. The table only decides *when* others look for orphans.
@@ -12,7 +13,7 @@ not its data. The table only decides *when* others look for orphans.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +22,11 @@ from storage import AlreadyExists, Fenced, NotFound, Store, Unavailable
 MEMBER_PREFIX = "members/"
 SILO_PREFIX = "silo-"  # a silo's Ray actor name is SILO_PREFIX + silo id
 JOINING, ACTIVE, LEAVING, DEAD = "joining", "active", "leaving", "dead"
+# Why a row was marked dead. Each but REPORTED proves that incarnation fires no more.
+SILENT = "silent"  # a peer watched its row unchanged past suspicion_timeout, which outlasts any lease
+EXITED = "exited"  # Ray saw its worker process exit
+STOPPED = "stopped"  # it stopped gracefully, once its work had ended and its shards were released
+REPORTED = "reported"  # Ray reports it dead without proof (node lost, unreachable): peers wait out its lease
 
 
 def owner_tag(silo_id: str, incarnation: int) -> str:
@@ -48,6 +54,8 @@ class Member:
     pid: int = 0
     etag: str = ""
     token: str = ""  # new on every write: tells a landed write whose answer was lost
+    cause: str = ""  # why it was marked dead (SILENT, EXITED, STOPPED, REPORTED)
+    ended_through: int = 0  # every incarnation up to this one provably fires no more
 
     @property
     def owner(self) -> str:
@@ -62,6 +70,8 @@ class Member:
             "node": self.node or "-",
             "pid": str(self.pid),
             "token": self.token or "-",
+            "cause": self.cause or "-",
+            "ended_through": str(self.ended_through),
         }
 
     @classmethod
@@ -75,7 +85,19 @@ class Member:
             pid=int(md.get("pid", "0")),
             etag=etag,
             token="" if md.get("token", "-") == "-" else md["token"],
+            cause="" if md.get("cause", "-") == "-" else md["cause"],
+            ended_through=int(md.get("ended_through", "0")),
         )
+
+    def ended_with(self, proven: bool) -> int:
+        """``ended_through`` once this row's incarnation is replaced or marked dead, ``proven`` ended or not.
+
+        Proof for one incarnation says nothing of older ones, so the mark moves only when every
+        older incarnation was already proven ended.
+        """
+        if proven and self.ended_through >= self.incarnation - 1:
+            return max(self.ended_through, self.incarnation)
+        return self.ended_through
 
     def alive(self, now_us: int, suspicion_timeout_us: int) -> bool:
         """Whether this incarnation counts as alive: not dead, not gone, heard from lately."""
@@ -117,9 +139,12 @@ class Membership:
         rows = await self._store.list(MEMBER_PREFIX)
         return {m.silo_id: m for m in (Member.from_metadata(md, etag) for _, md, etag in rows)}
 
-    async def join(self, silo_id: str, now_us: int, *, node: str = "", pid: int = 0) -> Member:
+    async def join(self, silo_id: str, now_us: int, *, node: str = "", pid: int = 0,
+                   ended: Callable[[Member], bool] = lambda previous: False) -> Member:
         """Register a new incarnation of ``silo_id`` and return its row (status active).
 
+        ``ended(previous row)`` says whether the incarnation being replaced provably fires no
+        more (its process is gone); the new row records it, so peers take its shards at once.
         A write whose answer was lost is recognised by its token when the row is read again,
         so one join makes one incarnation.
         """
@@ -139,7 +164,8 @@ class Membership:
             previous = Member.from_metadata(stat.metadata, stat.etag)
             if mine and previous.token == mine:
                 return previous
-            row = Member(silo_id, previous.incarnation + 1, ACTIVE, now_us, node, pid, token=secrets.token_hex(8))
+            row = Member(silo_id, previous.incarnation + 1, ACTIVE, now_us, node, pid, token=secrets.token_hex(8),
+                         ended_through=previous.ended_with(ended(previous)))
             mine = row.token
             try:
                 etag = await self._store.set_metadata(name, row.to_metadata(), if_match=stat.etag)
@@ -165,10 +191,15 @@ class Membership:
             etag = stat.etag
         return replace(new, etag=etag)
 
-    async def declare_dead(self, row: Member) -> bool:
-        """Mark a suspected silo dead by CAS; False if its row moved on (it is alive after all)."""
+    async def declare_dead(self, row: Member, cause: str = REPORTED) -> bool:
+        """Mark a suspected silo dead by CAS, saying why; False if its row moved on (it is alive after all).
+
+        SILENT proves every incarnation up to this one ended: each older one's row changed
+        before this one's last heartbeat, which is older than any lease by now.
+        """
+        ended = row.incarnation if cause == SILENT else row.ended_with(cause in (EXITED, STOPPED))
         try:
-            await self.update(row, status=DEAD)
+            await self.update(row, status=DEAD, cause=cause, ended_through=ended)
         except (Fenced, NotFound):
             return False
         return True
@@ -183,14 +214,16 @@ class HeartbeatWatch:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[int, int, float]] = {}  # silo -> (incarnation, heartbeat, since)
+        # silo -> (incarnation, heartbeat, since, token): any write changes the token, so an
+        # unchanged one proves the row was not written since
+        self._seen: dict[str, tuple[int, int, float, str]] = {}
 
     def observe(self, members: Mapping[str, Member], now: float) -> None:
         """Record what ``members`` shows at monotonic time ``now``."""
         for silo_id, m in members.items():
             seen = self._seen.get(silo_id)
-            if seen is None or seen[:2] != (m.incarnation, m.heartbeat_us):
-                self._seen[silo_id] = (m.incarnation, m.heartbeat_us, now)
+            if seen is None or seen[:2] != (m.incarnation, m.heartbeat_us) or seen[3] != m.token:
+                self._seen[silo_id] = (m.incarnation, m.heartbeat_us, now, m.token)
 
     def suspects(self, members: Mapping[str, Member], now: float, timeout: float, *, me: str) -> list[Member]:
         """Peers still marked alive whose heartbeat has not moved for ``timeout`` seconds."""
@@ -207,4 +240,38 @@ class HeartbeatWatch:
 
     def forget_silence(self, now: float) -> None:
         """Restart every peer's clock: we could not see the table for a while ourselves."""
-        self._seen = {k: (inc, hb, now) for k, (inc, hb, _) in self._seen.items()}
+        self._seen = {k: (inc, hb, now, token) for k, (inc, hb, _, token) in self._seen.items()}
+
+
+class Departures:
+    """When this silo first saw each peer incarnation end, and so when its lease provably ran out.
+
+    An incarnation ends when its row shows a newer incarnation, or marks it dead or leaving.
+    Its lease ends ``lease`` seconds after its last successful heartbeat *began*, and any other
+    write to its row lands after that heartbeat (every write is a CAS). So once we have seen the
+    changed row, ``lease`` more seconds on our own monotonic clock (clocks tick at the same rate)
+    prove its lease over, however far its wall clock is off. A row's ``ended_through`` proves it
+    at once.
+    """
+
+    def __init__(self, lease: float) -> None:
+        self.lease = lease
+        # silo -> [(every incarnation up to this one had ended, first seen at)], ascending
+        self._ends: dict[str, list[tuple[int, float]]] = {}
+
+    def observe(self, members: Mapping[str, Member], now: float) -> None:
+        """Record what ``members``, read just before monotonic time ``now``, shows ended."""
+        for silo_id, m in members.items():
+            ended = m.incarnation if m.status in (DEAD, LEAVING) else m.incarnation - 1
+            marks = self._ends.setdefault(silo_id, [])
+            if ended > 0 and (not marks or ended > marks[-1][0]):
+                marks.append((ended, now))
+
+    def over_at(self, member: Member, incarnation: int) -> float | None:
+        """From when (monotonic) ``incarnation`` of ``member``'s silo provably fires no more; None if not known to have ended."""
+        if member.ended_through >= incarnation:
+            return float("-inf")
+        for ended, since in self._ends.get(member.silo_id, ()):
+            if ended >= incarnation:
+                return since + self.lease
+        return None

@@ -79,6 +79,8 @@ class Outcomes:
                         *(Outcome(r.run_id, "the handler gave no outcome for this attempt", "MissingOutcome")
                           for r in runs[len(outcomes):])]
         for run, outcome in zip(runs, outcomes, strict=True):
+            if self._discarded(run):
+                continue
             if (outcome.succeeded and run.job.schedule is None and not run.hooks and not run.cancelled
                     and run.job.retry_policy.strategy != "always"):
                 simple[run.shard].append(run)
@@ -100,8 +102,22 @@ class Outcomes:
         finally:
             self._runs.release_all(runs)
 
+    def _discarded(self, run: Run) -> bool:
+        """Whether ``run``'s outcome comes too late to record: its shard is no longer ours.
+
+        Lost to another owner, released at a stop, or held by an incarnation this silo no
+        longer is (it rejoined): whoever holds the shard next replays the job from its log.
+        """
+        if self._shards.holds(run.shard):
+            return False
+        log.info("outcome of an ended ownership discarded", extra={"job": run.job_id, "shard": run.shard.base})
+        self._runs.release(run)
+        return True
+
     async def complete(self, run: Run, outcome: Outcome) -> None:
         """Record ``outcome`` of ``run`` durably, then tell the run's hooks how it ended."""
+        if self._discarded(run):
+            return
         end: AttemptEnd | None = None
         try:
             if outcome.refused:
@@ -123,6 +139,8 @@ class Outcomes:
         """``write()`` until it is durable or ``done()``; None if fenced, given up, or done."""
         delay = FIRST_RETRY_DELAY
         while not done():
+            if not self._shards.holds(shard):
+                return None  # our ownership ended while we retried: the next owner replays the job
             try:
                 return await write()
             except Fenced:
@@ -189,6 +207,9 @@ class Outcomes:
             # One durable decision in this shard, carrying the next occurrence; then carried out.
             # An adopter of this shard sees either the occurrence still live (and runs it) or
             # the decision (and carries it out): never both, so the job keeps one chain.
+            if not self._shards.holds(run.shard):
+                # Begun under an incarnation this silo no longer is: the shard's next owner moves it.
+                raise Fenced(f"shard {run.shard.base!r} is held by an ended incarnation")
             target = await self._shards.open_shard(window)
             decision = remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base, add[2:7])
             await run.shard.write([decision])

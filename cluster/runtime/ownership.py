@@ -56,6 +56,10 @@ class ShardTable:
         """This silo's open shard for ``window``, if it has one."""
         return self._open.get(window)
 
+    def holds(self, shard: Shard) -> bool:
+        """Whether ``shard`` is held by this incarnation: not lost, not released, not of an older one."""
+        return not shard.lost and shard.meta.owner == self._me.owner
+
     async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
         """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded."""
         while True:

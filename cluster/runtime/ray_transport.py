@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -20,9 +21,46 @@ from cluster.model.attempt import DELIVER, Attempt, Outcome
 from cluster.model.jobs import Target
 from cluster.model.wire import resolve_code_path
 from cluster.runtime.membership import SILO_PREFIX
-from cluster.runtime.transport import TargetAbsent
+from cluster.runtime.transport import Ping, TargetAbsent
 
 log = logging.getLogger("timeshard.delivery")
+
+# What Ray's GCS says when the raylet on the actor's node saw its worker process exit
+# (GenWorkerDiedCause, reason WORKER_DIED). The Python exception keeps only this message, not the
+# reason field. A lost node, `ray.kill` or a dead owner read differently: those prove nothing
+# about the process, which may still run behind a partition.
+WORKER_EXITED = "The actor is dead because its worker process has died."
+
+
+def proves_exit(exc: BaseException) -> bool:
+    """Whether Ray's error for a call says the actor's worker process exited (not just unreachable)."""
+    return isinstance(exc, ray.exceptions.ActorDiedError) and WORKER_EXITED in str(exc)
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace, so that a pid recorded with it names one process."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return ""
+
+
+def process_ended(pid: int) -> bool:
+    """Whether process ``pid`` of this pid namespace is gone or a zombie (it can run no more code)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)  # no /proc (macOS): signal 0 only asks whether it exists
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    return stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"])
 
 
 class ActorDirectory:
@@ -91,8 +129,12 @@ class RayTransport:
 
     def node_id(self) -> str:
         with contextlib.suppress(Exception):
-            return str(ray.get_runtime_context().get_node_id())
+            return f"{ray.get_runtime_context().get_node_id()}/{pid_namespace()}"
         return ""
+
+    def exited(self, node: str, pid: int) -> bool:
+        # Known only where it ran: the same Ray node and pid namespace, so the pid names that process.
+        return bool(node) and pid > 0 and node == self.node_id() and pid != os.getpid() and process_ended(pid)
 
     def resolve(self, target: Target) -> Any:
         return self._directory.resolve(target)
@@ -135,22 +177,24 @@ class RayTransport:
 
         return list(await asyncio.gather(*(one(a) for a in attempts)))
 
-    async def ping(self, silo_id: str, timeout: float) -> bool | None:
+    async def ping(self, silo_id: str, timeout: float) -> Ping:
         handle = self._peers.get(silo_id)
         try:
             if handle is None:
                 handle = self._peers[silo_id] = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
             await asyncio.wait_for(handle.ping.remote(), timeout)
-            return True
+            return Ping.ALIVE
         except ValueError:
-            return False  # no such actor: removed for good
+            return Ping.GONE  # no such actor: removed, but nothing says its process ended
         except ray.exceptions.ActorUnavailableError:
-            return None  # unreachable for now, maybe restarting: the heartbeat watch decides
-        except ray.exceptions.RayActorError:
+            return Ping.UNKNOWN  # unreachable for now, maybe restarting: the heartbeat watch decides
+        except ray.exceptions.RayActorError as exc:
             self._peers.pop(silo_id, None)
-            return False
+            return Ping.EXITED if proves_exit(exc) else Ping.GONE
         except asyncio.TimeoutError:
-            return None  # busy or paused: the heartbeat watch decides
+            return Ping.UNKNOWN  # busy or paused: the heartbeat watch decides
+        except Exception:  # e.g. Ray's OutOfMemoryError: a death, but no proof of how
+            return Ping.UNKNOWN
 
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
         for silo_id in silo_ids:

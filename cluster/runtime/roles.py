@@ -19,7 +19,7 @@ from cluster.runtime.heartbeat import Heartbeat
 from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.loading import Loading
-from cluster.runtime.membership import Identity
+from cluster.runtime.membership import Departures, Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.outcomes import Outcomes
@@ -84,7 +84,8 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, quarantine, decode,
                     metrics)
     loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode)
-    adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves)
+    departures = Departures(options.firing_lease.total_seconds())
+    adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
     moves.claim_orphan = adoption.claim_for_cancel
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)

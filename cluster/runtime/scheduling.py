@@ -22,9 +22,9 @@ from typing import Any
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
-from cluster.runtime.adoption import Adoption, is_orphan
+from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
-from cluster.runtime.membership import Identity, Member, Membership
+from cluster.runtime.membership import Identity, Member
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
@@ -140,7 +140,7 @@ class Scheduling:
         """
         if self._me.silo_id in suspects and self._calls:
             raise EarlierTryUnsettled(f"silo {self._me.silo_id} is still writing a schedule call")
-        members = await Membership(self._store).members()
+        members = await self._adoption.read_members()
         found: dict[str, str] = {}
         unsettled: list[str] = []
         for window, ids in ids_by_window.items():
@@ -169,6 +169,6 @@ class Scheduling:
             return True  # claimed since: its creator's writer is fenced (a release is not a claim)
         if self._shards.get(base) is not None:
             return True  # our own, and no call of ours is in progress (checked before)
-        if not is_orphan(metadata, members):
+        if not self._adoption.orphaned(metadata, members):
             return False
         return await self._adoption.claim_for_cancel(base) is not None

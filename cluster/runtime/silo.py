@@ -7,7 +7,7 @@ passed in, so tests run silos in-process on the memory store. Its life:
 1. join the membership table as a new incarnation; heartbeat (``heartbeat``, ``lease``);
 2. write new jobs into its own shard for each due-time window (``ownership``);
 3. load a shard — read, fold, queue — once its window starts within the lookahead (``loading``);
-4. claim orphaned shards (owner dead, stale or gone) by metadata CAS, sealed on adoption
+4. claim orphaned shards (owner proven gone: process exited, or lease over) by metadata CAS, sealed
    (``adoption``); a shard whose owners keep dying while it fires runs one job at a time, and a
    job that keeps killing them is parked until an operator releases it (``quarantine``);
 5. fire due jobs: one call per target per batch, within a concurrency limit (``firing``,
@@ -97,16 +97,25 @@ class Silo:
         return {"silo_id": self.silo_id, "owner": self.owner, "pid": os.getpid()}
 
     async def stop(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Stop gracefully: no new work, finish what is in flight, release every shard."""
+        """Stop gracefully: no new work, finish what is in flight, release every shard.
+
+        The heartbeat goes on until then, so the lease holds while runs end; only once the
+        shards are released does the silo mark itself dead, proof for peers that it is gone.
+        """
         await self._ready
         self._r.runs.closing = True
+        self._r.heartbeat.watching_peers = False
+        beating = [t for t in self._tasks if t.get_name() == "heartbeat"]
         for task in self._tasks:
-            task.cancel()
+            if task not in beating:
+                task.cancel()
         deadline = self._clock.monotonic() + timeout
         # Polled: the deadline is on the injectable clock, which an Event's timeout would not follow.
         while self._r.runs.inflight and self._clock.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         released = await self._r.shards.release_all()
+        for task in beating:
+            await self._r.heartbeat.halt(task)
         with contextlib.suppress(StorageError):
             await self._r.heartbeat.leave()
         self._r.transport.notify_adopt(self._r.heartbeat.peers())  # hand the released shards over at once
@@ -211,7 +220,9 @@ class Silo:
                 self._r.firing.retry_staged()
                 await self._r.loading.load_due()
                 await self._r.quarantine.clear_idle()
-                if self._clock.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds():
+                recheck = self._r.adoption.recheck_at  # a dead peer's lease runs out: adopt right then
+                if (self._clock.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds()
+                        or (recheck is not None and self._clock.monotonic() >= recheck)):
                     last_adoption = self._clock.monotonic()
                     await self._r.adoption.adopt_orphans()
                     await self._r.loading.delete_drained()

@@ -7,6 +7,7 @@ one; a test passes its own, which calls handlers in-process, so roles run withou
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from enum import Enum
 from typing import Any, Protocol
 
 from cluster.model.attempt import Attempt, Outcome
@@ -17,11 +18,24 @@ class TargetAbsent(Exception):
     """No actor answers to this target yet; the job waits for it (staging)."""
 
 
+class Ping(Enum):
+    """What a ping learned about a peer silo. Only ``EXITED`` proves it can fire nothing more."""
+
+    ALIVE = "alive"  # it answered
+    EXITED = "exited"  # Ray saw its worker process exit (the raylet on its node): proof it is gone
+    GONE = "gone"  # Ray reports it dead, but not its process's exit (node lost, killed, removed): it may still run
+    UNKNOWN = "unknown"  # no answer in time, or unreachable for now: the heartbeat watch decides
+
+
 class Transport(Protocol):
     """Calls out of a silo. Every method answers for itself: none raises a transport fault."""
 
     def node_id(self) -> str:
-        """Where this silo runs (a Ray node id), or "" when unknown."""
+        """Where this silo runs (a Ray node id and pid namespace), or "" when unknown."""
+        ...
+
+    def exited(self, node: str, pid: int) -> bool:
+        """Whether process ``pid`` on ``node`` provably ended: True only on that node, once it is gone."""
         ...
 
     def resolve(self, target: Target) -> Any:
@@ -38,8 +52,8 @@ class Transport(Protocol):
         """
         ...
 
-    async def ping(self, silo_id: str, timeout: float) -> bool | None:
-        """Whether peer ``silo_id`` answers: False if it is gone for sure, None if unknown."""
+    async def ping(self, silo_id: str, timeout: float) -> Ping:
+        """What peer ``silo_id``'s answer, or Ray's report of its death, tells about it."""
         ...
 
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:

@@ -19,7 +19,7 @@ from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.roles import Roles, wire
 from cluster.runtime.shardlog import add_op, window_of
-from cluster.runtime.transport import TargetAbsent
+from cluster.runtime.transport import Ping, TargetAbsent
 from storage import Fenced, MemoryStore, Store, Unavailable
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -59,11 +59,15 @@ class LocalTransport:
 
     handlers: dict[str, Handler] = field(default_factory=dict)
     calls: list[tuple[str, list[Attempt]]] = field(default_factory=list)  # (target name, batch)
-    alive: dict[str, bool | None] = field(default_factory=dict)  # ping answers by silo id
+    alive: dict[str, Ping] = field(default_factory=dict)  # ping answers by silo id (else UNKNOWN)
     notified: list[str] = field(default_factory=list)
+    predecessors_exited: bool = False  # whether a rejoining silo finds its predecessor's process gone
 
     def node_id(self) -> str:
         return "local"
+
+    def exited(self, node: str, pid: int) -> bool:
+        return self.predecessors_exited
 
     def resolve(self, target: Target) -> Any:
         if target.name not in self.handlers:
@@ -83,8 +87,8 @@ class LocalTransport:
                 outcomes.append(Outcome(attempt.run_id))
         return outcomes
 
-    async def ping(self, silo_id: str, timeout: float) -> bool | None:
-        return self.alive.get(silo_id)
+    async def ping(self, silo_id: str, timeout: float) -> Ping:
+        return self.alive.get(silo_id, Ping.UNKNOWN)
 
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
         self.notified.extend(silo_ids)

@@ -9,12 +9,17 @@ import pytest
 
 from cluster.model.policies import FailurePolicy
 from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, is_orphan, next_budget
-from cluster.runtime.membership import ACTIVE, DEAD, LEAVING, Member, Membership
+from cluster.runtime.membership import ACTIVE, DEAD, EXITED, LEAVING, REPORTED, SILENT, STOPPED, Departures, Member, Membership
 from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta
 from storage import MemoryStore, list_logs
 from tests.runtime.harness import add, fire_due, job, make_parts
 
-ALIVE = {"a": Member("a", 2, ACTIVE, 0)}
+ALIVE = {"a": Member("a", 2, ACTIVE, 0, ended_through=0)}
+PROVEN = {"a": Member("a", 2, ACTIVE, 0, ended_through=1)}  # its join proved a#1's process gone
+
+
+def dead(cause: str, ended_through: int, status: str = DEAD) -> dict[str, Member]:
+    return {"a": Member("a", 2, status, 0, cause=cause, ended_through=ended_through)}
 
 
 @pytest.mark.parametrize(
@@ -22,16 +27,33 @@ ALIVE = {"a": Member("a", 2, ACTIVE, 0)}
     [
         ("-", ALIVE, True),  # released by a graceful stop
         ("garbage", ALIVE, True),  # no incarnation in the tag
-        ("a#1", ALIVE, True),  # that incarnation was replaced by a restart
+        ("a#1", PROVEN, True),  # replaced by a restart, and its process is known to be gone
+        ("a#1", ALIVE, False),  # replaced, but its process may still run (a partition): not before its lease ends
         ("b#1", ALIVE, True),  # never registered
         ("a#2", ALIVE, False),
         ("a#3", ALIVE, False),  # newer than our snapshot: it restarted and claimed meanwhile (issue 12, point 1)
-        ("a#2", {"a": Member("a", 2, DEAD, 0)}, True),
-        ("a#2", {"a": Member("a", 2, LEAVING, 0)}, True),
+        ("a#2", dead(SILENT, 2), True),  # watched silent past the suspicion timeout: its lease is over
+        ("a#2", dead(EXITED, 2), True),  # Ray saw its process exit
+        ("a#2", dead(STOPPED, 2, LEAVING), True),
+        ("a#2", dead(REPORTED, 1), False),  # reported dead without proof: not before its lease ends
     ],
 )
-def test_only_a_shard_whose_owner_is_gone_is_an_orphan(owner: str, members: dict[str, Member], orphan: bool) -> None:
-    assert is_orphan({"owner": owner}, members) is orphan
+def test_only_a_shard_whose_owner_is_proven_gone_is_an_orphan(owner: str, members: dict[str, Member],
+                                                                orphan: bool) -> None:
+    departures = Departures(lease=4.0)
+    departures.observe(members, 0.0)
+    assert is_orphan({"owner": owner}, members, departures, 0.0) is orphan
+
+
+def test_an_owner_that_ended_without_proof_is_an_orphan_once_its_lease_ran_out_since_we_saw_it_end() -> None:
+    departures = Departures(lease=4.0)
+    departures.observe(ALIVE, 100.0)  # first sight of a#1 replaced by a#2
+    departures.observe(ALIVE, 103.0)
+    assert not is_orphan({"owner": "a#1"}, ALIVE, departures, 103.9)
+    assert is_orphan({"owner": "a#1"}, ALIVE, departures, 104.0)
+    assert not is_orphan({"owner": "a#2"}, dead(REPORTED, 1), departures, 104.0)  # a#2 itself: only just seen dead
+    departures.observe(dead(REPORTED, 1), 104.0)
+    assert is_orphan({"owner": "a#2"}, dead(REPORTED, 1), departures, 108.0)
 
 
 def test_a_lone_survivor_ramps_its_claims_up_instead_of_taking_everything_at_once() -> None:
@@ -49,7 +71,7 @@ async def test_a_dead_silos_shard_is_claimed_by_exactly_one_of_two_racing_peers(
     victim = await make_parts(store, "v")
     j = job(due=timedelta(seconds=2))
     (name,) = await add(victim, j)
-    await Membership(store).declare_dead(victim.me.row)
+    await Membership(store).declare_dead(victim.me.row, EXITED)
     a, b = await make_parts(store, "a"), await make_parts(store, "b")
     for parts in (a, b):
         parts.adoption._budget = 64  # both try everything at once
@@ -66,7 +88,7 @@ async def test_a_shard_beyond_the_lookahead_waits_dormant_even_when_orphaned() -
     store = MemoryStore()
     victim = await make_parts(store, "v")
     await add(victim, job(due=timedelta(minutes=10)))
-    await Membership(store).declare_dead(victim.me.row)
+    await Membership(store).declare_dead(victim.me.row, EXITED)
     peer = await make_parts(store, "p")
     assert await peer.adoption.adopt_orphans() == 0
 

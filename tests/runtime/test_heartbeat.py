@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from cluster.runtime.membership import DEAD, Membership
+from cluster.runtime.membership import DEAD, REPORTED, Membership
+from cluster.runtime.transport import Ping
 from storage import MemoryStore
 from tests.runtime.harness import GatedStore, add, job, make_parts
 
@@ -39,9 +40,10 @@ async def test_a_peer_the_transport_reports_gone_is_declared_dead_at_once() -> N
     store = MemoryStore()
     await make_parts(store, "gone")
     watcher = await make_parts(store, "w")
-    watcher.transport.alive["gone"] = False
+    watcher.transport.alive["gone"] = Ping.GONE
     await watcher.heartbeat.detect_failures()
-    assert (await Membership(store).members())["gone"].status == DEAD
+    row = (await Membership(store).members())["gone"]
+    assert row.status == DEAD and row.cause == REPORTED and row.ended_through == 0  # dead, its end not proven
 
 
 async def test_a_silo_declared_dead_drops_its_shards_and_rejoins_as_a_new_incarnation() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.runtime.membership import Membership
+from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState
 from storage import list_logs, read_log
@@ -46,7 +46,7 @@ async def adopt_midway(store: GatedStore, x: Roles, y: Roles, name: str) -> asyn
     release = store.gate("append_block", name)
     firing = asyncio.ensure_future(fire(x))
     await store.reached("append_block", name).wait()
-    await Membership(store).declare_dead(x.me.row)
+    await Membership(store).declare_dead(x.me.row, SILENT)
     assert await y.adoption.adopt_orphans() >= 1
     release.set()
     await firing
@@ -97,7 +97,7 @@ async def test_a_move_whose_add_landed_but_lost_its_answer_leaves_one_chain() ->
     firing = asyncio.ensure_future(fire(x))
     for _ in range(100):
         await asyncio.sleep(0)
-    await Membership(store).declare_dead(x.me.row)  # X stalls while retrying: declared dead
+    await Membership(store).declare_dead(x.me.row, SILENT)  # X stalls while retrying: declared dead
     await y.adoption.adopt_orphans()
     await y.adoption.adopt_orphans()
     await fire(y)
@@ -117,7 +117,7 @@ async def test_a_move_whose_second_write_failed_in_the_store_leaves_one_chain() 
     release.set()
     for _ in range(100):
         await asyncio.sleep(0)
-    await Membership(store).declare_dead(x.me.row)
+    await Membership(store).declare_dead(x.me.row, SILENT)
     assert await y.adoption.adopt_orphans() >= 1
     await fire(y)
     await asyncio.wait_for(firing, 10)

@@ -8,7 +8,7 @@ import asyncio
 from datetime import timedelta
 
 from cluster.cli.jobs import _status_text
-from cluster.runtime.membership import Membership
+from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.quarantine import FIRING_MANY, claimed_meta, digest
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
@@ -54,7 +54,7 @@ class Storm:
 
     async def kill(self) -> Roles:
         """The owner dies (Ray restarts it elsewhere); a fresh silo adopts what it held."""
-        await Membership(self.store).declare_dead(self.owner.me.row)
+        await Membership(self.store).declare_dead(self.owner.me.row, EXITED)  # a SIGKILL Ray saw: proven gone
         self.kills += 1
         self.owner = await make_parts(self.store, f"s{self.kills}", clock=self.clock)
         assert await self.owner.adoption.adopt_orphans() == 1
@@ -183,7 +183,7 @@ async def test_status_shows_a_quarantined_shard_and_its_parked_job_and_the_silo_
     assert shard is not None
     # Written as owners dying during the killer's attempts would have left it (see the test above).
     await shard.set_meta(ShardMeta(**{**shard.meta.__dict__, "deaths": LIMIT, "suspects": ((digest(killer.id), LIMIT),)}))
-    await Membership(storm.store).declare_dead(storm.owner.me.row)
+    await Membership(storm.store).declare_dead(storm.owner.me.row, EXITED)
     transport = LocalTransport(handlers={"h": Recorder()})
     silo = Silo("s9", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=transport,
                 clock=storm.clock, store=storm.store)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from typing import Any
+
+import ray.exceptions
+from ray.core.generated.common_pb2 import ActorDiedErrorContext
 
 from cluster.model.attempt import Attempt
 from cluster.model.jobs import Target
 from cluster.model.wire import pack
-from cluster.runtime.ray_transport import RayTransport
+from cluster.runtime.ray_transport import RayTransport, process_ended
+from cluster.runtime.transport import Ping
 from tests.runtime.harness import job
 
 
@@ -35,3 +42,45 @@ async def test_a_plain_actor_gets_no_attempt_once_the_senders_lease_has_run_out(
     assert outcome.refused and actor.calls == []
     (outcome,) = await transport.deliver(Target.actor("plain"), actor, attempts, 5.0, lease_end=time.time() + 10)
     assert outcome.succeeded and len(actor.calls) == 1
+
+
+class Peer:
+    """A handle on a peer silo whose ping raises ``error`` (or answers, if None)."""
+
+    def __init__(self, error: Exception | None) -> None:
+        class Method:
+            async def remote(self) -> str:
+                if error is not None:
+                    raise error
+                return "peer"
+
+        self.ping = Method()
+
+
+def died(reason: int, message: str) -> Exception:
+    """The ActorDiedError a caller gets, built from the context Ray's GCS records (issue 12, point 6)."""
+    context = ActorDiedErrorContext(reason=reason, actor_id=b"\x01" * 16, error_message=message)
+    return ray.exceptions.ActorDiedError(context)
+
+
+async def test_only_rays_report_of_an_exited_worker_process_counts_as_proof_that_a_peer_is_gone() -> None:
+    cases = [
+        (None, Ping.ALIVE),
+        (died(ActorDiedErrorContext.WORKER_DIED, "The actor is dead because its worker process has died. Worker exit "
+                                                 "type: SYSTEM_ERROR Worker exit detail: connection error code 2."),
+         Ping.EXITED),
+        (died(ActorDiedErrorContext.NODE_DIED, "The actor died because its node has died. Node Id: ab"), Ping.GONE),
+        (died(ActorDiedErrorContext.RAY_KILL, "The actor is dead because it was killed by `ray.kill`."), Ping.GONE),
+        (ray.exceptions.ActorUnavailableError("restarting", None), Ping.UNKNOWN),
+    ]
+    for error, answer in cases:
+        transport = RayTransport("test")
+        transport._peers["p"] = Peer(error)
+        assert await transport.ping("p", 1.0) is answer, error
+
+
+def test_a_process_counts_as_ended_only_on_its_own_node_once_it_is_gone() -> None:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    assert process_ended(int(child.stdout))  # exited and reaped
+    assert not process_ended(os.getpid())
+    assert not RayTransport("test").exited("", int(child.stdout))  # where it ran is unknown: no proof

@@ -17,6 +17,11 @@ from storage import MemoryStore, StorageError, Store, list_logs, read_log
 from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, item, job, make_parts
 
 
+def restarted() -> LocalTransport:
+    """The transport of a silo Ray restarted after a SIGKILL on this node: the old process is seen gone."""
+    return LocalTransport(predecessors_exited=True)
+
+
 async def copies(store: Store, job_id: str) -> list[str]:
     """The shards in which ``job_id`` is live: more than one means it fires more than once."""
     found = []
@@ -74,7 +79,7 @@ async def test_a_retry_after_the_first_silo_died_having_landed_the_jobs_adds_no_
     first = await make_parts(store, "a")
     j, k = job(due=timedelta(hours=1)), job(due=timedelta(hours=1))
     (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
-    await make_parts(store, "a")  # Ray restarted the silo: its first incarnation's shards are orphans
+    await make_parts(store, "a", transport=restarted())  # Ray restarted the silo: its first incarnation's shards are orphans
     second = await make_parts(store, "b")
     names = await second.scheduling.schedule([item(j), item(k)], suspects=["a"])
     assert names[0] == earlier
@@ -99,7 +104,7 @@ async def test_a_retry_whose_earlier_try_never_landed_adds_the_jobs_once() -> No
     store = MemoryStore()
     first = await make_parts(store, "a")
     await first.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # a shard of "a" in that window
-    await make_parts(store, "a")
+    await make_parts(store, "a", transport=restarted())
     second = await make_parts(store, "b")
     j = job(due=timedelta(hours=1))
     (name,) = await second.scheduling.schedule([item(j)], suspects=["a"])
@@ -114,7 +119,7 @@ async def test_a_retry_that_a_failed_earlier_try_took_back_adds_the_jobs_again()
     store.fail_next("append_block", 3, prefix=window_prefix(k.due))
     with pytest.raises(StorageError):
         await first.scheduling.schedule([item(j), item(k)])
-    await make_parts(store, "a")  # type: ignore[arg-type]
+    await make_parts(store, "a", transport=restarted())  # type: ignore[arg-type]
     second = await make_parts(store, "b")  # type: ignore[arg-type]
     names = await second.scheduling.schedule([item(j), item(k)], suspects=["a"])
     assert all("-b.1-" in name for name in names)
