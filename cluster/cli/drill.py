@@ -154,9 +154,17 @@ class DrillReport:
     observer_errors: int = 0
     events: list[Event] = field(default_factory=list)
     lost_jobs: list[tuple[str, str | None, float]] = field(default_factory=list)  # (id, shard, due), first 100
-    unexplained_duplicates: list[list[tuple[str, float, float]]] = field(default_factory=list)  # runs (owner, started, due)
+    #: per job: (shard, 0, 0), then its runs as (owner, started, due)
+    unexplained_duplicates: list[list[tuple[str, float, float]]] = field(default_factory=list)
     two_owner_examples: list[tuple[str, str, str, float, float]] = field(default_factory=list)  # job, shard, owner, started, superseded
     zombie_examples: list[tuple[str, str, float]] = field(default_factory=list)  # job, owner, started
+    #: Each shard's owners as seen in the store, (first seen, owner), and each silo's rows
+    #: (first seen, incarnation, status): what a failed check is diagnosed from.
+    shard_owners: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    member_rows: dict[str, list[tuple[float, int, str]]] = field(default_factory=dict)
+
+    def history_of(self, shard: str | None) -> list[tuple[float, str]]:
+        return self.shard_owners.get(shard or "", [])
 
     @property
     def other_duplicates(self) -> int:
@@ -399,6 +407,11 @@ def _read(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _sent(record: Mapping[str, Any]) -> float:
+    """When the silo's call reached the handler (the recorder notes it; else when the job started)."""
+    return float(record.get("received", record["started"]))
+
+
 def _owner(record: Mapping[str, Any]) -> str:
     return str(record["run_id"]).rpartition("@")[2]
 
@@ -421,7 +434,7 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     hits = [e for e in events if e.kind in ("kill", "pause")]
 
     def in_flight_at(run: Mapping[str, Any]) -> Event | None:
-        return next((e for e in hits if e.owner == _owner(run) and e.at - IN_FLIGHT_S <= run["started"] <= e.at + DELIVERY_S),
+        return next((e for e in hits if e.owner == _owner(run) and e.at - IN_FLIGHT_S <= _sent(run) <= e.at + DELIVERY_S),
                     None)
 
     unexplained = []
@@ -438,7 +451,8 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
                 used.add(cause)
                 explained += 1
         if bad:
-            unexplained.append([(_owner(r), round(r["started"], 3), round(r["scheduled_for"], 3)) for r in v])
+            unexplained.append([(str(shard_of.get(v[0]["job_id"])), 0.0, 0.0)]
+                               + [(_owner(r), round(r["started"], 3), round(r["scheduled_for"], 3)) for r in v])
 
     # Two owners at one moment: a fire by an incarnation after the store showed another owner of
     # the job's shard. Observation lags the store by at most OBSERVE_INTERVAL_S, so this can
@@ -448,7 +462,7 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
         for r in records:
             shard = shard_of.get(r["job_id"])
             superseded = observer.superseded_at(shard, _owner(r)) if shard else None
-            if superseded is not None and r["started"] > superseded:
+            if superseded is not None and _sent(r) > superseded:
                 two_owner.append((r["job_id"], str(shard), _owner(r), round(r["started"], 3), round(superseded, 3)))
 
     # A killed incarnation fires nothing after the calls it had sent; a paused one nothing after
@@ -462,7 +476,7 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
             paused_dead = None if dead is None else round(dead - e.at, 3)
             after = dead if dead is not None else float("inf")
         zombie += [(r["job_id"], e.owner, round(r["started"], 3)) for r in records
-                   if _owner(r) == e.owner and r["started"] > after]
+                   if _owner(r) == e.owner and _sent(r) > after]
 
     failover, unmeasured = [], []
     for e in (e for e in events if e.kind == "kill"):
@@ -481,7 +495,8 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
                        unmeasured, len(zombie), len(two_owner), paused_dead, storm=storm,
                        observer_errors=observer.errors if observer else 0, events=events, lost_jobs=lost_jobs,
                        unexplained_duplicates=unexplained[:50], two_owner_examples=two_owner[:50],
-                       zombie_examples=zombie[:50])
+                       zombie_examples=zombie[:50], shard_owners=observer.shard_owners if observer else {},
+                       member_rows=observer.rows if observer else {})
 
 
 def timeline(report: DrillReport, jobs: list[ScheduledJob], records: list[dict[str, Any]], path: Path) -> Path | None:

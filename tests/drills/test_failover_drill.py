@@ -25,15 +25,23 @@ def drill_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def assert_safe(report: DrillReport) -> None:
-    """What a user relies on after any failure: each check with what broke it."""
+    """What a user relies on after any failure: each check with what broke it, and the history
+    of the shard involved (owners as seen in the store) and the events, to diagnose it from."""
+    events = [(e.kind, round(e.at, 3), e.owner) for e in report.events]
+    if report.unexplained_duplicates:
+        first = report.unexplained_duplicates[0]
+        events.append(("owners of " + first[0][0], 0, repr(report.history_of(first[0][0]))))
+    if report.two_owner_examples:
+        shard = report.two_owner_examples[0][1]
+        events.append(("owners of " + shard, 0, repr(report.history_of(shard))))
     assert report.lost == 0, f"{report.lost} acknowledged jobs never fired: {report.lost_jobs[:5]}"
     assert report.early == 0, f"{report.early} fires before their due time"
     assert report.other_duplicates == 0, (
         f"{report.other_duplicates} duplicates not explained by an attempt in flight at a kill or pause "
-        f"(runs as owner, started, due): {report.unexplained_duplicates[:5]}")
+        f"(shard, then runs as owner, started, due): {report.unexplained_duplicates[:5]}; events {events}")
     assert report.two_owner_fires == 0, (
         f"{report.two_owner_fires} fires by an owner after another took its shard "
-        f"(job, shard, owner, started, superseded at): {report.two_owner_examples[:5]}")
+        f"(job, shard, owner, started, superseded at): {report.two_owner_examples[:5]}; events {events}")
     assert report.zombie_fires == 0, f"fires after a kill or declared death: {report.zombie_examples[:5]}"
     assert not report.silo_faults, report.silo_faults[:5]
 
