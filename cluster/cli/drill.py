@@ -348,7 +348,10 @@ async def _storm(cluster: Cluster, rng: random.Random, events: list[Event], stor
     n = 0
     while time.time() < end:
         n += 1
-        await _kill(cluster, rng.choice(cluster.silo_ids), events, progress, f"storm kill {n}", timeout=3)
+        # Any silo that is up: one still restarting from the last kill cannot be killed again yet.
+        for silo in rng.sample(cluster.silo_ids, len(cluster.silo_ids)):
+            if await _kill(cluster, silo, events, progress, f"storm kill {n}", timeout=1):
+                break
         await asyncio.sleep(rng.uniform(1.0, 2.0))
 
 
