@@ -14,9 +14,10 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from cluster.model.attempt import JobContext
+from cluster.model.attempt import Attempt, JobContext, Outcome
 from handlers.base import JobHandler
 
 
@@ -27,6 +28,16 @@ class Recorder(JobHandler):
         self._path = path
         self._records: list[dict[str, Any]] = []
         self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 (kept open)
+        self._received: dict[str, float] = {}  # run id -> when its batch reached this actor
+
+    async def timeshard_deliver(self, batch: Sequence[Attempt], timeout: float | None,
+                                lease_end: float | None = None) -> list[Outcome]:
+        # A batch's last jobs start after every fsync before them: a drill judges what was in
+        # flight at a kill by when the silo's call arrived, not by when each job started.
+        now = time.time()
+        for a in batch:
+            self._received[Attempt(*a).run_id] = now
+        return await super().timeshard_deliver(batch, timeout, lease_end)
 
     async def execute_job(self, ctx: JobContext) -> None:
         started = time.time()
@@ -40,6 +51,7 @@ class Recorder(JobHandler):
             "scheduled_for": ctx.scheduled_for.timestamp(),
             "due": ctx.job.due.timestamp(),
             "started": started,
+            "received": self._received.pop(ctx.run_id, started),
             "target": ctx.job.target.name,
             "pid": os.getpid(),
         }

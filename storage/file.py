@@ -7,6 +7,9 @@ at the committed size, fsyncs it, then atomically replaces ``.meta``: the acknow
 happens only after both are on disk. A process killed mid-append leaves a torn tail past the
 committed size; readers never see it and the next append overwrites it.
 
+A lock is waited for at most ``lock_timeout`` (2 s): a process stopped inside a critical section
+keeps its lock while stopped, and its peers get ``Unavailable`` (and retry) instead of hanging.
+
 Blocking calls (``flock`` waits for other processes, ``fsync`` takes milliseconds) run through
 ``asyncio.to_thread``, one hop per operation, so a writer keeps accepting records on the event
 loop while a block is being made durable: that overlap is what group commit feeds on.
@@ -39,12 +42,17 @@ from .base import (
     check_name,
     check_payload,
 )
-from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError
+from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError, Unavailable
 
 log = logging.getLogger("timeshard.storage")
 
 # What a readable .meta holds besides its metadata: anything else is a damaged file.
 _META_FIELDS = (("incarnation", str), ("version", int), ("size", int), ("blocks", int))
+
+#: How long an operation waits for another process's lock on the same log before it gives up
+#: with ``Unavailable``. Critical sections last milliseconds (two fsyncs); far longer means the
+#: holder is stopped or hung.
+LOCK_TIMEOUT_S = 2.0
 _SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
 _MAX_FILENAME = 240
 
@@ -67,9 +75,11 @@ def _fsync_dir(path: Path) -> None:
 class FileStore(Store):
     """Logs as files under ``root`` (created if missing); ``max_blocks`` mimics append blobs."""
 
-    def __init__(self, root: str | os.PathLike[str], *, max_blocks: int = AZURE_MAX_BLOCKS) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, max_blocks: int = AZURE_MAX_BLOCKS,
+                 lock_timeout: float = LOCK_TIMEOUT_S) -> None:
         self.root = Path(root)
         self.max_blocks = max_blocks
+        self.lock_timeout = lock_timeout
         self._made_root = False
         self._reported: set[str] = set()  # damaged logs already logged
 
@@ -85,12 +95,31 @@ class FileStore(Store):
             self._made_root = True
         fd = os.open(self._path(name, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            self._acquire(fd, name, exclusive)
             yield
         except OSError as exc:
             raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    def _acquire(self, fd: int, name: str, exclusive: bool) -> None:
+        """Lock ``fd``, waiting at most ``lock_timeout``: a holder that is stopped (SIGSTOP, a
+        debugger) keeps its lock as long as it is stopped, and a caller blocked on it for good
+        would stall its whole silo — heartbeat included — behind one frozen peer."""
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        deadline = time.monotonic() + self.lock_timeout
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, mode)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    # Nothing was written: the caller may retry, and the holder's write stands.
+                    raise Unavailable(f"file store {self.root}: log {name!r} stayed locked by another "
+                                      f"process for {self.lock_timeout} s") from None
+                time.sleep(pause)  # in a worker thread (asyncio.to_thread), never on the event loop
+                pause = min(2 * pause, 0.02)
 
     def _read_meta(self, name: str) -> dict[str, Any]:
         path = self._path(name, ".meta")

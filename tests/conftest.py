@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import ray
 
+from cluster.cli.silologs import SiloLogWatch
 from storage.urls import CONNECTION_STRING_ENV
 from tests.azurite import Azurite, start_azurite
 
@@ -50,3 +52,22 @@ def ray_session() -> Iterator[None]:
     ray.shutdown()
 
 
+
+
+@pytest.fixture(autouse=True)
+def no_silo_exceptions(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail every cluster test whose silos logged an unhandled exception (killed ones included).
+
+    Silos' stderr stays in Ray's worker logs even with ``log_to_driver=False``; a background task
+    that dies, a loop's catch-all ``log.exception`` and asyncio's "never retrieved" all land there.
+    """
+    if "ray_session" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("ray_session")  # Ray first: its log folder is what we watch
+    watch = SiloLogWatch()
+    assert watch.logs_dir is not None, "Ray is running but its log folder was not found"
+    yield
+    time.sleep(0.3)  # a killed silo's last lines reach its log file
+    faults = watch.faults()
+    assert not faults, "a silo logged an unhandled exception:\n" + "\n".join(faults[:20])

@@ -15,6 +15,7 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.membership import Membership
+from cluster.runtime.runs import log_if_failed
 from storage import Store
 
 log = logging.getLogger("timeshard.flows")
@@ -50,6 +51,7 @@ class FlowHooks(SiloHooks):
         self._wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self._loop = asyncio.get_running_loop().create_task(self._reconcile_loop(), name="flow-reconcile")
+        self._loop.add_done_callback(log_if_failed)
 
     async def attempt_started(self, event: AttemptEvent) -> None:
         found = _step_of(event.job)
@@ -91,6 +93,7 @@ class FlowHooks(SiloHooks):
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(log_if_failed)
 
     async def _record(self, flow: str, events: list[list[Any]]) -> None:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import uuid
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
@@ -19,6 +20,15 @@ from cluster.model.wire import unpack, us_to_datetime
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import JOB, OCCURRENCE, OWNER
+
+log = logging.getLogger("timeshard.silo")
+
+
+def log_if_failed(task: asyncio.Task[Any]) -> None:
+    """Log a background task that ended with an exception: nobody awaits it, so nobody else would."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background task failed", extra={"task": task.get_name()}, exc_info=task.exception())
+
 
 MEMO_LIMIT = 10_000  # decoded schedules and policies kept per silo
 
@@ -140,3 +150,4 @@ class RunTable:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(log_if_failed)

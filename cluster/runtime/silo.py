@@ -35,6 +35,7 @@ from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
 from cluster.runtime.roles import wire
+from cluster.runtime.runs import log_if_failed
 from cluster.runtime.transport import Transport
 from storage import StorageError, Store, open_store
 
@@ -66,6 +67,7 @@ class Silo:
                        rng=rng or random.Random())
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.get_running_loop().create_task(self._start())
+        self._ready.add_done_callback(log_if_failed)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -85,6 +87,8 @@ class Silo:
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
             asyncio.create_task(self._r.skew.run(), name="skew"),
         ]
+        for task in self._tasks:
+            task.add_done_callback(log_if_failed)
 
     @property
     def owner(self) -> str:

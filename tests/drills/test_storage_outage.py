@@ -1,4 +1,5 @@
-"""Storage outage: stop Azurite for 10 s under load, start it again; nothing acknowledged is lost."""
+"""Storage outage: stop Azurite for 10 s under load, start it again; nothing acknowledged is lost,
+and nobody is declared dead for it (silence while nobody could write is not death)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import ray
 
 import storage
 from cluster import Cluster, Target
+from cluster.runtime.membership import ACTIVE, Membership
 from storage.urls import CONNECTION_STRING_ENV
 from tests.azurite import start_azurite
 from tests.e2e.conftest import FAST, RecorderActor
@@ -47,6 +49,7 @@ async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, 
     try:
         loader = asyncio.create_task(load())
         await asyncio.sleep(3)
+        before = {s["silo_id"]: s["owner"] for s in cluster.status()}
         outage.append(time.time())
         emulator.stop()
         await asyncio.sleep(OUTAGE_S)
@@ -61,11 +64,17 @@ async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, 
                 break
             await asyncio.sleep(0.5)
         runs = await recorder.executions.remote()
+        after = {s["silo_id"]: s.get("owner") for s in cluster.status()}
+        async with storage.open_store(cluster.store_url) as store:
+            rows = await Membership(store).members()
     finally:
         cluster.shutdown(graceful=False)
         ray.kill(recorder)
         emulator.stop()
 
+    # No false deaths: every silo is still the incarnation it was, and no row was marked dead.
+    assert after == before, f"a silo was declared dead during the outage and rejoined: {before} -> {after}"
+    assert {m.owner: m.status for m in rows.values()} == dict.fromkeys(before.values(), ACTIVE)
     fired = {r["job_id"] for r in runs}
     assert len(acknowledged) > 100
     assert not set(acknowledged) - fired, f"{len(set(acknowledged) - fired)} acknowledged jobs lost"
