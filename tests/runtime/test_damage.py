@@ -51,7 +51,7 @@ def silo(store: MemoryStore, transport: LocalTransport | None = None) -> Silo:
 
 # -- one bad record never stops a silo from firing ------------------------------------------------
 
-async def test_a_job_that_cannot_be_decoded_is_quarantined_and_the_rest_of_the_shard_fires() -> None:
+async def test_a_job_that_cannot_be_decoded_is_kept_unrun_and_the_rest_of_the_shard_fires() -> None:
     transport = LocalTransport()
     transport.handlers["h"] = recorder = Recorder()
     parts = await make_parts(transport=transport)
