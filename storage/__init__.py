@@ -24,6 +24,7 @@ from .errors import (
     Fenced,
     InvalidMetadata,
     InvalidStoreUrl,
+    LogCorrupted,
     LogFull,
     NotFound,
     RecordTooLarge,
@@ -32,17 +33,31 @@ from .errors import (
     Unavailable,
 )
 from .file import FileStore
-from .log import LogHead, LogOptions, LogState, LogWriter, find_log, generation_name, list_logs, read_log
+from .log import (
+    DAMAGED_PREFIX,
+    LogHead,
+    LogOptions,
+    LogState,
+    LogWriter,
+    damaged_name,
+    describe_damage,
+    find_log,
+    generation_name,
+    keep_damaged,
+    list_logs,
+    read_log,
+)
 from .memory import MemoryStore
-from .records import Decoded, Frame, Torn, decode, encode
+from .records import Damage, Decoded, Frame, Torn, decode, encode
 from .urls import DEFAULT_URL, open_store
 
 __all__ = [
     "AZURE_MAX_BLOCKS", "MAX_BLOCK_BYTES", "DEFAULT_URL",
     "Store", "LogInfo", "LogStat", "Appended", "Fetched", "RetryPolicy", "ServerTime",
     "MemoryStore", "FileStore", "open_store",
-    "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "Unavailable", "Transient",
+    "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "LogCorrupted", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
-    "Decoded", "Frame", "Torn", "decode", "encode",
+    "Decoded", "Frame", "Torn", "Damage", "decode", "encode",
     "LogHead", "LogState", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "generation_name",
+    "DAMAGED_PREFIX", "damaged_name", "describe_damage", "keep_damaged",
 ]

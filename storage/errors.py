@@ -26,6 +26,10 @@ class LogFull(StorageError):
     """The log reached its block or size limit; write a new generation (see ``LogWriter``)."""
 
 
+class LogCorrupted(StorageError):
+    """The log no longer holds what its writer wrote (cut short or rewritten): the writer stops."""
+
+
 class Unavailable(StorageError):
     """The store could not be reached after every retry; the write may or may not have landed."""
 

@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import MAX_BLOCK_BYTES, Appended, LogInfo, LogStat, Store, check_metadata
-from .errors import AlreadyExists, Fenced, InvalidMetadata, LogFull, NotFound, RecordTooLarge, StorageError, Unavailable
+from .errors import (
+    AlreadyExists,
+    Fenced,
+    InvalidMetadata,
+    LogCorrupted,
+    LogFull,
+    NotFound,
+    RecordTooLarge,
+    StorageError,
+    Unavailable,
+)
 from .records import FRAME_OVERHEAD, Decoded, decode, encode_frame, pack
 
 SEPARATOR = "~"
@@ -30,6 +40,9 @@ RESERVED = "log_"
 NEXT_KEY = "log_next"
 PENDING_KEY = "log_pending"
 CLAIM_KEY = "log_claim"
+#: Where a damaged generation is kept for inspection: ``damaged/<generation name>``, a log of its
+#: own (outside every caller's prefix, so nothing replays or adopts it) that ``read_log`` reads.
+DAMAGED_PREFIX = "damaged/"
 _GENERATION = re.compile(r"(.*)~(\d{8})")
 
 #: Returns the live state as records; called synchronously at the moment of rotation.
@@ -110,6 +123,7 @@ class LogState:
     raw_metadata: dict[str, str]
     size: int
     blocks: int
+    data: bytes = b""  # the bytes read, kept only when they are damaged (see ``keep_damaged``)
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -135,8 +149,65 @@ async def read_log(store: Store, base: str, *, attempts: int = 5) -> LogState:
         if NEXT_KEY in fetched.metadata:
             continue  # superseded while we looked
         head = LogHead(base, head.name, head.generation, _user(fetched.metadata), fetched.etag)
-        return LogState(head, decode(fetched.data), dict(fetched.metadata), fetched.size, fetched.blocks)
+        decoded = decode(fetched.data)
+        kept = fetched.data if decoded.damaged else b""
+        return LogState(head, decoded, dict(fetched.metadata), fetched.size, fetched.blocks, kept)
     raise Unavailable(f"log {base!r}: kept rotating under {attempts} reads")
+
+
+def damaged_name(generation: str) -> str:
+    """Where ``keep_damaged`` keeps a copy of the generation stored as ``generation``."""
+    return DAMAGED_PREFIX + generation
+
+
+async def keep_damaged(store: Store, state: LogState, why: str) -> str:
+    """Copy the generation read as ``state`` to ``damaged/<its name>``, byte for byte; its name.
+
+    For inspection: the copy outlives compaction and deletion of the log it came from, and is
+    found with ``store.list("damaged/")``. Keeping it twice is harmless: a copy already there is
+    completed if it is shorter, else left as it is. ``Fenced`` if another copier wrote meanwhile.
+    ``why`` goes into its metadata (``damage``), cut to fit.
+    """
+    name = damaged_name(state.head.name)
+    data = state.data
+    if not data:
+        data = (await store.fetch(state.head.name)).data
+    metadata = {**_user(state.raw_metadata), "damage": _printable(why)[:1000] or "unknown"}
+    if not _fits(metadata):
+        metadata = {"damage": "unknown"}
+    start = 0
+    try:
+        etag = await store.create(name, metadata)
+    except AlreadyExists:
+        # Kept by someone else, or being kept: finish it from where it is, so a copier that died
+        # half way never leaves a partial copy behind a claim that then deletes the original.
+        stat = await store.stat(name)
+        etag, start, metadata = stat.etag, stat.size, stat.metadata
+    while start < len(data):
+        chunk = data[start : start + MAX_BLOCK_BYTES]
+        etag = (await _append_verified(store, name, chunk, etag, start, metadata)).etag
+        start += len(chunk)
+    return name
+
+
+def describe_damage(decoded: Decoded) -> str:
+    """One line for people: each damaged range and the records lost there."""
+    parts = [f"bytes {d.offset}-{d.end}: {d.reason}, {d.lost} records lost" for d in decoded.damaged]
+    if decoded.torn is not None:
+        parts.append(f"tail from {decoded.torn.offset}: {decoded.torn.reason}")
+    return "; ".join(parts)
+
+
+def _printable(text: str) -> str:
+    return "".join(ch if " " <= ch <= "~" else "?" for ch in text).strip()
+
+
+def _fits(metadata: Mapping[str, str]) -> bool:
+    try:
+        check_metadata(metadata)
+    except InvalidMetadata:
+        return False
+    return True
 
 
 async def _cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: str) -> str:
@@ -296,15 +367,23 @@ class LogWriter:
 
         ``Fenced`` if the log changed since it was read: read it again and decide again.
         A log with a torn or corrupt tail is moved to a new generation before the next append.
+        So is a damaged one (bad frames before whole ones), after a copy of it is kept with
+        ``keep_damaged``: the claim fails if that copy cannot be written, so compaction never
+        deletes the only evidence.
         """
-        if state.decoded.torn is not None and snapshot is None:
-            raise StorageError(f"log {state.head.base!r} has a bad tail ({state.decoded.torn.reason} at "
-                               f"{state.decoded.torn.offset}); claim it with snapshot= so it can be rewritten")
+        decoded = state.decoded
+        if (decoded.torn is not None or decoded.damaged) and snapshot is None:
+            bad = decoded.torn or decoded.damaged[0]
+            where = "a bad tail" if decoded.torn is not None else "damaged frames"
+            raise StorageError(f"log {state.head.base!r} has {where} ({bad.reason} at {bad.offset}); "
+                               "claim it with snapshot= so it can be rewritten")
+        if decoded.damaged:
+            await keep_damaged(store, state, describe_damage(decoded))
         raw = _claim_metadata(metadata)
         etag = await _cas_metadata(store, state.head.name, raw, state.etag)
         writer = cls(store, state.head.base, state.head.generation, raw, etag, size=state.size,
-                     blocks=state.blocks, last_seq=state.decoded.last_seq, snapshot=snapshot, options=options)
-        writer._must_rotate = state.decoded.torn is not None
+                     blocks=state.blocks, last_seq=decoded.last_seq, snapshot=snapshot, options=options)
+        writer._must_rotate = decoded.torn is not None or bool(decoded.damaged)
         await writer._delete_other_generations()
         return writer
 
@@ -418,7 +497,7 @@ class LogWriter:
                 await asyncio.sleep(self._options.linger)
                 try:
                     await self._flush_once()
-                except Fenced as exc:
+                except (Fenced, LogCorrupted) as exc:
                     self._fail(exc)
                 except StorageError as exc:
                     # Unavailable or permanent: the waiters of this round learn it; the writer
@@ -462,6 +541,13 @@ class LogWriter:
         except Fenced:
             self._uncertain = None
             raise
+        if result.size != self._size + len(block):
+            # The block did not land where it was framed for: the log is not what this writer
+            # wrote (cut short or rewritten behind its back), so what it acknowledged before may
+            # be gone. Acknowledge nothing more; whoever loads the log next sees the damage.
+            self._uncertain = None
+            raise LogCorrupted(f"log {self._base!r}: a block framed for offset {self._size} ended at {result.size}, "
+                             f"not {self._size + len(block)}")
         self._advance(result, sum(takes))
         for count in takes:
             sub = self._queue[0]

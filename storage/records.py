@@ -58,10 +58,24 @@ def encode(first_seq: int, records: Sequence[Any]) -> bytes:
 
 @dataclass(frozen=True)
 class Torn:
-    """Where decoding stopped before the end of the data, and why."""
+    """Where decoding stopped before the end of the data, and why: a bad tail with nothing whole after it."""
 
     offset: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Bytes ``[offset, end)`` in the middle of a log that hold no readable frame, and why.
+
+    ``lost`` is how many records the writer numbered there (the gap in sequence numbers up to
+    the next whole frame): 0 when the bad bytes were extra, never fewer than what was lost.
+    """
+
+    offset: int
+    end: int
+    reason: str
+    lost: int
 
 
 @dataclass(frozen=True)
@@ -79,7 +93,9 @@ class Decoded:
 
     ``end`` is the offset just past the last good frame; ``last_seq`` the highest sequence
     number seen (or the ``after`` given). Frames whose numbers were already seen are skipped
-    and counted in ``skipped``, so a duplicated block never replays twice.
+    and counted in ``skipped``, so a duplicated block never replays twice. ``damaged`` lists
+    bad ranges with whole frames after them: decoding went on from the next frame whose header
+    checks and whose numbers continue the ones before.
     """
 
     frames: list[Frame] = field(default_factory=list)
@@ -87,6 +103,7 @@ class Decoded:
     last_seq: int = -1
     torn: Torn | None = None
     skipped: int = 0
+    damaged: tuple[Damage, ...] = ()
 
     def records(self) -> Iterator[Any]:
         """Yield every record in order."""
@@ -98,14 +115,69 @@ class Decoded:
         for frame in self.frames:
             yield from enumerate(frame.records, frame.first_seq)
 
+    @property
+    def lost(self) -> int:
+        """Records known lost in damaged ranges (a torn tail's are not known)."""
+        return sum(d.lost for d in self.damaged)
+
     def __len__(self) -> int:
         return sum(len(frame.records) for frame in self.frames)
+
+
+def _frame_at(view: memoryview, pos: int) -> tuple[int, int, int, list[Any]] | str:
+    """The frame at ``pos`` as ``(end, first_seq, count, records)``, or why there is none."""
+    size = len(view)
+    if size - pos < HEADER.size:
+        return f"truncated header: {size - pos} of {HEADER.size} bytes"
+    length, crc, first, count = HEADER.unpack_from(view, pos)
+    end = pos + HEADER.size + length
+    if length > MAX_BLOCK_BYTES:
+        return f"bad length {length}"
+    if end > size:
+        return f"truncated frame: {size - pos} of {end - pos} bytes"
+    if zlib.crc32(view[pos + _CRC_FROM : end]) != crc:
+        return "CRC mismatch"
+    try:
+        records = msgpack.unpackb(view[pos + HEADER.size : end], raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        return f"{_NONSENSE}undecodable body: {type(exc).__name__}"
+    if not isinstance(records, list) or len(records) != count:
+        return f"{_NONSENSE}record count does not match the header"
+    return end, first, count, records
+
+
+_NONSENSE = "checksum holds, "  # a frame written whole whose body is not records
+
+
+def _next_frame(view: memoryview, start: int, last: int) -> tuple[int, int, int, int, list[Any]] | None:
+    """The first whole frame at or after ``start`` that continues the numbering after ``last``.
+
+    Resynchronising after damage: only offsets whose header is plausible (length within a block
+    and the data, at least one record, numbers past ``last``) are checksummed, so scanning
+    garbage costs little.
+    """
+    size = len(view)
+    unpack_header = HEADER.unpack_from
+    for p in range(start, size - HEADER.size + 1):
+        length, _, first, count = unpack_header(view, p)
+        if length > MAX_BLOCK_BYTES or p + HEADER.size + length > size or not 0 < count <= length:
+            continue
+        if first + count - 1 <= last:
+            continue
+        found = _frame_at(view, p)
+        if not isinstance(found, str):
+            return (p, *found)
+    return None
 
 
 def decode(data: bytes, *, offset: int = 0, after: int = -1) -> Decoded:
     """Decode whole frames from ``data`` (which starts at log ``offset``); never raises on bad bytes.
 
     ``after`` is the last sequence number already known: records numbered up to it are skipped.
+    A bad stretch with a whole frame after it is reported in ``damaged`` and decoding goes on
+    from that frame; bad bytes with nothing whole after them are the tail, reported in ``torn``.
+    A frame whose checksum holds but whose body is not records (written that way) is damage
+    wherever it is: it was written whole, so it is not a torn append.
     """
     view = memoryview(data)
     size = len(view)
@@ -113,40 +185,52 @@ def decode(data: bytes, *, offset: int = 0, after: int = -1) -> Decoded:
     crc32 = zlib.crc32
     unpackb = msgpack.unpackb
     frames: list[Frame] = []
+    damaged: list[Damage] = []
     pos = 0
     last = after
     skipped = 0
     torn: Torn | None = None
     while pos < size:
-        if size - pos < HEADER.size:
-            torn = Torn(offset + pos, f"truncated header: {size - pos} of {HEADER.size} bytes")
-            break
-        length, crc, first, count = unpack_header(view, pos)
-        end = pos + HEADER.size + length
-        if length > MAX_BLOCK_BYTES:
-            torn = Torn(offset + pos, f"bad length {length}")
-            break
-        if end > size:
-            torn = Torn(offset + pos, f"truncated frame: {size - pos} of {end - pos} bytes")
-            break
-        if crc32(view[pos + _CRC_FROM : end]) != crc:
-            torn = Torn(offset + pos, "CRC mismatch")
-            break
-        try:
-            records = unpackb(view[pos + HEADER.size : end], raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several unrelated types on garbage
-            torn = Torn(offset + pos, f"undecodable body: {type(exc).__name__}")
-            break
-        if not isinstance(records, list) or len(records) != count:
-            torn = Torn(offset + pos, "record count does not match the header")
-            break
+        # The common case inline (replay's hot loop); anything unusual goes through _frame_at.
+        records: Any = None
+        if size - pos >= HEADER.size:
+            length, crc, first, count = unpack_header(view, pos)
+            end = pos + HEADER.size + length
+            if length <= MAX_BLOCK_BYTES and end <= size and crc32(view[pos + _CRC_FROM : end]) == crc:
+                try:
+                    records = unpackb(view[pos + HEADER.size : end], raw=False, strict_map_key=False)
+                except Exception:
+                    records = None
+                if not isinstance(records, list) or len(records) != count:
+                    records = None
+        at = pos
+        if records is None:
+            reason = _frame_at(view, pos)
+            assert isinstance(reason, str)
+            if reason.startswith(_NONSENSE):
+                # The checksum holds, so the length is the writer's: skip the frame whole
+                # rather than look for frames inside its body.
+                length, _, first, count = unpack_header(view, pos)
+                skip_to = pos + HEADER.size + length
+                found = _next_frame(view, skip_to, last)
+                if found is None:
+                    damaged.append(Damage(offset + pos, offset + skip_to, reason, count))
+                    pos = skip_to
+                    continue
+            else:
+                found = _next_frame(view, pos + 1, last)
+                if found is None:
+                    torn = Torn(offset + pos, reason)
+                    break
+            at, end, first, count, records = found
+            damaged.append(Damage(offset + pos, offset + at, reason, first - last - 1))
         if first <= last:  # a block written twice: keep only what is new
             drop = min(last - first + 1, count)
             skipped += drop
             records = records[drop:]
             first += drop
         if records:
-            frames.append(Frame(offset + pos, first, records))
+            frames.append(Frame(offset + at, first, records))
             last = first + len(records) - 1
         pos = end
-    return Decoded(frames, offset + pos, last, torn, skipped)
+    return Decoded(frames, offset + pos, last, torn, skipped, tuple(damaged))

@@ -316,13 +316,17 @@ def _status_text(report: dict[str, Any]) -> str:
         for shard in silo["shards"]:
             start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
-                         f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x")
+                         f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x"
+                         + (f", {shard['unreadable']} UNREADABLE" if shard.get("unreadable") else ""))
             if shard.get("quarantined"):
                 lines.append(f"  QUARANTINED shard {shard['name']}: {shard['owner_deaths']} owners died while it "
                              "fired; its jobs fire one at a time")
             for job_id in shard.get("parked", ()):
                 lines.append(f"  PARKED job {job_id} in shard {shard['name']}: its owners died during its attempts; "
                              f"`timeshard release-quarantine {shard['name']}` runs it again")
+        for shard, damage in silo.get("damaged", {}).items():
+            lines.append(f"  DAMAGED shard {shard}: {damage['lost']} records lost, {damage['unreadable']} unreadable; "
+                         f"copy kept as {damage['kept_as']}")
     return "\n".join(lines)
 
 

@@ -44,6 +44,13 @@ class InvalidJob(ValidationError):
     """A job whose fields do not fit together (target, repeats, ttl, data ...)."""
 
 
+class UnsupportedWireVersion(InvalidJob):
+    """A job record written by a newer version of timeshard than the one reading it.
+
+    Refused, never guessed at: a silo of this version neither accepts nor runs it.
+    """
+
+
 class AlreadyExists(RuntimeError):
     """A named job's name is taken in its (namespace, app_id) and ``overwrite`` was not set.
 

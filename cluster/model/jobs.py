@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import InvalidJob
+from cluster.model.errors import InvalidJob, UnsupportedWireVersion
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.occurrences import Misfire
 from cluster.model.policies import FailurePolicy, PolicyLike
@@ -276,6 +276,9 @@ class ScheduledJob:
         Pass one ``memo`` dict across a replay: each distinct schedule and failure policy is then
         parsed once instead of once per job (schedules and policies are immutable).
         """
+        if isinstance(obj, (list, tuple)) and obj and type(obj[0]) is int and obj[0] > WIRE_VERSION:
+            raise UnsupportedWireVersion("job", f"written in wire version {obj[0]}; this version reads up to "
+                                                f"{WIRE_VERSION}: upgrade this silo to run it")
         if not isinstance(obj, (list, tuple)) or len(obj) != 14 or obj[0] != WIRE_VERSION:
             raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
         (_, job_id, name, target, due, data, metadata, schedule, repeats, ttl, policy, created, generation,

@@ -31,7 +31,7 @@ from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, Run, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, DUE, JOB, OCCURRENCE, OWNER, remove_op
+from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, DUE, OCCURRENCE, OWNER, remove_op
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import TargetAbsent, Transport
 from storage import StorageError
@@ -113,6 +113,8 @@ class Firing:
                 self._to_lane(shard, item)
                 continue
             run = self._new_run(due_us, job_id, entry)
+            if run is None:
+                continue  # unreadable: kept in its shard, never run
             if run.job.ttl is not None and now > datetime_to_us(run.job.ttl):
                 self._runs.spawn(self._outcomes.expire(run))
                 continue
@@ -121,8 +123,11 @@ class Firing:
         for key, runs in groups.items():
             self.send(key, runs)
 
-    def _new_run(self, due_us: int, job_id: str, entry: list[Any]) -> Run:
-        job = self._decode(entry[JOB])
+    def _new_run(self, due_us: int, job_id: str, entry: list[Any]) -> Run | None:
+        """A run of ``entry``'s job, or None if its job cannot be decoded (then it is kept, unrun)."""
+        job = self._decode.job_of(job_id, entry)
+        if job is None:
+            return None
         return Run(job_id, entry, job, self._runs.new_run_id(self._me.owner), due_us, entry[ATTEMPTS],
                    hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
 
@@ -152,6 +157,8 @@ class Firing:
         if shard.lost or state is None or state.live.get(job_id) is not entry or self._quarantine.parked(shard, job_id):
             return  # lost, cancelled or replaced while it waited, or parked meanwhile
         run = self._new_run(entry[DUE], job_id, entry)
+        if run is None:
+            return  # unreadable: kept in its shard, never run
         run.isolated = True
         if run.job.ttl is not None and self._clock.now_us() > datetime_to_us(run.job.ttl):
             await self._outcomes.expire(run)

@@ -15,6 +15,7 @@ from cluster.model.occurrences import Misfire, catch_up
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import SiloHooks, call_hooks
+from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
@@ -30,7 +31,8 @@ class Loading:
     """Loads due shards into the queue and deletes drained ones."""
 
     def __init__(self, store: Store, options: ClusterOptions, clock: Clock, queue: JobQueue[list[Any]], runs: RunTable,
-                 shards: ShardTable, quarantine: Quarantine, hooks: list[SiloHooks], decode: JobDecoder) -> None:
+                 shards: ShardTable, quarantine: Quarantine, hooks: list[SiloHooks], decode: JobDecoder,
+                 metrics: SiloMetrics) -> None:
         self._store = store
         self._options = options
         self._clock = clock
@@ -40,6 +42,7 @@ class Loading:
         self._quarantine = quarantine
         self._hooks = hooks
         self._decode = decode
+        self._metrics = metrics
 
     async def load_due(self) -> None:
         """Load every held shard whose window starts within the lookahead."""
@@ -66,8 +69,8 @@ class Loading:
         for job_id, entry in list(shard.state.live.items()):
             if entry[DUE] >= now_us - grace or entry[ATTEMPTS]:
                 continue
-            job = self._decode(entry[JOB])
-            if job.schedule is None or Misfire.parse(job.misfire) is not Misfire.SKIP:
+            job = self._decode.job_of(job_id, entry)
+            if job is None or job.schedule is None or Misfire.parse(job.misfire) is not Misfire.SKIP:
                 continue  # fire_once / fire_all fire the missed occurrence now; one-shots always do
             plan = catch_up(job.schedule, us_to_datetime(entry[SCHEDULED]), us_to_datetime(now_us),
                             Misfire.SKIP, entry[OCCURRENCE] - 1, job.repeats, job.ttl)
@@ -84,7 +87,10 @@ class Loading:
         """
         assert shard.state is not None
         queue_at = self._quarantine.queue_at
+        self._count_damage(shard)
         for job_id, entry in shard.state.live.items():
+            if job_id in shard.unreadable:
+                continue  # unreadable: kept, never run
             run = self._runs.find(job_id)
             # A run of this very shard writes its own outcome; one of an older copy of it (a
             # shard we lost and took back) writes into a fenced log, so the job is queued anew.
@@ -94,13 +100,25 @@ class Loading:
                     self._queue.push(job_id, due, entry)
         self._shards.update_loaded_gauge()
         if self._hooks and shard.state.live:
-            jobs = [(self._decode(e[JOB]), e[OCCURRENCE], e[ATTEMPTS]) for e in shard.state.live.values()]
+            decoded = ((self._decode.job_of(i, e), e) for i, e in shard.state.live.items())
+            jobs = [(job, e[OCCURRENCE], e[ATTEMPTS]) for job, e in decoded if job is not None]
             self._runs.spawn(call_hooks(self._hooks, "shard_loaded", jobs, adopted))
 
     def queue_entry(self, job_id: str, entry: list[Any]) -> None:
         """Queue one live entry of a held shard (a move carried out into it), unless it runs."""
         if self._runs.find(job_id) is None:
             self._queue.push(job_id, entry[DUE], entry)
+
+    def _count_damage(self, shard: Shard) -> None:
+        """Count what replay found wrong with ``shard`` once, when it is first queued here."""
+        damage = shard.damage
+        if damage is None or damage.counted:
+            return
+        damage.counted = True
+        self._metrics.unreadable.inc(damage.unreadable)
+        if damage.ranges:
+            self._metrics.shards_damaged.inc()
+            self._metrics.records_lost.inc(damage.lost)
 
     async def delete_drained(self) -> None:
         """Delete the logs of held shards that are empty and past their window.

@@ -120,6 +120,9 @@ class SiloMetrics:
         self.failed = counter("jobs_failed", "attempts that failed")
         self.retried = counter("jobs_retried", "retries scheduled by failure policies")
         self.adopted = counter("shards_adopted", "shards claimed from other silos")
+        self.unreadable = counter("records_unreadable", "records and jobs that could not be decoded, kept unrun")
+        self.shards_damaged = counter("shards_damaged", "shard logs found with bad frames before whole ones")
+        self.records_lost = counter("records_lost", "records in damaged stretches of shard logs")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
         self.shards_quarantined = gauge("shards_quarantined", "owned shards firing one job at a time after owner deaths")
@@ -137,7 +140,9 @@ class SiloMetrics:
 
     def snapshot(self) -> dict[str, Any]:
         counters: dict[str, Any] = {
-            n: getattr(self, n).value for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted")
+            n: getattr(self, n).value
+            for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "unreadable",
+                      "shards_damaged", "records_lost")
         }
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0

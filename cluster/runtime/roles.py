@@ -75,7 +75,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
     runs = RunTable(options.max_concurrency)
     lease = Lease(clock, options.suspicion_timeout.total_seconds())
-    decode = JobDecoder()
+    decode = JobDecoder(metrics)
     shards = ShardTable(store, options, clock, me, queue, runs, metrics)
     moves = Moves(store, options, shards, runs)
     outcomes = Outcomes(options, clock, queue, runs, shards, metrics, moves)
@@ -83,7 +83,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     staging = Staging(options, clock, runs, transport)
     firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, quarantine, decode,
                     metrics)
-    loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode)
+    loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode, metrics)
     departures = Departures(options.firing_lease.total_seconds())
     adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
     moves.claim_orphan = adoption.claim_for_cancel

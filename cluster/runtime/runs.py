@@ -18,6 +18,7 @@ from cluster.model.attempt import Attempt, JobContext
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import unpack, us_to_datetime
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
+from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import JOB, OCCURRENCE, OWNER
 
@@ -33,16 +34,47 @@ def log_if_failed(task: asyncio.Task[Any]) -> None:
 MEMO_LIMIT = 10_000  # decoded schedules and policies kept per silo
 
 
+class UnreadableJob(ValueError):
+    """A packed job this silo cannot decode: damaged bytes, or a newer wire version."""
+
+
 class JobDecoder:
     """Decodes packed jobs, sharing one decoded schedule and policy among jobs that repeat them."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: SiloMetrics | None = None) -> None:
         self._memo: dict[Any, Any] = {}
+        self._metrics = metrics
 
     def __call__(self, packed: bytes) -> ScheduledJob:
+        """The job ``packed`` holds; ``UnreadableJob`` (saying why) if it cannot be decoded."""
         if len(self._memo) > MEMO_LIMIT:
             self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
-        return ScheduledJob.from_wire(unpack(packed), self._memo)
+        try:
+            return ScheduledJob.from_wire(unpack(packed), self._memo)
+        except Exception as exc:  # garbage raises msgpack's, the model's or Python's own errors
+            raise UnreadableJob(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+
+    def job_of(self, job_id: str, entry: list[Any]) -> ScheduledJob | None:
+        """The job of a live ``entry``, or None if it cannot be decoded (it is then set aside).
+
+        A job that cannot be decoded stays in its shard (and log) untouched, is never queued or
+        run again by this silo, and is counted, logged at ERROR and shown in ``status``; the
+        rest of the shard runs. A job of a newer wire version is refused the same way.
+        """
+        shard = entry[OWNER]
+        unreadable = getattr(shard, "unreadable", None)
+        if unreadable is not None and job_id in unreadable:
+            return None
+        try:
+            return self(entry[JOB])
+        except UnreadableJob as exc:
+            if unreadable is not None:
+                unreadable[job_id] = str(exc)
+            if self._metrics is not None:
+                self._metrics.unreadable.inc()
+            log.error("job unreadable: kept in its shard, not run", extra={
+                "shard": getattr(shard, "base", None), "job": job_id, "reason": str(exc)})
+            return None
 
 
 @dataclass

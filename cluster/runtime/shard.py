@@ -10,11 +10,63 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.runtime.shardlog import ShardMeta, ShardState
-from storage import Fenced, LogFull, LogOptions, LogWriter, StorageError, Store, read_log
+from storage import (
+    Damage,
+    Fenced,
+    LogFull,
+    LogOptions,
+    LogState,
+    LogWriter,
+    StorageError,
+    Store,
+    describe_damage,
+    keep_damaged,
+    read_log,
+)
+
+log = logging.getLogger("timeshard.silo")
+
+
+@dataclass
+class ShardDamage:
+    """What replay found wrong with a shard's log, and where a copy of that log is kept.
+
+    ``ranges`` are bad stretches in the middle of the log (``lost`` records the writer had
+    numbered there); ``unreadable`` records read whole but not usable as operations.
+    """
+
+    ranges: tuple[Damage, ...]
+    lost: int
+    unreadable: int
+    kept_as: str
+    counted: bool = False  # in the silo's metrics already
+
+
+async def _replay(store: Store, shard: Shard, log_state: LogState) -> ShardState:
+    """Fold ``log_state`` for ``shard``; keep a copy of the log first if anything in it is bad.
+
+    Raises ``StorageError`` when that copy cannot be written, so nothing goes on (a claim, a
+    compaction) that could delete the only evidence; the caller tries again later.
+    """
+    state = ShardState(owner=shard).replay_log(log_state.decoded, shard.base)
+    decoded = log_state.decoded
+    if decoded.damaged or state.unreadable:
+        why = describe_damage(decoded) or f"{len(state.unreadable)} records unreadable"
+        kept = await keep_damaged(store, log_state, why)
+        shard.damage = ShardDamage(decoded.damaged, decoded.lost, len(state.unreadable), kept)
+        log.error("shard log damaged: replayed what could be read, kept a copy", extra={
+            "shard": shard.base, "damage": why, "lost": decoded.lost, "unreadable": len(state.unreadable),
+            "kept_as": kept})
+    if decoded.torn is not None:
+        log.warning("shard log has a torn tail", extra={"shard": shard.base, "offset": decoded.torn.offset,
+                                                       "reason": decoded.torn.reason})
+    return state
 
 
 class Gate:
@@ -70,6 +122,8 @@ class Shard:
         self.gate = Gate()
         self.lost = False  # fenced: another silo owns it now
         self.held_since = 0.0  # monotonic, set by the shard table when it starts holding it
+        self.damage: ShardDamage | None = None  # what replay found bad in its log, if anything
+        self.unreadable: dict[str, str] = {}  # job id -> why its job cannot be decoded (kept, never run)
 
     def __repr__(self) -> str:
         return f"Shard({self.base!r}, loaded={self.loaded}, jobs={self.live_count})"
@@ -107,15 +161,14 @@ class Shard:
             raise Fenced(f"shard {base!r} was claimed by {log.metadata.get('owner')!r} meanwhile")
         meta = take(ShardMeta.from_metadata(log.metadata))
         shard.__init__(base, meta, None)  # type: ignore[misc]
-        state = ShardState(owner=shard).replay(log.records())
+        state = await _replay(store, shard, log)
         shard.writer = await LogWriter.claim(store, log, meta.to_metadata(), snapshot=shard.snapshot, options=options)
         shard.state = state
         return shard
 
     async def load(self, store: Store) -> ShardState:
         """Read the log and fold it into live jobs (the caller holds the gate exclusive)."""
-        log = await read_log(store, self.base)
-        self.state = ShardState(owner=self).replay(log.records())
+        self.state = await _replay(store, self, await read_log(store, self.base))
         return self.state
 
     def snapshot(self) -> list[Any]:

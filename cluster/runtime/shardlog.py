@@ -27,10 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from storage import Decoded
+
+log = logging.getLogger("timeshard.silo")
 
 ADD, REMOVE, RETRY, SNAPSHOT = 0, 1, 2, 3
 
@@ -77,6 +82,8 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
     """
     landed: set[str] = set()
     for op in records:
+        if why_unusable(op) is not None:
+            continue  # an unreadable record took nothing (replay sets it aside too)
         if op[0] == SNAPSHOT:
             landed |= {entry[0] for entry in op[1] if entry[0] in ids}
         elif op[1] in ids:
@@ -181,6 +188,66 @@ def _gc_paused() -> Iterator[None]:
 DUE, JOB, OCCURRENCE, ATTEMPTS, SCHEDULED, OWNER = range(6)
 LiveJob = list[Any]
 
+# Times a live job may carry: what a datetime can hold (years 1 to 9999), in µs since 1970.
+MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A record replay could not use, kept in the log and left out of the state.
+
+    ``seq`` is its sequence number in the log (-1 when replayed from a plain list), ``job_id``
+    the job it names when that much could be read.
+    """
+
+    seq: int
+    reason: str
+    job_id: str | None = None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if type(value) is str else None
+
+
+def _time_ok(value: Any) -> bool:
+    return type(value) is int and MIN_US <= value <= MAX_US
+
+
+def _live_ok(job_id: Any, due: Any, job: Any, occurrence: Any, attempts: Any, scheduled: Any) -> bool:
+    return (type(job_id) is str and _time_ok(due) and type(job) is bytes and type(occurrence) is int
+            and type(attempts) is int and _time_ok(scheduled))
+
+
+def _next_ok(value: Any) -> bool:
+    """Whether ``value`` is a REMOVE's next occurrence: ``[due_us, job, occurrence, attempts, scheduled_us]``."""
+    return type(value) is list and len(value) == 5 and _live_ok("", *value)
+
+
+def _pending_ok(value: Any) -> bool:
+    return type(value) is list and len(value) == 2 and type(value[0]) is str and _next_ok(value[1])
+
+
+def why_unusable(op: Any) -> str | None:
+    """Why ``op`` is not a shard operation replay can fold (wrong shape or types), or None."""
+    if type(op) is not list or not op or type(op[0]) is not int:
+        return "not a shard operation"
+    kind, size = op[0], len(op)
+    if kind == ADD:
+        ok = size in (7, 8) and _live_ok(*op[1:7]) and (size == 7 or type(op[7]) is str)
+        return None if ok else "malformed ADD"
+    if kind == REMOVE:
+        ok = (size in (5, 6) and type(op[1]) is str and type(op[2]) is int and type(op[3]) is str
+              and (op[4] is None or type(op[4]) is str) and (size == 5 or op[5] is None or _next_ok(op[5])))
+        return None if ok else "malformed REMOVE"
+    if kind == RETRY:
+        return None if size == 4 and type(op[1]) is str and _time_ok(op[2]) and type(op[3]) is int else "malformed RETRY"
+    if kind == SNAPSHOT:
+        ok = (3 <= size <= 5 and type(op[1]) is list and type(op[2]) is dict
+              and all(type(k) is str and type(v) is str for k, v in op[2].items())
+              and (size < 4 or type(op[3]) is dict) and (size < 5 or type(op[4]) is list))
+        return None if ok else "malformed SNAPSHOT"
+    return f"unknown operation {kind}"
+
 
 @dataclass
 class ShardState:
@@ -199,6 +266,7 @@ class ShardState:
     owner: Any = None
     pending: dict[str, list[Any]] = field(default_factory=dict)
     sources: set[str] = field(default_factory=set)
+    unreadable: list[Unreadable] = field(default_factory=list)  # records replay left out
 
     def apply(self, op: list[Any]) -> LiveJob | None:
         """Fold one operation; returns the entry an ADD created or a RETRY changed."""
@@ -280,26 +348,78 @@ class ShardState:
                     self.pending[job_id] = pending
 
     def replay(self, records: Iterable[list[Any]]) -> ShardState:
-        """Fold records read from a log, in order. Consumes them: ADD records become entries.
+        """Fold records read from a log, in order (see ``replay_log``); never raises on bad records."""
+        return self._fold(records, -1)
 
-        The hot loop of loading a shard. An ADD record's own list becomes the live entry (no
-        copy), and the cyclic garbage collector is paused meanwhile: building a million
-        containers would otherwise trigger dozens of full collections over the ones already
-        built, which costs more than the replay itself.
+    def replay_log(self, decoded: Decoded, shard: str = "") -> ShardState:
+        """Fold the records of a decoded log; a record that is not a usable op is set aside.
+
+        Such records are left out of the state (and kept in the log), listed in ``unreadable``
+        with their sequence numbers and logged at ERROR naming ``shard``; the rest replays.
+        """
+        for frame in decoded.frames:
+            self._fold(frame.records, frame.first_seq)
+        for bad in self.unreadable:
+            log.error("shard record unreadable: kept in the log, not replayed",
+                      extra={"shard": shard, "seq": bad.seq, "reason": bad.reason, "job": bad.job_id})
+        return self
+
+    def _fold(self, records: Iterable[Any], first_seq: int) -> ShardState:
+        """The hot loop of loading a shard. Consumes the records: ADD records become entries.
+
+        An ADD record's own list becomes the live entry (no copy), and the cyclic garbage
+        collector is paused meanwhile: building a million containers would otherwise trigger
+        dozens of full collections over the ones already built, which costs more than the
+        replay itself. Every record is checked before it is folded, so nothing a writer did not
+        mean (a bad type, a wrong length) reaches the queue or a handler; the check of an ADD
+        is inlined, being most of what replay does. ``first_seq`` numbers the records (-1: unknown).
         """
         live, owner, apply = self.live, self.owner, self.apply
+        low, high = MIN_US, MAX_US
         with _gc_paused():
-            for op in records:
-                if op[0] == ADD:
+            for index, op in enumerate(records):
+                # ``op[0]`` may be False (== ADD) harmlessly: every field is checked after it.
+                if (type(op) is list and len(op) == 7 and op[0] == ADD and type(op[1]) is str
+                        and type(op[3]) is bytes and int is type(op[2]) is type(op[4]) is type(op[5]) is type(op[6])
+                        and low <= op[2] <= high and low <= op[6] <= high):
                     key = op[1]
-                    if len(op) > 7:
-                        self.sources.add(op.pop())
                     del op[:2]
                     op.append(owner)
                     live[key] = op
+                    continue
+                why = why_unusable(op)
+                if why is not None:
+                    job_id = op[1] if type(op) is list and len(op) > 1 and type(op[1]) is str else None
+                    self.unreadable.append(Unreadable(-1 if first_seq < 0 else first_seq + index, why, job_id))
+                elif op[0] == SNAPSHOT:
+                    self._apply_snapshot(op, first_seq + index)
                 else:
                     apply(op)
         return self
+
+    def _apply_snapshot(self, op: list[Any], seq: int) -> None:
+        """Fold a checked SNAPSHOT: entries that are not what they should be are set aside one by one."""
+        self.live.clear()
+        self.moved = dict(op[2])
+        self.pending = {}
+        self.sources = set()
+        for item in op[1]:
+            if type(item) is list and len(item) == 6 and _live_ok(*item):
+                job_id, due_us, job, occurrence, attempts, scheduled_us = item
+                self.live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
+            else:
+                job_id = item[0] if type(item) is list and item and type(item[0]) is str else None
+                self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT entry", job_id))
+        for job_id, move in (op[3] if len(op) > 3 else {}).items():
+            if type(job_id) is str and _pending_ok(move):
+                self.pending[job_id] = move
+            else:
+                self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT pending move", _str_or_none(job_id)))
+        for source in op[4] if len(op) > 4 else ():
+            if type(source) is str:
+                self.sources.add(source)
+            else:
+                self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT source", None))
 
     def snapshot(self) -> list[list[Any]]:
         """The records a compacted generation starts with: every live job and forward."""

@@ -29,17 +29,62 @@ from collections.abc import Sequence
 from typing import Any
 
 from cluster.model.clock import SYSTEM_CLOCK, Clock
-from cluster.model.errors import SiloStopping
+from cluster.model.errors import InvalidJob, SiloStopping, UnsupportedWireVersion
 from cluster.model.options import ClusterOptions
+from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
 from cluster.runtime.roles import wire
-from cluster.runtime.runs import log_if_failed
+from cluster.runtime.runs import JobDecoder, UnreadableJob, log_if_failed
+from cluster.runtime.shardlog import MAX_US, MIN_US
 from cluster.runtime.transport import Transport
 from storage import StorageError, Store, open_store
 
 log = logging.getLogger("timeshard.silo")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_items(jobs: Any, decode: JobDecoder) -> None:
+    """Refuse a schedule call unless every item is ``(id, due_us, packed job)`` of that very job.
+
+    Each packed job is decoded as a replay will decode it, so nothing is acknowledged that a
+    silo could not run. Raises ``InvalidJob`` naming the first bad item (``jobs[i]``) and the
+    rule, or ``UnsupportedWireVersion`` for a job of a newer version; nothing of the call is
+    written then.
+    """
+    if not isinstance(jobs, (list, tuple)):
+        raise InvalidJob("jobs", "must be a list of (id, due_us, packed job) items", _short(jobs))
+    for i, item in enumerate(jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(item, (list, tuple)) or len(item) != 3:
+            raise InvalidJob(where, "must be an (id, due_us, packed job) triple", _short(item))
+        job_id, due_us, packed = item
+        if type(job_id) is not str or not job_id:
+            raise InvalidJob(f"{where}.id", "must be a non-empty str", _short(job_id))
+        if type(due_us) is not int or not MIN_US <= due_us <= MAX_US:
+            raise InvalidJob(f"{where}.due_us", "must be an int of microseconds since 1970 within years 1 to 9999",
+                             _short(due_us))
+        if type(packed) is not bytes:
+            raise InvalidJob(f"{where}.job", "must be bytes (msgpack of ScheduledJob.to_wire())", _short(packed))
+        try:
+            job = decode(packed)
+        except UnreadableJob as exc:
+            if isinstance(exc.__cause__, UnsupportedWireVersion):
+                raise UnsupportedWireVersion(f"{where}.job (id {job_id})", exc.__cause__.rule) from None
+            raise InvalidJob(f"{where}.job (id {job_id})", f"must be msgpack of ScheduledJob.to_wire(): {exc}") from None
+        target = job.target
+        if not (type(target.name) is str and target.name and (target.namespace is None or type(target.namespace) is str)):
+            raise InvalidJob(f"{where}.job (id {job_id})", "target must name an actor (a str) and a namespace (str or None)")
+        if job.id != job_id:
+            raise InvalidJob(f"{where}.id", f"must be the packed job's id {job.id!r}", _short(job_id))
+        if datetime_to_us(job.due) != due_us:
+            raise InvalidJob(f"{where}.due_us", f"must be the packed job's due time ({datetime_to_us(job.due)} us)",
+                             due_us)
 
 
 class Silo:
@@ -66,6 +111,7 @@ class Silo:
         self._r = wire(silo_id, self._store, options, clock=clock, transport=transport, metrics=self.metrics,
                        rng=rng or random.Random())
         self._tasks: list[asyncio.Task[None]] = []
+        self._check_decoder = JobDecoder()  # schedule's round-trip check: its own memo, no metrics
         self._ready = asyncio.get_running_loop().create_task(self._start())
         self._ready.add_done_callback(log_if_failed)
 
@@ -135,7 +181,10 @@ class Silo:
 
         ``suspects``: silos that may hold an earlier try of this very call (a client retrying
         after losing them); jobs already there are answered with their shard, not added again.
+        Every item is decoded first (``check_items``): a bad one raises ``InvalidJob`` naming it,
+        and nothing of the call is written.
         """
+        check_items(jobs, self._check_decoder)
         await self._ready
         if self._r.runs.closing:
             raise SiloStopping(f"silo {self.silo_id} is stopping")
@@ -182,7 +231,9 @@ class Silo:
         """What this silo holds: shards (owner, state, window, jobs, quarantine), queue, in flight, staged.
 
         ``quarantined`` names the shards firing one job at a time, ``parked`` the jobs held back
-        per shard (see ``cluster.runtime.quarantine``).
+        per shard (see ``cluster.runtime.quarantine``). ``unreadable`` counts per shard the records
+        and jobs that cannot be decoded (kept, never run); ``damaged`` the shards whose log had bad
+        frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
         """
         await self._ready
         quarantine = self._r.quarantine
@@ -204,12 +255,18 @@ class Silo:
                     "window_end": s.meta.window_end,
                     "adopted_count": s.meta.adopted_count,
                     **quarantine.describe(s),
+                    "unreadable": len(s.unreadable) + (s.damage.unreadable if s.damage else 0),
                 }
                 for s in shards
             ],
             "quarantined": [s.base for s in shards if quarantine.quarantined(s)],
             "parked": {s.base: parked for s in shards if (parked := quarantine.parked_jobs(s))},
             "clock": self._r.skew.report(),
+            "damaged": {
+                s.base: {"lost": s.damage.lost, "kept_as": s.damage.kept_as, "unreadable": s.damage.unreadable,
+                         "ranges": [[d.offset, d.end, d.reason] for d in s.damage.ranges]}
+                for s in shards if s.damage is not None
+            },
             "counters": self.metrics.snapshot(),
         }
 

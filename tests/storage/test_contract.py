@@ -112,15 +112,16 @@ async def test_reader_stops_at_a_torn_tail_and_reports_where(store: storage.Stor
     assert "truncated" in decoded.torn.reason
 
 
-async def test_reader_stops_at_a_corrupt_frame(store: storage.Store) -> None:
+async def test_reader_skips_a_corrupt_frame_reports_it_and_reads_on(store: storage.Store) -> None:
     etag = await store.create("log", {})
     first = records.encode(0, [{"op": "add", "id": 1}])
     second = bytearray(records.encode(1, [{"op": "add", "id": 2}]))
     second[-2] ^= 0xFF
     await store.append("log", first + bytes(second) + records.encode(2, ["after"]), etag)
     decoded = records.decode((await store.read("log"))[0])
-    assert list(decoded.records()) == [{"op": "add", "id": 1}]
-    assert decoded.torn == storage.Torn(len(first), "CRC mismatch")
+    assert list(decoded.items()) == [(0, {"op": "add", "id": 1}), (2, "after")]
+    assert decoded.torn is None
+    assert decoded.damaged == (records.Damage(len(first), len(first) + len(second), "CRC mismatch", 1),)
 
 
 async def test_oversized_and_empty_payloads_are_refused(store: storage.Store) -> None:
