@@ -238,15 +238,28 @@ async def _landed(store: Store, name: str, frame: bytes, etag: str, size: int,
                   metadata: Mapping[str, str]) -> Appended | None:
     """After an ambiguous append: its result if ``frame`` landed, None if nothing changed.
 
-    Raises ``Fenced`` when someone else wrote: other bytes at ``size``, or other metadata.
+    Ownership first, from ``stat`` alone: other metadata (another writer's claim token) or a
+    deleted log means ``Fenced`` even while the tail cannot be read, so a writer that lost an
+    answer learns it was fenced as soon as the store answers at all. A log now shorter than
+    ``size`` was cut behind the writer's back: ``LogCorrupted``. Only then is the tail read:
+    ``frame`` there means it landed; other bytes at ``size`` mean someone else wrote (``Fenced``).
     """
+    stat = await _stat_or_fenced(store, name)
+    if stat.metadata != metadata:
+        raise Fenced(f"log {name!r} was claimed by another writer")
+    if stat.etag == etag:
+        return None
+    if stat.size < size:
+        raise LogCorrupted(f"log {name!r} is {stat.size} bytes, shorter than the {size} its writer wrote")
     try:
         tail = await store.fetch(name, size)
     except NotFound as exc:
         raise Fenced(f"log {name!r} was deleted") from exc
     if tail.etag == etag:
         return None
-    if tail.data == frame and tail.metadata == metadata:
+    if tail.metadata != metadata:
+        raise Fenced(f"log {name!r} was claimed by another writer")
+    if tail.data == frame:
         return Appended(tail.etag, tail.size, tail.blocks)
     raise Fenced(f"log {name!r} was written by someone else")
 
@@ -325,6 +338,14 @@ class LogWriter:
     (apply a record to your state when you submit it). Queued records are then covered by the
     snapshot and not written again. Without ``snapshot`` the writer raises ``LogFull`` at the
     limit instead of rotating.
+
+    A writer never stays in doubt for good. After an append whose answer was lost and whose log
+    could not be read back, it acknowledges nothing until the store answers again; its next
+    write first re-reads the log (``stat``, then the tail if needed) and learns whether the block
+    landed and whether it still owns the log: still owner, it resumes; claimed by another writer,
+    every caller gets ``Fenced``; log cut short or rewritten, every caller gets ``LogCorrupted``
+    (the owner takes the log back with ``claim``, which keeps the damaged generation aside).
+    Nothing is acknowledged that is not durable where the writer framed it.
     """
 
     def __init__(self, store: Store, base: str, generation: int, raw_metadata: dict[str, str], etag: str, *,

@@ -12,6 +12,7 @@ shard was firing, and a shard whose owners keep dying so runs in quarantine
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Mapping
@@ -100,6 +101,7 @@ class Adoption:
         self._budget = INITIAL_CLAIM_BUDGET
         self._departures = departures
         self.recheck_at: float | None = None  # when (monotonic) a shard seen waiting for a lease becomes an orphan
+        self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
 
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
@@ -173,6 +175,41 @@ class Adoption:
         for job_id, entry in await self._moves.settle_all(shard):
             self._loading.queue_entry(job_id, entry)
         return shard
+
+    async def retake(self, shard: Shard) -> bool:
+        """Take back our own ``shard`` whose writer stopped on a corrupted log; True once settled.
+
+        The normal claim path, on a log whose owner is this very incarnation: read it, keep a
+        copy of a damaged generation aside, claim it by CAS (which fences the stopped writer) and
+        rewrite it at the next append; then the old object is dropped, and every job the log
+        holds is queued again — also the ones whose runs were in flight, as their outcomes go
+        to a fenced writer. So nothing the log holds is lost, and no run waits for good on a
+        writer that will never write again. Settled also when another silo holds the shard now.
+        False while the store does not answer: the old object stays held, tried again later.
+        """
+        async with self._retaking:
+            if self._shards.get(shard.base) is not shard:
+                return True  # taken back (or lost) by a caller that got here first
+            try:
+                new = await Shard.claim(self._store, shard.base, lambda seen: seen.with_owner(self._me.owner),
+                                        self._me.owner, self._shards.log_options)
+            except (Fenced, NotFound):
+                self._shards.drop(shard, "its log was corrupted, and another silo holds it now")
+                return True
+            except StorageError as exc:
+                log.warning("could not take back a shard whose log was corrupted",
+                            extra={"shard": shard.base, "error": repr(exc)})
+                return False
+            if not self._shards.replace(shard, new):
+                return True  # we rejoined meanwhile: the shard is an orphan, claimed by whoever is first
+            log.error("shard log corrupted under its writer: taken back", extra={"shard": shard.base,
+                                                                                "jobs": new.live_count})
+            async with new.gate.exclusive():
+                self._loading.settle_misfires(new)
+                self._loading.queue_loaded(new)
+            for job_id, entry in await self._moves.settle_all(new):
+                self._loading.queue_entry(job_id, entry)
+            return True
 
     def _report_deaths(self, shard: Shard) -> None:
         meta, limit = shard.meta, self._options.max_adopted_count

@@ -42,7 +42,7 @@ from cluster.runtime.shardlog import (
     retry_op,
     window_of,
 )
-from storage import Fenced, StorageError
+from storage import Fenced, LogCorrupted, StorageError
 
 log = logging.getLogger("timeshard.silo")
 
@@ -136,7 +136,15 @@ class Outcomes:
 
     async def _until_durable(self, shard: Shard, write: Callable[[], Awaitable[T]], *, done: Callable[[], bool],
                              jobs: int) -> T | None:
-        """``write()`` until it is durable or ``done()``; None if fenced, given up, or done."""
+        """``write()`` until it is durable or ``done()``; None if fenced, given up, or done.
+
+        The invariant: no run holds its slot for good. Every way out of the loop is bounded by
+        the store answering again: a write lands; or ``Fenced`` (claimed by another silo: the
+        shard is dropped and its new owner replays the job); or ``LogCorrupted`` (the shard is
+        taken back from its log, which queues the job again); or this incarnation stops holding
+        the shard. Nothing acknowledged is lost on the way: an outcome not recorded means the
+        job is still in the log, and runs again.
+        """
         delay = FIRST_RETRY_DELAY
         while not done():
             if not self._shards.holds(shard):
@@ -146,6 +154,14 @@ class Outcomes:
             except Fenced:
                 self._shards.drop(shard, "fenced while writing outcomes")
                 return None
+            except LogCorrupted as exc:
+                # The writer stopped for good: the shard is taken back from its log, which queues
+                # this job again. Until then, retried like an outage (the store may not answer).
+                if await self._shards.taken_back(shard):
+                    return None
+                log.warning("outcomes not durable yet, retrying", extra={"jobs": jobs, "error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, MAX_RETRY_DELAY)
             except StorageError as exc:
                 if self._runs.closing:
                     log.error("outcomes not recorded at stop; the jobs will run again", extra={"jobs": jobs})

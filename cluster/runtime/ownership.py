@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cluster.model.clock import Clock
@@ -23,7 +24,7 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import DUE, RELEASED, ShardMeta, shard_name
-from storage import Fenced, LogFull, LogOptions, StorageError, Store
+from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store
 
 log = logging.getLogger("timeshard.silo")
 
@@ -45,6 +46,9 @@ class ShardTable:
         self._open: dict[int, Shard] = {}  # window start -> this incarnation's open shard
         self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._counter = 0
+        # Takes back a held shard whose log writer stopped on a corrupted log; True once it is
+        # settled (replaced by a fresh claim, or lost to another silo). Set once adoption is wired.
+        self.retake: Callable[[Shard], Awaitable[bool]] | None = None
 
     def __iter__(self) -> Any:
         return iter(list(self.shards.values()))
@@ -79,6 +83,36 @@ class ShardTable:
                 self.seal(shard)  # full while dormant: later adds go to a fresh shard
             except Fenced:
                 self.drop(shard, "fenced while adding jobs")
+            except LogCorrupted:
+                # Not acknowledged (the caller takes back what may have landed, from the shard
+                # taken back); the next call writes again instead of failing for good.
+                await self.taken_back(shard)
+                raise
+
+    async def taken_back(self, shard: Shard) -> bool:
+        """Take back ``shard``, whose log writer stopped on a corrupted log; whether that is done.
+
+        Done means the shard object is no longer held: replaced by a fresh claim of the same log
+        (its jobs queued again), or lost to another silo. False while the store cannot answer:
+        the caller tries again later, the old object still held so no job is left unowned.
+        """
+        if self.retake is None or self.shards.get(shard.base) is not shard:
+            return self.shards.get(shard.base) is not shard
+        return await self.retake(shard)
+
+    def replace(self, old: Shard, new: Shard) -> bool:
+        """Hold ``new``, a fresh claim of ``old``'s log by this silo, in ``old``'s place.
+
+        ``old`` is dropped (its queued jobs forgotten; runs of it write into a fenced log and
+        are discarded); ``new`` stays the open shard of the windows ``old`` was open for.
+        """
+        windows = [window for window, open_shard in self._open.items() if open_shard is old]
+        self.drop(old, "its log no longer holds what its writer wrote: taken back")
+        if not self.add(new):
+            return False
+        for window in windows:
+            self._open[window] = new
+        return True
 
     async def open_shard(self, window: int) -> Shard:
         """This silo's open shard for ``window``, created if it has none."""

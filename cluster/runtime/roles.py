@@ -87,6 +87,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     departures = Departures(options.firing_lease.total_seconds())
     adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
     moves.claim_orphan = adoption.claim_for_cancel
+    shards.retake = adoption.retake
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)

@@ -3,6 +3,7 @@ stops a silo, never loses acknowledged jobs silently, and leaves the evidence wh
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from cluster.model.jobs import WIRE_VERSION
 from cluster.model.wire import pack
 from cluster.runtime.shardlog import ADD, REMOVE, SHARD_PREFIX, ShardMeta, ShardState, add_op, shard_name
 from cluster.runtime.silo import Silo
-from storage import DAMAGED_PREFIX, LogWriter, MemoryStore, decode, list_logs, read_log
+from storage import DAMAGED_PREFIX, LogCorrupted, LogWriter, MemoryStore, decode, list_logs, read_log
 from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, Recorder, add, fire_due, item, job, make_parts
 
 WINDOW = T0_US - T0_US % 10_000_000
@@ -186,3 +187,50 @@ async def test_schedule_refuses_a_hostile_item_with_a_typed_error_naming_it_and_
     assert await list_logs(store, SHARD_PREFIX) == []
     assert s.metrics.scheduled.value == 0
     await s.stop()
+
+
+# -- a log corrupted under its writer: the silo takes its own shard back --------------------------
+
+def cut_torn(store: MemoryStore, name: str) -> None:
+    """Cut the last bytes of ``name``'s log behind its writer's back (its last frame torn)."""
+    del store._logs[f"{name}~00000000"].body[-3:]
+
+
+async def test_outcomes_into_a_log_corrupted_under_its_writer_end_and_the_silo_takes_its_shard_back() -> None:
+    store, transport = MemoryStore(), LocalTransport()
+    transport.handlers["h"] = recorder = Recorder()
+    parts = await make_parts(store, transport=transport)
+    first, second = job(), job()
+    [name] = set(await add(parts, first, second))
+    old = parts.shards.get(name)
+    cut_torn(store, name)
+    parts.clock.advance(2)  # type: ignore[attr-defined]
+    # Before the fix the outcome write failed with LogCorrupted for good: the runs held their
+    # slots and this never returned.
+    await asyncio.wait_for(fire_due(parts), 5)
+    assert sorted(ctx.job.id for ctx in recorder.ran) == sorted([first.id, second.id])
+    assert not parts.runs.inflight
+    taken_back = parts.shards.get(name)
+    assert taken_back is not None and taken_back is not old and old is not None and old.lost
+    assert [info.name for info in await store.list(DAMAGED_PREFIX)] == [f"{DAMAGED_PREFIX}{name}~00000000"]
+    # Their removals landed past the cut, and the log taken back holds them: done, not run again.
+    parts.clock.advance(1)  # type: ignore[attr-defined]
+    await asyncio.wait_for(fire_due(parts), 5)
+    state = ShardState().replay((await read_log(store, name)).records())
+    assert {first.id, second.id}.isdisjoint(state.live) and len(recorder.ran) == 2
+    # And the shard takes writes again, its damaged generation rewritten.
+    (again,) = await add(parts, third := job())
+    assert again == name and third.id in ShardState().replay((await read_log(store, name)).records()).live
+
+
+async def test_a_schedule_into_a_log_corrupted_under_its_writer_fails_once_then_lands() -> None:
+    store = MemoryStore()
+    parts = await make_parts(store)
+    [name] = await add(parts, job())
+    cut_torn(store, name)
+    with pytest.raises(LogCorrupted):
+        await add(parts, job())  # not acknowledged: the block did not land where it was framed
+    # Before the fix every later call failed the same way, for as long as the window was open.
+    late = job()
+    [again] = await add(parts, late)
+    assert again == name and late.id in ShardState().replay((await read_log(store, name)).records()).live

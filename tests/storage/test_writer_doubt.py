@@ -1,0 +1,96 @@
+"""A log writer in doubt — an append whose answer was lost and whose tail could not be read —
+never stays stuck: once the store answers it learns whether it still owns its log and resumes,
+or every caller is told ``Fenced`` / ``LogCorrupted``, never an endless outage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import storage
+from storage import LogWriter, MemoryStore, read_log
+
+
+class DoubtStore(storage.Store):
+    """A memory store whose next append lands but loses its answer, and whose reads can be down."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.lose_next_answer = False
+        self.fetch_down = False  # the body cannot be read; stat still answers
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> storage.Appended:
+        result = await self.inner.append_block(name, payload, if_match)
+        if self.lose_next_answer:
+            self.lose_next_answer = False
+            raise storage.Unavailable("response lost after the block landed")
+        return result
+
+    async def fetch(self, name: str, offset: int = 0) -> storage.Fetched:
+        if self.fetch_down:
+            raise storage.Unavailable("injected: the body cannot be read")
+        return await self.inner.fetch(name, offset)
+
+    async def create(self, *a: Any) -> str:
+        return await self.inner.create(*a)
+
+    async def list(self, *a: Any) -> list[storage.LogInfo]:
+        return await self.inner.list(*a)
+
+    async def stat(self, *a: Any) -> storage.LogStat:
+        return await self.inner.stat(*a)
+
+    async def set_metadata(self, *a: Any) -> str:
+        return await self.inner.set_metadata(*a)
+
+    async def server_time(self) -> storage.ServerTime | None:
+        return await self.inner.server_time()
+
+    async def delete(self, *a: Any) -> None:
+        await self.inner.delete(*a)
+
+
+async def writer_in_doubt(store: DoubtStore) -> LogWriter:
+    """A writer whose append of "landed" landed, its answer lost, its tail unreadable."""
+    writer = await LogWriter.create(store, "w", {"owner": "a"})
+    await writer.append("first")
+    store.lose_next_answer = store.fetch_down = True
+    with pytest.raises(storage.Unavailable):
+        await writer.append("landed")
+    return writer
+
+
+async def test_a_writer_in_doubt_learns_it_was_claimed_though_its_log_still_cannot_be_read() -> None:
+    store = DoubtStore()
+    writer = await writer_in_doubt(store)
+    state = await read_log(store.inner, "w")
+    await LogWriter.claim(store.inner, state, {"owner": "b"})  # adopted while the old writer was in doubt
+    # Before the fix: Unavailable for as long as the body could not be read, however long that was.
+    with pytest.raises(storage.Fenced):
+        await writer.append("after")
+    with pytest.raises(storage.Fenced):
+        await writer.append("later")
+    assert list((await read_log(store.inner, "w")).records()) == ["first", "landed"]
+
+
+async def test_a_writer_in_doubt_whose_log_was_cut_reports_corruption_not_an_outage() -> None:
+    store = DoubtStore()
+    writer = await writer_in_doubt(store)
+    store.fetch_down = False
+    del store.inner._logs[writer.name].body[3:]  # the log lost what the writer had acknowledged
+    # Before the fix: a StorageError ("outside the body") at every write, for good.
+    with pytest.raises(storage.LogCorrupted):
+        await writer.append("after")
+    with pytest.raises(storage.LogCorrupted):
+        await writer.append("later")
+
+
+async def test_a_writer_in_doubt_that_still_owns_its_log_resumes_once_the_store_answers() -> None:
+    store = DoubtStore()
+    writer = await writer_in_doubt(store)
+    with pytest.raises(storage.Unavailable):
+        await writer.append("while down")  # still in doubt: nothing acknowledged
+    store.fetch_down = False
+    await writer.append("after")
+    assert list((await read_log(store.inner, "w")).records()) == ["first", "landed", "after"]
