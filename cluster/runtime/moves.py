@@ -24,7 +24,7 @@ from cluster.runtime.ownership import ShardTable
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import MOVED, LiveJob, ShardState, add_op, remove_op, window_of
-from storage import Fenced, LogFull, NotFound, StorageError, Store, list_logs, read_log
+from storage import Fenced, LogCorrupted, LogFull, NotFound, StorageError, Store, list_logs, read_log
 
 log = logging.getLogger("timeshard.silo")
 
@@ -136,6 +136,9 @@ class Moves:
             return False, None
         except Fenced:
             self._shards.drop(target, "fenced while moving a recurring job")
+            raise
+        except LogCorrupted:
+            await self._shards.taken_back(target)  # retried into the shard taken back, not for good
             raise
 
     async def _retarget(self, source: Shard, job_id: str, nxt: list[Any]) -> None:
