@@ -16,7 +16,7 @@ from cluster.model.wire import datetime_to_us, pack
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.membership import Membership
 from cluster.runtime.runs import log_if_failed
-from storage import Store
+from storage import StorageError, Store
 
 log = logging.getLogger("timeshard.flows")
 
@@ -109,6 +109,8 @@ class FlowHooks(SiloHooks):
                 await self.reconcile_all()
             except asyncio.CancelledError:
                 raise
+            except StorageError as exc:  # an outage: expected, and the next round tries again
+                log.warning("flow reconcile round failed", extra={"error": repr(exc)})
             except Exception:
                 log.exception("flow reconcile round failed")
             self._wake.clear()

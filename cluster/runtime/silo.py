@@ -290,6 +290,8 @@ class Silo:
                     await self._r.quarantine.forgive()
             except asyncio.CancelledError:
                 raise
+            except StorageError as exc:  # an outage: expected, and the next round tries again
+                log.warning("maintenance round failed", extra={"silo": self.owner, "error": repr(exc)})
             except Exception:
                 log.exception("maintenance round failed")
 
