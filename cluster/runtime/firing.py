@@ -216,7 +216,7 @@ class Firing:
         ready, expired = self._staging.take_due()
         for runs in ready:
             alone = [r for r in runs if r.isolated]
-            self._runs.release_all(alone)  # back to their lane: sent one at a time
+            self._runs.release_all(alone)  # back to their lane: sent in named batches
             for run in alone:
                 self._to_lane(run.shard, (run.due_us, run.job_id, run.entry))
             if len(alone) < len(runs):
