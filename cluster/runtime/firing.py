@@ -140,10 +140,13 @@ class Firing:
 
     async def _drain_lane(self, shard: Shard, lane: list[tuple[int, str, list[Any]]]) -> None:
         """Fire an isolated shard's due jobs one batch at a time, each batch named in its mark."""
+        oldest = False  # the least suspected jobs first, then whatever is due first, in turn
         try:
             while True:
                 while lane:
-                    await self._fire_isolated(shard, self._quarantine.next_batch(shard, lane, self._runs.room))
+                    await self._fire_isolated(shard, self._quarantine.next_batch(shard, lane, self._runs.room,
+                                                                                 oldest=oldest))
+                    oldest = not oldest
                 await self._quarantine.settle(shard)
                 if not lane:
                     return

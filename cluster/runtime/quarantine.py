@@ -15,7 +15,8 @@ was clear (idle, or a graceful release) counts for nothing. One that died while 
 one to the shard's ``deaths``; after ``max_adopted_count`` of those in a row the shard is
 *quarantined*: all its jobs fire isolated. A death while a named batch was in flight makes every
 job in it a *suspect* (group testing): its suspicion rises so that its next batch is at most half
-as large (``batch_size``), and jobs under no suspicion go first, in full batches. A killer is
+as large (``batch_size``); jobs under no suspicion go in full batches, first after each death
+and then in turn with the job due first (so neither kind starves the other). A killer is
 thus alone in its batch after about log2(``BATCH``) deaths while innocent jobs stay in big
 batches; a suspect whose batch ends with the owner alive is cleared. A job that was alone in
 flight when ``max_adopted_count`` owners in a row died is *parked* — live in its log, not
@@ -143,21 +144,25 @@ class Quarantine:
             return None
         return due_us if count <= ALONE else max(due_us, self._clock.now_us() + suspect_backoff_us(count - ALONE))
 
-    def next_batch(self, shard: Shard, lane: list[tuple[int, str, list[Any]]], room: int) -> list[tuple[int, str, list[Any]]]:
-        """Take ``shard``'s next isolated batch out of ``lane`` (its due jobs, in due order).
+    def next_batch(self, shard: Shard, lane: list[tuple[int, str, list[Any]]], room: int, *,
+                   oldest: bool) -> list[tuple[int, str, list[Any]]]:
+        """Take ``shard``'s next isolated batch out of ``lane`` (its due jobs): jobs of one suspicion,
+        as many as ``batch_size`` allows (at most ``room``, but at least one).
 
-        The least suspected jobs first: those under no suspicion in full batches (so a shard in
-        quarantine fires nearly as fast as any), then each suspicion in batches halved per death
-        recorded against it, the most suspected last. At most ``room`` jobs, but at least one.
+        Which suspicion: the least (jobs under none go in full batches, so a shard in quarantine
+        fires nearly as fast as any, and a killer cannot hold them back), or with ``oldest`` that
+        of the job due first, so that suspects are not starved by a steady stream of new jobs.
+        The lane alternates the two.
         """
         suspects = dict(shard.meta.suspects)
         counts = [suspects.get(digest(job_id), 0) if suspects else 0 for _, job_id, _ in lane]
-        least = min(counts)
-        size = min(batch_size(least), max(1, room))
+        first_due = min(range(len(lane)), key=lambda i: lane[i][0])
+        level = counts[first_due] if oldest else min(counts)
+        size = min(batch_size(level), max(1, room))
         batch: list[tuple[int, str, list[Any]]] = []
         rest: list[tuple[int, str, list[Any]]] = []
         for item, count in zip(lane, counts, strict=True):
-            (batch if count == least and len(batch) < size else rest).append(item)
+            (batch if count == level and len(batch) < size else rest).append(item)
         lane[:] = rest
         return batch
 

@@ -255,6 +255,39 @@ async def test_owners_killed_while_batches_without_a_killer_fly_park_nobody_and_
     assert (await storm.meta(name)).suspects == ()  # each suspect's batch ended with its owner alive
 
 
+class Inflow:
+    """A handler during whose attempts time passes, so the shard's later jobs keep falling due."""
+
+    def __init__(self, owner: Roles, clock: ManualClock, step_s: float) -> None:
+        self.owner, self.clock, self.step_s = owner, clock, step_s
+        self.ran: list[tuple[str, int]] = []  # (job, jobs still waiting in the queue when it ran)
+
+    async def __call__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        self.ran.append((ctx.job.id, len(self.owner.queue)))
+        self.clock.advance(self.step_s)
+        self.owner.firing.dispatch(self.owner.queue.pop_due(limit=self.owner.runs.room))  # the fire loop's turn
+
+
+async def test_suspects_fire_while_new_jobs_keep_falling_due_in_their_shard() -> None:
+    """The first Azurite storm with batches: 13 suspects waited 25 s, until the load stopped,
+    because every batch went to the jobs under no suspicion, of which there always were more."""
+    storm = await Storm.begin()
+    early = [job(due=timedelta(seconds=1, milliseconds=i)) for i in range(10)]
+    later = [job(due=timedelta(seconds=1, milliseconds=500 + 10 * i)) for i in range(200)]  # one per 10 ms
+    (name, *_) = await add(storm.owner, *early, *later)
+    storm.clock.advance(1.2)
+    await quarantined(storm, name)
+    await storm.kill_while_firing(Holder())  # the first named batch, the 10 early jobs, was in flight
+    assert {d for d, _ in (await storm.meta(name)).suspects} == {digest(j.id) for j in early}
+    storm.clock.advance(0.5)
+    await storm.fire(inflow := Inflow(storm.owner, storm.clock, 0.01))
+    waiting = dict(inflow.ran)
+    assert sorted(waiting) == sorted(j.id for j in early + later)
+    assert all(waiting[j.id] > 0 for j in early)  # the suspects ran while later jobs were still to fall due
+    assert (await storm.meta(name)).suspects == ()
+    assert live_jobs((await read_log(storm.store, name)).records()) == []
+
+
 async def test_status_shows_a_quarantined_shard_and_its_parked_job_and_the_silo_releases_it() -> None:
     storm = await Storm.begin()
     killer, other = job(due=timedelta(seconds=1)), job(due=timedelta(seconds=1, milliseconds=500))
