@@ -320,7 +320,7 @@ def _status_text(report: dict[str, Any]) -> str:
                          + (f", {shard['unreadable']} UNREADABLE" if shard.get("unreadable") else ""))
             if shard.get("quarantined"):
                 lines.append(f"  QUARANTINED shard {shard['name']}: {shard['owner_deaths']} owners died while it "
-                             "fired; its jobs fire one at a time")
+                             "fired; its jobs fire in named batches")
             for job_id in shard.get("parked", ()):
                 lines.append(f"  PARKED job {job_id} in shard {shard['name']}: its owners died during its attempts; "
                              f"`timeshard release-quarantine {shard['name']}` runs it again")

@@ -43,10 +43,11 @@ class ClusterOptions:
       peers wait that long before taking the shards of a silo not proven gone.
     - ``adoption_interval`` (2 s): how often silos look for orphaned shards besides membership
       changes. ``max_adopted_count`` (3): after this many owners in a row died while a shard was
-      firing, it is quarantined (its jobs fire one at a time, never abandoned); after this many
-      died during one job's attempts, that job is parked until an operator releases it. Deaths
-      while a shard was idle do not count. ``poison_forgiveness`` (60 s): a shard held that long
-      by one owner leaves quarantine (its death count starts over).
+      firing, it is quarantined (its jobs fire in batches named in its metadata, never
+      abandoned); after this many died while one job was alone in flight, that job is parked
+      until an operator releases it. Deaths while a shard was idle do not count.
+      ``poison_forgiveness`` (60 s): a shard held that long by one owner leaves quarantine (its
+      death count starts over).
     - ``group_commit_linger`` (2 ms): how long a log writer waits to gather concurrent writes
       into one append block.
     - ``max_blocks`` (45,000): a shard log is compacted into a new generation before this many

@@ -5,14 +5,14 @@ Due jobs leave in batches, grouped by target: one call per target per batch, and
 goes: its shard must still be ours, and our lease must hold (a paused silo fires nothing). And
 before it goes, its shard's metadata says that it is firing, so that an adopter can tell whether
 its owner died mid-firing (see ``cluster.runtime.quarantine``). A shard that runs isolated sends
-its due jobs through a lane of its own: one attempt at a time, each alone in its call.
+its due jobs through a lane of its own: one batch at a time, each named in the shard's mark.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +40,7 @@ log = logging.getLogger("timeshard.silo")
 
 # Ray calls in flight to one handler actor at once; more due jobs wait and go as one batch.
 CALLS_PER_TARGET = 4
-# An isolated attempt whose firing mark could not be written waits this long (µs) to try again.
+# An isolated batch whose firing mark could not be written waits this long (µs) to try again.
 ISOLATED_RETRY_US = 1_000_000
 
 
@@ -74,7 +74,7 @@ class Firing:
         self._decode = decode
         self._calls: dict[str, int] = {}  # calls in flight per target
         self._waiting: dict[str, list[Run]] = {}  # due runs waiting for a target's call slot
-        self._lanes: dict[Shard, deque[tuple[int, str, list[Any]]]] = {}  # isolated shards' due jobs
+        self._lanes: dict[Shard, list[tuple[int, str, list[Any]]]] = {}  # isolated shards' due jobs
 
     @property
     def busy(self) -> bool:
@@ -134,16 +134,19 @@ class Firing:
     def _to_lane(self, shard: Shard, item: tuple[int, str, list[Any]]) -> None:
         lane = self._lanes.get(shard)
         if lane is None:
-            lane = self._lanes[shard] = deque()
+            lane = self._lanes[shard] = []
             self._runs.spawn(self._drain_lane(shard, lane))
         lane.append(item)
 
-    async def _drain_lane(self, shard: Shard, lane: deque[tuple[int, str, list[Any]]]) -> None:
-        """Fire an isolated shard's due jobs one at a time, each alone and named in its mark."""
+    async def _drain_lane(self, shard: Shard, lane: list[tuple[int, str, list[Any]]]) -> None:
+        """Fire an isolated shard's due jobs one batch at a time, each batch named in its mark."""
+        oldest = False  # the least suspected jobs first, then whatever is due first, in turn
         try:
             while True:
                 while lane:
-                    await self._fire_alone(shard, *lane.popleft())
+                    await self._fire_isolated(shard, self._quarantine.next_batch(shard, lane, self._runs.room,
+                                                                                 oldest=oldest))
+                    oldest = not oldest
                 await self._quarantine.settle(shard)
                 if not lane:
                     return
@@ -152,34 +155,46 @@ class Firing:
             for due_us, job_id, entry in lane:  # only after a failure: queue what is left again
                 self._queue.push(job_id, due_us, entry)
 
-    async def _fire_alone(self, shard: Shard, due_us: int, job_id: str, entry: list[Any]) -> None:
-        state = shard.state
-        if shard.lost or state is None or state.live.get(job_id) is not entry or self._quarantine.parked(shard, job_id):
-            return  # lost, cancelled or replaced while it waited, or parked meanwhile
-        run = self._new_run(entry[DUE], job_id, entry)
-        if run is None:
-            return  # unreadable: kept in its shard, never run
-        run.isolated = True
-        if run.job.ttl is not None and self._clock.now_us() > datetime_to_us(run.job.ttl):
-            await self._outcomes.expire(run)
+    async def _fire_isolated(self, shard: Shard, batch: list[tuple[int, str, list[Any]]]) -> None:
+        runs: list[Run] = []
+        for _, job_id, entry in batch:
+            state = shard.state
+            if shard.lost or state is None or state.live.get(job_id) is not entry or self._quarantine.parked(shard, job_id):
+                continue  # lost, cancelled or replaced while it waited, or parked meanwhile
+            run = self._new_run(entry[DUE], job_id, entry)
+            if run is None:
+                continue  # unreadable: kept in its shard, never run
+            run.isolated = True
+            if run.job.ttl is not None and self._clock.now_us() > datetime_to_us(run.job.ttl):
+                await self._outcomes.expire(run)
+                continue
+            self._runs.start(run)
+            runs.append(run)
+        if not runs:
             return
-        self._runs.start(run)
         try:
-            await self._quarantine.isolate(run)
+            await self._quarantine.isolate(runs)
         except StorageError as exc:
-            self._runs.release(run)
+            self._runs.release_all(runs)
             if not shard.lost:
-                # Not sent unnamed: a death during it would count against the shard, not the job.
-                log.warning("could not mark an isolated attempt; trying again later",
-                            extra={"job": job_id, "error": repr(exc)})
-                self._queue.push(job_id, self._clock.now_us() + ISOLATED_RETRY_US, entry)
+                # Not sent unnamed: a death during them would count against the shard, not the jobs.
+                log.warning("could not mark an isolated batch; trying again later",
+                            extra={"jobs": len(runs), "error": repr(exc)})
+                retry_us = self._clock.now_us() + ISOLATED_RETRY_US
+                for run in runs:
+                    self._queue.push(run.job_id, retry_us, run.entry)
             return
-        if run.cancelled:
-            self._runs.release(run)
-            return
-        await self._deliver([run])
-        if run.finished and not shard.lost:
-            self._quarantine.survived(run)
+        cancelled = [run for run in runs if run.cancelled]
+        if cancelled:
+            self._runs.release_all(cancelled)
+            runs = [run for run in runs if not run.cancelled]
+        groups: dict[str, list[Run]] = defaultdict(list)
+        for run in runs:
+            groups[run.job.target.routing_key].append(run)
+        await asyncio.gather(*(self._deliver(group) for group in groups.values()))
+        for run in runs:
+            if run.finished and not shard.lost:
+                self._quarantine.survived(run)
 
     def send(self, key: str, runs: list[Run]) -> None:
         """Deliver ``runs`` to their target, at most ``CALLS_PER_TARGET`` calls at a time.
@@ -204,7 +219,7 @@ class Firing:
         ready, expired = self._staging.take_due()
         for runs in ready:
             alone = [r for r in runs if r.isolated]
-            self._runs.release_all(alone)  # back to their lane: sent one at a time
+            self._runs.release_all(alone)  # back to their lane: sent in named batches
             for run in alone:
                 self._to_lane(run.shard, (run.due_us, run.job_id, run.entry))
             if len(alone) < len(runs):

@@ -125,7 +125,7 @@ class SiloMetrics:
         self.records_lost = counter("records_lost", "records in damaged stretches of shard logs")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
-        self.shards_quarantined = gauge("shards_quarantined", "owned shards firing one job at a time after owner deaths")
+        self.shards_quarantined = gauge("shards_quarantined", "owned shards firing in named batches after owner deaths")
         self.jobs_parked = gauge("jobs_parked", "jobs held back after killing their owners; released by an operator")
         self.lateness = histogram("lateness_seconds", "execution start minus due time", LATENESS_BOUNDS)
         self.clock_offset = gauge("clock_offset_seconds", "store clock minus this host's (middle of the measured interval)")

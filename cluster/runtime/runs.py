@@ -91,7 +91,7 @@ class Run:
     started_us: int = 0
     cancelled: bool = False
     hooks: tuple[SiloHooks, ...] = ()  # the hooks interested in this job
-    isolated: bool = False  # sent alone, its shard's firing mark naming it (see quarantine)
+    isolated: bool = False  # sent in its shard's isolated lane, the firing mark naming it (see quarantine)
     _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
     finished: bool = False
 
