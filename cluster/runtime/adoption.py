@@ -90,13 +90,13 @@ class Adoption:
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
         candidates: list[tuple[str, ShardMeta]] = []
         for head in await list_logs(self._store, SHARD_PREFIX):
-            if self._shards.get(head.base) is not None:
+            if self._busy(head.base):
                 continue
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
-            if meta.window_start > horizon or not is_orphan(head.metadata, members):
+            if meta.window_start > horizon or not self._claimable(head.metadata, members):
                 continue
             if meta.adopted_count >= self._options.max_adopted_count:
                 if head.base not in self.poisoned:
@@ -117,14 +117,27 @@ class Adoption:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
         members = await Membership(self._store).members()
         for head in await list_logs(self._store, shard_base):
-            if head.base == shard_base and is_orphan(head.metadata, members):
+            if head.base == shard_base and not self._busy(head.base) and self._claimable(head.metadata, members):
                 return await self.claim(head.base, ShardMeta.from_metadata(head.metadata))
         return None
 
+    def _claimable(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
+        """An orphan, or a shard of this very incarnation that it does not hold (the caller
+        checked): a claim or create whose CAS landed although the call failed. No peer takes
+        that one, since its owner is alive, so unless we take it its jobs never fire."""
+        return metadata.get("owner") == self._me.owner or is_orphan(metadata, members)
+
+    def _busy(self, base: str) -> bool:
+        """Held, or being created or claimed by this silo right now."""
+        return self._shards.get(base) is not None or base in self._shards.pending
+
     async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
         """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""
-        failed = meta.owner != RELEASED
+        if self._busy(base):
+            return None  # taken meanwhile by another round of ours (a cancel, the heartbeat)
+        failed = meta.owner not in (RELEASED, self._me.owner)
         new_meta = meta.with_owner(self._me.owner, state=SEALED, adopted_count=meta.adopted_count + failed)
+        self._shards.pending.add(base)
         try:
             shard = await Shard.claim(self._store, base, new_meta, meta.owner, self._shards.log_options)
         except (Fenced, NotFound):
@@ -132,6 +145,8 @@ class Adoption:
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
             return None
+        finally:
+            self._shards.pending.discard(base)
         if not self._shards.add(shard):
             return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()

@@ -45,8 +45,8 @@ class Heartbeat:
     async def join(self) -> None:
         """Register as a new incarnation; the lease runs from when the write began."""
         began = self._clock.monotonic()
-        self._me.member = await self._membership.join(self._me.silo_id, self._clock.now_us(),
-                                                      node=self._transport.node_id(), pid=os.getpid())
+        self._me.joined(await self._membership.join(self._me.silo_id, self._clock.now_us(),
+                                                    node=self._transport.node_id(), pid=os.getpid()))
         self._renew(began)
 
     async def run(self) -> None:
@@ -73,9 +73,12 @@ class Heartbeat:
         except (Fenced, NotFound):
             # Declared dead by a peer (we were paused or cut off): our shards are being adopted
             # and our writes are fenced. Drop them all and join again as a new incarnation.
+            # Retired first: a create or claim in flight must not be held under the dead tag
+            # while the join is under way (issue 12 point 2); it stays retired if the join fails.
             log.error("silo was declared dead; rejoining", extra={"silo": self._me.owner})
+            self._me.retire()
             self._shards.drop_all("declared dead")
-            self._me.member = await self._membership.join(self._me.silo_id, self._clock.now_us(), pid=os.getpid())
+            self._me.joined(await self._membership.join(self._me.silo_id, self._clock.now_us(), pid=os.getpid()))
         self._renew(began)
 
     def _renew(self, began: float) -> None:

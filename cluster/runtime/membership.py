@@ -11,6 +11,7 @@ not its data. The table only decides *when* others look for orphans.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -91,6 +92,26 @@ class Identity:
     def __init__(self, silo_id: str) -> None:
         self.silo_id = silo_id
         self.member: Member | None = None
+        self._joined = asyncio.Event()  # clear from being declared dead until the rejoin lands
+        self._joined.set()
+
+    @property
+    def rejoining(self) -> bool:
+        """Declared dead and not yet joined again: this silo is no incarnation at all meanwhile."""
+        return not self._joined.is_set()
+
+    def retire(self) -> None:
+        """Our row was taken: nothing may be held under the old tag, nor yet under the next one."""
+        self._joined.clear()
+
+    def joined(self, member: Member) -> None:
+        """A join landed: ``member`` is this silo's incarnation from now on."""
+        self.member = member
+        self._joined.set()
+
+    async def wait_joined(self) -> None:
+        """Return once this silo is an incarnation (at once, unless it is rejoining)."""
+        await self._joined.wait()
 
     @property
     def row(self) -> Member:
