@@ -96,7 +96,7 @@ class Faults:
     def parse(cls, text: str) -> Faults:
         """``"default"``, ``"all"``, ``"none"``, or a comma list of kinds (``"kills,pauses"``);
         ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
-        faults = cls()
+        faults, listing = cls(), False
         for word in (w.strip() for w in text.split(",") if w.strip()):
             if word == "default":
                 faults = cls()
@@ -105,8 +105,8 @@ class Faults:
             elif word[0] in "+-" and word[1:] in cls.kinds():
                 faults = dataclasses.replace(faults, **{word[1:]: word[0] == "+"})
             elif word in cls.kinds():
-                if faults == cls():
-                    faults = cls(**dict.fromkeys(cls.kinds(), False))
+                if not listing:  # a list of kinds names all that are on
+                    faults, listing = cls(**dict.fromkeys(cls.kinds(), False)), True
                 faults = dataclasses.replace(faults, **{word: True})
             else:
                 raise ValueError(f"--faults: {word!r} is not one of {cls.kinds()} (or default/all/none, +kind/-kind)")
