@@ -17,7 +17,7 @@ from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.lease import Lease
-from cluster.runtime.membership import DEAD, LEAVING, HeartbeatWatch, Identity, Membership
+from cluster.runtime.membership import DEAD, LEAVING, HeartbeatWatch, Identity, Member, Membership, UnsureWrite
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.transport import Transport
@@ -41,6 +41,7 @@ class Heartbeat:
         self._transport = transport
         self._metrics = metrics
         self._watch = HeartbeatWatch()
+        self._unsure: Member | None = None  # our last row write, if its outcome is unknown
 
     async def join(self) -> None:
         """Register as a new incarnation; the lease runs from when the write began."""
@@ -69,7 +70,7 @@ class Heartbeat:
         """Rewrite our row by CAS; rejoin as a new incarnation if a peer declared us dead."""
         began = self._clock.monotonic()
         try:
-            self._me.member = await self._membership.update(self._me.row, heartbeat_us=self._clock.now_us())
+            self._me.member = await self._update()
         except (Fenced, NotFound):
             # Declared dead by a peer (we were paused or cut off): our shards are being adopted
             # and our writes are fenced. Drop them all and join again as a new incarnation.
@@ -80,6 +81,25 @@ class Heartbeat:
             self._shards.drop_all("declared dead")
             self._me.joined(await self._membership.join(self._me.silo_id, self._clock.now_us(), pid=os.getpid()))
         self._renew(began)
+
+    async def _update(self) -> Member:
+        """Rewrite our row. A conflict caused by our own last write, which landed although its
+        answer and the look after it were lost, is not taken for being declared dead."""
+        unsure, self._unsure = self._unsure, None
+        try:
+            return await self._membership.update(self._me.row, heartbeat_us=self._clock.now_us())
+        except UnsureWrite as exc:
+            self._unsure = exc.row
+            raise
+        except Fenced:
+            current = (await self._membership.members()).get(self._me.silo_id) if unsure is not None else None
+            if current is None or unsure is None or current.token != unsure.token:
+                raise
+        try:
+            return await self._membership.update(current, heartbeat_us=self._clock.now_us())
+        except UnsureWrite as exc:
+            self._unsure = exc.row
+            raise
 
     def _renew(self, began: float) -> None:
         if self._lease.renew(began):

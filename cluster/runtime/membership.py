@@ -83,6 +83,15 @@ class Member:
         return self.status in (JOINING, ACTIVE) and now_us - self.heartbeat_us <= suspicion_timeout_us
 
 
+class UnsureWrite(Unavailable):
+    """A row write whose outcome is unknown (its answer and the look after it both failed): it
+    may have landed. ``row`` is what it wrote, so the next write can recognise it by its token."""
+
+    def __init__(self, message: str, row: Member) -> None:
+        super().__init__(message)
+        self.row = row
+
+
 class Identity:
     """Who this silo is right now: its id and current membership row (replaced on every write).
 
@@ -179,8 +188,11 @@ class Membership:
         name = MEMBER_PREFIX + row.silo_id
         try:
             etag = await self._store.set_metadata(name, new.to_metadata(), if_match=row.etag)
-        except (Fenced, Unavailable):
-            stat = await self._store.stat(name)
+        except (Fenced, Unavailable) as exc:
+            try:
+                stat = await self._store.stat(name)
+            except Unavailable as unsure:
+                raise UnsureWrite(f"row of {row.silo_id}: outcome of a write unknown: {unsure!r}", new) from exc
             if stat.metadata.get("token") != new.token:
                 raise
             etag = stat.etag

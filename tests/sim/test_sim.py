@@ -4,6 +4,7 @@ faults, each checked against the README's promises (issue 12, deliverable 3).
 The default fault kinds are those that pass today. Off, and why (see ``Faults``):
 - ``kills``: a kill between the two writes that move a recurring job forks it (point 3), and a
   restarted silo takes its old shards back without waiting out the old lease (point 6);
+- ``pauses``: a silo paused between those two writes while its shard is adopted (point 3);
 - ``partitions``: Ray reporting a silo dead orphans its shards before its lease ends (point 6);
 - ``skew``: firing trusts each silo's clock (point 10).
 Their failing seeds are below, marked xfail(strict): when a fix lands they pass, and the mark
@@ -70,16 +71,23 @@ def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
 
 
 # Seeds that break an invariant through a bug another change is fixing; see the module docstring.
-KNOWN: list[tuple[int, str, str]] = [
-    # (seed, fault kinds, issue 12 point)
+KNOWN: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, what of issue 12, the invariant broken)
+    (27, "latency,kills", "point 3", "two chains"),  # killed between the ADD and the REMOVE(MOVED): two chains
+    (261, "latency,pauses", "point 3", "two chains"),  # paused between them, the shard adopted meanwhile: two chains
+    (197, "latency,storage_errors,lost_answers,kills,pauses,delays,duplicates",
+     "point 6", "two owners"),  # a restart takes its shard back while the old incarnation's delivery is still in its lease
+    (0, "latency,partitions", "point 6", "two owners"),  # Ray says dead: adopted while the silo fires under a valid lease
+    (137, "latency,partitions", "point 6 and deliverable 2", "lost"),  # false deaths poison a shard: its job is lost
+    (0, "latency,skew", "point 10", "early"),  # a silo whose clock runs ahead fires early
 ]
 
 
-@pytest.mark.parametrize(("seed", "kinds"), [
-    pytest.param(seed, kinds, marks=pytest.mark.xfail(strict=True, reason=f"issue 12 point {point}"),
+@pytest.mark.parametrize(("seed", "kinds", "invariant"), [
+    pytest.param(seed, kinds, invariant, marks=pytest.mark.xfail(strict=True, reason=f"issue 12 {point}"),
                  id=f"{kinds}-{seed}")
-    for seed, kinds, point in KNOWN
+    for seed, kinds, point, invariant in KNOWN
 ])
-def test_a_seed_that_found_an_open_bug(seed: int, kinds: str) -> None:
+def test_a_seed_that_found_an_open_bug(seed: int, kinds: str, invariant: str) -> None:
     result = run_seed(seed, Faults.parse(kinds))
-    assert result.ok, _explain([result])
+    broken = [v for v in result.violations if f" {invariant}: " in v]
+    assert not broken, _explain([result])

@@ -83,7 +83,9 @@ class Faults:
     # fixed: a kill between the two writes of a move forks a recurring job; a restarted silo
     # takes its shards back before the old incarnation's lease is over).
     kills: bool = False
-    pauses: bool = True  # SIGSTOP / SIGCONT
+    # SIGSTOP / SIGCONT (off until issue 12 point 3 is fixed: a silo paused between the two
+    # writes of a move, its shard adopted meanwhile, forks a recurring job).
+    pauses: bool = False
     # Ray reports a silo dead while calls it sent may still land: a partition, or pinging a killed
     # process (issue 12 point 6: off until fixed).
     partitions: bool = False
