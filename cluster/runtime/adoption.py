@@ -111,13 +111,17 @@ class Adoption:
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
         candidates: list[tuple[str, ShardMeta]] = []
         for head in await list_logs(self._store, SHARD_PREFIX):
-            if self._shards.get(head.base) is not None:
+            if self._busy(head.base):
                 continue
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
             if meta.window_start > horizon:
+                continue
+            if self._mine(head.metadata):
+                candidates.append((head.base, meta))
+                continue
                 continue
             since = orphan_at(head.metadata, members, self._departures)
             if since is None or now < since:
@@ -138,7 +142,7 @@ class Adoption:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
         members = await self.read_members()
         for head in await list_logs(self._store, shard_base):
-            if head.base == shard_base and self.orphaned(head.metadata, members):
+            if head.base == shard_base and not self._busy(head.base) and self.claimable(head.metadata, members):
                 return await self.claim(head.base, ShardMeta.from_metadata(head.metadata))
         return None
 
@@ -152,9 +156,26 @@ class Adoption:
         """Whether the shard whose log metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
         return is_orphan(metadata, members, self._departures, self._clock.monotonic())
 
+    def claimable(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
+        """An orphan now, or a shard of this very incarnation that it does not hold (the caller checked)."""
+        return self._mine(metadata) or self.orphaned(metadata, members)
+
+    def _mine(self, metadata: Mapping[str, str]) -> bool:
+        """Owned by this very incarnation: a claim or create whose CAS landed although the call
+        failed. No peer takes that one, since its owner is alive, so unless we take it (the
+        caller checked we do not hold it) its jobs never fire."""
+        return metadata.get("owner") == self._me.owner
+
+    def _busy(self, base: str) -> bool:
+        """Held, or being created or claimed by this silo right now."""
+        return self._shards.get(base) is not None or base in self._shards.pending
+
     async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
         """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""
-        failed = meta.owner != RELEASED
+        if self._busy(base):
+            return None  # taken meanwhile by another round of ours (a cancel, the heartbeat)
+        failed = meta.owner not in (RELEASED, self._me.owner)
+        self._shards.pending.add(base)
         try:
             shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, self._me.owner), meta.owner,
                                       self._shards.log_options)
@@ -163,6 +184,8 @@ class Adoption:
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
             return None
+        finally:
+            self._shards.pending.discard(base)
         if not self._shards.add(shard):
             return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()

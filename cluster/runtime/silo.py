@@ -43,6 +43,10 @@ from storage import StorageError, Store, open_store
 
 log = logging.getLogger("timeshard.silo")
 
+# Seconds before a failed join is tried again; doubled up to the max.
+FIRST_JOIN_RETRY = 0.2
+MAX_JOIN_RETRY = 5.0
+
 
 def _short(value: Any) -> str:
     text = repr(value)
@@ -118,7 +122,7 @@ class Silo:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def _start(self) -> None:
-        await self._r.heartbeat.join()
+        await self._join()
         self._r.hooks.extend(self._hooks_factory(self._store, self))
         log.info("silo joined", extra={"silo": self.owner})
         try:
@@ -126,7 +130,10 @@ class Silo:
         except StorageError as exc:
             log.warning("could not read the store's clock; on this host's until it can",
                         extra={"silo": self.owner, "error": repr(exc)})
-        await self._r.adoption.adopt_orphans()
+        try:
+            await self._r.adoption.adopt_orphans()
+        except StorageError as exc:  # the maintenance loop looks again shortly
+            log.warning("first adoption round failed", extra={"silo": self.owner, "error": repr(exc)})
         self._tasks = [
             asyncio.create_task(self._r.firing.run(), name="fire"),
             asyncio.create_task(self._r.heartbeat.run(), name="heartbeat"),
@@ -135,6 +142,19 @@ class Silo:
         ]
         for task in self._tasks:
             task.add_done_callback(log_if_failed)
+
+    async def _join(self) -> None:
+        """Join membership, through storage faults: a silo whose start failed would answer pings
+        (so nobody replaces it) while serving nothing, for good."""
+        delay = FIRST_JOIN_RETRY
+        while True:
+            try:
+                await self._r.heartbeat.join()
+                return
+            except StorageError as exc:
+                log.warning("join failed, retrying", extra={"silo": self.silo_id, "error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, MAX_JOIN_RETRY)
 
     @property
     def owner(self) -> str:

@@ -45,3 +45,29 @@ async def test_a_silo_built_with_a_local_transport_fires_its_jobs_and_releases_i
     stopped = await silo.stop()
     assert stopped == {"released": 1, "unfinished": 0}
     assert {h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)} == {"-"}
+
+
+def test_a_silo_whose_first_join_and_adoption_fail_joins_once_the_store_answers() -> None:
+    """Found by the simulation: a storage fault in the join (or the first adoption round) ended
+    ``_start``, so the silo answered pings, and so was never replaced, while serving nothing."""
+    from random import Random
+
+    from tests.runtime.harness import GatedStore
+    from tests.sim.loop import SimClock, VirtualLoop
+
+    loop = VirtualLoop()
+
+    async def main() -> dict[str, object]:
+        store = GatedStore()
+        store.fail_next("stat", 1)  # the join's first read of its membership row
+        store.fail_next("list", 1)  # the first adoption round, once joined
+        silo = Silo("s", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=LocalTransport(),
+                    clock=SimClock(loop), store=store, rng=Random(1))  # type: ignore[arg-type]
+        info = await asyncio.wait_for(silo.ready(), 30)
+        await silo.stop()
+        return info
+
+    try:
+        assert loop.run_until_complete(main())["owner"] == "s#1"
+    finally:
+        loop.close()
