@@ -36,8 +36,9 @@ from cluster.model.wire import us_to_datetime
 from cluster.runtime.runs import Run
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
 from cluster.runtime.silo import Silo
+from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
-from storage.base import Appended, Fetched, LogStat
+from storage.base import Appended, Fetched, LogStat, ServerTime
 from storage.log import _current, list_logs, read_log
 from tests.runtime.harness import OPTIONS, item, job
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
@@ -279,6 +280,11 @@ class SimStore(Store):
     async def delete(self, name: str, if_match: str | None) -> None:
         await self._call("delete", name, lambda: self._world.store.delete(name, if_match))
 
+    async def server_time(self) -> ServerTime | None:
+        """The true virtual time (the shared store's clock), read when the call reaches it: a
+        silo's skew is then measurable, as against Azure's ``Date`` header."""
+        return await self._call("server_time", "", self._world.store.server_time)  # type: ignore[no-any-return]
+
 
 class SimTransport:
     """One incarnation's Ray: deliveries to the world's handler, pings of peer processes."""
@@ -290,7 +296,17 @@ class SimTransport:
         self.silo: Silo | None = None
 
     def node_id(self) -> str:
-        return "sim"
+        """Each silo runs on a node of its own, restarted there; the epoch stands for its pid
+        (every simulated process shares the one real pid)."""
+        return node_of(self._proc.silo_id, self._epoch)
+
+    def exited(self, node: str, pid: int) -> bool:
+        """What this node's process table shows: a process of an older epoch of this very silo
+        is gone (a restart comes after the kill). Other nodes' processes are not visible here."""
+        here, _, epoch = node.rpartition("/")
+        if here != node_of(self._proc.silo_id, 0).rpartition("/")[0] or not epoch.isdigit():
+            return False
+        return int(epoch) < self._epoch
 
     def resolve(self, target: Target) -> Any:
         return target.name
@@ -324,31 +340,36 @@ class SimTransport:
                 return run.job_id, run.shard.base
         raise AssertionError(f"attempt {attempt.run_id} sent without a run in flight")
 
-    async def ping(self, silo_id: str, timeout: float) -> bool | None:
+    async def ping(self, silo_id: str, timeout: float) -> Ping:
         world = self._world
         await self._proc.gate(self._epoch)
         if world.faults.latency:
             await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
         peer = world.procs.get(silo_id)
-        answer: bool | None
+        answer: Ping
         if peer is None:
-            answer = False
+            answer = Ping.GONE
         elif peer.partitioned:
-            answer = False  # Ray lost the node: the actor looks dead while its process runs on
+            answer = Ping.GONE  # Ray lost the node: the actor looks dead while its process runs on
         elif peer.state == DEAD:
-            # RayActorError, or unavailable while Ray restarts it. "Dead" lets a peer adopt before
-            # the lease ends, while calls the process sent may still land: point 6, with partitions.
-            answer = world.rng.choice((False, None)) if world.faults.partitions else None
+            # The raylet saw the worker exit (RayActorError with the exit), or the actor is
+            # unavailable while Ray restarts it.
+            answer = world.rng.choice((Ping.EXITED, Ping.UNKNOWN))
         elif peer.state == PAUSED:
             await asyncio.sleep(timeout)
-            answer = None
+            answer = Ping.UNKNOWN
         else:
-            answer = True
+            answer = Ping.ALIVE
         await self._proc.gate(self._epoch)
         return answer
 
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
         pass  # only a graceful stop sends this; the simulation kills
+
+
+def node_of(silo_id: str, epoch: int) -> str:
+    """The node (and pid namespace) of ``silo_id``'s process of ``epoch``."""
+    return f"sim-{silo_id}/{epoch}"
 
 
 # -- the world ------------------------------------------------------------------------------------
@@ -394,7 +415,7 @@ class World:
         self.loop = loop
         self.rng = random.Random(seed)
         self.verbose = verbose
-        self.store = MemoryStore()
+        self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
         self.injecting = True  # False once healed
         self.live = True  # False while tearing down
         self.trace: list[str] = []
@@ -704,7 +725,7 @@ class World:
                 if proc.silo is not None and not proc.broken:
                     st = await proc.silo.status()
                     self.say(f"end: {proc.silo_id} {st['owner']} queued {st['queued']} inflight {st['inflight']} "
-                              f"poisoned {st['poisoned']} shards {[(s['name'], s['loaded']) for s in st['shards']]}")
+                              f"quarantined {st['quarantined']} parked {st['parked']} shards {[(s['name'], s['loaded']) for s in st['shards']]}")
         for missing in self.owed():
             self.violate(f"lost: acknowledged {missing} never succeeded")
         for job_id, shards in sorted(copies.items()):
