@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from cluster.model.clock import SYSTEM_CLOCK, Clock
@@ -43,7 +43,7 @@ from storage import StorageError, Store, open_store
 
 log = logging.getLogger("timeshard.silo")
 
-# Seconds before a failed join is tried again; doubled up to the max.
+# Seconds before a failed start step (join, first clock reading) is tried again; doubled up to the max.
 FIRST_JOIN_RETRY = 0.2
 MAX_JOIN_RETRY = 5.0
 
@@ -122,14 +122,14 @@ class Silo:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def _start(self) -> None:
-        await self._join()
+        # Through storage faults: a silo whose start failed would answer pings (so nobody
+        # replaces it) while serving nothing, for good.
+        await self._retrying("join", self._r.heartbeat.join)
         self._r.hooks.extend(self._hooks_factory(self._store, self))
         log.info("silo joined", extra={"silo": self.owner})
-        try:
-            await self._r.skew.sample()  # fire by the store's clock from the first job on
-        except StorageError as exc:
-            log.warning("could not read the store's clock; on this host's until it can",
-                        extra={"silo": self.owner, "error": repr(exc)})
+        # Nothing fires before the store's clock is read: on this host's clock, one that runs
+        # ahead would fire jobs early (found by the simulation, issue 12 point 10).
+        await self._retrying("first reading of the store's clock", self._r.skew.sample)
         try:
             await self._r.adoption.adopt_orphans()
         except StorageError as exc:  # the maintenance loop looks again shortly
@@ -143,16 +143,16 @@ class Silo:
         for task in self._tasks:
             task.add_done_callback(log_if_failed)
 
-    async def _join(self) -> None:
-        """Join membership, through storage faults: a silo whose start failed would answer pings
-        (so nobody replaces it) while serving nothing, for good."""
+    async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` until it gets through the store, backing off between tries."""
         delay = FIRST_JOIN_RETRY
         while True:
             try:
-                await self._r.heartbeat.join()
+                await step()
                 return
             except StorageError as exc:
-                log.warning("join failed, retrying", extra={"silo": self.silo_id, "error": repr(exc)})
+                log.warning("start step failed, retrying", extra={"silo": self.silo_id, "step": what,
+                                                                   "error": repr(exc)})
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, MAX_JOIN_RETRY)
 
