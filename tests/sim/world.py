@@ -321,23 +321,24 @@ class SimTransport:
         if world.injecting and world.faults.delays and world.rng.random() < P_DELAY:
             delay += world.rng.random() * MAX_DELAY_S
         await asyncio.sleep(delay)  # a call already sent reaches the handler even if we die meanwhile
-        outcomes = world.handle(attempts, where, lease_end, sent_us)
+        alive = lambda: proc.alive(self._epoch)  # noqa: E731
+        outcomes = world.handle(attempts, where, lease_end, sent_us, alive)
         if world.injecting and world.faults.duplicates and world.rng.random() < P_DUPLICATE:
             # Ray retried the call (its first answer was lost): the handler runs the batch again.
             await asyncio.sleep(world.rng.random() * 2.0)
-            outcomes = world.handle(attempts, where, lease_end, sent_us, duplicate=True)
+            outcomes = world.handle(attempts, where, lease_end, sent_us, alive, duplicate=True)
         if world.faults.latency:
             await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
         await proc.gate(self._epoch)
         return outcomes
 
-    def _shard_of(self, attempt: Attempt) -> tuple[str, str]:
-        """(job id, shard base) of an attempt this incarnation is sending."""
+    def _shard_of(self, attempt: Attempt) -> tuple[str, str, str | None]:
+        """(job id, shard base, its owner of record now) of an attempt this incarnation is sending."""
         assert self.silo is not None
         runs: dict[str, Run] = self.silo._r.runs.inflight
         for run in runs.values():
             if run.run_id == attempt.run_id:
-                return run.job_id, run.shard.base
+                return run.job_id, run.shard.base, self._world.owner_of_record(run.shard.base)
         raise AssertionError(f"attempt {attempt.run_id} sent without a run in flight")
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:
@@ -427,6 +428,7 @@ class World:
         self.deliveries: list[Delivery] = []
         self.stats: dict[str, int] = defaultdict(int)
         self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
+        self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
 
     # -- recording --------------------------------------------------------------------------
 
@@ -449,7 +451,13 @@ class World:
     async def forever(self) -> None:
         if not self.live:
             raise asyncio.CancelledError  # tearing down: hung calls end so their tasks can finish
-        await self.loop.create_future()
+        # Kept by the world, so the task hung on it stays reachable: otherwise the garbage
+        # collector may finalise a killed silo's coroutines at any moment (running their
+        # ``finally`` blocks, which spawn tasks) in this seed or a later one's loop, and a seed
+        # would not replay alone as it ran in a search.
+        hung = self.loop.create_future()
+        self._hung.append(hung)
+        await hung
 
     def owner_of_record(self, base: str) -> str | None:
         """The shard's owner in the store now: metadata of its current generation."""
@@ -466,12 +474,18 @@ class World:
 
     # -- the handler ------------------------------------------------------------------------
 
-    def handle(self, attempts: Sequence[Attempt], where: Sequence[tuple[str, str]], lease_end: float, sent_us: int,
-               *, duplicate: bool = False) -> list[Outcome]:
-        """Run a batch as a ``JobHandler`` does: refuse it past the sender's lease, check each one."""
+    def handle(self, attempts: Sequence[Attempt], where: Sequence[tuple[str, str, str | None]], lease_end: float,
+               sent_us: int, sender_alive: Callable[[], bool], *, duplicate: bool = False) -> list[Outcome]:
+        """Run a batch as a ``JobHandler`` does: refuse it past the sender's lease, check each one.
+
+        Two owners: the sender was not the shard's owner of record when the attempt left, or
+        the shard has another owner now while the sender's process still runs. An attempt that
+        left its owner and arrives after that process was killed (and its shard adopted, as
+        ``Ping.EXITED`` allows at once) is a re-run of an attempt in flight at a kill: counted,
+        as issue 12 allows for those only ("two *live* incarnations")."""
         now_us = true_now_us(self.loop)
         outcomes = []
-        for attempt, (job_id, shard) in zip(attempts, where, strict=True):
+        for attempt, (job_id, shard, owner_at_send) in zip(attempts, where, strict=True):
             sender = attempt.run_id.rpartition("@")[2]
             if now_us / 1e6 > lease_end:
                 self.note(f"refused {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender}: lease over")
@@ -486,7 +500,14 @@ class World:
             self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
                       f"{' (duplicate)' if duplicate else ''}{'' if succeeded else ' -> fails'}")
             owner = self.owner_of_record(shard)
-            if owner != sender:
+            if owner_at_send != sender:
+                self.violate(f"two owners: {sender} sent {job_id}#{attempt.occurrence} from {shard}, "
+                             f"whose owner of record then was {owner_at_send}")
+            elif owner != sender and not sender_alive():
+                self.stats["in flight at a kill"] += 1
+                self.note(f"{job_id}#{attempt.occurrence} arrived from {sender}, killed since; "
+                          f"{shard} is {owner}'s now")
+            elif owner != sender:
                 self.violate(f"two owners: {sender} fired {job_id}#{attempt.occurrence} from {shard}, "
                              f"whose owner of record is {owner}")
             if now_us < attempt.scheduled_for_us:
