@@ -106,7 +106,13 @@ class Heartbeat:
             log.error("silo was declared dead; rejoining", extra={"silo": self._me.owner})
             self._me.retire()
             self._shards.drop_all("declared dead")
-            await self.join(replacing=self._me.incarnation)  # it dropped everything: proof it fires no more
+            # Having dropped everything proves it starts nothing more; calls it already sent may
+            # still reach handlers (delayed, or retried by Ray) until its lease ends, when handlers
+            # refuse them. So the row records the old incarnation over only once its lease is;
+            # until then peers wait it out as for any death without proof (issue 12 point 6; found
+            # by the simulation: a partitioned silo's retried call ran beside its shard's new owner).
+            proven = not self._lease.valid
+            await self.join(replacing=self._me.incarnation if proven else 0)
             return
         self._renew(began)
 

@@ -12,7 +12,7 @@ from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, cla
 from cluster.runtime.membership import ACTIVE, DEAD, EXITED, LEAVING, REPORTED, SILENT, STOPPED, Departures, Member, Membership
 from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta
 from storage import MemoryStore, list_logs
-from tests.runtime.harness import GatedStore, add, fire_due, job, make_parts
+from tests.runtime.harness import OPTIONS, GatedStore, add, fire_due, job, make_parts
 
 ALIVE = {"a": Member("a", 2, ACTIVE, 0, ended_through=0)}
 PROVEN = {"a": Member("a", 2, ACTIVE, 0, ended_through=1)}  # its join proved a#1's process gone
@@ -113,7 +113,8 @@ async def test_a_silo_that_takes_its_own_shard_back_reruns_a_job_whose_attempt_w
     parts.clock.advance(1)
     firing = asyncio.ensure_future(fire_due(parts))
     await started.wait()
-    await Membership(store).declare_dead(parts.me.row)  # paused too long: declared dead
+    parts.clock.advance(OPTIONS.firing_lease.total_seconds())  # paused too long: its lease ran out,
+    await Membership(store).declare_dead(parts.me.row)  # and it was declared dead
     await parts.heartbeat.beat()  # rejoins as s#2 and drops the shard
     assert await parts.adoption.adopt_orphans() == 1  # ... and takes it back from s#1
     finish.set()
