@@ -105,6 +105,7 @@ class Adoption:
 
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
+        me = self._me.owner  # who judges: a rejoin during the round voids its judgments
         members = await self.read_members()
         now = self._clock.monotonic()
         self.recheck_at = None
@@ -122,7 +123,6 @@ class Adoption:
             if self._mine(head.metadata):
                 candidates.append((head.base, meta))
                 continue
-                continue
             since = orphan_at(head.metadata, members, self._departures)
             if since is None or now < since:
                 if since is not None:  # its owner's lease is still running out: look again then
@@ -135,15 +135,16 @@ class Adoption:
         self._rng.shuffle(candidates)  # silos racing for the same orphans mostly pick different ones
         claimed = 0
         for base, meta in candidates[:take]:
-            claimed += await self.claim(base, meta) is not None
+            claimed += await self.claim(base, meta, judged_by=me) is not None
         return claimed
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
+        me = self._me.owner
         members = await self.read_members()
         for head in await list_logs(self._store, shard_base):
             if head.base == shard_base and not self._busy(head.base) and self.claimable(head.metadata, members):
-                return await self.claim(head.base, ShardMeta.from_metadata(head.metadata))
+                return await self.claim(head.base, ShardMeta.from_metadata(head.metadata), judged_by=me)
         return None
 
     async def read_members(self) -> dict[str, Member]:
@@ -170,14 +171,21 @@ class Adoption:
         """Held, or being created or claimed by this silo right now."""
         return self._shards.get(base) is not None or base in self._shards.pending
 
-    async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
-        """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""
-        if self._busy(base):
-            return None  # taken meanwhile by another round of ours (a cancel, the heartbeat)
-        failed = meta.owner not in (RELEASED, self._me.owner)
+    async def claim(self, base: str, meta: ShardMeta, *, judged_by: str) -> Shard | None:
+        """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten.
+
+        ``judged_by`` is the incarnation that found ``base`` claimable. After a rejoin that
+        judgment is void: "our own shard" meant the old incarnation's, which the new one may take
+        only as an orphan, once proven. The claim is then not made, or (if the rejoin lands
+        while it is in flight) made under the old tag, which is not held (``ShardTable.add``).
+        """
+        me = judged_by
+        if self._busy(base) or self._me.owner != me:
+            return None  # taken meanwhile by another round of ours (a cancel, the heartbeat), or rejoined
+        failed = meta.owner not in (RELEASED, me)
         self._shards.pending.add(base)
         try:
-            shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, self._me.owner), meta.owner,
+            shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, me), meta.owner,
                                       self._shards.log_options)
         except (Fenced, NotFound):
             return None  # another silo was faster
