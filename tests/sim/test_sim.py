@@ -1,14 +1,9 @@
 """The deterministic simulation in ``make test``: thousands of seeded worlds of real silos under
 faults, each checked against the README's promises (issue 12, deliverable 3).
 
-The default fault kinds are those that pass today. Off, and why (see ``Faults``):
-- ``kills``: a kill between the two writes that move a recurring job forks it (point 3), and a
-  restarted silo takes its old shards back without waiting out the old lease (point 6);
-- ``pauses``: a silo paused between those two writes while its shard is adopted (point 3);
-- ``partitions``: Ray reporting a silo dead orphans its shards before its lease ends (point 6);
-- ``skew``: firing trusts each silo's clock (point 10).
-Their failing seeds are below, marked xfail(strict): when a fix lands they pass, and the mark
-must go (then switch the kind on by default).
+Every fault kind is on by default: storage errors, lost answers, kills and restarts, pauses,
+partitions from Ray, delayed and duplicated deliveries, and clock skew. The seeds below each
+found a bug (now fixed): they stay as regression seeds.
 """
 
 from __future__ import annotations
@@ -62,32 +57,35 @@ def test_virtual_time_costs_no_wall_time() -> None:
 
 
 def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
-    assert Faults.parse("default") == Faults()
+    assert Faults.parse("default") == Faults() == Faults.parse("all")
     assert Faults.parse("none,kills") == Faults(**{**dict.fromkeys(Faults.kinds(), False), "kills": True})
-    assert Faults.parse("default,+skew,-pauses") == Faults(skew=True, pauses=False)
-    assert Faults.parse(Faults(skew=True).describe()) == Faults(skew=True)  # what a replay command says
+    assert Faults.parse("default,-skew,-pauses") == Faults(skew=False, pauses=False)
+    assert Faults.parse(Faults(skew=False).describe()) == Faults(skew=False)  # what a replay command says
     with pytest.raises(ValueError, match="'kill' is not one of"):
         Faults.parse("kill")
 
 
-# Seeds that break an invariant through a bug another change is fixing; see the module docstring.
-KNOWN: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, what of issue 12, the invariant broken)
-    (27, "latency,kills", "point 3", "two chains"),  # killed between the ADD and the REMOVE(MOVED): two chains
-    (261, "latency,pauses", "point 3", "two chains"),  # paused between them, the shard adopted meanwhile: two chains
+# Seeds that each broke an invariant through a bug since fixed; see the module docstring.
+FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the invariant it broke)
+    (27, "latency,kills", "point 3", "two chains"),  # killed between the ADD and the REMOVE(MOVED)
+    (261, "latency,pauses", "point 3", "two chains"),  # paused between them, the shard adopted meanwhile
     (197, "latency,storage_errors,lost_answers,kills,pauses,delays,duplicates",
-     "point 6", "two owners"),  # a restart takes its shard back while the old incarnation's delivery is still in its lease
-    (0, "latency,partitions", "point 6", "two owners"),  # Ray says dead: adopted while the silo fires under a valid lease
-    (137, "latency,partitions", "point 6 and deliverable 2", "lost"),  # false deaths poison a shard: its job is lost
-    (0, "latency,skew", "point 10", "early"),  # a silo whose clock runs ahead fires early
+     "point 6", "two owners"),  # a restart took its shard back within the old incarnation's lease
+    (0, "latency,partitions", "point 6", "two owners"),  # Ray said dead: adopted under a valid lease
+    (137, "latency,partitions", "point 6, deliverable 2", "lost"),  # false deaths poisoned a shard
+    (0, "latency,skew", "point 10", "early"),  # a silo whose clock ran ahead fired early
+    (295, "all", "point 10: first clock reading failed", "early"),  # fired on its own clock until read
+    (72, "default,+pauses,-kills,-partitions,-skew", "drained shard's delete failed", "lost"),
+    (1, "default,+partitions,-kills,-pauses,-skew", "rejoin recorded proof under a valid lease",
+     "two owners"),  # a call retried by Ray ran beside the shard's new owner
+    (21, "default,+partitions,-kills,-pauses,-skew", "adoption judged before a rejoin", "two owners"),
 ]
 
 
 @pytest.mark.parametrize(("seed", "kinds", "invariant"), [
-    pytest.param(seed, kinds, invariant, marks=pytest.mark.xfail(strict=True, reason=f"issue 12 {point}"),
-                 id=f"{kinds}-{seed}")
-    for seed, kinds, point, invariant in KNOWN
+    pytest.param(seed, kinds, invariant, id=f"{bug}-{seed}") for seed, kinds, bug, invariant in FOUND
 ])
-def test_a_seed_that_found_an_open_bug(seed: int, kinds: str, invariant: str) -> None:
+def test_a_seed_that_found_a_bug_keeps_it(seed: int, kinds: str, invariant: str) -> None:
     result = run_seed(seed, Faults.parse(kinds))
     broken = [v for v in result.violations if f" {invariant}: " in v]
     assert not broken, _explain([result])

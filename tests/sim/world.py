@@ -80,19 +80,13 @@ class Faults:
     latency: bool = True  # random latency on every call: what interleaves the silos
     storage_errors: bool = True  # Unavailable, nothing landed
     lost_answers: bool = True  # a write lands, then its caller gets an error
-    # Kill a silo process; Ray restarts it a little later (off until issue 12 points 3 and 6 are
-    # fixed: a kill between the two writes of a move forks a recurring job; a restarted silo
-    # takes its shards back before the old incarnation's lease is over).
-    kills: bool = False
-    # SIGSTOP / SIGCONT (off until issue 12 point 3 is fixed: a silo paused between the two
-    # writes of a move, its shard adopted meanwhile, forks a recurring job).
-    pauses: bool = False
-    # Ray reports a silo dead while calls it sent may still land: a partition, or pinging a killed
-    # process (issue 12 point 6: off until fixed).
-    partitions: bool = False
+    kills: bool = True  # kill a silo process; Ray restarts it a little later
+    pauses: bool = True  # SIGSTOP / SIGCONT
+    # Ray reports a silo dead (``Ping.GONE``) while it runs on, and calls it sent may still land
+    partitions: bool = True
     delays: bool = True  # a delivery that reaches its handler late
     duplicates: bool = True  # a delivery the handler receives twice
-    skew: bool = False  # a fixed offset on each silo's wall clock (issue 12 point 10: off until fixed)
+    skew: bool = True  # a fixed offset on each silo's wall clock
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -725,7 +719,7 @@ class World:
         self.heal()
         healed = self.loop.time()
         while self.loop.time() < healed + HEAL_MAX_S:
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(0.5)
             if self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed():
                 break
         await asyncio.sleep(3.0)  # let outcomes of the last attempts land
