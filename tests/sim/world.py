@@ -6,13 +6,17 @@ runs things, so a seed replays exactly (with ``PYTHONHASHSEED=0``: silo code ite
 A silo *process* wraps one ``Silo`` with its own store and transport views:
 
 - killed: every later store or transport call of that incarnation hangs forever (a dead
-  process has no effects); a store call in flight at the kill lands or not, by the rng;
+  process has no effects); a store call in flight at the kill lands or not, by the rng; peers'
+  pings answer ``Ping.EXITED`` (the raylet saw it exit) or ``UNKNOWN`` (Ray restarting it);
 - paused (SIGSTOP): its calls wait until it resumes, while virtual time runs on;
-- partitioned from Ray: peers' pings say it is dead, while it keeps running;
-- restarted: a new ``Silo`` with the same id, so a new incarnation.
+- partitioned from Ray: peers' pings answer ``Ping.GONE``, while it keeps running;
+- restarted: a new ``Silo`` with the same id on the same node, so a new incarnation that sees
+  its predecessor's process gone (``exited``).
 
-The handler side records every attempt it accepts and checks the sender's lease end as
-``handlers.base.JobHandler`` does, and the ownership invariant at that very moment.
+The store's clock is the true virtual time (``server_time``); each silo's wall clock may be
+skewed from it. The handler side records every attempt it accepts and checks the sender's lease
+end as ``handlers.base.JobHandler`` does, and the ownership invariant when the attempt left and
+when it arrives.
 """
 
 from __future__ import annotations
