@@ -14,23 +14,16 @@ from typing import Any
 import ray
 
 from cluster.client import Client
-from cluster.flows.hooks import FlowHooks
+from cluster.features import feature_hooks
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
-from cluster.named.hooks import NamedJobHooks
-from cluster.runtime.hooks import SiloHooks, SiloView
 from cluster.runtime.membership import SILO_PREFIX
 from cluster.runtime.ray_metrics import RayMetrics
 from cluster.runtime.ray_transport import RayTransport
 from cluster.runtime.silo import Silo
-from storage import DEFAULT_URL, Store, open_store
+from storage import DEFAULT_URL, open_store
 from storage.urls import CONNECTION_STRING_ENV
 
 log = logging.getLogger("timeshard.cluster")
-
-
-def feature_hooks(store: Store, silo: SiloView) -> list[SiloHooks]:
-    """The hooks every silo runs: named jobs (status, and the generation fence) and flows."""
-    return [NamedJobHooks(store, silo), FlowHooks(store, silo)]
 
 
 @ray.remote

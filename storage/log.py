@@ -684,8 +684,13 @@ class LogWriter:
             await store.delete(old_name, old_etag)
 
     async def _delete_other_generations(self) -> None:
-        """Remove superseded generations and ones abandoned mid-rotation (best effort)."""
-        for info in await self._store.list(self._base + SEPARATOR):
+        """Remove superseded generations and ones abandoned mid-rotation (best effort: a fault
+        here must not fail the claim or rotation whose write already landed)."""
+        try:
+            infos = await self._store.list(self._base + SEPARATOR)
+        except StorageError:
+            return
+        for info in infos:
             split = _split(info.name)
             if split and split[0] == self._base and split[1] != self._generation:
                 with contextlib.suppress(StorageError):

@@ -23,6 +23,7 @@ RANKS = {
     "cluster.cli": 7,
     "cluster._cluster": 6,
     "cluster.client": 5,
+    "cluster.features": 5,  # the features' hooks, composed for every silo (Ray-free)
     "cluster.named": 4,
     "cluster.flows": 4,
     "cluster.runtime": 3,

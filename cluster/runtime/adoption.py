@@ -105,19 +105,23 @@ class Adoption:
 
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
+        me = self._me.owner  # who judges: a rejoin during the round voids its judgments
         members = await self.read_members()
         now = self._clock.monotonic()
         self.recheck_at = None
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
         candidates: list[tuple[str, ShardMeta]] = []
         for head in await list_logs(self._store, SHARD_PREFIX):
-            if self._shards.get(head.base) is not None:
+            if self._busy(head.base):
                 continue
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
             if meta.window_start > horizon:
+                continue
+            if self._mine(head.metadata):
+                candidates.append((head.base, meta))
                 continue
             since = orphan_at(head.metadata, members, self._departures)
             if since is None or now < since:
@@ -131,15 +135,16 @@ class Adoption:
         self._rng.shuffle(candidates)  # silos racing for the same orphans mostly pick different ones
         claimed = 0
         for base, meta in candidates[:take]:
-            claimed += await self.claim(base, meta) is not None
+            claimed += await self.claim(base, meta, judged_by=me) is not None
         return claimed
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
+        me = self._me.owner
         members = await self.read_members()
         for head in await list_logs(self._store, shard_base):
-            if head.base == shard_base and self.orphaned(head.metadata, members):
-                return await self.claim(head.base, ShardMeta.from_metadata(head.metadata))
+            if head.base == shard_base and not self._busy(head.base) and self.claimable(head.metadata, members):
+                return await self.claim(head.base, ShardMeta.from_metadata(head.metadata), judged_by=me)
         return None
 
     async def read_members(self) -> dict[str, Member]:
@@ -152,17 +157,43 @@ class Adoption:
         """Whether the shard whose log metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
         return is_orphan(metadata, members, self._departures, self._clock.monotonic())
 
-    async def claim(self, base: str, meta: ShardMeta) -> Shard | None:
-        """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten."""
-        failed = meta.owner != RELEASED
+    def claimable(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
+        """An orphan now, or a shard of this very incarnation that it does not hold (the caller checked)."""
+        return self._mine(metadata) or self.orphaned(metadata, members)
+
+    def _mine(self, metadata: Mapping[str, str]) -> bool:
+        """Owned by this very incarnation: a claim or create whose CAS landed although the call
+        failed. No peer takes that one, since its owner is alive, so unless we take it (the
+        caller checked we do not hold it) its jobs never fire."""
+        return metadata.get("owner") == self._me.owner
+
+    def _busy(self, base: str) -> bool:
+        """Held, or being created or claimed by this silo right now."""
+        return self._shards.get(base) is not None or base in self._shards.pending
+
+    async def claim(self, base: str, meta: ShardMeta, *, judged_by: str) -> Shard | None:
+        """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten.
+
+        ``judged_by`` is the incarnation that found ``base`` claimable. After a rejoin that
+        judgment is void: "our own shard" meant the old incarnation's, which the new one may take
+        only as an orphan, once proven. The claim is then not made, or (if the rejoin lands
+        while it is in flight) made under the old tag, which is not held (``ShardTable.add``).
+        """
+        me = judged_by
+        if self._busy(base) or self._me.owner != me:
+            return None  # taken meanwhile by another round of ours (a cancel, the heartbeat), or rejoined
+        failed = meta.owner not in (RELEASED, me)
+        self._shards.pending.add(base)
         try:
-            shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, self._me.owner), meta.owner,
+            shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, me), meta.owner,
                                       self._shards.log_options)
         except (Fenced, NotFound):
             return None  # another silo was faster
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
             return None
+        finally:
+            self._shards.pending.discard(base)
         if not self._shards.add(shard):
             return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()

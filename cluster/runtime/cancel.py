@@ -39,30 +39,40 @@ class Cancelling:
             if shard is None:
                 return "not_owner", await self.owner_of(shard_base)
         run = self._runs.find(job_id)
-        if run is not None and run.shard is shard:
-            return await self._cancel_run(run)
-        if shard.state is not None and job_id in shard.state.pending:
-            # Moved, but not known to have landed: settle first, so the forward given is the
-            # one shard that holds the job.
-            entry = await self._moves.settle(shard, job_id)
-            if entry is not None:
-                self._queue.push(job_id, entry[0], entry)
-        async with shard.gate.exclusive():
-            state = shard.state
-            if state is None:  # dormant: fold the log to look, without loading the shard
-                state = ShardState().replay((await read_log(self._store, shard.base)).records())
-            entry = state.live.get(job_id)
-            if entry is None:
-                moved = state.moved.get(job_id)
-                return ("moved", moved) if moved else ("absent", None)
-            queued = self._queue.get(job_id)
-            self._queue.cancel(job_id)  # first: it must not start while the removal is written
-            try:
-                await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
-            except StorageError:
-                if queued is not None and queued[1] is entry and state.live.get(job_id) is entry:
-                    self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
-                raise
+        if run is None or run.shard is not shard:
+            if shard.state is not None and job_id in shard.state.pending:
+                # Moved, but not known to have landed: settle first, so the forward given is the
+                # one shard that holds the job.
+                entry = await self._moves.settle(shard, job_id)
+                if entry is not None:
+                    self._queue.push(job_id, entry[0], entry)
+            async with shard.gate.exclusive():
+                run = self._runs.find(job_id)
+                if run is None or run.shard is not shard:
+                    return await self._cancel_queued(shard, job_id)
+                # It started while we waited for the gate: cancel the run in flight. Marked now,
+                # before any await, so that its outcome (a retry, the next occurrence, or a
+                # refusal that queues it again) brings nothing back.
+                run.cancelled = True
+        return await self._cancel_run(run)
+
+    async def _cancel_queued(self, shard: Shard, job_id: str) -> CancelAnswer:
+        """Cancel a job of ``shard`` that is not running (the caller holds the gate exclusive)."""
+        state = shard.state
+        if state is None:  # dormant: fold the log to look, without loading the shard
+            state = ShardState().replay((await read_log(self._store, shard.base)).records())
+        entry = state.live.get(job_id)
+        if entry is None:
+            moved = state.moved.get(job_id)
+            return ("moved", moved) if moved else ("absent", None)
+        queued = self._queue.get(job_id)
+        self._queue.cancel(job_id)  # first: it must not start while the removal is written
+        try:
+            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
+        except StorageError:
+            if queued is not None and queued[1] is entry and state.live.get(job_id) is entry:
+                self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
+            raise
         await call_hooks(self._hooks, "job_cancelled", job_id)
         return "cancelled", None
 

@@ -31,6 +31,7 @@ from cluster.runtime.membership import (
     Identity,
     Member,
     Membership,
+    UnsureWrite,
 )
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import ShardTable
@@ -57,6 +58,7 @@ class Heartbeat:
         self._watch = HeartbeatWatch()
         self._writing = asyncio.Lock()  # held while our row is written: a stop waits for it
         self.watching_peers = True  # off while stopping: keep our lease, take on nothing new
+        self._unsure: Member | None = None  # our last row write, if its outcome is unknown
 
     async def join(self, *, replacing: int = 0) -> None:
         """Register as a new incarnation; the lease runs from when the write began.
@@ -69,8 +71,8 @@ class Heartbeat:
         def ended(previous: Member) -> bool:
             return previous.incarnation == replacing or self._transport.exited(previous.node, previous.pid)
 
-        self._me.member = await self._membership.join(self._me.silo_id, self._clock.now_us(),
-                                                      node=self._transport.node_id(), pid=os.getpid(), ended=ended)
+        self._me.joined(await self._membership.join(self._me.silo_id, self._clock.now_us(),
+                                                    node=self._transport.node_id(), pid=os.getpid(), ended=ended))
         self._renew(began)
 
     async def run(self) -> None:
@@ -95,15 +97,43 @@ class Heartbeat:
         """Rewrite our row by CAS; rejoin as a new incarnation if a peer declared us dead."""
         began = self._clock.monotonic()
         try:
-            self._me.member = await self._membership.update(self._me.row, heartbeat_us=self._clock.now_us())
+            self._me.member = await self._update()
         except (Fenced, NotFound):
             # Declared dead by a peer (we were paused or cut off): our shards are being adopted
             # and our writes are fenced. Drop them all and join again as a new incarnation.
+            # Retired first: a create or claim in flight must not be held under the dead tag
+            # while the join is under way (issue 12 point 2); it stays retired if the join fails.
             log.error("silo was declared dead; rejoining", extra={"silo": self._me.owner})
+            self._me.retire()
             self._shards.drop_all("declared dead")
-            await self.join(replacing=self._me.incarnation)  # it dropped everything: proof it fires no more
+            # Having dropped everything proves it starts nothing more; calls it already sent may
+            # still reach handlers (delayed, or retried by Ray) until its lease ends, when handlers
+            # refuse them. So the row records the old incarnation over only once its lease is;
+            # until then peers wait it out as for any death without proof (issue 12 point 6; found
+            # by the simulation: a partitioned silo's retried call ran beside its shard's new owner).
+            proven = not self._lease.valid
+            await self.join(replacing=self._me.incarnation if proven else 0)
             return
         self._renew(began)
+
+    async def _update(self) -> Member:
+        """Rewrite our row. A conflict caused by our own last write, which landed although its
+        answer and the look after it were lost, is not taken for being declared dead."""
+        unsure, self._unsure = self._unsure, None
+        try:
+            return await self._membership.update(self._me.row, heartbeat_us=self._clock.now_us())
+        except UnsureWrite as exc:
+            self._unsure = exc.row
+            raise
+        except Fenced:
+            current = (await self._membership.members()).get(self._me.silo_id) if unsure is not None else None
+            if current is None or unsure is None or current.token != unsure.token:
+                raise
+        try:
+            return await self._membership.update(current, heartbeat_us=self._clock.now_us())
+        except UnsureWrite as exc:
+            self._unsure = exc.row
+            raise
 
     def _renew(self, began: float) -> None:
         if self._lease.renew(began):

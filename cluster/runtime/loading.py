@@ -143,6 +143,11 @@ class Loading:
                 async with shard.gate.exclusive():
                     if shard.live_count != 0:
                         continue
+                    # Sealed first: its writer closes for the delete, and if the delete fails the
+                    # shard stays held (tried again next round) but must not stay its window's
+                    # open shard, or what is written to that window later (a schedule, a move's
+                    # next occurrence) retries against a closed writer for good.
+                    self._shards.seal(shard)
                     try:
                         await shard.writer.close()
                         await self._store.delete(shard.writer.name, if_match=shard.writer.etag)

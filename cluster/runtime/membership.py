@@ -12,6 +12,7 @@ not its data. The table only decides *when* others look for orphans.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -104,6 +105,15 @@ class Member:
         return self.status in (JOINING, ACTIVE) and now_us - self.heartbeat_us <= suspicion_timeout_us
 
 
+class UnsureWrite(Unavailable):
+    """A row write whose outcome is unknown (its answer and the look after it both failed): it
+    may have landed. ``row`` is what it wrote, so the next write can recognise it by its token."""
+
+    def __init__(self, message: str, row: Member) -> None:
+        super().__init__(message)
+        self.row = row
+
+
 class Identity:
     """Who this silo is right now: its id and current membership row (replaced on every write).
 
@@ -113,6 +123,26 @@ class Identity:
     def __init__(self, silo_id: str) -> None:
         self.silo_id = silo_id
         self.member: Member | None = None
+        self._joined = asyncio.Event()  # clear from being declared dead until the rejoin lands
+        self._joined.set()
+
+    @property
+    def rejoining(self) -> bool:
+        """Declared dead and not yet joined again: this silo is no incarnation at all meanwhile."""
+        return not self._joined.is_set()
+
+    def retire(self) -> None:
+        """Our row was taken: nothing may be held under the old tag, nor yet under the next one."""
+        self._joined.clear()
+
+    def joined(self, member: Member) -> None:
+        """A join landed: ``member`` is this silo's incarnation from now on."""
+        self.member = member
+        self._joined.set()
+
+    async def wait_joined(self) -> None:
+        """Return once this silo is an incarnation (at once, unless it is rejoining)."""
+        await self._joined.wait()
 
     @property
     def row(self) -> Member:
@@ -184,8 +214,11 @@ class Membership:
         name = MEMBER_PREFIX + row.silo_id
         try:
             etag = await self._store.set_metadata(name, new.to_metadata(), if_match=row.etag)
-        except (Fenced, Unavailable):
-            stat = await self._store.stat(name)
+        except (Fenced, Unavailable) as exc:
+            try:
+                stat = await self._store.stat(name)
+            except Unavailable as unsure:
+                raise UnsureWrite(f"row of {row.silo_id}: outcome of a write unknown: {unsure!r}", new) from exc
             if stat.metadata.get("token") != new.token:
                 raise
             etag = stat.etag

@@ -45,6 +45,7 @@ class ShardTable:
         self.shards: dict[str, Shard] = {}
         self._open: dict[int, Shard] = {}  # window start -> this incarnation's open shard
         self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.pending: set[str] = set()  # shards this silo is creating or claiming right now
         self._counter = 0
         # Takes back a held shard whose log writer stopped on a corrupted log; True once it is
         # settled (replaced by a fresh claim, or lost to another silo). Set once adoption is wired.
@@ -119,6 +120,7 @@ class ShardTable:
         shard = self._open.get(window)
         if shard is not None:
             return shard
+        await self._me.wait_joined()  # a shard created meanwhile would carry the dead incarnation
         async with self._opening[window]:
             shard = self._open.get(window)
             if shard is not None:
@@ -126,7 +128,11 @@ class ShardTable:
             self._counter += 1
             base = shard_name(window, f"{self._me.silo_id}.{self._me.incarnation}", self._counter)
             meta = ShardMeta(self._me.owner, window, window + us(self._options.shard_duration))
-            shard = await Shard.create(self._store, base, meta, self.log_options)
+            self.pending.add(base)
+            try:
+                shard = await Shard.create(self._store, base, meta, self.log_options)
+            finally:
+                self.pending.discard(base)
             if window - us(self._options.lookahead) > self._clock.now_us():
                 shard.state = None  # beyond the lookahead: dormant, nothing held per job
             if self.add(shard):
@@ -139,8 +145,10 @@ class ShardTable:
         A create or claim that was in flight while this silo rejoined finishes with the dead
         incarnation's owner tag: peers rightly take such a shard as an orphan, so holding it
         too would make two owners. It is left to them, and whoever asked opens a fresh one.
+        That holds from the moment the silo learns it was declared dead, before the join that
+        gives it a new tag has landed.
         """
-        if shard.meta.owner != self._me.owner:
+        if self._me.rejoining or shard.meta.owner != self._me.owner:
             shard.lost = True
             log.warning("shard of an older incarnation not held", extra={"shard": shard.base, "owner": shard.meta.owner})
             return False

@@ -85,8 +85,10 @@ def blamed(suspicion: int, batch: int) -> int:
 
 def claimed_meta(seen: ShardMeta, owner: str) -> ShardMeta:
     """The metadata ``owner`` claims a shard with, last seen as ``seen``: sealed, mark cleared,
-    and the previous owner's death counted if it died while the shard was firing."""
-    died = seen.owner != RELEASED
+    and the previous owner's death counted if it died while the shard was firing. A shard that
+    ``owner`` itself holds on the store already (its own claim landed although the call failed)
+    counts no death: nobody died."""
+    died = seen.owner not in (RELEASED, owner)
     while_firing = died and bool(seen.firing)
     suspects = dict(seen.suspects)
     if while_firing and seen.firing != FIRING_MANY:

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from cluster.model.clock import SYSTEM_CLOCK, Clock
@@ -42,6 +42,10 @@ from cluster.runtime.transport import Transport
 from storage import StorageError, Store, open_store
 
 log = logging.getLogger("timeshard.silo")
+
+# Seconds before a failed start step (join, first clock reading) is tried again; doubled up to the max.
+FIRST_JOIN_RETRY = 0.2
+MAX_JOIN_RETRY = 5.0
 
 
 def _short(value: Any) -> str:
@@ -118,15 +122,18 @@ class Silo:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def _start(self) -> None:
-        await self._r.heartbeat.join()
+        # Through storage faults: a silo whose start failed would answer pings (so nobody
+        # replaces it) while serving nothing, for good.
+        await self._retrying("join", self._r.heartbeat.join)
         self._r.hooks.extend(self._hooks_factory(self._store, self))
         log.info("silo joined", extra={"silo": self.owner})
+        # Nothing fires before the store's clock is read: on this host's clock, one that runs
+        # ahead would fire jobs early (found by the simulation, issue 12 point 10).
+        await self._retrying("first reading of the store's clock", self._r.skew.sample)
         try:
-            await self._r.skew.sample()  # fire by the store's clock from the first job on
-        except StorageError as exc:
-            log.warning("could not read the store's clock; on this host's until it can",
-                        extra={"silo": self.owner, "error": repr(exc)})
-        await self._r.adoption.adopt_orphans()
+            await self._r.adoption.adopt_orphans()
+        except StorageError as exc:  # the maintenance loop looks again shortly
+            log.warning("first adoption round failed", extra={"silo": self.owner, "error": repr(exc)})
         self._tasks = [
             asyncio.create_task(self._r.firing.run(), name="fire"),
             asyncio.create_task(self._r.heartbeat.run(), name="heartbeat"),
@@ -135,6 +142,19 @@ class Silo:
         ]
         for task in self._tasks:
             task.add_done_callback(log_if_failed)
+
+    async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` until it gets through the store, backing off between tries."""
+        delay = FIRST_JOIN_RETRY
+        while True:
+            try:
+                await step()
+                return
+            except StorageError as exc:
+                log.warning("start step failed, retrying", extra={"silo": self.silo_id, "step": what,
+                                                                   "error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, MAX_JOIN_RETRY)
 
     @property
     def owner(self) -> str:

@@ -12,7 +12,7 @@ from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, cla
 from cluster.runtime.membership import ACTIVE, DEAD, EXITED, LEAVING, REPORTED, SILENT, STOPPED, Departures, Member, Membership
 from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta
 from storage import MemoryStore, list_logs
-from tests.runtime.harness import add, fire_due, job, make_parts
+from tests.runtime.harness import OPTIONS, GatedStore, add, fire_due, job, make_parts
 
 ALIVE = {"a": Member("a", 2, ACTIVE, 0, ended_through=0)}
 PROVEN = {"a": Member("a", 2, ACTIVE, 0, ended_through=1)}  # its join proved a#1's process gone
@@ -113,7 +113,8 @@ async def test_a_silo_that_takes_its_own_shard_back_reruns_a_job_whose_attempt_w
     parts.clock.advance(1)
     firing = asyncio.ensure_future(fire_due(parts))
     await started.wait()
-    await Membership(store).declare_dead(parts.me.row)  # paused too long: declared dead
+    parts.clock.advance(OPTIONS.firing_lease.total_seconds())  # paused too long: its lease ran out,
+    await Membership(store).declare_dead(parts.me.row)  # and it was declared dead
     await parts.heartbeat.beat()  # rejoins as s#2 and drops the shard
     assert await parts.adoption.adopt_orphans() == 1  # ... and takes it back from s#1
     finish.set()
@@ -127,3 +128,74 @@ async def test_a_silo_that_takes_its_own_shard_back_reruns_a_job_whose_attempt_w
     finish.set()
     await firing
     assert len(ran) == 2
+
+
+async def test_a_claim_that_landed_although_it_failed_is_taken_again_by_the_same_incarnation() -> None:
+    """Found by the simulation: the CAS landed, its answer was lost and the look that would have
+    told failed too. The store named a live owner (us), so no peer took the shard, and we did
+    not hold it: its jobs never fired."""
+    store = GatedStore()
+    victim = await make_parts(store, "v")  # type: ignore[arg-type]
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(victim, j)
+    await Membership(store).declare_dead(victim.me.row, EXITED)  # type: ignore[arg-type]
+    peer = await make_parts(store, "p")  # type: ignore[arg-type]
+    store.lose_answer("set_metadata", 1)  # the claim lands; its caller hears Fenced
+    store.fail_next("stat", 1)  # and cannot look whether it was its own write
+    assert await peer.adoption.adopt_orphans() == 0
+    (head,) = await list_logs(store, SHARD_PREFIX)  # type: ignore[arg-type]
+    assert head.metadata["owner"] == "p#1" and peer.shards.get(name) is None
+    assert await peer.adoption.adopt_orphans() == 1
+    shard = peer.shards.get(name)
+    assert shard is not None and peer.queue.get(j.id) is not None
+    assert shard.meta.adopted_count == 1  # taking back its own claim counts no second owner death
+
+
+async def test_a_claim_whose_cleanup_of_old_generations_fails_still_holds_the_shard() -> None:
+    """Found by the simulation: removing superseded generations is best effort, yet a failed
+    listing there failed the claim whose CAS had landed."""
+    store = GatedStore()
+    victim = await make_parts(store, "v")  # type: ignore[arg-type]
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(victim, j)
+    await Membership(store).declare_dead(victim.me.row, EXITED)  # type: ignore[arg-type]
+    peer = await make_parts(store, "p")  # type: ignore[arg-type]
+    release = store.gate("set_metadata", "shards/")
+    adopting = asyncio.ensure_future(peer.adoption.adopt_orphans())
+    await store.reached("set_metadata", "shards/").wait()
+    store.fail_next("list", 1)  # the claim's listing of other generations, right after its CAS
+    release.set()
+    assert await adopting == 1
+    assert peer.shards.get(name) is not None and peer.queue.get(j.id) is not None
+
+
+async def test_a_silo_that_rejoins_during_an_adoption_round_takes_its_old_shards_only_as_proven_orphans() -> None:
+    """Found by the simulation (partitions): a round judged "our own shard, not held" as s#1, the
+    silo rejoined as s#2 while claiming, and s#2 then claimed s#1's shards at once, although
+    calls s#1 sent could still reach handlers within its lease: two owners fired one occurrence."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    (first,) = await add(parts, job(job_id="a"))
+    first_shard = parts.shards.get(first)
+    assert first_shard is not None
+    parts.shards.seal(first_shard)
+    (second,) = await add(parts, job(job_id="b"))
+    assert first != second
+    for name in (first, second):  # landed, but not held: as after a claim whose answer was lost
+        shard = parts.shards.get(name)
+        assert shard is not None
+        parts.shards.forget(shard)
+    release = store.gate("set_metadata", "shards/")
+    adopting = asyncio.ensure_future(parts.adoption.adopt_orphans())
+    await store.reached("set_metadata", "shards/").wait()  # judged as s#1, its first claim in flight
+    await Membership(store).declare_dead(parts.me.row, REPORTED)  # type: ignore[arg-type]
+    await parts.heartbeat.beat()  # rejoins as s#2 while s#1's lease still holds
+    assert parts.me.owner == "s#2"
+    release.set()
+    assert await adopting == 0
+    owners = {h.base: h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)}  # type: ignore[arg-type]
+    assert owners == {first: "s#1", second: "s#1"}
+    assert parts.shards.get(first) is None and parts.shards.get(second) is None
+    assert await parts.adoption.adopt_orphans() == 0  # s#1 seen replaced now: its lease may still hold
+    parts.clock.advance(OPTIONS.firing_lease.total_seconds())
+    assert await parts.adoption.adopt_orphans() == 2  # proven orphans once s#1's lease ran out

@@ -82,3 +82,49 @@ async def test_a_cancel_of_a_running_job_whose_write_fails_lets_the_attempt_reco
     finish.set()
     await firing
     assert [REMOVE, j.id, 1, "succeeded"] in [op[:4] for op in (await read_log(store, name)).records()]  # type: ignore[arg-type]
+
+
+async def test_a_cancel_that_waited_for_the_shard_while_the_job_started_stops_its_next_occurrence() -> None:
+    """Found by the simulation: cancel looked for a run in flight, then waited for the shard's
+    gate; the job started meanwhile, so the cancel removed it from the log while the run went
+    on to add the next occurrence (or, refused, queued itself again): True did not hold."""
+    parts = await make_parts()
+    started, finish = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    async def slow(ctx):  # type: ignore[no-untyped-def]
+        ran.append(ctx.occurrence)
+        started.set()
+        await finish.wait()
+
+    parts.transport.handlers["h"] = slow
+    j = job(schedule="@every 1s", repeats=3)
+    (name,) = await add(parts, j)
+    shard = parts.shards.get(name)
+    assert shard is not None
+    held, free = asyncio.Event(), asyncio.Event()
+
+    async def writer_in_progress() -> None:  # a write holding the shard, as a schedule call does
+        async with shard.gate.shared():
+            held.set()
+            await free.wait()
+
+    holder = asyncio.ensure_future(writer_in_progress())
+    await held.wait()
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    await asyncio.sleep(0)  # the cancel looked (no run) and now waits for the gate
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await started.wait()  # the job started while the cancel waited
+    free.set()
+    await holder
+    finish.set()
+    assert await cancelling == ("cancelled", None)
+    while parts.runs.inflight:  # noqa: ASYNC110  the run's outcome ends on its own
+        await asyncio.sleep(0.001)
+    parts.clock.advance(5)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert ran == [1]
+    assert j.id not in parts.queue

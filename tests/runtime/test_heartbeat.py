@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from cluster.runtime.membership import DEAD, REPORTED, Membership
 from cluster.runtime.transport import Ping
-from storage import MemoryStore
+from storage import MemoryStore, StorageError
 from tests.runtime.harness import GatedStore, add, job, make_parts
 
 
@@ -66,6 +68,23 @@ async def test_a_heartbeat_that_landed_but_lost_its_answer_is_not_taken_for_bein
     await parts.heartbeat.beat()
     assert parts.me.owner == "s#1" and parts.shards.get(name) is not None
     await parts.heartbeat.beat()  # and the ETag it took from the row is the row's: the next beat lands
+    assert parts.me.owner == "s#1"
+
+
+async def test_a_heartbeat_whose_answer_and_look_after_were_both_lost_is_not_taken_for_being_declared_dead() -> None:
+    """Issue 12, point 7, the gap the simulation found: the write landed, its answer was lost and
+    the look at the row failed too; the next beat's conflict with that very write made the silo
+    drop every shard and rejoin, and peers adopted them while its old lease still held."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    (name,) = await add(parts, job())
+    store.lose_answer("set_metadata", 1)
+    store.fail_next("stat", 1)
+    with pytest.raises(StorageError):
+        await parts.heartbeat.beat()  # unsure: it may have landed (it did)
+    await parts.heartbeat.beat()
+    assert parts.me.owner == "s#1" and parts.shards.get(name) is not None
+    await parts.heartbeat.beat()
     assert parts.me.owner == "s#1"
 
 

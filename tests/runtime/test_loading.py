@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from cluster.runtime.shardlog import SHARD_PREFIX
 from storage import list_logs
-from tests.runtime.harness import Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
 
 
 async def test_a_dormant_shard_loads_and_queues_its_jobs_once_its_window_is_within_the_lookahead() -> None:
@@ -48,4 +48,28 @@ async def test_a_drained_shard_past_its_window_is_deleted() -> None:
     parts.clock.advance(10)
     await parts.loading.delete_drained()
     assert await list_logs(parts.store, SHARD_PREFIX) == []
+    assert parts.shards.get(name) is None
+
+
+async def test_a_drained_shard_whose_delete_failed_takes_no_more_jobs_and_is_deleted_later() -> None:
+    """Found by the simulation (seed 72, pauses): the writer was closed for the delete, the delete
+    failed, and the shard stayed its window's open shard. A recurring job moving its next
+    (overdue) occurrence into that window then retried against the closed writer for good:
+    its occurrences were lost."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = Recorder()
+    (name,) = await add(parts, job())
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    parts.clock.advance(10)
+    store.fail_next("delete", 1)
+    await parts.loading.delete_drained()
+    assert [h.base for h in await list_logs(store, SHARD_PREFIX)] == [name]  # type: ignore[arg-type]
+    late = job(due=timedelta(seconds=5), job_id="late")  # same window as the drained shard
+    (into,) = await add(parts, late)
+    assert into != name and parts.queue.get("late") is not None
+    await parts.loading.delete_drained()
+    assert name not in {h.base for h in await list_logs(store, SHARD_PREFIX)}  # type: ignore[arg-type]
     assert parts.shards.get(name) is None

@@ -72,6 +72,34 @@ async def test_a_shard_created_while_the_silo_rejoined_is_not_held_under_the_dea
     assert owners[name] == "s#2" and sorted(owners.values()) == ["s#1", "s#2"]  # the stray one is an orphan
 
 
+async def test_a_shard_created_while_the_rejoin_is_under_way_is_not_held_under_the_dead_incarnation() -> None:
+    """Issue 12, point 2, the gap the simulation found: the create lands after the silo learnt it
+    was declared dead but before its new join landed, while it still carried the dead owner tag."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    release_create = store.gate("create", "shards/")
+    write = asyncio.ensure_future(add(parts, job()))
+    await store.reached("create", "shards/").wait()
+    await Membership(store).declare_dead(parts.me.row)  # type: ignore[arg-type]
+    release_update = store.gate("stat", "members/")  # the heartbeat's look at its row, after the fenced update
+    beat = asyncio.ensure_future(parts.heartbeat.beat())
+    await store.reached("stat", "members/").wait()
+    release_join = store.gate("stat", "members/")  # the join's read of the row: the rejoin is under way
+    release_update.set()
+    await store.reached("stat", "members/").wait()
+    release_create.set()
+    for _ in range(50):  # let the create land and the write go on as far as it can
+        await asyncio.sleep(0)
+    assert [s.meta.owner for s in parts.shards if s.meta.owner == "s#1"] == []  # nothing held under the dead tag
+    release_join.set()
+    await beat
+    (name,) = await write
+    assert parts.me.owner == "s#2"
+    assert {s.base: s.meta.owner for s in parts.shards} == {name: "s#2"}
+    owners = {h.base: h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)}  # type: ignore[arg-type]
+    assert owners[name] == "s#2" and sorted(owners.values()) == ["s#1", "s#2"]  # the stray one is an orphan
+
+
 async def test_a_schedule_whose_write_fails_leaves_no_phantom_for_the_next_compaction() -> None:
     """Issue 12, point 5: the caller was told it failed, so it must never fire."""
     store = GatedStore()

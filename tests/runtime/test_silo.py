@@ -45,3 +45,68 @@ async def test_a_silo_built_with_a_local_transport_fires_its_jobs_and_releases_i
     stopped = await silo.stop()
     assert stopped == {"released": 1, "unfinished": 0}
     assert {h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)} == {"-"}
+
+
+def test_a_silo_whose_first_join_and_adoption_fail_joins_once_the_store_answers() -> None:
+    """Found by the simulation: a storage fault in the join (or the first adoption round) ended
+    ``_start``, so the silo answered pings, and so was never replaced, while serving nothing."""
+    from random import Random
+
+    from tests.runtime.harness import GatedStore
+    from tests.sim.loop import SimClock, VirtualLoop
+
+    loop = VirtualLoop()
+
+    async def main() -> dict[str, object]:
+        store = GatedStore()
+        store.fail_next("stat", 1)  # the join's first read of its membership row
+        store.fail_next("list", 1)  # the first adoption round, once joined
+        silo = Silo("s", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=LocalTransport(),
+                    clock=SimClock(loop), store=store, rng=Random(1))  # type: ignore[arg-type]
+        info = await asyncio.wait_for(silo.ready(), 30)
+        await silo.stop()
+        return info
+
+    try:
+        assert loop.run_until_complete(main())["owner"] == "s#1"
+    finally:
+        loop.close()
+
+
+def test_a_silo_whose_first_reading_of_the_store_clock_fails_fires_nothing_early() -> None:
+    """Found by the simulation (issue 12 point 10): the first ``server_time`` failed, so the silo
+    fired on its own clock, 2 s ahead of the store's, until its next reading: early by up to 2 s."""
+    from random import Random
+
+    from tests.runtime.harness import GatedStore
+    from tests.sim.loop import SimClock, VirtualLoop, true_now_us
+
+    loop = VirtualLoop()
+    fired_at: list[int] = []
+
+    async def main() -> None:
+        store = GatedStore(MemoryStore(clock=lambda: true_now_us(loop)))
+        store.fail_next("server_time", 1)
+        transport = LocalTransport()
+
+        async def record(_ctx) -> None:  # type: ignore[no-untyped-def]
+            fired_at.append(true_now_us(loop))
+
+        transport.handlers["h"] = record
+        silo = Silo("s", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=transport,
+                    clock=SimClock(loop, skew_us=2_000_000), store=store, rng=Random(1))  # type: ignore[arg-type]
+        await asyncio.wait_for(silo.ready(), 30)
+        due = datetime.fromtimestamp((true_now_us(loop) + 500_000) / 1e6, timezone.utc)
+        j = job(due=due, now=due - timedelta(seconds=1))
+        await silo.schedule([item(j)])
+        await asyncio.sleep(5)
+        await silo.stop()
+        assert fired_at and fired_at[0] >= true_now_us_of(due)
+
+    def true_now_us_of(when: datetime) -> int:
+        return int(when.timestamp() * 1_000_000)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

@@ -1,0 +1,791 @@
+"""One simulated cluster: real silos on one memory store, a seeded fault scheduler, and the checks.
+
+Everything random comes from one ``random.Random(seed)``, drawn in the order the virtual loop
+runs things, so a seed replays exactly (with ``PYTHONHASHSEED=0``: silo code iterates sets).
+
+A silo *process* wraps one ``Silo`` with its own store and transport views:
+
+- killed: every later store or transport call of that incarnation hangs forever (a dead
+  process has no effects); a store call in flight at the kill lands or not, by the rng; peers'
+  pings answer ``Ping.EXITED`` (the raylet saw it exit) or ``UNKNOWN`` (Ray restarting it);
+- paused (SIGSTOP): its calls wait until it resumes, while virtual time runs on;
+- partitioned from Ray: peers' pings answer ``Ping.GONE``, while it keeps running;
+- restarted: a new ``Silo`` with the same id on the same node, so a new incarnation that sees
+  its predecessor's process gone (``exited``).
+
+The store's clock is the true virtual time (``server_time``); each silo's wall clock may be
+skewed from it. The handler side records every attempt it accepts and checks the sender's lease
+end as ``handlers.base.JobHandler`` does, and the ownership invariant when the attempt left and
+when it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.features import feature_hooks
+from cluster.model.attempt import Attempt, Outcome
+from cluster.model.jobs import Target
+from cluster.model.policies import FailurePolicy
+from cluster.model.wire import us_to_datetime
+from cluster.runtime.runs import Run
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.runtime.silo import Silo
+from cluster.runtime.transport import Ping
+from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
+from storage.base import Appended, Fetched, LogStat, ServerTime
+from storage.log import _current, list_logs, read_log
+from tests.runtime.harness import OPTIONS, item, job
+from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
+
+# -- what a run looks like ------------------------------------------------------------------------
+
+SILOS = 3
+# Short on purpose: the cost of a seed is the silos' own loops (heartbeats, maintenance) per
+# virtual second, and thousands of seeds must run in a minute. 14 s with the harness options
+# (10 s shards, 5 s suspicion) still crosses a window and sees kills, adoptions and rejoins.
+CHAOS_S = 14.0  # faults are injected for this long
+CLIENT_S = 8.0  # the client schedules and cancels this long
+MAX_DUE_S = 6.0  # a job falls due at most this long after it is scheduled
+HEAL_MAX_S = 120.0  # after healing, everything due must fire within this
+MAX_LATENCY_S = 0.05  # per store / transport call
+CALL_TIMEOUT_S = 10.0  # a client call without an answer by then is not acknowledged
+
+P_STORE_ERROR = 0.03
+P_LOST_ANSWER = 0.03
+P_DELAY = 0.08  # a delivery held back up to MAX_DELAY_S (it may arrive past the sender's lease)
+MAX_DELAY_S = 6.0
+P_DUPLICATE = 0.05
+MAX_SKEW_US = 1_500_000
+
+WRITES = frozenset({"create", "set_metadata", "append_block", "delete"})
+# What a retried write answers on Azure when its first try landed and the answer was lost.
+LOST_ANSWER_ERRORS: Mapping[str, tuple[type[StorageError], ...]] = {
+    "create": (AlreadyExists, Unavailable),
+    "set_metadata": (Fenced, Unavailable),
+    "append_block": (Fenced, Unavailable),
+    "delete": (NotFound, Unavailable),
+}
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Which fault kinds a run injects; each can be switched on or off."""
+
+    latency: bool = True  # random latency on every call: what interleaves the silos
+    storage_errors: bool = True  # Unavailable, nothing landed
+    lost_answers: bool = True  # a write lands, then its caller gets an error
+    kills: bool = True  # kill a silo process; Ray restarts it a little later
+    pauses: bool = True  # SIGSTOP / SIGCONT
+    # Ray reports a silo dead (``Ping.GONE``) while it runs on, and calls it sent may still land
+    partitions: bool = True
+    delays: bool = True  # a delivery that reaches its handler late
+    duplicates: bool = True  # a delivery the handler receives twice
+    skew: bool = True  # a fixed offset on each silo's wall clock
+
+    @classmethod
+    def kinds(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def parse(cls, text: str) -> Faults:
+        """``"default"``, ``"all"``, ``"none"``, or a comma list of kinds (``"kills,pauses"``);
+        ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
+        faults, listing = cls(), False
+        for word in (w.strip() for w in text.split(",") if w.strip()):
+            if word == "default":
+                faults = cls()
+            elif word in ("all", "none"):
+                faults = cls(**dict.fromkeys(cls.kinds(), word == "all"))
+            elif word[0] in "+-" and word[1:] in cls.kinds():
+                faults = dataclasses.replace(faults, **{word[1:]: word[0] == "+"})
+            elif word in cls.kinds():
+                if not listing:  # a list of kinds names all that are on
+                    faults, listing = cls(**dict.fromkeys(cls.kinds(), False)), True
+                faults = dataclasses.replace(faults, **{word: True})
+            else:
+                raise ValueError(f"--faults: {word!r} is not one of {cls.kinds()} (or default/all/none, +kind/-kind)")
+        return faults
+
+    def only(self, kind: str) -> Faults:
+        """Latency (which every run needs to interleave anything) and ``kind``, nothing else."""
+        return Faults(**{**dict.fromkeys(self.kinds(), False), "latency": True, kind: True})
+
+    def describe(self) -> str:
+        return ",".join(k for k in self.kinds() if getattr(self, k)) or "none"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A job the client submits: one-shot or ``@every period`` (``repeats`` times)."""
+
+    id: str
+    due_us: int
+    period_s: int = 0  # 0: one-shot
+    repeats: int = 1
+    fail_first: int = 0  # the handler fails this many first attempts of each occurrence
+
+    def occurrence_due_us(self, occurrence: int) -> int:
+        return self.due_us + (occurrence - 1) * self.period_s * 1_000_000
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """An attempt the handler accepted (within the sender's lease)."""
+
+    job_id: str
+    occurrence: int
+    attempt: int
+    sent_us: int
+    at_us: int
+    sender: str  # the incarnation's owner tag
+    shard: str
+    succeeded: bool
+
+
+@dataclass
+class Result:
+    """What one seed did: its violations, a digest of its trace, and the trace itself."""
+
+    seed: int
+    faults: Faults
+    violations: list[str]
+    digest: str
+    trace: list[str]
+    stats: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class Killed(Exception):
+    """A client call found the silo process dead (Ray's RayActorError)."""
+
+
+# -- silo processes -------------------------------------------------------------------------------
+
+UP, PAUSED, DEAD = "up", "paused", "dead"
+
+
+class Process:
+    """A silo process: its current incarnation's ``Silo`` and what has been done to it."""
+
+    def __init__(self, world: World, silo_id: str) -> None:
+        self.world = world
+        self.silo_id = silo_id
+        self.epoch = 0  # bumped at every (re)start: views of an older epoch hang forever
+        self.state = DEAD
+        self.silo: Silo | None = None
+        self.partitioned = False
+        self.resumed = asyncio.Event()
+        self.skew_us = world.rng.randint(-MAX_SKEW_US, MAX_SKEW_US) if world.faults.skew else 0
+
+    def start(self) -> None:
+        self.epoch += 1
+        self.state = UP
+        self.resumed.set()
+        world = self.world
+        transport = SimTransport(world, self, self.epoch)
+        self.silo = Silo(self.silo_id, "memory://", OPTIONS, "sim", hooks=feature_hooks, transport=transport,
+                         clock=SimClock(world.loop, self.skew_us), store=SimStore(world, self, self.epoch),
+                         rng=random.Random(world.rng.getrandbits(32)))
+        transport.silo = self.silo
+        world.note(f"start {self.silo_id} (epoch {self.epoch})")
+
+    def alive(self, epoch: int) -> bool:
+        return self.epoch == epoch and self.state != DEAD
+
+    async def gate(self, epoch: int) -> None:
+        """Return when a call of incarnation ``epoch`` may go on: never if dead, after a pause ends."""
+        while True:
+            if not self.alive(epoch):
+                await self.world.forever()
+            if self.state != PAUSED:
+                return
+            await self.resumed.wait()
+
+    @property
+    def broken(self) -> bool:
+        """Started but failed to join (its ``_start`` raised): it serves nothing, ever."""
+        silo = self.silo
+        ready = getattr(silo, "_ready", None)
+        return bool(self.state != DEAD and ready is not None and ready.done() and ready.exception() is not None)
+
+
+class SimStore(Store):
+    """One incarnation's view of the shared memory store, with faults at every call."""
+
+    def __init__(self, world: World, proc: Process, epoch: int) -> None:
+        self._world = world
+        self._proc = proc
+        self._epoch = epoch
+
+    async def _call(self, method: str, name: str, op: Callable[[], Awaitable[Any]]) -> Any:
+        world, proc, epoch = self._world, self._proc, self._epoch
+        await proc.gate(epoch)
+        if world.faults.latency:
+            await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
+        if not proc.alive(epoch):
+            # Killed with this call in flight: it reached the store or it did not.
+            if method in WRITES and world.rng.random() < 0.5:
+                await op()
+                world.landed(method, name, proc)
+            await world.forever()
+        await proc.gate(epoch)  # paused meanwhile: the call goes out at resume
+        if world.injecting and world.faults.storage_errors and world.rng.random() < P_STORE_ERROR:
+            raise Unavailable(f"injected: {method} {name} failed")
+        result = await op()
+        if method in WRITES:
+            world.landed(method, name, proc)
+            if world.injecting and world.faults.lost_answers and world.rng.random() < P_LOST_ANSWER:
+                error = world.rng.choice(LOST_ANSWER_ERRORS[method])
+                world.note(f"lost answer {proc.silo_id} {method} {name} -> {error.__name__}")
+                await proc.gate(epoch)
+                raise error(f"injected: {method} {name} landed, its answer was lost")
+        await proc.gate(epoch)  # dead now: the answer never comes; paused: it comes at resume
+        return result
+
+    async def create(self, name: str, metadata: Mapping[str, str]) -> str:
+        return await self._call("create", name, lambda: self._world.store.create(name, metadata))  # type: ignore[no-any-return]
+
+    async def list(self, prefix: str = "") -> list[LogInfo]:
+        return await self._call("list", prefix, lambda: self._world.store.list(prefix))  # type: ignore[no-any-return]
+
+    async def stat(self, name: str) -> LogStat:
+        return await self._call("stat", name, lambda: self._world.store.stat(name))  # type: ignore[no-any-return]
+
+    async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
+        return await self._call("set_metadata", name,  # type: ignore[no-any-return]
+                                lambda: self._world.store.set_metadata(name, metadata, if_match))
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
+        return await self._call("append_block", name,  # type: ignore[no-any-return]
+                                lambda: self._world.store.append_block(name, payload, if_match))
+
+    async def fetch(self, name: str, offset: int = 0) -> Fetched:
+        return await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))  # type: ignore[no-any-return]
+
+    async def delete(self, name: str, if_match: str | None) -> None:
+        await self._call("delete", name, lambda: self._world.store.delete(name, if_match))
+
+    async def server_time(self) -> ServerTime | None:
+        """The true virtual time (the shared store's clock), read when the call reaches it: a
+        silo's skew is then measurable, as against Azure's ``Date`` header."""
+        return await self._call("server_time", "", self._world.store.server_time)  # type: ignore[no-any-return]
+
+
+class SimTransport:
+    """One incarnation's Ray: deliveries to the world's handler, pings of peer processes."""
+
+    def __init__(self, world: World, proc: Process, epoch: int) -> None:
+        self._world = world
+        self._proc = proc
+        self._epoch = epoch
+        self.silo: Silo | None = None
+
+    def node_id(self) -> str:
+        """Each silo runs on a node of its own, restarted there; the epoch stands for its pid
+        (every simulated process shares the one real pid)."""
+        return node_of(self._proc.silo_id, self._epoch)
+
+    def exited(self, node: str, pid: int) -> bool:
+        """What this node's process table shows: a process of an older epoch of this very silo
+        is gone (a restart comes after the kill). Other nodes' processes are not visible here."""
+        here, _, epoch = node.rpartition("/")
+        if here != node_of(self._proc.silo_id, 0).rpartition("/")[0] or not epoch.isdigit():
+            return False
+        return int(epoch) < self._epoch
+
+    def resolve(self, target: Target) -> Any:
+        return target.name
+
+    async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
+                      lease_end: float) -> list[Outcome]:
+        world, proc = self._world, self._proc
+        await proc.gate(self._epoch)
+        sent_us = true_now_us(world.loop)
+        where = [self._shard_of(a) for a in attempts]  # read at send: the run table changes later
+        delay = world.rng.random() * MAX_LATENCY_S if world.faults.latency else 0.0
+        if world.injecting and world.faults.delays and world.rng.random() < P_DELAY:
+            delay += world.rng.random() * MAX_DELAY_S
+        await asyncio.sleep(delay)  # a call already sent reaches the handler even if we die meanwhile
+        alive = lambda: proc.alive(self._epoch)  # noqa: E731
+        outcomes = world.handle(attempts, where, lease_end, sent_us, alive)
+        if world.injecting and world.faults.duplicates and world.rng.random() < P_DUPLICATE:
+            # Ray retried the call (its first answer was lost): the handler runs the batch again.
+            await asyncio.sleep(world.rng.random() * 2.0)
+            outcomes = world.handle(attempts, where, lease_end, sent_us, alive, duplicate=True)
+        if world.faults.latency:
+            await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
+        await proc.gate(self._epoch)
+        return outcomes
+
+    def _shard_of(self, attempt: Attempt) -> tuple[str, str, str | None]:
+        """(job id, shard base, its owner of record now) of an attempt this incarnation is sending."""
+        assert self.silo is not None
+        runs: dict[str, Run] = self.silo._r.runs.inflight
+        for run in runs.values():
+            if run.run_id == attempt.run_id:
+                return run.job_id, run.shard.base, self._world.owner_of_record(run.shard.base)
+        raise AssertionError(f"attempt {attempt.run_id} sent without a run in flight")
+
+    async def ping(self, silo_id: str, timeout: float) -> Ping:
+        world = self._world
+        await self._proc.gate(self._epoch)
+        if world.faults.latency:
+            await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
+        peer = world.procs.get(silo_id)
+        answer: Ping
+        if peer is None:
+            answer = Ping.GONE
+        elif peer.partitioned:
+            answer = Ping.GONE  # Ray lost the node: the actor looks dead while its process runs on
+        elif peer.state == DEAD:
+            # The raylet saw the worker exit (RayActorError with the exit), or the actor is
+            # unavailable while Ray restarts it.
+            answer = world.rng.choice((Ping.EXITED, Ping.UNKNOWN))
+        elif peer.state == PAUSED:
+            await asyncio.sleep(timeout)
+            answer = Ping.UNKNOWN
+        else:
+            answer = Ping.ALIVE
+        await self._proc.gate(self._epoch)
+        return answer
+
+    def notify_adopt(self, silo_ids: Iterable[str]) -> None:
+        pass  # only a graceful stop sends this; the simulation kills
+
+
+def node_of(silo_id: str, epoch: int) -> str:
+    """The node (and pid namespace) of ``silo_id``'s process of ``epoch``."""
+    return f"sim-{silo_id}/{epoch}"
+
+
+# -- the world ------------------------------------------------------------------------------------
+
+
+class _Capture(logging.Handler):
+    """Silo log records with an exception attached that is not a storage fault: bugs."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(logging.INFO if world.verbose else logging.ERROR)
+        self._world = world
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._world.verbose and self._world.live:
+            extra = {k: v for k, v in record.__dict__.items() if k in ("silo", "shard", "why", "error", "job", "owner")}
+            self._world.say(f"log {record.levelname} {record.getMessage()} {extra}")
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and not isinstance(exc, StorageError) and self._world.live:
+            self._world.violate(f"silo logged an unhandled {type(exc).__name__}: {record.getMessage()}: {exc!r}")
+
+
+@contextlib.contextmanager
+def _captured_logs(world: World) -> Iterator[None]:
+    logger = logging.getLogger("timeshard")
+    handler, propagate, level = _Capture(world), logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.setLevel(handler.level)
+    logger.propagate = False  # quiet: faults make silos log warnings by design
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        logger.setLevel(level)
+
+
+class World:
+    """The silos, the store, the client and the handler of one seeded run."""
+
+    def __init__(self, seed: int, faults: Faults, loop: VirtualLoop, *, verbose: bool = False) -> None:
+        self.seed = seed
+        self.faults = faults
+        self.loop = loop
+        self.rng = random.Random(seed)
+        self.verbose = verbose
+        self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
+        self.injecting = True  # False once healed
+        self.live = True  # False while tearing down
+        self.trace: list[str] = []
+        self.violations: list[str] = []
+        self.specs: dict[str, Spec] = {}
+        self.acked: dict[str, str] = {}  # job id -> shard the schedule call returned
+        self.cancel_true: dict[str, int] = {}  # job id -> when a cancel returned True (true µs)
+        self.cancel_unknown: set[str] = set()  # a cancel without an answer: it may have landed
+        self.deliveries: list[Delivery] = []
+        self.stats: dict[str, int] = defaultdict(int)
+        self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
+        self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
+
+    # -- recording --------------------------------------------------------------------------
+
+    def note(self, what: str) -> None:
+        line = f"{self.loop.time():10.6f} {what}"
+        self.trace.append(line)
+        if self.verbose:
+            print(line)
+
+    def say(self, what: str) -> None:
+        """A line for the reader of a verbose replay only: kept out of the trace, so a verbose
+        replay has the same digest as the run it replays."""
+        if self.verbose:
+            print(f"{self.loop.time():10.6f} {what}")
+
+    def violate(self, what: str) -> None:
+        self.note(f"VIOLATION {what}")
+        self.violations.append(f"t={self.loop.time():.6f} {what}")
+
+    async def forever(self) -> None:
+        if not self.live:
+            raise asyncio.CancelledError  # tearing down: hung calls end so their tasks can finish
+        # Kept by the world, so the task hung on it stays reachable: otherwise the garbage
+        # collector may finalise a killed silo's coroutines at any moment (running their
+        # ``finally`` blocks, which spawn tasks) in this seed or a later one's loop, and a seed
+        # would not replay alone as it ran in a search.
+        hung = self.loop.create_future()
+        self._hung.append(hung)
+        await hung
+
+    def owner_of_record(self, base: str) -> str | None:
+        """The shard's owner in the store now: metadata of its current generation."""
+        logs = self.store._logs
+        infos = [LogInfo(name, lg.metadata, lg.etag) for name, lg in logs.items() if name.startswith(base + "~")]
+        head = _current(base, infos)
+        return None if head is None else head.metadata.get("owner")
+
+    def landed(self, method: str, name: str, proc: Process) -> None:
+        self.stats["writes"] += 1
+        if name.startswith(SHARD_PREFIX) and method in ("create", "set_metadata"):
+            base = name.rpartition("~")[0]
+            self.note(f"owner {base} = {self.owner_of_record(base)} ({method} by {proc.silo_id})")
+
+    # -- the handler ------------------------------------------------------------------------
+
+    def handle(self, attempts: Sequence[Attempt], where: Sequence[tuple[str, str, str | None]], lease_end: float,
+               sent_us: int, sender_alive: Callable[[], bool], *, duplicate: bool = False) -> list[Outcome]:
+        """Run a batch as a ``JobHandler`` does: refuse it past the sender's lease, check each one.
+
+        Two owners: the sender was not the shard's owner of record when the attempt left, or
+        the shard has another owner now while the sender's process still runs. An attempt that
+        left its owner and arrives after that process was killed (and its shard adopted, as
+        ``Ping.EXITED`` allows at once) is a re-run of an attempt in flight at a kill: counted,
+        as issue 12 allows for those only ("two *live* incarnations")."""
+        now_us = true_now_us(self.loop)
+        outcomes = []
+        for attempt, (job_id, shard, owner_at_send) in zip(attempts, where, strict=True):
+            sender = attempt.run_id.rpartition("@")[2]
+            if now_us / 1e6 > lease_end:
+                self.note(f"refused {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender}: lease over")
+                outcomes.append(Outcome(attempt.run_id, "the sending silo's lease had expired", "LeaseExpired",
+                                        refused=True))
+                continue
+            spec = self.specs[job_id]
+            succeeded = attempt.dequeue_count > spec.fail_first
+            self.deliveries.append(Delivery(job_id, attempt.occurrence, attempt.dequeue_count, sent_us, now_us,
+                                            sender, shard, succeeded))
+            self.stats["deliveries"] += 1
+            self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
+                      f"{' (duplicate)' if duplicate else ''}{'' if succeeded else ' -> fails'}")
+            owner = self.owner_of_record(shard)
+            if owner_at_send != sender:
+                self.violate(f"two owners: {sender} sent {job_id}#{attempt.occurrence} from {shard}, "
+                             f"whose owner of record then was {owner_at_send}")
+            elif owner != sender and not sender_alive():
+                self.stats["in flight at a kill"] += 1
+                self.note(f"{job_id}#{attempt.occurrence} arrived from {sender}, killed since; "
+                          f"{shard} is {owner}'s now")
+            elif owner != sender:
+                self.violate(f"two owners: {sender} fired {job_id}#{attempt.occurrence} from {shard}, "
+                             f"whose owner of record is {owner}")
+            if now_us < attempt.scheduled_for_us:
+                self.violate(f"early: {job_id}#{attempt.occurrence} fired at {now_us - EPOCH_US} µs, "
+                             f"due {attempt.scheduled_for_us - EPOCH_US} µs")
+            cancelled = self.cancel_true.get(job_id)
+            if cancelled is not None and sent_us >= cancelled:
+                self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
+                             f"its cancel returned True at {cancelled - EPOCH_US} µs")
+            outcomes.append(Outcome(attempt.run_id) if succeeded
+                            else Outcome(attempt.run_id, "failed on purpose", "RuntimeError"))
+        return outcomes
+
+    # -- the client -------------------------------------------------------------------------
+
+    async def call(self, proc: Process, method: str, *args: Any) -> Any:
+        """Call a silo as Ray would: fails if its process is dead; no answer within a timeout
+        counts as none (the call itself is not cancelled: Ray does not cancel actor calls)."""
+        if proc.state == DEAD or proc.silo is None:
+            raise Killed(proc.silo_id)
+        task = asyncio.ensure_future(getattr(proc.silo, method)(*args))
+        done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
+        if not done:
+            raise TimeoutError(f"{method} on {proc.silo_id}: no answer")
+        return task.result()
+
+    def new_spec(self, n: int) -> Spec:
+        rng = self.rng
+        now_us = true_now_us(self.loop)
+        due = now_us + int(rng.uniform(0.2, MAX_DUE_S) * 1_000_000)
+        kind = rng.random()
+        fail_first = rng.choice((0, 0, 1, 2)) if rng.random() < 0.3 else 0
+        if kind < 0.3:
+            return Spec(f"j{n}", due, period_s=2, repeats=rng.randint(2, 3), fail_first=fail_first)
+        return Spec(f"j{n}", due, fail_first=fail_first)
+
+    async def schedule(self, specs: list[Spec]) -> None:
+        proc = self.rng.choice(list(self.procs.values()))
+        now = us_to_datetime(true_now_us(self.loop))
+        items = []
+        for spec in specs:
+            self.specs[spec.id] = spec
+            policy = FailurePolicy.constant("1s", max_retries=3) if spec.fail_first else None
+            if spec.period_s:
+                j = job(due=us_to_datetime(spec.due_us), now=now, job_id=spec.id, schedule=f"@every {spec.period_s}s",
+                        repeats=spec.repeats, misfire="fire_all", failure_policy=policy)
+            else:
+                j = job(due=us_to_datetime(spec.due_us), now=now, job_id=spec.id, failure_policy=policy)
+            items.append(item(j))
+        ids = [s.id for s in specs]
+        try:
+            shards = await self.call(proc, "schedule", items)
+        except (Exception, TimeoutError) as exc:
+            self.note(f"schedule {ids} on {proc.silo_id}: not acknowledged ({type(exc).__name__})")
+            return
+        for spec, shard in zip(specs, shards, strict=True):
+            self.acked[spec.id] = shard
+        self.stats["acked"] += len(specs)
+        self.note(f"schedule {ids} on {proc.silo_id}: acknowledged in {sorted(set(shards))}")
+
+    async def cancel(self, job_id: str) -> None:
+        """Cancel as ``Client.try_cancel_job`` does: ask the shard's creator, follow moves and owners."""
+        shard = self.acked[job_id]
+        prefer = shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
+        for _ in range(8):
+            proc = self.procs.get(prefer) or self.rng.choice(list(self.procs.values()))
+            try:
+                answer, info = await self.call(proc, "cancel", shard, job_id)
+            except Killed:
+                prefer = self.rng.choice(list(self.procs))
+                continue
+            except (Exception, TimeoutError) as exc:
+                self.note(f"cancel {job_id} on {proc.silo_id}: no answer ({type(exc).__name__})")
+                self.cancel_unknown.add(job_id)
+                return
+            self.note(f"cancel {job_id} in {shard} on {proc.silo_id}: {answer} {info}")
+            if answer == "cancelled":
+                self.cancel_true.setdefault(job_id, true_now_us(self.loop))
+                return
+            if answer == "absent":
+                return
+            if answer == "moved" and info:
+                shard, prefer = info, info.rsplit("-", 2)[1].rsplit(".", 1)[0]
+            elif answer == "not_owner" and info is None:
+                return  # drained and deleted: the client would search; nothing to learn here
+            else:
+                owner = (info or "").rpartition("#")[0]
+                if owner not in self.procs:
+                    await asyncio.sleep(0.2)
+                    owner = self.rng.choice(list(self.procs))
+                prefer = owner
+        self.cancel_unknown.add(job_id)
+
+    async def client(self) -> None:
+        n = 0
+        end = self.loop.time() + CLIENT_S
+        while self.loop.time() < end:
+            await asyncio.sleep(self.rng.uniform(0.1, 0.8))
+            if self.acked and self.rng.random() < 0.15:
+                candidates = sorted(set(self.acked) - set(self.cancel_true) - self.cancel_unknown)
+                if candidates:
+                    self.spawn(self.cancel(self.rng.choice(candidates)))
+                    continue
+            specs = []
+            for _ in range(self.rng.randint(1, 3)):
+                n += 1
+                specs.append(self.new_spec(n))
+            self.spawn(self.schedule(specs))
+
+    # -- faults over time -------------------------------------------------------------------
+
+    async def chaos(self) -> None:
+        events = [e for e, on in (("kill", self.faults.kills), ("pause", self.faults.pauses),
+                                  ("partition", self.faults.partitions)) if on]
+        if not events:
+            return
+        end = self.loop.time() + CHAOS_S
+        while True:
+            await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+            if self.loop.time() >= end:
+                return
+            event = self.rng.choice(events)
+            proc = self.rng.choice(list(self.procs.values()))
+            if proc.state != UP:
+                continue
+            if event == "kill":
+                proc.state = DEAD
+                self.note(f"kill {proc.silo_id} (epoch {proc.epoch})")
+                self.spawn(self._restart_later(proc, proc.epoch, self.rng.uniform(0.5, 6.0)))
+            elif event == "pause":
+                proc.state = PAUSED
+                proc.resumed.clear()
+                self.note(f"pause {proc.silo_id}")
+                self.spawn(self._resume_later(proc, proc.epoch, self.rng.uniform(0.5, 12.0)))
+            elif not proc.partitioned:
+                proc.partitioned = True
+                self.note(f"partition {proc.silo_id}")
+                self.spawn(self._heal_partition_later(proc, self.rng.uniform(1.0, 10.0)))
+
+    async def _restart_later(self, proc: Process, epoch: int, after: float) -> None:
+        await asyncio.sleep(after)
+        if proc.epoch == epoch and proc.state == DEAD:
+            proc.start()
+
+    async def _resume_later(self, proc: Process, epoch: int, after: float) -> None:
+        await asyncio.sleep(after)
+        self.resume(proc, epoch)
+
+    def resume(self, proc: Process, epoch: int) -> None:
+        if proc.epoch == epoch and proc.state == PAUSED:
+            proc.state = UP
+            proc.resumed.set()
+            self.note(f"resume {proc.silo_id}")
+
+    async def _heal_partition_later(self, proc: Process, after: float) -> None:
+        await asyncio.sleep(after)
+        if proc.partitioned:
+            proc.partitioned = False
+            self.note(f"partition of {proc.silo_id} healed")
+
+    def heal(self) -> None:
+        """Every fault off; every process up (restarted if dead or broken)."""
+        self.injecting = False
+        self.note("heal")
+        for proc in self.procs.values():
+            proc.partitioned = False
+            self.resume(proc, proc.epoch)
+            if proc.state == DEAD:
+                proc.start()
+            elif proc.broken:
+                self.note(f"{proc.silo_id} never joined: restarted")
+                self.stats["broken"] += 1
+                proc.state = DEAD
+                proc.start()
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    _tasks: set[asyncio.Task[Any]]
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def owed(self) -> list[str]:
+        """Occurrences of acknowledged jobs due by now that have not succeeded yet."""
+        if not hasattr(self, "_succeeded"):
+            self._succeeded: set[tuple[str, int]] = set()
+            self._seen = 0
+        for d in self.deliveries[self._seen:]:
+            if d.succeeded:
+                self._succeeded.add((d.job_id, d.occurrence))
+        self._seen = len(self.deliveries)
+        now_us = true_now_us(self.loop)
+        missing = []
+        for job_id in self.acked:
+            if job_id in self.cancel_true or job_id in self.cancel_unknown:
+                continue
+            spec = self.specs[job_id]
+            for occurrence in range(1, spec.repeats + 1):
+                if spec.occurrence_due_us(occurrence) <= now_us and (job_id, occurrence) not in self._succeeded:
+                    missing.append(f"{job_id}#{occurrence}")
+        return missing
+
+    def last_due_us(self) -> int:
+        return max((s.occurrence_due_us(s.repeats) for s in self.specs.values()), default=0)
+
+    async def main(self) -> None:
+        self._tasks = set()
+        for proc in self.procs.values():
+            proc.start()
+        self.spawn(self.client())
+        await self.chaos()
+        await asyncio.sleep(max(0.0, CHAOS_S - self.loop.time()))
+        self.heal()
+        healed = self.loop.time()
+        while self.loop.time() < healed + HEAL_MAX_S:
+            await asyncio.sleep(0.5)
+            if self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed():
+                break
+        await asyncio.sleep(3.0)  # let outcomes of the last attempts land
+        await self.final_checks()
+
+    async def final_checks(self) -> None:
+        # One chain per job: at most one live copy in all shard logs, no occurrence from two shards.
+        copies: dict[str, list[str]] = defaultdict(list)
+        for head in await list_logs(self.store, SHARD_PREFIX):
+            state = ShardState().replay((await read_log(self.store, head.base)).records())
+            for job_id in state.live:
+                copies[job_id].append(head.base)
+            if self.verbose:
+                self.say(f"end: {head.base} owner {head.metadata.get('owner')} "
+                          f"adopted {head.metadata.get('adopted_count')} live {sorted(state.live)}")
+        if self.verbose:
+            for proc in self.procs.values():
+                if proc.silo is not None and not proc.broken:
+                    st = await proc.silo.status()
+                    self.say(f"end: {proc.silo_id} {st['owner']} queued {st['queued']} inflight {st['inflight']} "
+                              f"quarantined {st['quarantined']} parked {st['parked']} shards {[(s['name'], s['loaded']) for s in st['shards']]}")
+        for missing in self.owed():
+            self.violate(f"lost: acknowledged {missing} never succeeded")
+        for job_id, shards in sorted(copies.items()):
+            if len(shards) > 1:
+                self.violate(f"two chains: {job_id} is live in {shards}")
+        shards_of: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for d in self.deliveries:
+            shards_of[(d.job_id, d.occurrence)].add(d.shard)
+        for (job_id, occurrence), shards in sorted(shards_of.items()):
+            if len(shards) > 1:
+                self.violate(f"two chains: {job_id}#{occurrence} fired from {sorted(shards)}")
+
+
+def run_seed(seed: int, faults: Faults | None = None, *, verbose: bool = False) -> Result:
+    """Run one seeded world to its end and check it; the same seed gives the same trace."""
+    faults = faults if faults is not None else Faults()
+    loop = VirtualLoop()
+    loop.set_exception_handler(lambda _loop, _context: None)  # hung tasks of killed silos are dropped
+    world = World(seed, faults, loop, verbose=verbose)
+    asyncio.set_event_loop(loop)
+    try:
+        with _captured_logs(world):
+            try:
+                loop.run_until_complete(world.main())
+            finally:
+                _tear_down(loop, world)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    digest = hashlib.sha256("\n".join(world.trace).encode()).hexdigest()[:16]
+    return Result(seed, faults, world.violations, digest, world.trace, dict(world.stats))
+
+
+def _tear_down(loop: VirtualLoop, world: World) -> None:
+    """Cancel every task still there (hung calls of killed silos, loops) and let them end."""
+    world.live = False
+    for _ in range(20):
+        tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if not tasks:
+            return
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    raise RuntimeError("tasks kept running after being cancelled 20 times")
