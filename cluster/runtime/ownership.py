@@ -23,8 +23,8 @@ from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import DUE, RELEASED, ShardMeta, shard_name
-from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store
+from cluster.runtime.shardlog import DUE, RELEASED, ShardMeta, landed_ids, shard_name
+from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, read_log
 
 log = logging.getLogger("timeshard.silo")
 
@@ -84,11 +84,22 @@ class ShardTable:
                 self.seal(shard)  # full while dormant: later adds go to a fresh shard
             except Fenced:
                 self.drop(shard, "fenced while adding jobs")
+                if await self._landed(shard, ops):
+                    return shard  # durable there, its new owner fires them: writing again would fork
             except LogCorrupted:
                 # Not acknowledged (the caller takes back what may have landed, from the shard
                 # taken back); the next call writes again instead of failing for good.
                 await self.taken_back(shard)
                 raise
+
+    async def _landed(self, shard: Shard, ops: list[list[Any]]) -> bool:
+        """Whether ``ops`` (one append: all or none) landed in ``shard`` before another silo took it.
+
+        The claim that fenced us replayed every append that landed before its CAS (an append
+        after our last read moves the ETag and fails that CAS), so the log now says for good.
+        """
+        log = await read_log(self._store, shard.base)
+        return bool(landed_ids(log.records(), {op[1] for op in ops}))
 
     async def taken_back(self, shard: Shard) -> bool:
         """Take back ``shard``, whose log writer stopped on a corrupted log; whether that is done.

@@ -79,6 +79,9 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     (1, "default,+partitions,-kills,-pauses,-skew", "rejoin recorded proof under a valid lease",
      "two owners"),  # a call retried by Ray ran beside the shard's new owner
     (21, "default,+partitions,-kills,-pauses,-skew", "adoption judged before a rejoin", "two owners"),
+    # A schedule call's append landed, a peer claimed the shard before the caller learnt it, and
+    # the call wrote the job again into a fresh shard: both copies fired.
+    *((seed, "all", "schedule written again after a fenced append", "two chains") for seed in (2261, 2927, 3230, 4683)),
 ]
 
 
@@ -87,28 +90,5 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
 ])
 def test_a_seed_that_found_a_bug_keeps_it(seed: int, kinds: str, invariant: str) -> None:
     result = run_seed(seed, Faults.parse(kinds))
-    broken = [v for v in result.violations if f" {invariant}: " in v]
-    assert not broken, _explain([result])
-
-
-# Seeds that break an invariant through a bug still open; each must fail until it is fixed, when
-# its mark goes (strict). Outside the 2000 seeds above, which pass.
-OPEN: list[tuple[int, str, str]] = [  # (seed, the bug, the invariant broken)
-    # A schedule call's append to a shard landed, then the shard was claimed by a peer (its silo
-    # had been declared dead) before the caller learnt the outcome; the call then wrote the job
-    # again into a fresh shard, and both copies fire.
-    (2927, "schedule retried after an append whose outcome was lost to a claim", "two chains"),
-    (3230, "schedule retried after an append whose outcome was lost to a claim", "two chains"),
-    (2261, "schedule retried after an append whose outcome was lost to a claim", "two chains"),
-    (4683, "schedule retried after an append whose outcome was lost to a claim", "two chains"),
-]
-
-
-@pytest.mark.parametrize(("seed", "invariant"), [
-    pytest.param(seed, invariant, marks=pytest.mark.xfail(strict=True, reason=bug), id=f"open-{seed}")
-    for seed, bug, invariant in OPEN
-])
-def test_a_seed_that_finds_an_open_bug(seed: int, invariant: str) -> None:
-    result = run_seed(seed)
     broken = [v for v in result.violations if f" {invariant}: " in v]
     assert not broken, _explain([result])
