@@ -8,8 +8,9 @@ passed in, so tests run silos in-process on the memory store. Its life:
 2. write new jobs into its own shard for each due-time window (``ownership``);
 3. load a shard — read, fold, queue — once its window starts within the lookahead (``loading``);
 4. claim orphaned shards (owner proven gone: process exited, or lease over) by metadata CAS, sealed
-   (``adoption``); a shard whose owners keep dying while it fires runs one job at a time, and a
-   job that keeps killing them is parked until an operator releases it (``quarantine``);
+   (``adoption``); a shard whose owners keep dying while it fires runs in quarantine (small
+   batches, halved around suspects), and a job that keeps killing them is parked until an
+   operator releases it (``quarantine``);
 5. fire due jobs: one call per target per batch, within a concurrency limit (``firing``,
    ``staging`` for targets that do not exist yet);
 6. write each outcome: remove, retry per failure policy, or the next occurrence (``outcomes``);
@@ -250,7 +251,7 @@ class Silo:
     async def status(self) -> dict[str, Any]:
         """What this silo holds: shards (owner, state, window, jobs, quarantine), queue, in flight, staged.
 
-        ``quarantined`` names the shards firing one job at a time, ``parked`` the jobs held back
+        ``quarantined`` names the shards firing in quarantine batches, ``parked`` the jobs held back
         per shard (see ``cluster.runtime.quarantine``). ``unreadable`` counts per shard the records
         and jobs that cannot be decoded (kept, never run); ``damaged`` the shards whose log had bad
         frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
