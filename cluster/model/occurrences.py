@@ -17,19 +17,20 @@ Rules shared by every function here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from cluster.model.errors import InvalidPolicy
 from cluster.model.schedules import Schedule
 from cluster.model.times import require_aware
 
-__all__ = ["FIRE_ALL_LIMIT", "CatchUp", "Misfire", "catch_up", "first_occurrence", "next_occurrence"]
+__all__ = ["FIRE_ALL_LIMIT", "CatchUp", "Misfire", "cap_fire_all", "catch_up", "first_occurrence", "next_occurrence"]
 
 # fire_all replays at most this many missed occurrences back to back: enough for any realistic
 # outage of a human-scale schedule, while a sub-second @every down for a day cannot flood its
 # handler with millions of calls. Occurrences past the limit are skipped.
 FIRE_ALL_LIMIT = 1000
+_CRON_MIN_GAP = timedelta(seconds=1)  # cron's finest field is the second
 
 
 class Misfire(str, Enum):
@@ -125,6 +126,26 @@ def catch_up(
         return CatchUp(missed, None)
     following = _first_after(schedule, scheduled_for, now)
     return CatchUp(missed, None if _expired(following, ttl) else following)
+
+
+def cap_fire_all(schedule: Schedule, pending: datetime, now: datetime) -> datetime:
+    """The first occurrence to replay when ``pending`` and those after it up to ``now`` were
+    missed under ``fire_all``: ``pending`` itself, or a later one so that at most
+    :data:`FIRE_ALL_LIMIT` remain — the oldest beyond the limit are skipped.
+
+    Applied every time a late occurrence ends, so a long outage replays at most the limit however
+    the catch-up began (a load, an adoption, or firing that fell behind).
+    """
+    if schedule.period is not None:
+        missed = (now - pending) // schedule.period + 1
+        return pending + max(0, missed - FIRE_ALL_LIMIT) * schedule.period
+    if now - pending <= FIRE_ALL_LIMIT * _CRON_MIN_GAP:
+        return pending  # cron fires at most once a second: no more than the limit fit here
+    times = _missed(schedule, pending, now, FIRE_ALL_LIMIT + 1)
+    if len(times) <= FIRE_ALL_LIMIT:
+        return pending
+    # More than the limit: replay those in the last stretch as long as the first limit's span.
+    return schedule.next_after(now - (times[-1] - times[0]))
 
 
 def _missed(schedule: Schedule, scheduled_for: datetime, now: datetime, room: int) -> tuple[datetime, ...]:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from cluster.model.attempt import JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
 from cluster.model.limits import code_allowed
-from cluster.model.occurrences import Misfire, catch_up, next_occurrence
+from cluster.model.occurrences import Misfire, cap_fire_all, catch_up, next_occurrence
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
@@ -272,4 +272,6 @@ class Outcomes:
             late = us_to_datetime(run.due_us) < now - grace
             if misfire is Misfire.SKIP or (misfire is Misfire.FIRE_ONCE and late):
                 nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
+            elif misfire is Misfire.FIRE_ALL and job.schedule is not None:
+                nxt = cap_fire_all(job.schedule, nxt, now)
         return None if nxt is None else datetime_to_us(nxt)

@@ -213,3 +213,19 @@ def test_catch_up_stays_on_the_job_sequence(
     if ttl is None or ttl >= NOW:
         expected = {Misfire.FIRE_ALL: room, Misfire.FIRE_ONCE: min(1, room), Misfire.SKIP: 0}[misfire]
         assert len(result.fire_now) == expected
+
+
+def test_fire_all_replays_at_most_the_limit_wherever_the_catch_up_began():
+    from cluster.model.occurrences import FIRE_ALL_LIMIT, cap_fire_all
+
+    start = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    every = Schedule.parse("@every 1s")
+    now = start + timedelta(seconds=4000)
+    first = cap_fire_all(every, start, now)
+    assert first == now - timedelta(seconds=FIRE_ALL_LIMIT - 1)  # exactly the limit left, on the grid
+    assert cap_fire_all(every, first, now) == first  # within the limit: nothing more is skipped
+    cron = Schedule.parse("* * * * * *")  # every second, the densest cron
+    kept = cap_fire_all(cron, start, now)
+    assert FIRE_ALL_LIMIT - 1 <= (now - kept).total_seconds() + 1 <= FIRE_ALL_LIMIT
+    hourly = Schedule.parse("0 0 * * * *")  # 4000 s behind is two occurrences: all replayed
+    assert cap_fire_all(hourly, start, now) == start
