@@ -22,7 +22,7 @@ from typing import Any
 from benchmarks._azurite import Azurite
 from benchmarks.report import Report, machine_info
 from storage import AZURE_MAX_BLOCKS, LogOptions, LogWriter, NotFound, Store, open_store, read_log
-from storage.log import generation_name
+from storage.generations import generation_name
 from storage.records import encode_frame
 from storage.urls import CONNECTION_STRING_ENV
 

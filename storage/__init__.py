@@ -18,6 +18,7 @@ from .base import (
     ServerTime,
     Store,
 )
+from .damage import DAMAGED_PREFIX, damaged_name, describe_damage, keep_damaged
 from .errors import (
     AlreadyExists,
     DamagedLog,
@@ -33,20 +34,8 @@ from .errors import (
     Unavailable,
 )
 from .file import FileStore
-from .log import (
-    DAMAGED_PREFIX,
-    LogHead,
-    LogOptions,
-    LogState,
-    LogWriter,
-    damaged_name,
-    describe_damage,
-    find_log,
-    generation_name,
-    keep_damaged,
-    list_logs,
-    read_log,
-)
+from .generations import LogHead, LogState, find_log, generation_name, list_logs, read_log
+from .log import LogOptions, LogWriter
 from .memory import MemoryStore
 from .records import Damage, Decoded, Frame, Torn, decode, encode
 from .urls import DEFAULT_URL, open_store

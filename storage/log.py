@@ -14,275 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import MAX_BLOCK_BYTES, Appended, LogInfo, LogStat, Store, check_metadata
-from .errors import (
-    AlreadyExists,
-    Fenced,
-    InvalidMetadata,
-    LogCorrupted,
-    LogFull,
-    NotFound,
-    RecordTooLarge,
-    StorageError,
-    Unavailable,
+from .appends import append_verified, cas_metadata, landed_append
+from .base import MAX_BLOCK_BYTES, Appended, Store
+from .damage import describe_damage, keep_damaged
+from .errors import AlreadyExists, Fenced, LogCorrupted, LogFull, RecordTooLarge, StorageError
+from .generations import (
+    NEXT_KEY,
+    PENDING_KEY,
+    SEPARATOR,
+    LogState,
+    claim_metadata,
+    current_head,
+    generation_name,
+    split_name,
+    user_metadata,
 )
-from .records import FRAME_OVERHEAD, Decoded, decode, encode_frame, pack
-
-SEPARATOR = "~"
-RESERVED = "log_"
-NEXT_KEY = "log_next"
-PENDING_KEY = "log_pending"
-CLAIM_KEY = "log_claim"
-#: Where a damaged generation is kept for inspection: ``damaged/<generation name>``, a log of its
-#: own (outside every caller's prefix, so nothing replays or adopts it) that ``read_log`` reads.
-DAMAGED_PREFIX = "damaged/"
-_GENERATION = re.compile(r"(.*)~(\d{8})")
+from .records import FRAME_OVERHEAD, encode_frame, pack
 
 #: Returns the live state as records; called synchronously at the moment of rotation.
 Snapshot = Callable[[], Iterable[Any]]
-
-
-def generation_name(base: str, generation: int) -> str:
-    """The store name of one generation of ``base``."""
-    return f"{base}{SEPARATOR}{generation:08d}"
-
-
-def _split(name: str) -> tuple[str, int] | None:
-    match = _GENERATION.fullmatch(name)
-    return (match.group(1), int(match.group(2))) if match else None
-
-
-def _user(metadata: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in metadata.items() if not k.startswith(RESERVED)}
-
-
-def _claim_metadata(user: Mapping[str, str], **reserved: str) -> dict[str, str]:
-    bad = [k for k in user if k.startswith(RESERVED)]
-    if bad:
-        raise InvalidMetadata(f"metadata keys {bad}: the prefix {RESERVED!r} is reserved for the log layer")
-    return check_metadata({**user, CLAIM_KEY: uuid.uuid4().hex[:16], **reserved})
-
-
-@dataclass(frozen=True)
-class LogHead:
-    """The current generation of a log: what to read, and the ETag to claim it with."""
-
-    base: str
-    name: str
-    generation: int
-    metadata: dict[str, str]
-    etag: str
-
-
-def _current(base: str, infos: Iterable[LogInfo]) -> LogHead | None:
-    generations = {}
-    for info in infos:
-        split = _split(info.name)
-        if split and split[0] == base:
-            generations[split[1]] = info
-    pointed = {int(i.metadata[NEXT_KEY]) for i in generations.values() if i.metadata.get(NEXT_KEY, "").isdigit()}
-    for generation in sorted(generations, reverse=True):
-        info = generations[generation]
-        if PENDING_KEY not in info.metadata or generation in pointed:
-            return LogHead(base, info.name, generation, _user(info.metadata), info.etag)
-    return None
-
-
-async def find_log(store: Store, base: str) -> LogHead:
-    """Return the current generation of ``base``; ``NotFound`` if there is none."""
-    head = _current(base, await store.list(base + SEPARATOR))
-    if head is None:
-        raise NotFound(f"log {base!r} not found")
-    return head
-
-
-async def list_logs(store: Store, prefix: str = "") -> list[LogHead]:
-    """Return the current generation of every log whose base name starts with ``prefix``."""
-    by_base: dict[str, list[LogInfo]] = {}
-    for info in await store.list(prefix):
-        split = _split(info.name)
-        if split:
-            by_base.setdefault(split[0], []).append(info)
-    heads = (_current(base, infos) for base, infos in sorted(by_base.items()))
-    return [head for head in heads if head is not None]
-
-
-@dataclass(frozen=True)
-class LogState:
-    """A log read whole at one ETag: replay ``records()``, then claim with this state."""
-
-    head: LogHead
-    decoded: Decoded
-    raw_metadata: dict[str, str]
-    size: int
-    blocks: int
-    data: bytes = b""  # the bytes read, kept only when they are damaged (see ``keep_damaged``)
-
-    @property
-    def metadata(self) -> dict[str, str]:
-        return self.head.metadata
-
-    @property
-    def etag(self) -> str:
-        return self.head.etag
-
-    def records(self) -> Iterable[Any]:
-        """Every whole record in order (a torn or corrupt tail is left out; see ``decoded.torn``)."""
-        return self.decoded.records()
-
-
-async def read_log(store: Store, base: str, *, attempts: int = 5) -> LogState:
-    """Read the current generation of ``base`` and decode it; follows a rotation under way."""
-    for _ in range(attempts):
-        head = await find_log(store, base)
-        try:
-            fetched = await store.fetch(head.name)
-        except NotFound:
-            continue  # rotated and deleted between listing and reading
-        if NEXT_KEY in fetched.metadata:
-            continue  # superseded while we looked
-        head = LogHead(base, head.name, head.generation, _user(fetched.metadata), fetched.etag)
-        decoded = decode(fetched.data)
-        kept = fetched.data if decoded.damaged else b""
-        return LogState(head, decoded, dict(fetched.metadata), fetched.size, fetched.blocks, kept)
-    raise Unavailable(f"log {base!r}: kept rotating under {attempts} reads")
-
-
-def damaged_name(generation: str) -> str:
-    """Where ``keep_damaged`` keeps a copy of the generation stored as ``generation``."""
-    return DAMAGED_PREFIX + generation
-
-
-async def keep_damaged(store: Store, state: LogState, why: str) -> str:
-    """Copy the generation read as ``state`` to ``damaged/<its name>``, byte for byte; its name.
-
-    For inspection: the copy outlives compaction and deletion of the log it came from, and is
-    found with ``store.list("damaged/")``. Keeping it twice is harmless: a copy already there is
-    completed if it is shorter, else left as it is. ``Fenced`` if another copier wrote meanwhile.
-    ``why`` goes into its metadata (``damage``), cut to fit.
-    """
-    name = damaged_name(state.head.name)
-    data = state.data
-    if not data:
-        data = (await store.fetch(state.head.name)).data
-    metadata = {**_user(state.raw_metadata), "damage": _printable(why)[:1000] or "unknown"}
-    if not _fits(metadata):
-        metadata = {"damage": "unknown"}
-    start = 0
-    try:
-        etag = await store.create(name, metadata)
-    except AlreadyExists:
-        # Kept by someone else, or being kept: finish it from where it is, so a copier that died
-        # half way never leaves a partial copy behind a claim that then deletes the original.
-        stat = await store.stat(name)
-        etag, start, metadata = stat.etag, stat.size, stat.metadata
-    while start < len(data):
-        chunk = data[start : start + MAX_BLOCK_BYTES]
-        etag = (await _append_verified(store, name, chunk, etag, start, metadata)).etag
-        start += len(chunk)
-    return name
-
-
-def describe_damage(decoded: Decoded) -> str:
-    """One line for people: each damaged range and the records lost there."""
-    parts = [f"bytes {d.offset}-{d.end}: {d.reason}, {d.lost} records lost" for d in decoded.damaged]
-    if decoded.torn is not None:
-        parts.append(f"tail from {decoded.torn.offset}: {decoded.torn.reason}")
-    return "; ".join(parts)
-
-
-def _printable(text: str) -> str:
-    return "".join(ch if " " <= ch <= "~" else "?" for ch in text).strip()
-
-
-def _fits(metadata: Mapping[str, str]) -> bool:
-    try:
-        check_metadata(metadata)
-    except InvalidMetadata:
-        return False
-    return True
-
-
-async def _cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: str) -> str:
-    """Set metadata under ``etag``; when the answer is lost or ambiguous, look before failing.
-
-    Metadata written here always carries a fresh claim token, so finding exactly it proves the
-    write was ours.
-    """
-    try:
-        return await store.set_metadata(name, metadata, etag)
-    except NotFound as exc:
-        raise Fenced(f"log {name!r} was deleted") from exc
-    except (Fenced, Unavailable):
-        stat = await _stat_or_fenced(store, name)
-        if stat.metadata == metadata:
-            return stat.etag
-        raise
-
-
-async def _stat_or_fenced(store: Store, name: str) -> LogStat:
-    try:
-        return await store.stat(name)
-    except NotFound as exc:
-        raise Fenced(f"log {name!r} was deleted") from exc
-
-
-async def _landed(store: Store, name: str, frame: bytes, etag: str, size: int,
-                  metadata: Mapping[str, str]) -> Appended | None:
-    """After an ambiguous append: its result if ``frame`` landed, None if nothing changed.
-
-    Ownership first, from ``stat`` alone: other metadata (another writer's claim token) or a
-    deleted log means ``Fenced`` even while the tail cannot be read, so a writer that lost an
-    answer learns it was fenced as soon as the store answers at all. A log now shorter than
-    ``size`` was cut behind the writer's back: ``LogCorrupted``. Only then is the tail read:
-    ``frame`` there means it landed; other bytes at ``size`` mean someone else wrote (``Fenced``).
-    """
-    stat = await _stat_or_fenced(store, name)
-    if stat.metadata != metadata:
-        raise Fenced(f"log {name!r} was claimed by another writer")
-    if stat.etag == etag:
-        return None
-    if stat.size < size:
-        raise LogCorrupted(f"log {name!r} is {stat.size} bytes, shorter than the {size} its writer wrote")
-    try:
-        tail = await store.fetch(name, size)
-    except NotFound as exc:
-        raise Fenced(f"log {name!r} was deleted") from exc
-    if tail.etag == etag:
-        return None
-    if tail.metadata != metadata:
-        raise Fenced(f"log {name!r} was claimed by another writer")
-    if tail.data == frame:
-        return Appended(tail.etag, tail.size, tail.blocks)
-    raise Fenced(f"log {name!r} was written by someone else")
-
-
-async def _append_verified(store: Store, name: str, frame: bytes, etag: str, size: int,
-                           metadata: Mapping[str, str]) -> Appended:
-    """Append one frame exactly once, even when a response is lost and the append is retried.
-
-    On an ambiguous failure, read the tail at the offset the frame was meant for: the frame
-    there (and our metadata unchanged) means it landed; nothing new means it is safe to send
-    again; anything else means another writer got in and we are fenced.
-    """
-    for _ in range(3):
-        try:
-            return await store.append_block(name, frame, etag)
-        except NotFound as exc:
-            raise Fenced(f"log {name!r} was deleted") from exc
-        except (Fenced, Unavailable):
-            landed = await _landed(store, name, frame, etag, size, metadata)
-            if landed is not None:
-                return landed
-            # nothing landed: send again
-    raise Unavailable(f"append to {name!r}: failed repeatedly although the log did not change")
 
 
 @dataclass(frozen=True)
@@ -375,9 +130,9 @@ class LogWriter:
     async def create(cls, store: Store, base: str, metadata: Mapping[str, str], *,
                      snapshot: Snapshot | None = None, options: LogOptions = LogOptions()) -> LogWriter:
         """Create log ``base`` (generation 0) and return its writer; ``AlreadyExists`` if taken."""
-        if _current(base, await store.list(base + SEPARATOR)) is not None:
+        if current_head(base, await store.list(base + SEPARATOR)) is not None:
             raise AlreadyExists(f"log {base!r} already exists")
-        raw = _claim_metadata(metadata)
+        raw = claim_metadata(metadata)
         etag = await store.create(generation_name(base, 0), raw)
         return cls(store, base, 0, raw, etag, size=0, blocks=0, last_seq=-1, snapshot=snapshot, options=options)
 
@@ -400,8 +155,8 @@ class LogWriter:
                                "claim it with snapshot= so it can be rewritten")
         if decoded.damaged:
             await keep_damaged(store, state, describe_damage(decoded))
-        raw = _claim_metadata(metadata)
-        etag = await _cas_metadata(store, state.head.name, raw, state.etag)
+        raw = claim_metadata(metadata)
+        etag = await cas_metadata(store, state.head.name, raw, state.etag)
         writer = cls(store, state.head.base, state.head.generation, raw, etag, size=state.size,
                      blocks=state.blocks, last_seq=decoded.last_seq, snapshot=snapshot, options=options)
         writer._must_rotate = decoded.torn is not None or bool(decoded.damaged)
@@ -429,7 +184,7 @@ class LogWriter:
 
     @property
     def metadata(self) -> dict[str, str]:
-        return _user(self._raw)
+        return user_metadata(self._raw)
 
     @property
     def last_seq(self) -> int:
@@ -460,10 +215,10 @@ class LogWriter:
 
     async def set_metadata(self, metadata: Mapping[str, str]) -> str:
         """Replace the caller's metadata under the writer's ETag, after the appends before it."""
-        raw = _claim_metadata(metadata)
+        raw = claim_metadata(metadata)
 
         async def action() -> str:
-            self._etag = await _cas_metadata(self._store, self.name, raw, self._etag)
+            self._etag = await cas_metadata(self._store, self.name, raw, self._etag)
             self._raw = raw
             return self._etag
 
@@ -554,7 +309,7 @@ class LogWriter:
             return
         self._uncertain = _Uncertain(block, self._size, self._etag, sum(takes))
         try:
-            result = await _append_verified(self._store, self.name, block, self._etag, self._size, self._raw)
+            result = await append_verified(self._store, self.name, block, self._etag, self._size, self._raw)
         except LogFull:
             self._uncertain = None
             self._must_rotate = True  # the store's own limit came first
@@ -614,7 +369,7 @@ class LogWriter:
     async def _settle_uncertain(self) -> None:
         doubt = self._uncertain
         assert doubt is not None
-        landed = await _landed(self._store, self.name, doubt.frame, doubt.etag, doubt.size, self._raw)
+        landed = await landed_append(self._store, self.name, doubt.frame, doubt.etag, doubt.size, self._raw)
         if landed is None:
             self._uncertain = None  # it never landed; its waiters were told Unavailable
         else:
@@ -644,10 +399,10 @@ class LogWriter:
 
     async def _switch_to_new_generation(self, packed: list[bytes]) -> None:
         store, old_name = self._store, self.name
-        user = _user(self._raw)
-        taken = [s[1] for i in await store.list(self._base + SEPARATOR) if (s := _split(i.name)) and s[0] == self._base]
+        user = user_metadata(self._raw)
+        taken = [s[1] for i in await store.list(self._base + SEPARATOR) if (s := split_name(i.name)) and s[0] == self._base]
         generation = max(taken, default=self._generation) + 1
-        pending = _claim_metadata(user, **{PENDING_KEY: "1"})
+        pending = claim_metadata(user, **{PENDING_KEY: "1"})
         etag = await store.create(generation_name(self._base, generation), pending)
         new_name = generation_name(self._base, generation)
         size = blocks = 0
@@ -660,7 +415,7 @@ class LogWriter:
                 used += len(packed[end])
                 end += 1
             frame = encode_frame(seq, packed[start:end])
-            result = await _append_verified(store, new_name, frame, etag, size, pending)
+            result = await append_verified(store, new_name, frame, etag, size, pending)
             etag, size, blocks = result.etag, result.size, result.blocks
             seq += end - start
             start = end
@@ -671,13 +426,13 @@ class LogWriter:
         # The commit point: only the owner of the old generation's ETag can point it forward.
         pointer = {**self._raw, NEXT_KEY: str(generation)}
         try:
-            old_etag = await _cas_metadata(store, old_name, pointer, self._etag)
+            old_etag = await cas_metadata(store, old_name, pointer, self._etag)
         except Fenced:
             with contextlib.suppress(StorageError):
                 await store.delete(new_name, etag)
             raise
-        final = _claim_metadata(user)
-        etag = await _cas_metadata(store, new_name, final, etag)
+        final = claim_metadata(user)
+        etag = await cas_metadata(store, new_name, final, etag)
         self._generation, self._raw, self._etag = generation, final, etag
         self._size, self._blocks, self._last_seq = size, blocks, seq - 1
         with contextlib.suppress(StorageError):
@@ -691,7 +446,7 @@ class LogWriter:
         except StorageError:
             return
         for info in infos:
-            split = _split(info.name)
+            split = split_name(info.name)
             if split and split[0] == self._base and split[1] != self._generation:
                 with contextlib.suppress(StorageError):
                     await self._store.delete(info.name, info.etag)

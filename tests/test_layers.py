@@ -118,6 +118,8 @@ def test_ray_is_imported_only_where_a_ray_call_is_made() -> None:
         ("cluster.flows.hooks", "cluster.named.registry", False),  # a feature importing another
         ("handlers.base", "cluster.runtime.silo", False),
         ("storage.log", "cluster.model.wire", False),
+        ("storage.generations", "cluster.model.wire", False),
+        ("storage.generations", "cluster.model.wire", False),
         ("cluster.model.jobs", "cluster", False),  # the facade, from inside
         ("cluster.client", "cluster.named.api", True),
         ("cluster.runtime.firing", "storage", True),

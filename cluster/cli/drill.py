@@ -51,7 +51,7 @@ from cluster.model.wire import resolve_code_path
 from cluster.runtime.membership import DEAD, MEMBER_PREFIX, Member
 from cluster.runtime.shardlog import SHARD_PREFIX
 from storage import StorageError, Store, open_store
-from storage.log import list_logs
+from storage.generations import list_logs
 
 RECORDER = "handlers.builtin:Recorder"  # by path: cluster code never imports handlers
 #: Drills run with the defaults a user gets: options that hide failures (a short poison

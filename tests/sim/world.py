@@ -43,7 +43,7 @@ from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
-from storage.log import _current, list_logs, read_log
+from storage.generations import current_head, list_logs, read_log
 from tests.runtime.harness import OPTIONS, item, job
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
 
@@ -461,7 +461,7 @@ class World:
         """The shard's owner in the store now: metadata of its current generation."""
         logs = self.store._logs
         infos = [LogInfo(name, lg.metadata, lg.etag) for name, lg in logs.items() if name.startswith(base + "~")]
-        head = _current(base, infos)
+        head = current_head(base, infos)
         return None if head is None else head.metadata.get("owner")
 
     def landed(self, method: str, name: str, proc: Process) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import storage
 from storage import LogOptions, LogWriter, read_log
-from storage.log import PENDING_KEY, generation_name
+from storage.generations import PENDING_KEY, generation_name
 
 
 class State:

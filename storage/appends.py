@@ -1,0 +1,85 @@
+"""Fenced writes that survive a lost answer: a metadata CAS and a block append that happen
+exactly once, even when the store retried them or their response never came back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .base import Appended, LogStat, Store
+from .errors import Fenced, LogCorrupted, NotFound, Unavailable
+
+
+async def cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: str) -> str:
+    """Set metadata under ``etag``; when the answer is lost or ambiguous, look before failing.
+
+    Metadata written here always carries a fresh claim token, so finding exactly it proves the
+    write was ours.
+    """
+    try:
+        return await store.set_metadata(name, metadata, etag)
+    except NotFound as exc:
+        raise Fenced(f"log {name!r} was deleted") from exc
+    except (Fenced, Unavailable):
+        stat = await stat_or_fenced(store, name)
+        if stat.metadata == metadata:
+            return stat.etag
+        raise
+
+
+async def stat_or_fenced(store: Store, name: str) -> LogStat:
+    """``store.stat(name)``, with a deleted log read as ``Fenced``."""
+    try:
+        return await store.stat(name)
+    except NotFound as exc:
+        raise Fenced(f"log {name!r} was deleted") from exc
+
+
+async def landed_append(store: Store, name: str, frame: bytes, etag: str, size: int,
+                  metadata: Mapping[str, str]) -> Appended | None:
+    """After an ambiguous append: its result if ``frame`` landed, None if nothing changed.
+
+    Ownership first, from ``stat`` alone: other metadata (another writer's claim token) or a
+    deleted log means ``Fenced`` even while the tail cannot be read, so a writer that lost an
+    answer learns it was fenced as soon as the store answers at all. A log now shorter than
+    ``size`` was cut behind the writer's back: ``LogCorrupted``. Only then is the tail read:
+    ``frame`` there means it landed; other bytes at ``size`` mean someone else wrote (``Fenced``).
+    """
+    stat = await stat_or_fenced(store, name)
+    if stat.metadata != metadata:
+        raise Fenced(f"log {name!r} was claimed by another writer")
+    if stat.etag == etag:
+        return None
+    if stat.size < size:
+        raise LogCorrupted(f"log {name!r} is {stat.size} bytes, shorter than the {size} its writer wrote")
+    try:
+        tail = await store.fetch(name, size)
+    except NotFound as exc:
+        raise Fenced(f"log {name!r} was deleted") from exc
+    if tail.etag == etag:
+        return None
+    if tail.metadata != metadata:
+        raise Fenced(f"log {name!r} was claimed by another writer")
+    if tail.data == frame:
+        return Appended(tail.etag, tail.size, tail.blocks)
+    raise Fenced(f"log {name!r} was written by someone else")
+
+
+async def append_verified(store: Store, name: str, frame: bytes, etag: str, size: int,
+                           metadata: Mapping[str, str]) -> Appended:
+    """Append one frame exactly once, even when a response is lost and the append is retried.
+
+    On an ambiguous failure, read the tail at the offset the frame was meant for: the frame
+    there (and our metadata unchanged) means it landed; nothing new means it is safe to send
+    again; anything else means another writer got in and we are fenced.
+    """
+    for _ in range(3):
+        try:
+            return await store.append_block(name, frame, etag)
+        except NotFound as exc:
+            raise Fenced(f"log {name!r} was deleted") from exc
+        except (Fenced, Unavailable):
+            landed = await landed_append(store, name, frame, etag, size, metadata)
+            if landed is not None:
+                return landed
+            # nothing landed: send again
+    raise Unavailable(f"append to {name!r}: failed repeatedly although the log did not change")
