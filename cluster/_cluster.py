@@ -9,13 +9,16 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.client import Client
+from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
+from cluster.model.placement import Node, place
 from cluster.runtime.membership import SILO_PREFIX
 from cluster.runtime.ray_metrics import RayMetrics
 from cluster.runtime.ray_transport import RayTransport
@@ -33,26 +36,42 @@ class SiloActor(Silo):
     def __init__(self, silo_id: str, store_url: str, options: ClusterOptions, namespace: str) -> None:
         # Silo.__init__ by name: Ray rebinds this class's name to its actor class.
         Silo.__init__(self, silo_id, store_url, options, namespace, hooks=feature_hooks,
-                      transport=RayTransport(namespace), metrics_exporter=RayMetrics())
+                      transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process)
 
 
-def _ensure_ray(namespace: str) -> None:
-    if not ray.is_initialized():
-        ray.init(
-            namespace=namespace,
-            num_cpus=max(4, os.cpu_count() or 1),
-            include_dashboard=False,
-            log_to_driver=os.environ.get("TIMESHARD_RAY_LOGS", "") == "1",
-            configure_logging=False,
-        )
+def _end_process() -> None:
+    # Ray runs a newer process of this actor; this one holds nothing and must not linger as a
+    # second copy (it would answer calls meant for the new one). Logs are flushed first.
+    logging.shutdown()
+    os._exit(0)
+
+
+def _ensure_ray(namespace: str, address: str | None = None) -> None:
+    if ray.is_initialized():
+        return
+    settings: dict[str, Any] = {"namespace": namespace, "include_dashboard": False, "configure_logging": False,
+                                "log_to_driver": os.environ.get("TIMESHARD_RAY_LOGS", "") == "1"}
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        try:  # a new local Ray, with room for several silos and handlers on a small machine
+            ray.init(num_cpus=max(4, os.cpu_count() or 1), **settings)
+            return
+        except ValueError:  # Ray found a running cluster to join (e.g. `ray start`): it sets the CPUs
+            pass
+    ray.init(address=address, **settings)
+
+
+def _alive_nodes() -> list[Node]:
+    """Ray's alive nodes, as placement sees them."""
+    return [Node(n["NodeID"], dict(n.get("Resources") or {}), "node:__internal_head__" in (n.get("Resources") or {}))
+            for n in ray.nodes() if n.get("Alive")]
 
 
 class Cluster:
-    """A handle on the silos of one namespace: start them, connect to them, stop them."""
+    """A handle on the silos of one namespace: start them, connect to them, scale and stop them."""
 
-    def __init__(self, namespace: str, silo_ids: list[str], options: ClusterOptions, store_url: str) -> None:
+    def __init__(self, namespace: str, silo_ids: Sequence[str], options: ClusterOptions, store_url: str) -> None:
         self.namespace = namespace
-        self.silo_ids = silo_ids
+        self.silo_ids = list(silo_ids)
         self.options = options
         self.store_url = store_url
 
@@ -64,67 +83,101 @@ class Cluster:
         namespace: str = DEFAULT_NAMESPACE,
         options: ClusterOptions | None = None,
         *,
+        address: str | None = None,
         timeout: float = 60.0,
     ) -> Cluster:
         """Start ``silos`` named, detached silo actors on ``store_url`` and wait until they serve.
 
-        Initialises Ray (in ``namespace``) if the caller has not. Silos that already exist under
-        these names are reused, so a second ``start`` reconnects rather than doubles.
+        Initialises Ray (in ``namespace``; joining the cluster at ``address`` if given) unless the
+        caller has. Silos spread over the alive nodes (``ClusterOptions.placement``). Silos that
+        already exist under these names are reused, so a second ``start`` reconnects rather
+        than doubles.
         """
         if silos < 1:
             raise ValueError(f"silos: must be >= 1 (got {silos})")
         options = options or ClusterOptions()
         open_store(store_url)  # a malformed URL fails here, in the caller, not in every silo
-        _ensure_ray(namespace)
-        ids = [str(i) for i in range(silos)]
-        handles = [cls._spawn(silo_id, store_url, options, namespace) for silo_id in ids]
-        ray.get([h.ready.remote() for h in handles], timeout=timeout)
+        _ensure_ray(namespace, address)
+        cluster = cls(namespace, [str(i) for i in range(silos)], options, store_url)
+        running = set(running_silo_ids(namespace))
+        cluster._add([i for i in cluster.silo_ids if i not in running], timeout)
         log.info("cluster started", extra={"namespace": namespace, "silos": silos, "store": store_url})
-        return cls(namespace, ids, options, store_url)
+        return cluster
 
-    @staticmethod
-    def _spawn(silo_id: str, store_url: str, options: ClusterOptions, namespace: str) -> Any:
+    def _add(self, silo_ids: Sequence[str], timeout: float) -> None:
+        """Start ``silo_ids`` on the nodes placement picks, and wait until every silo serves."""
+        others = [h for i, h in self.handles().items() if i not in silo_ids]
+        running_nodes = [r["node"] for r in ray.get([h.ready.remote() for h in others], timeout=timeout)]
+        nodes = place(len(silo_ids), _alive_nodes(), running_nodes, placement=self.options.placement,
+                      required=self.options.required_resources)
+        for silo_id, node in zip(silo_ids, nodes, strict=True):
+            self._spawn(silo_id, node)
+        ray.get([h.ready.remote() for h in self.handles().values()], timeout=timeout)
+
+    def _spawn(self, silo_id: str, node: str) -> Any:
         # Silo processes are started by Ray, not by this one: hand them the store credential.
-        env = {k: os.environ[k] for k in (CONNECTION_STRING_ENV,) if k in os.environ and store_url.startswith("azure:")}
+        env = {k: os.environ[k] for k in (CONNECTION_STRING_ENV,)
+               if k in os.environ and self.store_url.startswith("azure:")}
         actor: Any = SiloActor  # Ray's ActorClass: mypy does not apply class decorators
         return actor.options(
             runtime_env={"env_vars": env} if env else None,
             name=SILO_PREFIX + silo_id,
-            namespace=namespace,
+            namespace=self.namespace,
             lifetime="detached",
             get_if_exists=True,
-            max_restarts=options.max_restarts,
+            max_restarts=self.options.max_restarts,
             max_task_retries=0,
-            num_cpus=options.silo_num_cpus,
-        ).remote(silo_id, store_url, options, namespace)
+            num_cpus=self.options.silo_num_cpus,
+            resources=self.options.required_resources or None,
+            # Soft: a silo restarted after its node is lost goes wherever it fits.
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+        ).remote(silo_id, self.store_url, self.options, self.namespace)
 
     @classmethod
-    def connect(cls, namespace: str = DEFAULT_NAMESPACE, *, timeout: float = 30.0) -> Cluster:
-        """Find the silos already running in ``namespace`` (from another driver or an actor)."""
-        _ensure_ray(namespace)
-        names = [
-            a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["namespace"] == namespace and a["name"].startswith(SILO_PREFIX)
-        ]
-        if not names:
+    def connect(cls, namespace: str = DEFAULT_NAMESPACE, *, address: str | None = None,
+                timeout: float = 30.0) -> Cluster:
+        """Find the silos already running in ``namespace`` (from another driver, node or actor)."""
+        _ensure_ray(namespace, address)
+        ids = running_silo_ids(namespace)
+        if not ids:
             raise LookupError(f"no timeshard silos in Ray namespace {namespace!r}; start them with Cluster.start")
-        ids = sorted((n[len(SILO_PREFIX):] for n in names), key=lambda s: (len(s), s))
-        described = ray.get(ray.get_actor(SILO_PREFIX + ids[0], namespace=namespace).describe.remote(), timeout=timeout)
-        return cls(namespace, ids, described["options"], described["store_url"])
+        for silo_id in ids:
+            try:
+                handle = ray.get_actor(SILO_PREFIX + silo_id, namespace=namespace)
+                described = ray.get(handle.describe.remote(), timeout=timeout)
+            except Exception:  # gone or not answering: ask the next one
+                continue
+            return cls(namespace, ids, described["options"], described["store_url"])
+        raise LookupError(f"no timeshard silo in Ray namespace {namespace!r} answered within {timeout:g} s")
+
+    def handles(self) -> dict[str, Any]:
+        """The actor handle of each silo that exists now, by silo id; gone ones are left out."""
+        out = {}
+        for silo_id in self.silo_ids:
+            try:
+                out[silo_id] = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
+            except ValueError:  # killed without restart, or removed: not an error here
+                continue
+        return out
 
     @property
     def silos(self) -> list[Any]:
-        """The silo actor handles, in id order."""
-        return [ray.get_actor(SILO_PREFIX + i, namespace=self.namespace) for i in self.silo_ids]
+        """The handles of the silos that exist now, in id order; never raises because one is gone."""
+        return list(self.handles().values())
 
     def client(self) -> Client:
         """A picklable client for this cluster."""
         return Client(self.namespace, self.silo_ids, self.options)
 
     def status(self, timeout: float = 30.0) -> list[dict[str, Any]]:
-        """Each silo's status (see ``Silo.status``); a silo that does not answer shows its error."""
+        """Each silo's status (see ``Silo.status``); a silo that is gone or does not answer shows its error."""
+        handles = self.handles()
         out = []
-        for silo_id, handle in zip(self.silo_ids, self.silos, strict=True):
+        for silo_id in self.silo_ids:
+            handle = handles.get(silo_id)
+            if handle is None:
+                out.append({"silo_id": silo_id, "error": f"no Ray actor {SILO_PREFIX}{silo_id}: removed or killed"})
+                continue
             try:
                 out.append(ray.get(handle.status.remote(), timeout=timeout))
             except Exception as exc:
@@ -138,7 +191,7 @@ class Cluster:
         "released_jobs"}``. ``LookupError`` if no silo that answered holds it.
         """
         errors = []
-        for silo_id, handle in zip(self.silo_ids, self.silos, strict=True):
+        for silo_id, handle in self.handles().items():
             try:
                 released = ray.get(handle.release_quarantine.remote(shard), timeout=timeout)
             except Exception as exc:
@@ -148,6 +201,44 @@ class Cluster:
                 return dict(released)
         unanswered = f" ({len(errors)} silo(s) did not answer: {errors[0]})" if errors else ""
         raise LookupError(f"no silo holds shard {shard!r}{unanswered}; `timeshard status` lists the shards")
+
+    def scale(self, silos: int, *, timeout: float = 60.0) -> dict[str, list[str]]:
+        """Grow or shrink to ``silos`` silos while the cluster serves; returns ``{"added", "removed"}``.
+
+        New silos are placed like the first ones and take a fair share of the loaded shards
+        within a few adoption rounds (silos above their share hand shards over). Removed silos
+        (the highest ids) stop gracefully: they finish what is in flight and release their
+        shards, which the others adopt at once. Nothing acknowledged is lost either way.
+        """
+        if silos < 1:
+            raise ValueError(f"silos: must be >= 1 (got {silos})")
+        self.silo_ids = running_silo_ids(self.namespace)
+        current = list(self.silo_ids)
+        if silos > len(current):
+            free = (str(i) for i in range(10 * silos + len(current)) if str(i) not in current)
+            added = [next(free) for _ in range(silos - len(current))]
+            self.silo_ids = sorted(current + added, key=lambda s: (len(s), s))
+            self._add(added, timeout)
+            log.info("silos added", extra={"namespace": self.namespace, "silos": added})
+            return {"added": added, "removed": []}
+        removed = current[silos:]
+        self._stop(removed, timeout)
+        self.silo_ids = current[:silos]
+        log.info("silos removed", extra={"namespace": self.namespace, "silos": removed})
+        return {"added": [], "removed": removed}
+
+    def _stop(self, silo_ids: Sequence[str], timeout: float, *, graceful: bool = True) -> None:
+        """Stop ``silo_ids`` (in parallel: each hands its shards over), then remove their actors."""
+        handles = {i: h for i, h in self.handles().items() if i in silo_ids}
+        if graceful:
+            stops = {i: h.stop.remote(timeout) for i, h in handles.items()}
+            for silo_id, ref in stops.items():
+                try:
+                    ray.get(ref, timeout=timeout + 10)
+                except Exception as exc:
+                    log.warning("silo did not stop gracefully", extra={"silo": silo_id, "error": repr(exc)})
+        for handle in handles.values():
+            ray.kill(handle, no_restart=True)
 
     def kill_silo(self, silo_id: str, *, restart: bool = True) -> None:
         """Crash a silo (no graceful stop); Ray restarts it as a new incarnation if ``restart``."""
@@ -167,14 +258,4 @@ class Cluster:
 
     def shutdown(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
         """Stop every silo: gracefully (finish in-flight work, release shards), then remove them."""
-        for silo_id in self.silo_ids:
-            try:
-                handle = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
-            except ValueError:
-                continue
-            if graceful:
-                try:
-                    ray.get(handle.stop.remote(timeout), timeout=timeout + 10)
-                except Exception as exc:
-                    log.warning("silo did not stop gracefully", extra={"silo": silo_id, "error": repr(exc)})
-            ray.kill(handle, no_restart=True)
+        self._stop(self.silo_ids, timeout, graceful=graceful)

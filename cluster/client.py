@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -30,6 +31,10 @@ from cluster.runtime.membership import SILO_PREFIX
 
 _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
 _MAX_HOPS = 16
+# Seconds between looks at which silos exist: new ones get calls, removed ones no longer do.
+SILO_REFRESH_S = 30.0
+# At most this often when a silo turns out to be gone.
+SILO_REFRESH_ON_MISS_S = 1.0
 
 
 __all__ = ["Client", "ClusterUnavailable"]
@@ -50,6 +55,7 @@ class Client:
         self._pending_loop: asyncio.AbstractEventLoop | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._jobs: Any = None
+        self._refreshed = time.monotonic()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "silo_ids": self.silo_ids, "options": self.options, "attempts": self._attempts}
@@ -142,6 +148,7 @@ class Client:
         if self._pending is pending:
             self._pending = None
         try:
+            self._refresh_silos(SILO_REFRESH_S)
             shards = await self._router.schedule([item for items, _ in pending for item in items])
         except BaseException as exc:
             for _, future in pending:
@@ -220,13 +227,28 @@ class Client:
         return handle
 
     async def _call(self, method: str, *args: Any, prefer: str | None = None) -> Any:
+        self._refresh_silos(SILO_REFRESH_S)
         return await self._router.call(method, *args, prefer=prefer)
+
+    def _refresh_silos(self, older_than: float) -> None:
+        """Route to the silos that exist now, if the last look is ``older_than`` seconds old."""
+        if time.monotonic() - self._refreshed < older_than or not ray.is_initialized():
+            return
+        self._refreshed = time.monotonic()
+        try:
+            ids = running_silo_ids(self.namespace)
+        except Exception:  # Ray's GCS did not answer: keep routing to the silos known
+            return
+        if ids:
+            self.silo_ids = ids
+            self._router.update(ids)
 
     async def _call_silo(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
         """One Ray call to one silo, its failures told apart for the router (see ``routing``)."""
         try:
             handle = self._handle(silo_id)
-        except ValueError as exc:  # not registered (yet): restarting or never started
+        except ValueError as exc:  # not registered (yet): restarting, never started, or removed
+            self._refresh_silos(SILO_REFRESH_ON_MISS_S)
             raise SiloRefused(f"silo {silo_id} is not registered") from exc
         try:
             return await getattr(handle, method).remote(*args)
@@ -237,6 +259,13 @@ class Client:
             if isinstance(exc.cause, (SiloStopping, EarlierTryUnsettled)):  # raised before doing anything
                 raise SiloRefused(f"silo {silo_id}: {exc.cause}") from exc
             raise
+
+
+def running_silo_ids(namespace: str) -> list[str]:
+    """The silo ids with a live named actor in ``namespace``, in id order ("2" before "10")."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["namespace"] == namespace and a["name"].startswith(SILO_PREFIX)]
+    return sorted((n[len(SILO_PREFIX):] for n in names), key=lambda s: (len(s), s))
 
 
 def _current_namespace() -> str | None:

@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 from cluster.model.errors import ValidationError
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
+from cluster.model.placement import PLACEMENTS
 from cluster.model.times import parse_duration
 
 DEFAULT_NAMESPACE = "timeshard"
@@ -58,6 +59,11 @@ class ClusterOptions:
       is an error (logged, in ``status()`` and a metric). Silos fire by the store's clock at any
       skew; handlers check a lease against their host's clock, which this bound stands for.
     - ``silo_num_cpus`` (0): Ray CPUs reserved per silo actor, 0 so several fit on 2 cores.
+    - ``placement`` ("spread"): where new silos go. "spread" puts one on each alive node before
+      any node gets a second, so losing a machine takes as few silos as possible; "pack" puts
+      them together on one node.
+    - ``silo_resources`` (None): custom Ray resources each silo requires, e.g.
+      ``{"timeshard": 1}``: silos then run only on nodes started with that resource (pinning).
     - ``max_restarts`` (-1): how often Ray restarts a crashed silo (-1: always).
     - ``min_period`` (1 s): the shortest ``@every`` period a job may have.
     - ``allowed_code_prefixes`` (None: any): module prefixes grain classes and callable failure
@@ -82,6 +88,8 @@ class ClusterOptions:
     misfire_grace: timedelta = timedelta(seconds=1)
     max_clock_skew: timedelta = timedelta(milliseconds=500)
     silo_num_cpus: float = 0
+    placement: str = "spread"
+    silo_resources: tuple[tuple[str, float], ...] | None = None
     max_restarts: int = -1
     min_period: timedelta = timedelta(seconds=1)
     allowed_code_prefixes: tuple[str, ...] | None = None
@@ -108,6 +116,8 @@ class ClusterOptions:
             misfire_grace: timedelta | str = ...,
             max_clock_skew: timedelta | str = ...,
             silo_num_cpus: float = ...,
+            placement: str = ...,
+            silo_resources: Mapping[str, float] | None = ...,
             max_restarts: int = ...,
             min_period: timedelta | str = ...,
             allowed_code_prefixes: Sequence[str] | None = ...,
@@ -134,12 +144,22 @@ class ClusterOptions:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(name, "must be an int >= 1", value)
 
+        if self.placement not in PLACEMENTS:
+            raise ValidationError("placement", f"must be one of {', '.join(PLACEMENTS)}", self.placement)
+        if self.silo_resources is not None:
+            object.__setattr__(self, "silo_resources", _resources(self.silo_resources))
+
         prefixes = self.allowed_code_prefixes
         if prefixes is not None:
             if isinstance(prefixes, str) or not all(isinstance(p, str) and p.strip(". ") for p in prefixes):
                 raise ValidationError("allowed_code_prefixes", "must be None or a list of module prefixes like 'myapp.'",
                                       prefixes)
             object.__setattr__(self, "allowed_code_prefixes", tuple(prefixes))
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        """The custom Ray resources each silo requires, as Ray's ``resources=`` takes them."""
+        return dict(self.silo_resources or ())
 
     def job_limits(self) -> JobLimits:
         """The limits every job scheduled on this cluster must meet."""
@@ -153,3 +173,18 @@ class ClusterOptions:
     def with_(self, **changes: Any) -> ClusterOptions:
         """A copy with ``changes`` applied and validated."""
         return replace(self, **changes)
+
+
+def _resources(value: object) -> tuple[tuple[str, float], ...]:
+    """``silo_resources`` as sorted (name, amount) pairs, so options stay hashable and comparable."""
+    pairs = value.items() if hasattr(value, "items") else value
+    try:
+        out = tuple(sorted((name, float(amount)) for name, amount in pairs))  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ValidationError("silo_resources", 'must map resource names to amounts, e.g. {"timeshard": 1}',
+                              value) from None
+    for name, amount in out:
+        if not isinstance(name, str) or not name or name in ("CPU", "GPU", "memory") or amount <= 0:
+            raise ValidationError("silo_resources", "must name custom resources (not CPU, GPU or memory) "
+                                  "with positive amounts", value)
+    return out

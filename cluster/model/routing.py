@@ -44,6 +44,12 @@ class Router:
         self._next = start % len(self.silo_ids) if self.silo_ids else 0
         self._max_delay = max_delay
 
+    def update(self, silo_ids: Sequence[str]) -> None:
+        """Route to ``silo_ids`` from now on (silos were added or removed)."""
+        if silo_ids and list(silo_ids) != self.silo_ids:
+            self.silo_ids = list(silo_ids)
+            self._next %= len(self.silo_ids)
+
     def order(self, prefer: str | None = None) -> list[str]:
         """The silos to try for one call: ``prefer`` first, then the ring from the next start."""
         start = self._next

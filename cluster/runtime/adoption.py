@@ -68,6 +68,19 @@ def is_orphan(metadata: Mapping[str, str], members: Mapping[str, Member], depart
     return since is not None and now >= since
 
 
+def _live_holder(owner: str, members: Mapping[str, Member], alive: set[str]) -> str | None:
+    """The live silo whose current incarnation holds a shard owned by ``owner``, if any."""
+    parsed = parse_owner(owner)
+    if parsed is None or parsed[0] not in alive or members[parsed[0]].incarnation != parsed[1]:
+        return None
+    return parsed[0]
+
+
+def fair_share(total: int, alive: int) -> int:
+    """The most shards one of ``alive`` silos should hold of ``total``: the even split, rounded up."""
+    return -(-total // max(alive, 1))
+
+
 def claims_this_round(orphans: int, alive: int, budget: int) -> int:
     """How many of ``orphans`` one of ``alive`` silos claims now: its fair share, within budget."""
     share = -(-orphans // max(alive, 1))  # rounded up; leftovers go next round
@@ -102,23 +115,39 @@ class Adoption:
         self._departures = departures
         self.recheck_at: float | None = None  # when (monotonic) a shard seen waiting for a lease becomes an orphan
         self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
+        self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
+        self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
 
     async def adopt_orphans(self) -> int:
-        """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up."""
+        """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up.
+
+        Shards released by a peer handing them over (``balance``) go to silos below their fair
+        share first; others take them only if they are still unclaimed an adoption interval
+        later. Sets ``excess``: how many shards this silo holds beyond its fair share.
+        """
         me = self._me.owner  # who judges: a rejoin during the round voids its judgments
         members = await self.read_members()
         now = self._clock.monotonic()
         self.recheck_at = None
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
+        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
+        held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
+        unheld = 0
         candidates: list[tuple[str, ShardMeta]] = []
+        released: list[tuple[str, ShardMeta]] = []
         for head in await list_logs(self._store, SHARD_PREFIX):
-            if self._busy(head.base):
-                continue
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
             if meta.window_start > horizon:
+                continue
+            holder = _live_holder(meta.owner, members, alive)
+            if holder is None:
+                unheld += 1
+            else:
+                held[holder] += 1
+            if self._busy(head.base):
                 continue
             if self._mine(head.metadata):
                 candidates.append((head.base, meta))
@@ -128,15 +157,29 @@ class Adoption:
                 if since is not None:  # its owner's lease is still running out: look again then
                     self.recheck_at = since if self.recheck_at is None else min(self.recheck_at, since)
                 continue
-            candidates.append((head.base, meta))
-        alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
-        take = claims_this_round(len(candidates), alive, self._budget)
+            (released if meta.owner == RELEASED else candidates).append((head.base, meta))
+        fair = fair_share(sum(held.values()) + unheld, len(alive))
+        mine = held.get(self._me.silo_id, 0)
+        candidates += self._released_to_take(released, below_share=mine < fair, now=now)
+        take = claims_this_round(len(candidates), len(alive), self._budget)
         self._budget = next_budget(len(candidates), self._budget)
         self._rng.shuffle(candidates)  # silos racing for the same orphans mostly pick different ones
         claimed = 0
         for base, meta in candidates[:take]:
             claimed += await self.claim(base, meta, judged_by=me) is not None
+        self.excess = max(0, mine + claimed - fair)
         return claimed
+
+    def _released_to_take(self, released: list[tuple[str, ShardMeta]], *, below_share: bool,
+                          now: float) -> list[tuple[str, ShardMeta]]:
+        """The released shards this silo may claim: all when below its fair share, else those
+        left unclaimed for an adoption interval (so none waits for good)."""
+        wait = self._options.adoption_interval.total_seconds()
+        seen = {base: self._released_since.get(base, now) for base, _ in released}
+        self._released_since = seen
+        if below_share:
+            return released
+        return [(base, meta) for base, meta in released if now - seen[base] >= wait]
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""

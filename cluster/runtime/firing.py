@@ -109,6 +109,9 @@ class Firing:
             shard: Shard = entry[OWNER]
             if shard.lost:
                 continue
+            if shard.leaving is not None:  # being handed over: its next owner starts it
+                shard.leaving.append(item)
+                continue
             if self._quarantine.isolates(shard):
                 self._to_lane(shard, item)
                 continue

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
@@ -59,6 +60,9 @@ class Heartbeat:
         self._writing = asyncio.Lock()  # held while our row is written: a stop waits for it
         self.watching_peers = True  # off while stopping: keep our lease, take on nothing new
         self._unsure: Member | None = None  # our last row write, if its outcome is unknown
+        # Called once a newer process of this silo has joined: this one must end (see ``beat``).
+        self.on_superseded: Callable[[], None] = lambda: None
+        self.superseded = False
 
     async def join(self, *, replacing: int = 0) -> None:
         """Register as a new incarnation; the lease runs from when the write began.
@@ -84,6 +88,8 @@ class Heartbeat:
                 self._metrics.flush()
                 async with self._writing:
                     await self.beat()
+                if self.superseded:
+                    return
                 if self.watching_peers:
                     await self.detect_failures()
             except asyncio.CancelledError:
@@ -99,6 +105,8 @@ class Heartbeat:
         try:
             self._me.member = await self._update()
         except (Fenced, NotFound):
+            if await self._replaced():
+                return
             # Declared dead by a peer (we were paused or cut off): our shards are being adopted
             # and our writes are fenced. Drop them all and join again as a new incarnation.
             # Retired first: a create or claim in flight must not be held under the dead tag
@@ -115,6 +123,25 @@ class Heartbeat:
             await self.join(replacing=self._me.incarnation if proven else 0)
             return
         self._renew(began)
+
+    async def _replaced(self) -> bool:
+        """Whether our row now names a newer incarnation that another process joined as.
+
+        Ray restarts a silo elsewhere once it thinks the old one's node is gone, while the old
+        process may still run (its raylet died, or a partition cut it off). Rejoining would take
+        the row back from the new process, which would rejoin in turn, each dropping every
+        shard: so the older process gives way for good, fires nothing more and ends.
+        """
+        row = (await self._membership.members()).get(self._me.silo_id)
+        if row is None or row.incarnation <= self._me.incarnation:
+            return False
+        log.error("a newer process of this silo joined; this one ends",
+                  extra={"silo": self._me.owner, "newer": row.owner, "node": row.node, "pid": row.pid})
+        self._me.retire()
+        self._shards.drop_all("a newer process of this silo joined")
+        self.superseded = True  # the heartbeat loop ends: this process never holds a lease again
+        self.on_superseded()
+        return True
 
     async def _update(self) -> Member:
         """Rewrite our row. A conflict caused by our own last write, which landed although its

@@ -127,9 +127,11 @@ class Loading:
         into it exists: a move settled there later looks here for its proof (cluster.runtime.moves).
         """
         now = self._clock.now_us()
+        # A shard just created (for a move's next occurrence, say) is empty until its first write.
+        settled = self._clock.monotonic() - self._options.adoption_interval.total_seconds()
         existing: set[str] | None = None
         for shard in self._shards:
-            if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now:
+            if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now and shard.held_since <= settled:
                 if self._runs.of_shard(shard) or (shard.state is not None and shard.state.pending):
                     continue
                 if shard.state is not None and shard.state.sources:
@@ -143,10 +145,9 @@ class Loading:
                 async with shard.gate.exclusive():
                     if shard.live_count != 0:
                         continue
-                    # Sealed first: its writer closes for the delete, and if the delete fails the
-                    # shard stays held (tried again next round) but must not stay its window's
-                    # open shard, or what is written to that window later (a schedule, a move's
-                    # next occurrence) retries against a closed writer for good.
+                    # Sealed first: its writer closes for the delete, so it must not stay its
+                    # window's open shard, or what is written to that window later (a schedule,
+                    # a move's next occurrence) retries against a closed writer for good.
                     self._shards.seal(shard)
                     try:
                         await shard.writer.close()
@@ -154,6 +155,9 @@ class Loading:
                     except (Fenced, NotFound):
                         pass
                     except StorageError as exc:
+                        # Let go of it anyway: its writer is closed, so holding it would leave
+                        # whatever is written to it (a move's next occurrence) failing for good
+                        # (found by the simulation). If the delete did not land, the log is
+                        # still ours, and adoption takes it back to delete it later.
                         log.warning("could not delete drained shard", extra={"shard": shard.base, "error": repr(exc)})
-                        continue
                     self._shards.forget(shard)

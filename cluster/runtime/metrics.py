@@ -120,6 +120,7 @@ class SiloMetrics:
         self.failed = counter("jobs_failed", "attempts that failed")
         self.retried = counter("jobs_retried", "retries scheduled by failure policies")
         self.adopted = counter("shards_adopted", "shards claimed from other silos")
+        self.handed_over = counter("shards_handed_over", "shards released to silos below their fair share")
         self.unreadable = counter("records_unreadable", "records and jobs that could not be decoded, kept unrun")
         self.shards_damaged = counter("shards_damaged", "shard logs found with bad frames before whole ones")
         self.records_lost = counter("records_lost", "records in damaged stretches of shard logs")
@@ -141,7 +142,7 @@ class SiloMetrics:
     def snapshot(self) -> dict[str, Any]:
         counters: dict[str, Any] = {
             n: getattr(self, n).value
-            for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "unreadable",
+            for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "handed_over", "unreadable",
                       "shards_damaged", "records_lost")
         }
         late = self.lateness

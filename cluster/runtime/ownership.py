@@ -180,8 +180,19 @@ class ShardTable:
         self.seal(shard)
         self._metrics.shards_owned.set(len(self.shards))
 
+    def is_open(self, shard: Shard) -> bool:
+        """Whether new jobs for some window go into ``shard``."""
+        return any(open_shard is shard for open_shard in self._open.values())
+
     def drop(self, shard: Shard, why: str) -> None:
         """Another silo owns ``shard`` now (fencing): fire nothing more from it."""
+        if shard.lost:
+            return
+        self.let_go(shard)
+        log.warning("shard lost to another silo", extra={"shard": shard.base, "why": why})
+
+    def let_go(self, shard: Shard) -> None:
+        """Hold ``shard`` no more (released, or lost): fire nothing more from it."""
         if shard.lost:
             return
         shard.lost = True
@@ -194,7 +205,6 @@ class ShardTable:
         for job_id, run in list(self._runs.staged.items()):
             if run.shard is shard:
                 del self._runs.staged[job_id]
-        log.warning("shard lost to another silo", extra={"shard": shard.base, "why": why})
 
     def drop_all(self, why: str) -> None:
         for shard in list(self.shards.values()):

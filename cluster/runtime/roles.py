@@ -13,6 +13,7 @@ from typing import Any
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.runtime.adoption import Adoption
+from cluster.runtime.balance import Balance
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.firing import Firing
 from cluster.runtime.heartbeat import Heartbeat
@@ -62,6 +63,7 @@ class Roles:
     skew: Skew
     scheduling: Scheduling
     moves: Moves
+    balance: Balance
 
 
 def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, transport: Transport,
@@ -91,5 +93,6 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves)
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
+    balance = Balance(options, clock, shards, runs, queue, quarantine, transport, metrics, heartbeat.peers)
     return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, quarantine, staging,
-                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves)
+                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves, balance)

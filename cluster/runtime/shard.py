@@ -124,6 +124,8 @@ class Shard:
         self.held_since = 0.0  # monotonic, set by the shard table when it starts holding it
         self.damage: ShardDamage | None = None  # what replay found bad in its log, if anything
         self.unreadable: dict[str, str] = {}  # job id -> why its job cannot be decoded (kept, never run)
+        # While it is being handed over (``balance``): its due jobs, held back instead of started.
+        self.leaving: list[tuple[int, str, list[Any]]] | None = None
 
     def __repr__(self) -> str:
         return f"Shard({self.base!r}, loaded={self.loaded}, jobs={self.live_count})"

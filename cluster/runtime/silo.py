@@ -8,7 +8,7 @@ passed in, so tests run silos in-process on the memory store. Its life:
 2. write new jobs into its own shard for each due-time window (``ownership``);
 3. load a shard — read, fold, queue — once its window starts within the lookahead (``loading``);
 4. claim orphaned shards (owner proven gone: process exited, or lease over) by metadata CAS, sealed
-   (``adoption``); a shard whose owners keep dying while it fires runs in quarantine (small
+   (``adoption``), and hand shards beyond a fair share over to silos that have fewer (``balance``); a shard whose owners keep dying while it fires runs in quarantine (small
    batches, halved around suspects), and a job that keeps killing them is parked until an
    operator releases it (``quarantine``);
 5. fire due jobs: one call per target per batch, within a concurrency limit (``firing``,
@@ -99,12 +99,14 @@ class Silo:
     from running, so a silo without the features' hooks would be unsafe. ``transport`` reaches
     handler actors and peers; ``clock`` and ``rng`` may be replaced by tests. ``store`` may be
     given instead of opened from ``store_url`` (silos sharing one memory store in a test).
+    ``on_superseded`` runs once a newer process of this silo has joined (Ray restarted it
+    elsewhere while this one still ran): by then this one holds nothing, and should end.
     """
 
     def __init__(self, silo_id: str, store_url: str, options: ClusterOptions, namespace: str, *,
                  hooks: HooksFactory, transport: Transport, clock: Clock = SYSTEM_CLOCK,
                  metrics_exporter: MetricsExporter | None = None, store: Store | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, on_superseded: Callable[[], None] | None = None) -> None:
         self.silo_id = silo_id
         self.namespace = namespace
         self.options = options
@@ -115,6 +117,8 @@ class Silo:
         self.metrics = SiloMetrics(silo_id, metrics_exporter)
         self._r = wire(silo_id, self._store, options, clock=clock, transport=transport, metrics=self.metrics,
                        rng=rng or random.Random())
+        if on_superseded is not None:
+            self._r.heartbeat.on_superseded = on_superseded
         self._tasks: list[asyncio.Task[None]] = []
         self._check_decoder = JobDecoder()  # schedule's round-trip check: its own memo, no metrics
         self._ready = asyncio.get_running_loop().create_task(self._start())
@@ -165,7 +169,12 @@ class Silo:
     async def ready(self) -> dict[str, Any]:
         """Wait until the silo has joined and claimed its orphans; returns who it is."""
         await self._ready
-        return {"silo_id": self.silo_id, "owner": self.owner, "pid": os.getpid()}
+        return {"silo_id": self.silo_id, "owner": self.owner, "pid": os.getpid(), "node": self.node}
+
+    @property
+    def node(self) -> str:
+        """The Ray node this silo runs on ("" outside Ray)."""
+        return self._r.me.row.node.partition("/")[0]
 
     async def stop(self, timeout: float = 30.0) -> dict[str, Any]:
         """Stop gracefully: no new work, finish what is in flight, release every shard.
@@ -207,7 +216,7 @@ class Silo:
         """
         check_items(jobs, self._check_decoder)
         await self._ready
-        if self._r.runs.closing:
+        if self._r.runs.closing or self._r.heartbeat.superseded:
             raise SiloStopping(f"silo {self.silo_id} is stopping")
         names = await self._r.scheduling.schedule(jobs, suspects)
         self.metrics.scheduled.inc(len(jobs))
@@ -263,6 +272,7 @@ class Silo:
             "silo_id": self.silo_id,
             "owner": self.owner,
             "pid": os.getpid(),
+            "node": self.node,
             "queued": len(self._r.queue),
             "inflight": len(self._r.runs.inflight),
             "staged": len(self._r.runs.staged),
@@ -307,6 +317,8 @@ class Silo:
                         or (recheck is not None and self._clock.monotonic() >= recheck)):
                     last_adoption = self._clock.monotonic()
                     await self._r.adoption.adopt_orphans()
+                    if self._r.adoption.excess:  # in the background: it waits for runs to finish
+                        self._r.runs.spawn(self._r.balance.hand_over(self._r.adoption.excess))
                     await self._r.loading.delete_drained()
                     await self._r.quarantine.forgive()
             except asyncio.CancelledError:

@@ -95,3 +95,24 @@ async def test_a_peer_that_really_declared_us_dead_is_still_seen_as_such() -> No
     store.lose_answer("set_metadata", 1)  # the rejoin's write lands but its answer is lost
     await parts.heartbeat.beat()  # our beat's CAS fails for real: the token in the row is not ours
     assert parts.me.owner == "s#2"  # one new incarnation, not two
+
+
+async def test_an_older_process_of_a_silo_gives_way_to_a_newer_one_instead_of_rejoining() -> None:
+    # Ray restarts a silo elsewhere when it thinks its node is gone, while the old process may
+    # still run (its raylet died, or a partition cut it off; seen with ray.cluster_utils). If the
+    # old one rejoined, it would take the row from the new one, which would rejoin in turn: both
+    # dropping every shard on each round, for good.
+    store = MemoryStore()
+    old = await make_parts(store, "s")
+    j = job()
+    (name,) = await add(old, j)
+    ended: list[bool] = []
+    old.heartbeat.on_superseded = lambda: ended.append(True)
+    new = await make_parts(store, "s", clock=old.clock)  # the restarted process joins as s#2
+    assert new.me.owner == "s#2"
+    await old.heartbeat.beat()
+    assert ended == [True] and old.heartbeat.superseded
+    assert old.shards.get(name) is None and j.id not in old.queue
+    await new.heartbeat.beat()  # the new process keeps its row: nobody took it back
+    assert new.me.owner == "s#2"
+    assert (await Membership(store).members())["s"].incarnation == 2

@@ -55,7 +55,8 @@ async def test_a_drained_shard_whose_delete_failed_takes_no_more_jobs_and_is_del
     """Found by the simulation (seed 72, pauses): the writer was closed for the delete, the delete
     failed, and the shard stayed its window's open shard. A recurring job moving its next
     (overdue) occurrence into that window then retried against the closed writer for good:
-    its occurrences were lost."""
+    its occurrences were lost. (Seed 1926: also when a move had named it as its target: the
+    shard must not stay held with a closed writer at all.)"""
     store = GatedStore()
     parts = await make_parts(store)  # type: ignore[arg-type]
     parts.transport.handlers["h"] = Recorder()
@@ -70,6 +71,12 @@ async def test_a_drained_shard_whose_delete_failed_takes_no_more_jobs_and_is_del
     late = job(due=timedelta(seconds=5), job_id="late")  # same window as the drained shard
     (into,) = await add(parts, late)
     assert into != name and parts.queue.get("late") is not None
+    # Its writer is closed, so it is not held any more; the log is still ours, and an adoption
+    # round takes it back, to be deleted once settled.
+    assert parts.shards.get(name) is None
+    await parts.adoption.adopt_orphans()
+    assert parts.shards.get(name) is not None
+    parts.clock.advance(3)
     await parts.loading.delete_drained()
     assert name not in {h.base for h in await list_logs(store, SHARD_PREFIX)}  # type: ignore[arg-type]
     assert parts.shards.get(name) is None

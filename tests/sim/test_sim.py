@@ -82,6 +82,10 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A schedule call's append landed, a peer claimed the shard before the caller learnt it, and
     # the call wrote the job again into a fresh shard: both copies fired.
     *((seed, "all", "schedule written again after a fenced append", "two chains") for seed in (2261, 2927, 3230, 4683)),
+    # A shard handed over (balance) was adopted; the recurring job's move named a fresh shard of
+    # a past window as its target, which was deleted as drained before the move landed, and the
+    # delete's answer was lost: the shard stayed held with a closed writer, the move failed for good.
+    (1926, "all", "move target deleted while fresh, writer left closed", "lost"),
 ]
 
 
