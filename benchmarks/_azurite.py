@@ -15,6 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 ACCOUNT = "devstoreaccount1"
 # The well-known development key Azurite ships with; it guards nothing.
@@ -72,6 +73,25 @@ class Azurite:
             f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
             f"BlobEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};"
         )
+
+    def write_connection_string(self, path: Path) -> Path:
+        """Write ``connection_string`` to ``path`` (owner-only), for ``azure://...?connection_string_file=``.
+
+        Silos are Ray worker processes started before this emulator; a file is how they reach it
+        without the credential passing through Ray. Replaced whole, so a silo never reads half of it.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(self.connection_string + "\n")
+        os.replace(partial, path)
+        return path
+
+    @staticmethod
+    def store_url(container: str, secret_file: Path) -> str:
+        """``azure://<container>?connection_string_file=<secret_file>`` (see ``write_connection_string``)."""
+        return f"azure://{container}?connection_string_file={quote(str(secret_file), safe='/')}"
 
     @property
     def running(self) -> bool:

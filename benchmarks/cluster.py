@@ -44,7 +44,6 @@ from cluster.model.wire import datetime_to_us, pack
 from cluster.runtime.shardlog import ShardState, add_op
 from handlers.base import JobHandler
 from storage import LogWriter, open_store, read_log
-from storage.urls import CONNECTION_STRING_ENV
 
 GOAL_BATCH_PER_S = 10_000
 GOAL_SINGLE_OVER_NOOP = 0.8
@@ -92,6 +91,9 @@ class Noop:
 # -- environment ----------------------------------------------------------------------------------
 
 
+AZURITE_SECRET = "azurite-connection-string"
+
+
 @dataclass
 class BenchEnv:
     """What one benchmark run shares: a scratch folder and, when asked for, an Azurite."""
@@ -106,7 +108,7 @@ class BenchEnv:
         if kind == "azure":
             if self.azurite is None:
                 raise ValueError("store 'azure': this run started no Azurite")
-            return f"azure://bench-{tag}"
+            return self.azurite.store_url(f"bench-{tag}", self.scratch / AZURITE_SECRET)
         raise ValueError(f"store: must be 'file' or 'azure' (got {kind!r})")
 
 
@@ -123,17 +125,9 @@ def bench_env(stores: Sequence[str]) -> Iterator[BenchEnv]:
     ensure_ray()
     with tempfile.TemporaryDirectory(prefix="timeshard-bench-") as tmp, contextlib.ExitStack() as stack:
         azurite = stack.enter_context(Azurite()) if "azure" in stores else None
-        previous = os.environ.get(CONNECTION_STRING_ENV)
         if azurite is not None:
-            # Cluster.start hands this to the silo processes it starts.
-            os.environ[CONNECTION_STRING_ENV] = azurite.connection_string
-        try:
-            yield BenchEnv(Path(tmp), azurite)
-        finally:
-            if previous is None:
-                os.environ.pop(CONNECTION_STRING_ENV, None)
-            else:
-                os.environ[CONNECTION_STRING_ENV] = previous
+            azurite.write_connection_string(Path(tmp) / AZURITE_SECRET)  # silos read it, Ray never carries it
+        yield BenchEnv(Path(tmp), azurite)
 
 
 @contextlib.contextmanager

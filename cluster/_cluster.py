@@ -24,7 +24,6 @@ from cluster.runtime.ray_metrics import RayMetrics
 from cluster.runtime.ray_transport import RayTransport
 from cluster.runtime.silo import Silo
 from storage import DEFAULT_URL, open_store
-from storage.urls import CONNECTION_STRING_ENV
 
 log = logging.getLogger("timeshard.cluster")
 
@@ -115,12 +114,10 @@ class Cluster:
         ray.get([h.ready.remote() for h in self.handles().values()], timeout=timeout)
 
     def _spawn(self, silo_id: str, node: str) -> Any:
-        # Silo processes are started by Ray, not by this one: hand them the store credential.
-        env = {k: os.environ[k] for k in (CONNECTION_STRING_ENV,)
-               if k in os.environ and self.store_url.startswith("azure:")}
+        # No runtime_env: Ray shows it in plain text. Each silo reads the store credential on its
+        # own node (README, Credentials); the store URL carries at most a file's path.
         actor: Any = SiloActor  # Ray's ActorClass: mypy does not apply class decorators
         return actor.options(
-            runtime_env={"env_vars": env} if env else None,
             name=SILO_PREFIX + silo_id,
             namespace=self.namespace,
             lifetime="detached",

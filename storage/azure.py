@@ -172,8 +172,8 @@ class AzureStore(Store):
         if isinstance(exc, ResourceNotFoundError):
             return NotFound(f"{where}: {code or 'not found'}")
         if isinstance(exc, ClientAuthenticationError) or exc.status_code == 403:
-            return StorageError(f"{where}: authentication failed ({code}); check AZURE_STORAGE_CONNECTION_STRING "
-                                "or the DefaultAzureCredential setup")
+            return StorageError(f"{where}: authentication failed ({code}); check the connection string "
+                                "(AZURE_STORAGE_CONNECTION_STRING or its file) or the DefaultAzureCredential setup")
         if exc.status_code in _TRANSIENT_STATUS:
             return Transient(f"{where}: HTTP {exc.status_code} {code}")
         return StorageError(f"{where}: HTTP {exc.status_code} {code}: {exc.reason}")

@@ -14,11 +14,15 @@ from .memory import MemoryStore
 
 DEFAULT_URL = "file://./.timeshard"
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
+CONNECTION_STRING_FILE_ENV = "AZURE_STORAGE_CONNECTION_STRING_FILE"
 _FORMS = (
     "memory://, file:///absolute/path, file://./relative/path, "
-    "azure://<container> (with AZURE_STORAGE_CONNECTION_STRING set) or "
+    "azure://<container> (with AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_CONNECTION_STRING_FILE set), "
+    "azure://<container>?connection_string_file=/absolute/path or "
     "azure://<container>?account_url=https://<account>.blob.core.windows.net"
 )
+# A connection string is a few hundred bytes; a bigger file is the wrong file.
+_MAX_SECRET_BYTES = 64 * 1024
 
 
 def _query(url: str, query: str, allowed: set[str]) -> dict[str, str]:
@@ -87,7 +91,9 @@ def _open_azure(url: str, container: str, path: str, query: str, retry: RetryPol
         check_container(container)
     except ValueError as exc:
         raise InvalidStoreUrl(f"store URL {url!r}: {exc}") from None
-    params = _query(url, query, {"account_url"})
+    params = _query(url, query, {"account_url", "connection_string_file"})
+    if "account_url" in params and "connection_string_file" in params:
+        raise InvalidStoreUrl(f"store URL {url!r}: give account_url or connection_string_file, not both")
     options = AzureStore.client_options()
     if "account_url" in params:
         account_url = params["account_url"]
@@ -103,14 +109,80 @@ def _open_azure(url: str, container: str, path: str, query: str, retry: RetryPol
         credential = DefaultAzureCredential()
         client = BlobServiceClient(account_url, credential=credential, **options)
         return AzureStore(client, container, retry=retry, credential=credential)
-    connection_string = environ.get(CONNECTION_STRING_ENV, "")
-    if not connection_string:
-        raise InvalidStoreUrl(
-            f"store URL {url!r}: no credential; set {CONNECTION_STRING_ENV} or add "
-            "?account_url=https://<account>.blob.core.windows.net (uses DefaultAzureCredential)"
-        )
+    connection_string, source = _connection_string(url, params, environ)
     try:
         client = BlobServiceClient.from_connection_string(connection_string, **options)
     except ValueError as exc:
-        raise InvalidStoreUrl(f"{CONNECTION_STRING_ENV} is malformed: {exc}") from None
+        reason = _without_secret(str(exc), connection_string)
+        raise InvalidStoreUrl(
+            f"store URL {url!r}: {source} is malformed ({reason}); expected the storage account's connection "
+            "string, Key=Value pairs separated by ';' (DefaultEndpointsProtocol, AccountName, AccountKey, ...)"
+        ) from None
     return AzureStore(client, container, retry=retry)
+
+
+def _connection_string(url: str, params: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str]:
+    """The connection string this process reads on its own node, and where from (for errors).
+
+    The URL's ``connection_string_file`` wins; then ``AZURE_STORAGE_CONNECTION_STRING``, or the
+    file ``AZURE_STORAGE_CONNECTION_STRING_FILE`` names (not both: which one is meant is unclear).
+    """
+    if "connection_string_file" in params:
+        path = params["connection_string_file"]
+        where = f"store URL {url!r}: connection_string_file {path!r}"
+        return _read_secret_file(where, path), f"the connection string in {path!r}"
+    inline = environ.get(CONNECTION_STRING_ENV, "")
+    path = environ.get(CONNECTION_STRING_FILE_ENV, "")
+    if inline and path:
+        raise InvalidStoreUrl(
+            f"store URL {url!r}: both {CONNECTION_STRING_ENV} and {CONNECTION_STRING_FILE_ENV} are set; set one"
+        )
+    if inline:
+        return inline, CONNECTION_STRING_ENV
+    if path:
+        where = f"store URL {url!r}: {CONNECTION_STRING_FILE_ENV} {path!r}"
+        return _read_secret_file(where, path), f"the connection string in {path!r} ({CONNECTION_STRING_FILE_ENV})"
+    raise InvalidStoreUrl(
+        f"store URL {url!r}: no credential; set {CONNECTION_STRING_ENV} or {CONNECTION_STRING_FILE_ENV}, "
+        "add ?connection_string_file=/path, or add ?account_url=https://<account>.blob.core.windows.net "
+        "(uses DefaultAzureCredential)"
+    )
+
+
+def _read_secret_file(where: str, path: str) -> str:
+    """The file's text without surrounding whitespace; errors name the file and the rule, never its contents."""
+    if not Path(path).is_absolute():
+        raise InvalidStoreUrl(f"{where}: must be an absolute path (each silo reads it on its own node)")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_SECRET_BYTES + 1)
+    except FileNotFoundError:
+        raise InvalidStoreUrl(f"{where}: no such file on this node") from None
+    except OSError as exc:
+        raise InvalidStoreUrl(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > _MAX_SECRET_BYTES:
+        raise InvalidStoreUrl(f"{where}: larger than {_MAX_SECRET_BYTES} bytes, not a connection string")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise InvalidStoreUrl(f"{where}: is not UTF-8 text, not a connection string") from None
+    if not text:
+        raise InvalidStoreUrl(f"{where}: is empty; write the storage account's connection string into it")
+    return text
+
+
+def _without_secret(message: str, connection_string: str) -> str:
+    """``message`` with the key, the signature and any unparsed part of ``connection_string`` hidden.
+
+    The SDK's own words do not quote the string today; this keeps it so if they ever do.
+    """
+    secrets = [connection_string.strip()]
+    for part in connection_string.split(";"):
+        key, equals, value = part.partition("=")
+        if not equals:
+            secrets.append(part.strip())
+        elif key.strip().lower() in ("accountkey", "sharedaccesssignature"):
+            secrets += [part.strip(), value.strip()]
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message

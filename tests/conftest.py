@@ -2,43 +2,42 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ray
 
 from cluster.cli.silologs import SiloLogWatch
-from storage.urls import CONNECTION_STRING_ENV
 from tests.azurite import Azurite, start_azurite
 
 
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[Azurite]:
-    """A running in-memory Azurite; ``AZURE_STORAGE_CONNECTION_STRING`` points at it meanwhile.
-
-    The variable is set for the whole session so that processes started by tests (Ray workers,
-    CLIs) reach the same emulator through ``open_store("azure://...")``.
-    """
+    """A running in-memory Azurite, started by the first test that needs it."""
     emulator = start_azurite()
-    previous = os.environ.get(CONNECTION_STRING_ENV)
-    os.environ[CONNECTION_STRING_ENV] = emulator.connection_string
     try:
         yield emulator
     finally:
-        if previous is None:
-            os.environ.pop(CONNECTION_STRING_ENV, None)
-        else:
-            os.environ[CONNECTION_STRING_ENV] = previous
         emulator.stop()
 
 
+@pytest.fixture(scope="session")
+def azurite_secret_file(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file holding Azurite's connection string, as an operator provides one to every node.
+
+    The session's Ray may start before Azurite, and timeshard ships no credential through Ray:
+    silo processes (and CLIs) reach the emulator by reading this file.
+    """
+    return azurite.write_connection_string(tmp_path_factory.mktemp("azurite") / "connection-string")
+
+
 @pytest.fixture
-def azure_store_url(azurite: Azurite) -> str:
-    """``azure://<container>`` naming a container no other test uses (created on first use)."""
-    return f"azure://ts-{uuid.uuid4().hex[:20]}"
+def azure_store_url(azurite: Azurite, azurite_secret_file: Path) -> str:
+    """``azure://<container>?connection_string_file=...`` naming a container no other test uses."""
+    return azurite.store_url(f"ts-{uuid.uuid4().hex[:20]}", azurite_secret_file)
 
 
 @pytest.fixture(scope="session")

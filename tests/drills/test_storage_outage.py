@@ -15,7 +15,6 @@ import ray
 import storage
 from cluster import Cluster, Target
 from cluster.runtime.membership import ACTIVE, Membership
-from storage.urls import CONNECTION_STRING_ENV
 from tests.azurite import start_azurite
 from tests.e2e.conftest import FAST, RecorderActor
 
@@ -24,10 +23,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.azurite]
 OUTAGE_S = 10.0
 
 
-async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, tmp_path: Path, monkeypatch):
+async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, tmp_path: Path):
     emulator = start_azurite(location=tmp_path / "azurite")
-    monkeypatch.setenv(CONNECTION_STRING_ENV, emulator.connection_string)  # handed to the silos
-    cluster = Cluster.start(f"azure://outage-{uuid.uuid4().hex[:8]}", silos=2,
+    secret = emulator.write_connection_string(tmp_path / "connection-string")  # what the silos read
+    cluster = Cluster.start(emulator.store_url(f"outage-{uuid.uuid4().hex[:8]}", secret), silos=2,
                             namespace=f"outage-{uuid.uuid4().hex[:6]}", options=FAST.with_(suspicion_timeout="3s"))
     name = f"outage-rec-{uuid.uuid4().hex[:6]}"
     recorder = RecorderActor.options(name=name, num_cpus=0).remote()
