@@ -6,6 +6,7 @@ Ray transport and the Ray metrics exporter here, and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -19,7 +20,7 @@ from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.model.placement import Node, place
-from cluster.runtime.membership import SILO_PREFIX
+from cluster.runtime.membership import DEAD, REPORTED, SILENT, SILO_PREFIX, Member, Membership
 from cluster.runtime.ray_metrics import RayMetrics
 from cluster.runtime.ray_transport import RayTransport
 from cluster.runtime.silo import Silo
@@ -104,14 +105,81 @@ class Cluster:
         return cluster
 
     def _add(self, silo_ids: Sequence[str], timeout: float) -> None:
-        """Start ``silo_ids`` on the nodes placement picks, and wait until every silo serves."""
-        others = [h for i, h in self.handles().items() if i not in silo_ids]
-        running_nodes = [r["node"] for r in ray.get([h.ready.remote() for h in others], timeout=timeout)]
-        nodes = place(len(silo_ids), _alive_nodes(), running_nodes, placement=self.options.placement,
-                      required=self.options.required_resources)
-        for silo_id, node in zip(silo_ids, nodes, strict=True):
-            self._spawn(silo_id, node)
-        ray.get([h.ready.remote() for h in self.handles().values()], timeout=timeout)
+        """Start ``silo_ids`` on the nodes placement picks, and wait until they serve.
+
+        Ray learns of a lost node only after its health checks fail (about 15 s by default), so
+        a node may still look alive: a silo Ray cannot start there is placed again elsewhere.
+        """
+        deadline = time.monotonic() + timeout
+        lost = self._nodes_of_silos_lost()
+        waiting = list(silo_ids)
+        while waiting:
+            alive = [n for n in _alive_nodes() if n.node_id not in lost]
+            nodes = place(len(waiting), alive, self._running_nodes(exclude=silo_ids),
+                          placement=self.options.placement, required=self.options.required_resources)
+            spawned = {silo_id: (node, self._spawn(silo_id, node)) for silo_id, node in zip(waiting, nodes, strict=True)}
+            waiting = []
+            for silo_id, (node, handle) in spawned.items():
+                try:
+                    ray.get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                except ray.exceptions.ActorUnschedulableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    log.warning("silo could not start on its node; placing it again", extra={"silo": silo_id,
+                                                                                            "node": node})
+                    lost.add(node)
+                    waiting.append(silo_id)
+
+    def _members(self) -> list[Member]:
+        """The membership table's rows ([] when the store does not answer, or from async code)."""
+        async def rows() -> list[Member]:
+            store = open_store(self.store_url)
+            try:
+                return list((await Membership(store).members()).values())
+            finally:
+                await store.close()
+
+        try:
+            asyncio.get_running_loop()
+            return []  # called from async code: a nested loop cannot run here
+        except RuntimeError:
+            pass
+        try:
+            return asyncio.run(rows())
+        except Exception:
+            return []
+
+    def _nodes_of_silos_lost(self) -> set[str]:
+        """Nodes where a silo was declared dead without a graceful stop: Ray may list them alive
+        for a while after losing them, and a silo placed there would never start."""
+        members = self._members()
+        lost = {m.node.partition("/")[0] for m in members if m.status == DEAD and m.cause in (SILENT, REPORTED)}
+        return lost - {m.node.partition("/")[0] for m in members if m.status != DEAD}
+
+    def _remove_lost(self, silo_ids: Sequence[str], timeout: float = 2.0) -> list[str]:
+        """Remove the actors of silos declared dead by their peers that do not answer either (their
+        node is lost: Ray lists them for a while yet); the ids left."""
+        dead = {m.silo_id for m in self._members() if m.status == DEAD and m.cause in (SILENT, REPORTED)}
+        handles = {i: h for i, h in self.handles().items() if i in dead}
+        refs = {i: h.ready.remote() for i, h in handles.items()}
+        answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        gone = [i for i, ref in refs.items() if ref not in answered]
+        for silo_id in gone:
+            ray.kill(handles[silo_id], no_restart=True)
+            log.warning("silo on a lost node removed", extra={"silo": silo_id})
+        return [i for i in silo_ids if i not in gone]
+
+    def _running_nodes(self, *, exclude: Sequence[str], timeout: float = 5.0) -> list[str]:
+        """The node of each running silo that answers in time (one on a lost node may not)."""
+        refs = [h.ready.remote() for i, h in self.handles().items() if i not in exclude]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        nodes = []
+        for ref in ready:
+            try:
+                nodes.append(ray.get(ref)["node"])
+            except Exception:  # its node is gone, or it is restarting: it counts nowhere
+                continue
+        return nodes
 
     def _spawn(self, silo_id: str, node: str) -> Any:
         # No runtime_env: Ray shows it in plain text. Each silo reads the store credential on its
@@ -126,8 +194,10 @@ class Cluster:
             max_task_retries=0,
             num_cpus=self.options.silo_num_cpus,
             resources=self.options.required_resources or None,
-            # Soft: a silo restarted after its node is lost goes wherever it fits.
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+            # Hard: Ray 2.60 placed soft-affinity actors on other nodes than asked (measured with
+            # ray.cluster_utils). Ray restarts a crashed silo on its node; one whose node is lost
+            # stays down (its shards are adopted by peers) until `scale` adds silos again.
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         ).remote(silo_id, self.store_url, self.options, self.namespace)
 
     @classmethod
@@ -205,11 +275,13 @@ class Cluster:
         New silos are placed like the first ones and take a fair share of the loaded shards
         within a few adoption rounds (silos above their share hand shards over). Removed silos
         (the highest ids) stop gracefully: they finish what is in flight and release their
-        shards, which the others adopt at once. Nothing acknowledged is lost either way.
+        shards, which the others adopt at once. Nothing acknowledged is lost either way. Silos
+        lost with their node (declared dead by their peers, not answering) do not count, and
+        their actors are removed.
         """
         if silos < 1:
             raise ValueError(f"silos: must be >= 1 (got {silos})")
-        self.silo_ids = running_silo_ids(self.namespace)
+        self.silo_ids = self._remove_lost(running_silo_ids(self.namespace))
         current = list(self.silo_ids)
         if silos > len(current):
             free = (str(i) for i in range(10 * silos + len(current)) if str(i) not in current)

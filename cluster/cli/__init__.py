@@ -36,13 +36,24 @@ def _add_up(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up",
         help="run silos on a store in the foreground (Ctrl-C stops them gracefully)",
-        description="Start silos on STORE in a local Ray and show a live status line until Ctrl-C.",
-        epilog="example: timeshard up --store file://./.timeshard --silos 3 --shard-duration 1h",
+        description="Start silos on STORE (in a new local Ray, or the Ray cluster at --address) and show a "
+        "live status line until Ctrl-C, which stops them gracefully. If silos already run in the namespace, "
+        "scale them to --silos: new ones take a fair share of the shards; removed ones hand theirs over.",
+        epilog="examples:\n  timeshard up --store file://./.timeshard --silos 3 --shard-duration 1h\n"
+        "  timeshard up --address auto --store azure://jobs?account_url=https://acct.blob.core.windows.net "
+        "--silos 6 --detach\n  timeshard up --address auto --silos 4 --detach    # scale a running cluster to 4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", default="file://./.timeshard", help="store URL (default file://./.timeshard)")
-    p.add_argument("--silos", type=int, default=3, help="how many silos (default 3)")
+    p.add_argument("--silos", type=int, default=3,
+                   help="how many silos (default 3); on a running cluster, scale to this many")
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="Ray namespace (default timeshard)")
+    p.add_argument("--address", default=None,
+                   help="join the Ray cluster at ADDRESS (host:port, or 'auto'); default: a new local Ray")
+    p.add_argument("--detach", action="store_true",
+                   help="start or scale the silos, then return; they keep running in Ray")
+    p.add_argument("--placement", choices=("spread", "pack"), default=None,
+                   help="spread: one silo per node first (default); pack: together on one node")
     p.add_argument("--shard-duration", default=None, help="shard window, e.g. 1h, 30m (default 1h)")
     p.add_argument("--lookahead", default=None, help="load shards this far ahead, e.g. 5m (default 5m)")
     p.set_defaults(func=_run_up)
@@ -84,7 +95,8 @@ def _add_drill(sub: argparse._SubParsersAction) -> None:
         "kill silo processes at random (and optionally pause one past the suspicion timeout), then "
         "check lost = 0, early = 0, duplicates only from attempts in flight at a kill, no fire by a superseded "
         "shard owner, failover time, no silo exceptions. Runs with the default cluster options. Exits 1 on any failed check.",
-        epilog="examples:\n  timeshard drill --kills 3\n  timeshard drill --kills 20 --pause\n  timeshard drill --storm 20",
+        epilog="examples:\n  timeshard drill --kills 3\n  timeshard drill --kills 20 --pause\n  timeshard drill --storm 20\n"
+        "  timeshard drill --nodes 3                       # lose a node, scale up and down",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", default="file://./.timeshard/drill", help="store URL (a file store is wiped first)")
@@ -95,12 +107,19 @@ def _add_drill(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--storm", type=float, default=0.0, metavar="SECONDS",
                    help="restart storm: SIGKILL a random silo every 1-2 s for SECONDS under load (--kills is ignored)")
     p.add_argument("--seed", type=int, default=None, help="random seed for which silo and when")
+    p.add_argument("--nodes", type=int, default=0, metavar="N",
+                   help="many machines: a Ray head and N worker nodes on this machine, one silo per worker; lose a "
+                   "whole node under load, then scale to N+2 silos and back (--kills, --silos ignored)")
     p.add_argument("--out", default="benchmarks/results/scratch/drill",
                    help="folder for executions.jsonl, drill.json, drill-timeline.png (default not tracked by git)")
     p.set_defaults(func=_run_drill)
 
 
 def _run_drill(args: argparse.Namespace) -> int:
+    if args.nodes:
+        from cluster.cli.node_drill import run_node_drill_command
+
+        return run_node_drill_command(args)
     from cluster.cli.drill import run_drill_command
 
     return run_drill_command(args)

@@ -35,13 +35,14 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster._cluster import Cluster
 from cluster.cli.silologs import SiloLogWatch
@@ -63,16 +64,22 @@ IN_FLIGHT_S = 2.0
 #: Calls a silo sent just before it was killed or stopped may still start at the handler.
 DELIVERY_S = 0.5
 OBSERVE_INTERVAL_S = 0.1
+#: How long after a fire the observer may take to see that its sender had claimed the shard back.
+TAKEN_BACK_S = 0.5
+#: Seconds a peer takes to claim a shard, replay it and fire its first due job, at most.
+CLAIM_S = 0.5
 DEFAULT_OUT = "benchmarks/results/scratch/drill"  # not tracked (.gitignore)
 
 
 def failover_bound(options: ClusterOptions) -> float:
     """Seconds from a kill until its silo's due jobs fire elsewhere, at most (the README's claim).
 
-    Its lease ends ``0.8 * suspicion_timeout`` after its last heartbeat began; a peer sees that
-    at its next heartbeat, then claims, loads and fires in well under the remaining 0.2.
+    The slowest path is a silo gone without proof (a lost machine): peers declare it dead once
+    they have watched its row unchanged for ``suspicion_timeout``. They see its last heartbeat up
+    to one ``heartbeat_interval`` after it landed and look again every interval; claiming,
+    loading and firing take the rest (``CLAIM_S``). A killed process Ray saw exit is faster.
     """
-    return options.suspicion_timeout.total_seconds() + options.heartbeat_interval.total_seconds()
+    return options.suspicion_timeout.total_seconds() + 2 * options.heartbeat_interval.total_seconds() + CLAIM_S
 
 
 @dataclass
@@ -125,13 +132,26 @@ class Observer:
                 return at
         return None
 
-    def superseded_at(self, shard: str, owner: str) -> float | None:
-        """When another owner of ``shard`` was first seen after ``owner`` was (None: never, or unseen)."""
+    def superseded_at(self, shard: str, owner: str, sent: float) -> float | None:
+        """When the store showed another owner of ``shard`` before ``owner`` sent a fire at
+        ``sent``, with ``owner`` not seen taking it back by then; None if it held the shard.
+
+        A shard handed over and adopted back has its owner twice in its history. Observation
+        lags the store by at most ``OBSERVE_INTERVAL_S`` (plus a listing), so a claim back is
+        looked for up to ``TAKEN_BACK_S`` after the fire: the check can miss fires, never invent one.
+        """
         history = self.shard_owners.get(shard, [])
-        mine = next((i for i, (_, o) in enumerate(history) if o == owner), None)
-        if mine is None:
-            return None
-        return next((at for at, o in history[mine + 1:] if o != owner), None)
+        if not any(o == owner for _, o in history):
+            return None  # never seen owning it: too short to observe
+        other = None
+        for at, o in history:
+            if at > sent + TAKEN_BACK_S:
+                break
+            if o != owner and at < sent and other is None:
+                other = at
+            elif o == owner and other is not None:
+                other = None  # taken back (before the fire, or within observation lag after it)
+        return other
 
 
 @dataclass
@@ -224,9 +244,15 @@ class DrillReport:
         return out
 
 
+#: How a drill hits a silo: (cluster, silo id, events, progress, label) -> whether it was hit.
+Hit = Callable[[Cluster, str, list[Event], bool, str], Awaitable[bool]]
+#: What a drill does after its hits while the load goes on: (cluster, events, progress).
+Then = Callable[[Cluster, list[Event], bool], Awaitable[None]]
+
+
 async def _victim(cluster: Cluster, silo_id: str, timeout: float = 60) -> tuple[int, str, list[str]]:
     """The silo's worker pid, incarnation and the shards it owns right now."""
-    handle = cluster.silos[cluster.silo_ids.index(silo_id)]
+    handle = cluster.handles()[silo_id]
     status = await asyncio.wait_for(asyncio.wrap_future(handle.status.remote().future()), timeout)
     return status["pid"], status["owner"], [s["name"] for s in status["shards"]]
 
@@ -241,11 +267,15 @@ async def run_drill(
     seed: int | None = None,
     progress: bool = True,
     storm_s: float = 0.0,
+    hit: Hit | None = None,
+    then: Then | None = None,
+    then_span: float = 0.0,
 ) -> DrillReport:
     """Drive a drill against a running ``cluster``; records and a timeline go to ``out_dir``.
 
     With ``storm_s`` > 0 a random silo is killed every 1–2 s for that long (``kills`` is ignored)
-    while new jobs keep being scheduled.
+    while new jobs keep being scheduled. ``hit`` replaces the SIGKILL of a silo (a whole node lost,
+    say); ``then`` runs after the hits while jobs keep falling due for ``then_span`` more seconds.
     """
     rng = random.Random(seed)
     out_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240  one local mkdir before the drill starts
@@ -254,7 +284,10 @@ async def run_drill(
     watch = SiloLogWatch()
     recorder_cls = ray.remote(resolve_code_path(RECORDER))
     name = f"drill-recorder-{os.getpid()}-{rng.randrange(1 << 30)}"
-    recorder = recorder_cls.options(name=name, namespace=cluster.namespace, num_cpus=0).remote(str(records_path))
+    # On the driver's node: the drill's instrument must outlive any node the drill takes away.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    recorder = recorder_cls.options(name=name, namespace=cluster.namespace, num_cpus=0,
+                                    scheduling_strategy=here).remote(str(records_path))
     await recorder.executions.remote()
     observer = Observer(open_store(cluster.store_url))
 
@@ -262,6 +295,7 @@ async def run_drill(
     bound = failover_bound(cluster.options)
     gap = bound + 1.5  # let each failover finish before the next kill
     span = 3.0 + storm_s + 5.0 if storm_s else 3.0 + kills * gap + (2 * suspicion + 3 if pause else 0) + 2.0
+    span += then_span
     client = cluster.client()
     start = datetime.now(timezone.utc) + timedelta(seconds=1.5)
     count = int(rate * span)
@@ -288,8 +322,10 @@ async def run_drill(
         else:
             for n in range(kills):
                 await asyncio.sleep(rng.uniform(0.2, 1.0))
-                await _kill(cluster, rng.choice(cluster.silo_ids), events, progress, f"kill {n + 1}/{kills}")
+                await (hit or _kill)(cluster, rng.choice(cluster.silo_ids), events, progress, f"kill {n + 1}/{kills}")
                 await asyncio.sleep(gap)
+        if then is not None:
+            await then(cluster, events, progress)
         if pause:
             silo = rng.choice(cluster.silo_ids)
             pid, owner, shards = await _victim(cluster, silo)
@@ -464,8 +500,8 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     if observer is not None:
         for r in records:
             shard = shard_of.get(r["job_id"])
-            superseded = observer.superseded_at(shard, _owner(r)) if shard else None
-            if superseded is not None and _sent(r) > superseded:
+            superseded = observer.superseded_at(shard, _owner(r), _sent(r)) if shard else None
+            if superseded is not None:
                 two_owner.append((r["job_id"], str(shard), _owner(r), round(r["started"], 3), round(superseded, 3)))
 
     # A killed incarnation fires nothing after the calls it had sent; a paused one nothing after

@@ -308,7 +308,8 @@ def _status_text(report: dict[str, Any]) -> str:
             continue
         c = silo["counters"]
         lines.append(
-            f"silo {silo['silo_id']} ({silo['owner']}, pid {silo['pid']}): {silo['queued']} queued, "
+            f"silo {silo['silo_id']} ({silo['owner']}, node {silo.get('node', '')[:12] or '-'}, pid {silo['pid']}): "
+            f"{silo['queued']} queued, "
             f"{silo['inflight']} in flight, {silo['staged']} staged; lateness mean "
             f"{c.get('lateness_mean_s', 0):.3f}s max {c.get('lateness_max_s', 0):.3f}s"
         )

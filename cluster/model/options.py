@@ -38,10 +38,14 @@ class ClusterOptions:
     - ``undeliverable_timeout`` (10 min): how long a job waits for its target actor to appear
       before that counts as a failed attempt (Dapr's staging queue).
     - ``staging_interval`` (1 s): how often staged jobs look for their target.
-    - ``heartbeat_interval`` (1 s) and ``suspicion_timeout`` (5 s): failure detection by
+    - ``heartbeat_interval`` (500 ms) and ``suspicion_timeout`` (2 s): failure detection by
       heartbeat; a silo silent longer than the timeout is declared dead. Each heartbeat renews
       the silo's firing lease for ``LEASE_FRACTION`` (0.8) of the timeout (``firing_lease``):
-      peers wait that long before taking the shards of a silo not proven gone.
+      peers wait that long before taking the shards of a silo not proven gone. Together they
+      bound failover when a whole machine is lost (about the timeout plus one or two
+      heartbeats; see the README's node-loss drill); a silo whose event loop stalls longer than the lease
+      stops firing until its next heartbeat. Each heartbeat pings every peer, so with dozens of
+      silos, raise both.
     - ``adoption_interval`` (2 s): how often silos look for orphaned shards besides membership
       changes. ``max_adopted_count`` (3): after this many owners in a row died while a shard was
       firing, it is quarantined (its jobs fire in batches named in its metadata, never
@@ -78,8 +82,8 @@ class ClusterOptions:
     handler_timeout: timedelta = timedelta(seconds=30)
     undeliverable_timeout: timedelta = timedelta(minutes=10)
     staging_interval: timedelta = timedelta(seconds=1)
-    heartbeat_interval: timedelta = timedelta(seconds=1)
-    suspicion_timeout: timedelta = timedelta(seconds=5)
+    heartbeat_interval: timedelta = timedelta(milliseconds=500)
+    suspicion_timeout: timedelta = timedelta(seconds=2)
     adoption_interval: timedelta = timedelta(seconds=2)
     max_adopted_count: int = 3
     poison_forgiveness: timedelta = timedelta(seconds=60)

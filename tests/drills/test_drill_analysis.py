@@ -59,3 +59,12 @@ def test_a_kill_nobody_took_over_is_reported():
     kill = Event("kill", T + 2, "0", "0#1", ["shards/a"])
     report = analyse([job(0), job(5)], [run(0, "0#1", T + 0.1)], [kill], ClusterOptions(), observer())
     assert report.unmeasured_kills == ["0#1"] and not report.failover_ok and report.lost == 1
+
+
+def test_an_owner_that_took_its_shard_back_fires_from_it_again_but_not_in_between():
+    # Handed over (released "-"), adopted by 1#1, released again at a scale-down, adopted back.
+    seen = observer(a=[(T, "0#1"), (T + 10, "-"), (T + 11, "1#1"), (T + 20, "-"), (T + 21, "0#1")])
+    records = [run(0, "0#1", T + 5), run(1, "1#1", T + 15), run(2, "0#1", T + 15), run(3, "0#1", T + 22),
+               run(4, "0#1", T + 20.8)]  # j4: sent just before its claim back was observed
+    report = analyse([job(k) for k in range(5)], records, [], ClusterOptions(), seen)
+    assert [e[0] for e in report.two_owner_examples] == ["j2"]

@@ -1,0 +1,52 @@
+"""Many machines, drilled in every test run: a Ray head and 3 worker nodes on this machine, one
+silo per worker node; a whole node is lost under load, then the cluster scales up and down.
+
+Runs ``timeshard drill --nodes 3`` in a process of its own (it starts its own multi-node Ray,
+which cannot share this process with the session's Ray) with the default cluster options.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(params=["file", pytest.param("azure", marks=pytest.mark.azurite)])
+def node_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path / 'store'}"
+    return str(request.getfixturevalue("azure_store_url"))
+
+
+def test_losing_a_node_and_scaling_under_load_lose_nothing(node_store: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "drill", "--nodes", "3", "--store", node_store,
+                           "--rate", "150", "--seed", "5", "--out", str(out)],
+                          capture_output=True, text=True, timeout=400)
+    report_path = out / "node-drill.json"
+    assert report_path.exists(), f"the drill wrote no report:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    report = json.loads(report_path.read_text())
+    drill = report["drill"]
+    print(f"node loss: failover {drill['failover_s']} s (bound {drill['failover_bound_s']} s); scale-up "
+          f"{report['scale_up_s']} s; rebalanced {report['rebalanced_s']} s after the new silos served")
+    assert report["spread_ok"], f"silos not one per worker node: {report['placement']}"
+    assert drill["lost"] == 0, f"{drill['lost']} acknowledged jobs never fired: {drill['lost_jobs'][:5]}"
+    assert drill["early"] == 0, f"{drill['early']} fires before their due time"
+    assert drill["other_duplicates"] == 0, drill["unexplained_duplicates"][:5]
+    assert drill["two_owner_fires"] == 0, drill["two_owner_examples"][:5]
+    assert drill["zombie_fires"] == 0, drill["zombie_examples"][:5]
+    assert not drill["silo_faults"], drill["silo_faults"][:5]
+    assert len(drill["failover_s"]) == 1 and drill["failover_s"][0] <= drill["failover_bound_s"], (
+        f"the lost node's jobs fired elsewhere after {drill['failover_s']} s "
+        f"(bound {drill['failover_bound_s']} s; never taken over: {drill['unmeasured_kills']})")
+    assert report["scaled_up_to"] == 5 and len(set(report["placement_after_scale"].values())) == 3, (
+        f"scaled-up silos not spread over the 3 nodes left: {report['placement_after_scale']}")
+    assert report["rebalanced_s"] is not None, "shards never rebalanced after the scale-up"
+    assert report["scaled_down_to"] == 3
+    assert report["ok"] and done.returncode == 0, done.stdout[-2000:]
