@@ -31,7 +31,8 @@ from typing import Any
 import ray
 
 from cluster._cluster import Cluster
-from cluster.cli.drill import DRILL_OPTIONS, DrillReport, Event, _say, _victim, run_drill
+from cluster.cli.drill import DRILL_OPTIONS, _say, _victim, run_drill
+from cluster.cli.drill_analysis import DrillReport, Event
 from cluster.runtime.membership import DEAD, LEAVING, MEMBER_PREFIX, Member, parse_owner
 from cluster.runtime.shardlog import SHARD_PREFIX
 from storage import StorageError, Store, open_store

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -55,8 +56,9 @@ def run_up(args: argparse.Namespace) -> int:
     open_store(args.store)  # a bad URL or a missing credential fails here, before Ray starts
     # Ray logs this on every connection to a cluster with a token; it is not the user's concern.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    if args.address:
-        ray.init(address=args.address, namespace=args.namespace, log_to_driver=False, configure_logging=False)
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, namespace=args.namespace, log_to_driver=False, configure_logging=False)
     else:
         ray.init(namespace=args.namespace, include_dashboard=False, log_to_driver=False, configure_logging=False)
     cluster, what = _start_or_scale(args)

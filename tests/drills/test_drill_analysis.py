@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from cluster.cli.drill import Event, Observer, analyse
+from cluster.cli.drill_analysis import Event, Observer, analyse
 from cluster.model.options import ClusterOptions
 from storage.memory import MemoryStore
 

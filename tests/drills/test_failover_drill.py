@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from cluster import Cluster
-from cluster.cli.drill import DRILL_OPTIONS, DrillReport, run_drill
+from cluster.cli.drill import DRILL_OPTIONS, run_drill
+from cluster.cli.drill_analysis import DrillReport
 from cluster.model.options import ClusterOptions
 
 pytestmark = pytest.mark.ray
