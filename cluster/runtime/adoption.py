@@ -83,8 +83,7 @@ def fair_share(total: int, alive: int) -> int:
 
 def claims_this_round(orphans: int, alive: int, budget: int) -> int:
     """How many of ``orphans`` one of ``alive`` silos claims now: its fair share, within budget."""
-    share = -(-orphans // max(alive, 1))  # rounded up; leftovers go next round
-    return min(share, budget)
+    return min(fair_share(orphans, alive), budget)  # rounded up; leftovers go next round
 
 
 def next_budget(orphans: int, budget: int) -> int:

@@ -6,7 +6,6 @@ The long drills run on demand: ``timeshard drill --kills 20 --pause`` and ``time
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -16,13 +15,6 @@ from cluster.cli.drill_analysis import DrillReport
 from cluster.model.options import ClusterOptions
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture(params=["file", pytest.param("azure", marks=pytest.mark.azurite)])
-def drill_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "file":
-        return f"file://{tmp_path / 'store'}"
-    return str(request.getfixturevalue("azure_store_url"))
 
 
 def assert_safe(report: DrillReport) -> None:

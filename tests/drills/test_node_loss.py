@@ -17,16 +17,9 @@ import pytest
 pytestmark = pytest.mark.ray
 
 
-@pytest.fixture(params=["file", pytest.param("azure", marks=pytest.mark.azurite)])
-def node_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "file":
-        return f"file://{tmp_path / 'store'}"
-    return str(request.getfixturevalue("azure_store_url"))
-
-
-def test_losing_a_node_and_scaling_under_load_lose_nothing(node_store: str, tmp_path: Path) -> None:
+def test_losing_a_node_and_scaling_under_load_lose_nothing(drill_store: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "cluster.cli", "drill", "--nodes", "3", "--store", node_store,
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "drill", "--nodes", "3", "--store", drill_store,
                            "--rate", "150", "--seed", "5", "--out", str(out)],
                           capture_output=True, text=True, timeout=400)
     report_path = out / "node-drill.json"
