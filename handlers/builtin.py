@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cluster.model.attempt import Attempt, JobContext, Outcome
+from cluster.model.attempt import Attempt, JobContext
 from handlers.base import JobHandler
 
 
@@ -32,7 +32,7 @@ class Recorder(JobHandler):
         self._batches = 0  # batches being delivered: their records are synced once at the end
 
     async def timeshard_deliver(self, batch: Sequence[Attempt], timeout: float | None,
-                                lease_end: float | None = None) -> list[Outcome]:
+                                lease_end: float | None = None) -> list[tuple[Any, ...]]:
         # A batch's last jobs start after every fsync before them: a drill judges what was in
         # flight at a kill by when the silo's call arrived, not by when each job started.
         now = time.time()

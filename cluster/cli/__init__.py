@@ -2,7 +2,7 @@
 
     timeshard demo                       the main job: 3 silos, real jobs, a crash, a summary
     timeshard up --store file:///var/ts  run silos in the foreground until Ctrl-C
-    timeshard bench queue storage        run benchmarks (python -m benchmarks.<name>)
+    timeshard bench                      run the benchmark suite (or: bench queue storage ...)
 
 Exit codes: 0 ok, 1 failure (one line on stderr, no traceback for a user error), 2 usage.
 """
@@ -130,9 +130,12 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="run benchmarks side by side (JSON + PNG in benchmarks/results)",
         description="Run benchmarks by name; each is also `python -m benchmarks.<name>`.",
-        epilog="example: timeshard bench queue storage --quick",
+        epilog="examples:\n  timeshard bench                 # the whole suite, as the README reports it\n"
+        "  timeshard bench queue storage --quick",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("names", nargs="*", default=["queue"], help="benchmarks to run (default: queue)")
+    p.add_argument("names", nargs="*", default=["suite"],
+                   help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory")
     p.add_argument("--quick", action="store_true", help="small sizes, seconds each")
     p.set_defaults(func=_run_bench)
 
