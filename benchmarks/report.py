@@ -160,6 +160,37 @@ class Report:
         fig.tight_layout()
         return self._save(fig, plt, suffix)
 
+    def lines(self, title: str, panels: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float]]]]], *,
+              xlabel: str, ylabel: str, suffix: str, log: bool = True) -> Path | None:
+        """One panel per title, each a line per series of ``(x, y)`` points; saved as <name>-<suffix>.png."""
+        plt = _pyplot()
+        if plt is None:
+            return None
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+        for ax, (label, series) in zip(axes[0], panels, strict=True):
+            for name, points in series.items():
+                if points:
+                    ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=name)
+            if log:
+                from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+                ax.set_xscale("log")
+                ax.set_yscale("log")
+                xs = sorted({x for points in series.values() for x, _ in points})
+                ax.set_xticks(xs, [f"{x:,.0f}" for x in xs])
+                ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+                ax.yaxis.set_major_formatter(ScalarFormatter())
+                for axis in (ax.xaxis, ax.yaxis):
+                    axis.set_minor_formatter(NullFormatter())
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.set_title(label, fontsize=10)
+            ax.grid(True, which="both", linewidth=0.3)
+            ax.legend(loc="best", fontsize=7)
+        fig.suptitle(title)
+        fig.tight_layout()
+        return self._save(fig, plt, suffix)
+
     def _save(self, fig: Any, plt: Any, suffix: str) -> Path:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         path = RESULTS_DIR / (f"{self.name}-{suffix}.png" if suffix else f"{self.name}.png")
