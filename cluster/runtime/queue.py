@@ -45,6 +45,7 @@ SLOT_SHIFT = 17  # 2**17 µs ≈ 131 ms per slot: few slots to order, few jobs t
 # 60k-1M jobs due at one instant, pushed between pops: 1-4k alike, 16k 10-20% and 64k 40% slower
 # (merging runs that no longer fit in the CPU caches costs more than a deeper heap of run ends).
 MERGE_CAP = 4_096
+SMALL_SLOT = 64  # an ordered slot this small goes back to one list when the head moves before it
 _by_due_then_key = itemgetter(0, 1)
 
 
@@ -168,6 +169,8 @@ class JobQueue(Generic[T]):
         slot = due >> SLOT_SHIFT
         arrivals = self._arrivals.get(slot)
         if arrivals is None:
+            if self._slots and slot < self._slots[0]:
+                self._unorder(self._slots[0])  # no longer the head
             self._arrivals[slot] = [entry]
             heapq.heappush(self._slots, slot)
         else:
@@ -226,6 +229,22 @@ class JobQueue(Generic[T]):
             heapq.heappop(slots)
             del self._arrivals[slot], self._ordered[slot]
         return None
+
+    def _unorder(self, slot: int) -> None:
+        """Keep a small slot that is no longer the head as one list again, without the runs' objects.
+
+        Otherwise pushes of ever earlier jobs, each peeked at, would leave a few hundred bytes of
+        order behind in each slot they passed through. Sorting it again later costs O(SMALL_SLOT).
+        """
+        ordered = self._ordered.get(slot)
+        if ordered is None or ordered.count != 1:
+            return
+        run = next(run for run in ordered.runs if run is not None)
+        if len(run) > SMALL_SLOT:
+            return
+        run += self._arrivals[slot]
+        self._arrivals[slot] = run
+        del self._ordered[slot]
 
     def pop_due(self, now: int | None = None, limit: int | None = None) -> list[tuple[int, str, T]]:
         """Remove and return every entry due at or before ``now`` (µs), earliest first.

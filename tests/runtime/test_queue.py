@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import tracemalloc
 from unittest import mock
 
 from hypothesis import given, settings
@@ -277,6 +279,27 @@ def test_a_thundering_herd_pushed_while_the_head_drains_costs_n_log_n_comparison
     assert CountingKey.compared < 30 * n, CountingKey.compared / n
     assert len(out) == n and sorted(out) == sorted(keys)
     assert out[200:] == sorted(out[200:])  # after the pushes, one ordered drain
+
+
+def test_ever_earlier_pushes_each_peeked_cost_no_more_memory_than_unpeeked_ones():
+    # A client scheduling reminders latest first while the fire loop peeks after each push: every
+    # push is the new head, so every slot is ordered once. The order must not stay behind.
+    keys = [f"j{i:04}" for i in range(900)]
+
+    def bytes_per_job(peek: bool) -> float:
+        gc.collect()
+        tracemalloc.start()
+        q: JobQueue[None] = JobQueue(clock=FakeClock(0))
+        for i, key in enumerate(keys):
+            q.push(key, SLOT - (i << SLOT_SHIFT), None)  # each alone in a slot before the last
+            if peek:
+                assert q.next_due() == SLOT - (i << SLOT_SHIFT)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert len(q) == len(keys)
+        return held / len(keys)
+
+    assert bytes_per_job(peek=True) <= bytes_per_job(peek=False) + 16
 
 
 # Random interleavings against a reference model: a dict of live entries, sorted on demand.
