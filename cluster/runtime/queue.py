@@ -113,6 +113,18 @@ class _Ordered(Generic[T]):
         heapq.heappush(self.ends, (last[0], last[1], index))
         return index
 
+    def advance(self, i: int) -> None:
+        """Run ``i`` (the one at the top of ``ends``) lost its last entry: its next one goes on top, or it is done."""
+        run = self.runs[i]
+        assert run is not None
+        if run:
+            last = run[-1]
+            heapq.heapreplace(self.ends, (last[0], last[1], i))
+        else:
+            heapq.heappop(self.ends)
+            self.runs[i] = None
+            self.count -= 1
+
     def renumber(self) -> None:
         """Drop emptied runs and stale ends: O(runs), once as many have gone as remain."""
         kept = [(i, run) for i, run in enumerate(self.runs) if run]
@@ -219,13 +231,7 @@ class JobQueue(Generic[T]):
                     return head
                 run.pop()  # a tombstone
                 self._stored -= 1
-                if run:
-                    entry = run[-1]
-                    heapq.heapreplace(ends, (entry[0], entry[1], i))
-                else:
-                    heapq.heappop(ends)
-                    runs[i] = None
-                    head.count -= 1
+                head.advance(i)
             heapq.heappop(slots)
             del self._arrivals[slot], self._ordered[slot]
         return None
@@ -278,13 +284,7 @@ class JobQueue(Generic[T]):
                         batch.append(entry)
                 del run[len(run) - taken:]
                 self._stored -= taken
-                if run:
-                    last = run[-1]
-                    heapq.heapreplace(ends, (last[0], last[1], i))
-                else:
-                    heapq.heappop(ends)
-                    runs[i] = None
-                    head.count -= 1
+                head.advance(i)
                 continue
             taken = 0
             while ends and len(batch) < cap:  # several runs: the earliest end each time
@@ -300,13 +300,7 @@ class JobQueue(Generic[T]):
                 if live.get(key) is entry:
                     del live[key]
                     batch.append(entry)
-                if run:
-                    entry = run[-1]
-                    heapq.heapreplace(ends, (entry[0], entry[1], i))
-                else:
-                    heapq.heappop(ends)
-                    runs[i] = None
-                    head.count -= 1
+                head.advance(i)
             self._stored -= taken
             if ends:
                 break  # the rest is not due yet (or the batch is full)
