@@ -2,7 +2,7 @@
 
 Cron text is ``sec min hour dom mon dow`` (the Dapr / robfig-cron v3 dialect): ``*``, ``?`` (day of
 month and day of week only), values, ``a-b`` ranges, ``/n`` steps (``a/n`` means ``a-max/n``),
-comma lists, month names ``Jan``..``Dec`` and weekday names ``Sun``..``Sat`` (``7`` is Sunday too).
+comma lists, month names ``Jan``..``Dec`` and weekday names ``Sun``..``Sat`` (``7`` is Sunday too where written; ``*`` and ``a/n`` stop at Saturday).
 As in cron, when both day of month and day of week are restricted a day matching *either* fires;
 a field written as ``*`` or ``?`` leaves the other one in charge.
 
@@ -56,14 +56,16 @@ MACROS = {
 }
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
 _WEEKDAYS = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
-# (name, lowest, highest, names): day_of_week admits 7 as a second Sunday, folded to 0 below.
+# (name, lowest, highest written, highest implied, names). Day of week admits 7 as a second
+# Sunday, folded to 0 below, but only where it is written: '*' and 'a/n' stop at 6 (Saturday), as
+# in robfig/cron and croniter — '6/1' is Saturday alone, 'Mon/2' Mon, Wed, Fri.
 _SPECS = (
-    ("second", 0, 59, None),
-    ("minute", 0, 59, None),
-    ("hour", 0, 23, None),
-    ("day_of_month", 1, 31, None),
-    ("month", 1, 12, _MONTHS),
-    ("day_of_week", 0, 7, _WEEKDAYS),
+    ("second", 0, 59, 59, None),
+    ("minute", 0, 59, 59, None),
+    ("hour", 0, 23, 23, None),
+    ("day_of_month", 1, 31, 31, None),
+    ("month", 1, 12, 12, _MONTHS),
+    ("day_of_week", 0, 7, 6, _WEEKDAYS),
 )
 MAX_SCHEDULE_CHARS = 1000  # the longest sensible cron text lists every value of every field
 _PREFIX = re.compile(r"(CRON_TZ|TZ)=(\S*)\s+(.*)", re.DOTALL)
@@ -243,8 +245,8 @@ def _parse_cron(body: str, text: str) -> _Cron:
         )
     values: list[tuple[int, ...]] = []
     stars: list[bool] = []
-    for part, (name, low, high, names) in zip(parts, _SPECS, strict=True):
-        allowed, star = _parse_field(part, name, low, high, names, text)
+    for part, (name, low, high, implied, names) in zip(parts, _SPECS, strict=True):
+        allowed, star = _parse_field(part, name, low, high, implied, names, text)
         values.append(allowed)
         stars.append(star)
     seconds, minutes, hours, days, months, weekdays = values
@@ -263,9 +265,12 @@ def _some_day_exists(days: tuple[int, ...], months: tuple[int, ...]) -> bool:
 
 
 def _parse_field(
-    part: str, name: str, low: int, high: int, names: dict[str, int] | None, text: str
+    part: str, name: str, low: int, high: int, implied: int, names: dict[str, int] | None, text: str
 ) -> tuple[tuple[int, ...], bool]:
-    """Allowed values of one field, and whether it was written as a plain ``*`` / ``?``."""
+    """Allowed values of one field, and whether it was written as a plain ``*`` / ``?``.
+
+    ``high`` is the largest value that may be written, ``implied`` where ``*`` and ``a/n`` end.
+    """
 
     def fail(rule: str) -> InvalidSchedule:
         shown = part if len(part) <= 40 else f"{part[:30]}..."
@@ -297,7 +302,7 @@ def _parse_field(
         if span in ("*", "?"):
             if span == "?" and name not in ("day_of_month", "day_of_week"):
                 raise fail("'?' is only allowed in day_of_month and day_of_week")
-            start, end = low, high
+            start, end = low, implied
             # A stepped star ('*/2') restricts the field, so it joins the either-day rule (robfig).
             star = star or (step == 1 and part == item)
         elif "-" in span:
@@ -307,7 +312,7 @@ def _parse_field(
                 raise fail(f"range start {first!r} is after its end {last!r}")
         elif span:
             start = value(span)
-            end = high if slash else start
+            end = max(start, implied) if slash else start
         else:
             raise fail("empty value")
         allowed.update(range(start, end + 1, step))

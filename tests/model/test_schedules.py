@@ -297,13 +297,17 @@ def field_text(draw: st.DrawFn, low: int, high: int, star_ok: bool = True, names
             return names[(v - low) % len(names)]
         return str(v)
 
-    kinds = ["value", "range", "step", "list"] + (["star"] if star_ok else [])
+    kinds = ["value", "range", "step", "start_step", "list"] + (["star"] if star_ok else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "star":
         return "*", frozenset(range(low, high + 1)), True
     if kind == "step":
         step = draw(st.integers(2, max(2, (high - low) // 2)))
         return f"*/{step}", frozenset(range(low, high + 1, step)), False
+    if kind == "start_step":  # 'a/n' runs from a to the field's end (6, Saturday, for day of week)
+        a = draw(st.integers(low, high))
+        step = draw(st.integers(1, 5))
+        return f"{spell(a)}/{step}", frozenset(range(a, high + 1, step)), False
     if kind == "range":
         # a-a is left out: croniter (the oracle) misreads it ('0-0' hours gives 01:00).
         a = draw(st.integers(low, high - 1))
@@ -345,6 +349,27 @@ def parse_or_reject(cron: Cron, prefix: str = "") -> Schedule:
 instants = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1)).map(
     lambda d: d.replace(tzinfo=UTC)
 )
+
+
+@pytest.mark.parametrize("dow, days", [
+    ("6/1", {"Sat"}),  # 7 is Sunday only where it is written: a step stops at Saturday
+    ("Mon/2", {"Mon", "Wed", "Fri"}),
+    ("Sat/3", {"Sat"}),
+    ("4/2,Sun", {"Thu", "Sat", "Sun"}),
+    ("5-7", {"Fri", "Sat", "Sun"}),  # written: 7 is Sunday
+    ("*/3", {"Sun", "Wed", "Sat"}),
+])
+def test_day_of_week_steps_agree_with_croniter(dow: str, days: set[str]) -> None:
+    text = f"0 0 0 * * {dow}"
+    schedule = Schedule.parse(text)
+    oracle = croniter(text, datetime(2026, 11, 1), second_at_beginning=True)
+    t = datetime(2026, 11, 1, tzinfo=UTC)
+    seen = set()
+    for _ in range(21):
+        t = schedule.next_after(t)
+        assert t == oracle.get_next(datetime).replace(tzinfo=UTC)
+        seen.add(t.strftime("%a"))
+    assert seen == days
 
 
 @settings(max_examples=300, deadline=None)
