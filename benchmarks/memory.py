@@ -193,14 +193,17 @@ async def run(env: BenchEnv, kind: str, quick: bool, report: Report, *, dormant_
     def dormant_due(i: int) -> datetime:
         return dormant_base + timedelta(microseconds=i % max(dormant_sizes) * step_us)
 
+    def warm_due(i: int) -> datetime:  # scattered over the dormant jobs' whole day: every shard opened
+        return dormant_due(i * 7_919)
+
     report.progress(f"memory ({kind}): dormant jobs (due in 2 days, beyond the lookahead) at "
                     f"{', '.join(f'{n:,}' for n in sorted(dormant_sizes))}")
-    dormant = await measure(env, kind, dormant_sizes, dormant_due, dormant_due, ClusterOptions(), warm_round,
+    dormant = await measure(env, kind, dormant_sizes, dormant_due, warm_due, ClusterOptions(), warm_round,
                             "dormant", report)
     loaded_base = now + LOADED_DUE_IN
     report.progress(f"memory ({kind}): loaded jobs (due in {LOADED_DUE_IN.seconds // 60} minutes, within a "
                     f"{LOADED_LOOKAHEAD} lookahead) at {', '.join(f'{n:,}' for n in sorted(loaded_sizes))}")
-    loaded = await measure(env, kind, loaded_sizes, lambda i: loaded_base + timedelta(microseconds=i), dormant_due,
+    loaded = await measure(env, kind, loaded_sizes, lambda i: loaded_base + timedelta(microseconds=i), warm_due,
                            ClusterOptions(lookahead=LOADED_LOOKAHEAD), warm_round, "loaded", report)
     return {"store": kind, "quick": quick, "dormant": dormant, "loaded": loaded}
 

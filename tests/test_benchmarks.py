@@ -20,7 +20,9 @@ FIGURES = [
         ("scheduling", "single_per_s"), ("scheduling", "concurrent_single_per_s"), ("scheduling", "batch_per_s"),
         ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"))],
     ("failover", "p50"), ("replay", "file", "records_per_s"), ("replay", "azure", "records_per_s"),
-    ("memory", "dormant", "bytes_per_job"), ("memory", "dormant", "mb_per_million"), ("memory", "loaded", "bytes_per_job"),
+    *[("memory", kind, key) for kind in ("dormant", "loaded") for key in (
+        "bytes_per_job", "mb_per_million", "intercept_mb", "r2", "objects_per_job", "blocks_per_job", "schedule_per_s")],
+    ("herd", "per_s"), ("herd", "growth"), ("herd", "lateness_ms", "p99"), ("herd", "queue", "per_s"),
     ("asyncio_timer", "p99"), ("apscheduler", "schedule_per_s"), ("apscheduler", "bytes_per_job"),
     ("apscheduler", "lateness", "p99"),
 ]
@@ -53,8 +55,15 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
         assert cluster["triggers"]["executed"] == cluster["triggers"]["jobs"]
         assert cluster["lateness"]["executed"] == cluster["lateness"]["jobs"]
     assert data["results"]["apscheduler"]["lateness"]["executed"] == data["results"]["apscheduler"]["lateness"]["jobs"]
+    # Memory: a slope over four or more sizes, each measured; every herd ran to its last job.
+    for kind in ("dormant", "loaded"):
+        points = data["results"]["memory"][kind]["points"]
+        assert len(points) >= 4 and all(p["rss"] > 0 and p["objects"] > 0 for p in points)
+    for h in data["results"]["herd"]["herds"].values():
+        assert h["executed"] == h["jobs"]
 
     table = (tmp_path / "RESULTS.md").read_text()
-    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 10
-    for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory"):
+    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 12
+    for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory", "memory-slope", "herd",
+                   "herd-rate"):
         assert (tmp_path / f"suite-{suffix}.png").stat().st_size > 0
