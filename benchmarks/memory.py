@@ -200,7 +200,7 @@ async def run(env: BenchEnv, kind: str, quick: bool, report: Report, *, dormant_
                     f"{', '.join(f'{n:,}' for n in sorted(dormant_sizes))}")
     dormant = await measure(env, kind, dormant_sizes, dormant_due, warm_due, ClusterOptions(), warm_round,
                             "dormant", report)
-    loaded_base = now + LOADED_DUE_IN
+    loaded_base = datetime.now(timezone.utc) + LOADED_DUE_IN  # from now: the dormant part may have taken minutes
     report.progress(f"memory ({kind}): loaded jobs (due in {LOADED_DUE_IN.seconds // 60} minutes, within a "
                     f"{LOADED_LOOKAHEAD} lookahead) at {', '.join(f'{n:,}' for n in sorted(loaded_sizes))}")
     loaded = await measure(env, kind, loaded_sizes, lambda i: loaded_base + timedelta(microseconds=i), warm_due,

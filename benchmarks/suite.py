@@ -104,6 +104,8 @@ async def _memory(env: BenchEnv, quick: bool, report: Report, results: dict[str,
                   sizes: Sizes) -> None:
     results["memory"] = await memory.run(env, GOAL_STORE, quick, report, dormant_sizes=sizes.dormant,
                                          loaded_sizes=sizes.loaded)
+    for name in ("dormant", "loaded"):
+        report.progress(memory.summary(name, results["memory"][name]))
 
 
 async def _herd(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
