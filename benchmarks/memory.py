@@ -10,7 +10,7 @@ divided by the jobs" overstates the cost per job. Instead:
    held) until the silo's RSS, read after a collection, stops growing;
 2. add jobs up to each of four or more sizes; at each, ask the silo to ``gc.collect()`` and read
    its RSS from /proc/<pid>/status;
-3. report the least-squares slope (bytes per job: what the goal is about), the intercept (MB: the
+3. report the least-squares slope (bytes per job: what the goal is about), the intercept (MiB: the
    fixed cost) and R², apart.
 
 Cross-check, at every size and in the silo itself: objects the collector tracks, pymalloc blocks
@@ -211,9 +211,13 @@ async def run(env: BenchEnv, kind: str, quick: bool, report: Report, *, dormant_
 def summary(name: str, m: dict[str, Any]) -> str:
     """One line: slope, intercept and R², beside the census slopes that cross-check it."""
     return (f"{name}: {m['bytes_per_job']:,.1f} B/job RSS slope over {m['sizes'][0]:,}–{m['jobs']:,} jobs "
-            f"(R² {m['r2']:.3f}), intercept {m['intercept_mb']:,.1f} MB; census per job: "
-            f"{m['objects_per_job']:.2f} tracked objects, {m['object_bytes_per_job']:,.0f} B in them, "
-            f"{m['blocks_per_job']:.2f} pymalloc blocks")
+            f"(R² {m['r2']:.3f}), intercept {m['intercept_mb']:,.1f} MiB; census per job: "
+            f"{_tiny(m['objects_per_job']):.2f} tracked objects, {_tiny(m['object_bytes_per_job']):,.0f} B in "
+            f"them, {_tiny(m['blocks_per_job']):.2f} pymalloc blocks")
+
+
+def _tiny(value: float) -> float:
+    return 0.0 if abs(value) < 0.005 else value  # printed without a "-0.00"
 
 
 def goals(result: dict[str, Any], report: Report) -> None:
@@ -231,7 +235,7 @@ def draw(report: Report, result: dict[str, Any], suffix: str = "") -> None:
         xs = [p["jobs"] for p in m["points"]]
         series = {
             "RSS after gc (measured)": [(x, p["rss"] / 2**20) for x, p in zip(xs, m["points"], strict=True)],
-            f"fit: {m['bytes_per_job']:,.1f} B/job + {m['intercept_mb']:,.0f} MB (R² {m['r2']:.3f})":
+            f"fit: {m['bytes_per_job']:,.1f} B/job + {m['intercept_mb']:,.0f} MiB (R² {m['r2']:.3f})":
                 [(x, (m["fit"]["slope"] * x + m["fit"]["intercept"]) / 2**20) for x in (0, *xs)],
         }
         goal = GOAL_DORMANT_BYTES_PER_JOB if name == "dormant" else GOAL_LOADED_BYTES_PER_JOB
@@ -264,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             return await run(env, args.store, args.quick, report, dormant_sizes=args.dormant, loaded_sizes=args.loaded)
 
     result = asyncio.run(go())
-    report.table(["jobs", "sizes", "B/job (slope)", "intercept MB", "R²", "objects/job", "blocks/job"], [
+    report.table(["jobs", "sizes", "B/job (slope)", "intercept MiB", "R²", "objects/job", "blocks/job"], [
         [name, f"{r['sizes'][0]:,}–{r['jobs']:,}", f"{r['bytes_per_job']:,.1f}", f"{r['intercept_mb']:,.1f}",
          f"{r['r2']:.3f}", f"{r['objects_per_job']:.2f}", f"{r['blocks_per_job']:.2f}"]
         for name, r in (("dormant", result["dormant"]), ("loaded", result["loaded"]))])

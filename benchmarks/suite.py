@@ -130,7 +130,8 @@ STEPS: dict[str, Callable[..., Any]] = {
 
 
 def _n(value: float, digits: int = 0) -> str:
-    return f"{value:,.{digits}f}"
+    shown = f"{value:,.{digits}f}"
+    return shown[1:] if shown.startswith("-") and not shown.strip("-0.,") else shown  # no "-0.0"
 
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -191,8 +192,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             what = "Dormant jobs (due beyond the lookahead)" if name == "dormant" else "Loaded jobs (in one silo)"
             extra = f"; scheduled at {_n(r['schedule_per_s'])}/s" if name == "dormant" else ""
             row(f"{what}: silo RSS slope, {_n(r['sizes'][0])}–{_n(r['jobs'])} jobs (B/job)", r["bytes_per_job"],
-                f"{_n(r['bytes_per_job'], 1)} (R² {r['r2']:.2f}; intercept {_n(r['intercept_mb'])} MB; "
-                f"{r['objects_per_job']:.1f} objects, {r['blocks_per_job']:.1f} blocks per job{extra})",
+                f"{_n(r['bytes_per_job'], 1)} (R² {r['r2']:.2f}; intercept {_n(r['intercept_mb'])} MiB; "
+                f"{_n(r['objects_per_job'], 1)} objects, {_n(r['blocks_per_job'], 1)} blocks per job{extra})",
                 goal, f"slope <= {goal}", False,
                 f"APScheduler (SQLite store) RSS per stored job {_n(aps['bytes_per_job'])}" if aps else "", published)
     if "herd" in results:

@@ -67,7 +67,7 @@ def _memory(slope: float, sizes: tuple[int, ...]) -> dict[str, Any]:
 
 SCALE_RESULTS: dict[str, Any] = {
     "apscheduler": {"bytes_per_job": 360.0, "schedule_per_s": 300.0, "lateness": {"p99": 5_000.0}},
-    "memory": {"dormant": _memory(0.4, (1_000_000, 10_000_000)), "loaded": _memory(567.0, (100_000, 1_000_000))},
+    "memory": {"dormant": {**_memory(0.4, (1_000_000, 10_000_000)), "objects_per_job": -0.004}, "loaded": _memory(567.0, (100_000, 1_000_000))},
     "herd": {"jobs": 1_000_000, "silos": 3, "per_s": 31_000.0, "lateness_ms": {"p50": 16_000.0, "p99": 32_000.0},
              "queue": {"per_s": 350_000.0}, "sizes": [100_000, 1_000_000], "growth": 1.2,
              "herds": {"100000": {"us_per_job": 27.0}, "1000000": {"us_per_job": 32.4}}},
@@ -79,8 +79,8 @@ SCALE_RESULTS: dict[str, Any] = {
 def test_rows_put_each_scale_figure_beside_its_baseline_with_goals_on_slopes() -> None:
     table = {r["figure"]: r for r in suite.rows(SCALE_RESULTS)}
     dormant = table["Dormant jobs (due beyond the lookahead): silo RSS slope, 1,000,000–10,000,000 jobs (B/job)"]
-    assert dormant["value"] == 0.4 and dormant["met"] is True
-    assert "intercept 120 MB" in dormant["shown"] and "scheduled at 16,000/s" in dormant["shown"]
+    assert dormant["value"] == 0.4 and dormant["met"] is True and "-0.0" not in dormant["shown"]
+    assert "intercept 120 MiB" in dormant["shown"] and "scheduled at 16,000/s" in dormant["shown"]
     assert "APScheduler" in dormant["baselines"] and "360" in dormant["baselines"]
     loaded = table["Loaded jobs (in one silo): silo RSS slope, 100,000–1,000,000 jobs (B/job)"]
     assert loaded["value"] == 567.0 and loaded["goal"] == 150 and loaded["met"] is False
