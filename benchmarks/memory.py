@@ -212,12 +212,12 @@ def summary(name: str, m: dict[str, Any]) -> str:
     """One line: slope, intercept and R², beside the census slopes that cross-check it."""
     return (f"{name}: {m['bytes_per_job']:,.1f} B/job RSS slope over {m['sizes'][0]:,}–{m['jobs']:,} jobs "
             f"(R² {m['r2']:.3f}), intercept {m['intercept_mb']:,.1f} MiB; census per job: "
-            f"{_tiny(m['objects_per_job']):.2f} tracked objects, {_tiny(m['object_bytes_per_job']):,.0f} B in "
+            f"{_tiny(m['objects_per_job']):.2f} tracked objects, {_tiny(m['object_bytes_per_job'], 0):,.0f} B in "
             f"them, {_tiny(m['blocks_per_job']):.2f} pymalloc blocks")
 
 
-def _tiny(value: float) -> float:
-    return 0.0 if abs(value) < 0.005 else value  # printed without a "-0.00"
+def _tiny(value: float, digits: int = 2) -> float:
+    return 0.0 if round(value, digits) == 0 else value  # printed without a "-0.00"
 
 
 def goals(result: dict[str, Any], report: Report) -> None:
