@@ -28,6 +28,11 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
     }
     try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        info["cpu"] = None
+    try:
         with open("/proc/meminfo") as f:
             info["mem_total_kib"] = int(f.readline().split()[1])
     except (OSError, ValueError, IndexError):

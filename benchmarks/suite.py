@@ -1,12 +1,15 @@
 """The benchmarks side by side: timeshard against the ceiling, the floor and a durable peer.
 
-    python -m benchmarks.suite [cluster failover replay memory baselines] [--quick]
+    python -m benchmarks.suite [cluster failover replay memory herd baselines] [--quick]
 
 Runs the named benchmarks (default: all) in one process, on one Ray and one Azurite, so every
 figure is measured in the same run as its baselines: the no-op Ray call rate (ceiling), a
 non-durable asyncio timer (lateness floor) and APScheduler 3 on SQLite (durable Python peer).
 Published figures (Orleans, Dapr) are drawn as reference lines, labelled as not measured.
-``scheduling``, ``triggers`` and ``lateness`` are names for ``cluster``.
+``scheduling``, ``triggers`` and ``lateness`` are names for ``cluster``; ``scale`` runs the scale
+figures (``memory``: 10 million dormant and 1 million loaded jobs as RSS slopes; ``herd``: 1
+million jobs due at one instant through 3 silos; ``replay``: a 1-million-job shard), each of
+which takes minutes in a full run and prints progress as it goes.
 
 Writes benchmarks/results/suite.json (machine, versions, every figure), suite-*.png (one per
 comparison) and RESULTS.md, the table the README embeds: regenerate it with this command.
@@ -17,10 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baselines, memory
+from benchmarks import baselines, herd, memory
 from benchmarks.cluster import (
     CALLERS,
     GOAL_BATCH_PER_S,
@@ -37,14 +41,26 @@ from benchmarks.cluster import (
     noop_call_rate,
     replay,
 )
+from benchmarks.queue import GOAL_HERD_GROWTH
 from benchmarks.report import DEFAULT_RESULTS_DIR, PUBLISHED, RESULTS_DIR, Report, machine_info
 
-NAMES = ("cluster", "failover", "replay", "memory", "baselines")
-ALIASES = {"scheduling": "cluster", "triggers": "cluster", "lateness": "cluster"}
+NAMES = ("cluster", "failover", "replay", "memory", "herd", "baselines")
+ALIASES: dict[str, tuple[str, ...]] = {"scheduling": ("cluster",), "triggers": ("cluster",), "lateness": ("cluster",),
+                                       "scale": ("memory", "herd", "replay")}
 GOAL_STORE = "azure"  # the issue's goals are set for this machine on Azurite
 
 
-async def run(names: Sequence[str], quick: bool, report: Report) -> tuple[dict[str, Any], dict[str, list[float]]]:
+@dataclass(frozen=True)
+class Sizes:
+    """Sizes that override a step's defaults (None: the step's own, quick or full)."""
+
+    dormant: tuple[int, ...] | None = None
+    loaded: tuple[int, ...] | None = None
+    herd: tuple[int, ...] | None = None
+
+
+async def run(names: Sequence[str], quick: bool, report: Report,
+              sizes: Sizes = Sizes()) -> tuple[dict[str, Any], dict[str, list[float]]]:
     """Run ``names``; returns every figure and the lateness samples (ms) to draw."""
     results: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
@@ -53,27 +69,30 @@ async def run(names: Sequence[str], quick: bool, report: Report) -> tuple[dict[s
         results["noop"] = await noop_call_rate(500 if quick else 3_000)
         for name in names:
             try:
-                await STEPS[name](env, quick, report, results, samples)
+                await STEPS[name](env, quick, report, results, samples, sizes)
             except Exception as exc:  # one broken benchmark must not cost the figures of the others
                 results.setdefault("errors", {})[name] = repr(exc)[:2000]
                 report.progress(f"{name} FAILED: {exc!r}"[:300])
     return results, samples
 
 
-async def _cluster(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+async def _cluster(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                   sizes: Sizes) -> None:
     for kind in ("file", "azure"):
         r = await cluster_run(env, kind, 3, quick, report)
         samples[f"timeshard on {kind}"] = r.pop("lateness_samples_ms")
         results[f"cluster_{kind}"] = r
 
 
-async def _failover(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+async def _failover(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                    sizes: Sizes) -> None:
     kills = 1 if quick else 6
     report.progress(f"failover ({GOAL_STORE}): {kills} SIGKILLs of silo workers")
     results["failover"] = await failover(env, GOAL_STORE, kills, report)
 
 
-async def _replay(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+async def _replay(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                  sizes: Sizes) -> None:
     n = 50_000 if quick else 1_000_000
     results["replay"] = {}
     for kind in ("file", "azure"):
@@ -81,18 +100,29 @@ async def _replay(env: BenchEnv, quick: bool, report: Report, results: dict[str,
         results["replay"][kind] = await replay(env, kind, n)
 
 
-async def _memory(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
-    results["memory"] = await memory.run(env, GOAL_STORE, quick, report)
+async def _memory(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                  sizes: Sizes) -> None:
+    results["memory"] = await memory.run(env, GOAL_STORE, quick, report, dormant_sizes=sizes.dormant,
+                                         loaded_sizes=sizes.loaded)
+    for name in ("dormant", "loaded"):
+        report.progress(memory.summary(name, results["memory"][name]))
 
 
-async def _baselines(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]]) -> None:
+async def _herd(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                sizes: Sizes) -> None:
+    results["herd"] = await herd.run(env, GOAL_STORE, quick, report, sizes.herd)
+
+
+async def _baselines(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                     sizes: Sizes) -> None:
     figures, lateness = await baselines.run(env, quick, report)
     results.update(figures)
     samples.update(lateness)
 
 
 STEPS: dict[str, Callable[..., Any]] = {
-    "cluster": _cluster, "failover": _failover, "replay": _replay, "memory": _memory, "baselines": _baselines,
+    "cluster": _cluster, "failover": _failover, "replay": _replay, "memory": _memory, "herd": _herd,
+    "baselines": _baselines,
 }
 
 
@@ -100,7 +130,8 @@ STEPS: dict[str, Callable[..., Any]] = {
 
 
 def _n(value: float, digits: int = 0) -> str:
-    return f"{value:,.{digits}f}"
+    shown = f"{value:,.{digits}f}"
+    return shown[1:] if shown.startswith("-") and not shown.strip("-0.,") else shown  # no "-0.0"
 
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -155,23 +186,41 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             "Orleans 100 ms–5 s per shard")
     if "memory" in results:
         m = results["memory"]
-        aps_mb = f"APScheduler (SQLite store) {_n(aps['bytes_per_job'] * 1e6 / 2**20)} MB/M" if aps else ""
-        row(f"Dormant jobs: silo RSS per million (MB, {_n(m['dormant']['jobs'])} jobs)", m["dormant"]["mb_per_million"],
-            _n(m["dormant"]["mb_per_million"], 1), memory.GOAL_DORMANT_MB_PER_MILLION,
-            f"<= {memory.GOAL_DORMANT_MB_PER_MILLION}", False, aps_mb, "Orleans reminders: all in memory")
-        row(f"Loaded jobs: silo RSS per job (B, {_n(m['loaded']['jobs'])} jobs)", m["loaded"]["bytes_per_job"],
-            _n(m["loaded"]["bytes_per_job"]), memory.GOAL_LOADED_BYTES_PER_JOB,
-            f"<= {memory.GOAL_LOADED_BYTES_PER_JOB}", False,
-            f"APScheduler RSS per stored job {_n(aps['bytes_per_job'])}" if aps else "",
-            "Orleans 200–500 B; Celery ETA ≈ 11 KB")
+        for name, goal, published in (("dormant", memory.GOAL_DORMANT_BYTES_PER_JOB, "Orleans reminders: all in memory"),
+                                      ("loaded", memory.GOAL_LOADED_BYTES_PER_JOB, "Orleans 200–500 B; Celery ETA ≈ 11 KB")):
+            r = m[name]
+            what = "Dormant jobs (due beyond the lookahead)" if name == "dormant" else "Loaded jobs (in one silo)"
+            extra = f"; scheduled at {_n(r['schedule_per_s'])}/s" if name == "dormant" else ""
+            row(f"{what}: silo RSS slope, {_n(r['sizes'][0])}–{_n(r['jobs'])} jobs (B/job)", r["bytes_per_job"],
+                f"{_n(r['bytes_per_job'], 1)} (R² {r['r2']:.2f}; intercept {_n(r['intercept_mb'])} MiB; "
+                f"{_n(r['objects_per_job'], 1)} objects, {_n(r['blocks_per_job'], 1)} blocks per job{extra})",
+                goal, f"slope <= {goal}", False,
+                f"APScheduler (SQLite store) RSS per stored job {_n(aps['bytes_per_job'])}" if aps else "", published)
+    if "herd" in results:
+        h = results["herd"]
+        late = h["lateness_ms"]
+        base = [f"in-process timer queue {_n(h['queue']['per_s'])}"]
+        if az:
+            base.append(f"steady triggers ({_n(az['triggers']['jobs'])} jobs) {_n(az['triggers']['per_s'])}")
+        row(f"Thundering herd: {_n(h['jobs'])} jobs due at one instant, {h['silos']} silos (jobs/s; lateness p50 / p99 s)",
+            h["per_s"], f"{_n(h['per_s'])} ({late['p50'] / 1e3:.1f} / {late['p99'] / 1e3:.1f})", GOAL_TRIGGERS_PER_S,
+            f">= {_n(GOAL_TRIGGERS_PER_S)}", True, "; ".join(base), "Dapr ≈ 15,000–19,000/s")
+        if h.get("growth") is not None:
+            small, large = (h["herds"][str(n)] for n in (h["sizes"][0], h["sizes"][-1]))
+            row(f"Herd: wall time per job, {_n(h['sizes'][-1])} over {_n(h['sizes'][0])} jobs (×)", h["growth"],
+                f"{h['growth']:.2f} ({large['us_per_job']:.1f} / {small['us_per_job']:.1f} µs)", GOAL_HERD_GROWTH,
+                f"<= {GOAL_HERD_GROWTH:g} (no quadratic step)", False, "", "")
     return out
 
 
 def markdown(table: list[dict[str, Any]], quick: bool, machine: dict[str, Any], when: str) -> str:
     lines = [
         "<!-- generated by `python -m benchmarks.suite`; do not edit by hand -->",
-        f"Measured {when} on {machine.get('cpus')} CPUs, {machine.get('mem_total_kib', 0) / 2**20:.0f} GiB, "
-        f"Python {machine.get('python')}, Ray {machine.get('ray')}; store: Azurite unless noted"
+        f"Measured {when} on this machine: {machine.get('cpus')} CPUs"
+        + (f" ({machine['cpu']})" if machine.get("cpu") else "")
+        + f", {machine.get('mem_total_kib', 0) / 2**20:.0f} GiB, Python {machine.get('python')}, "
+        f"Ray {machine.get('ray')}; store: Azurite unless noted. Goals are set for this machine; "
+        "baselines ran in the same run, published figures come from their authors' own hardware"
         + (" — **quick run (small sizes): figures are indicative only**" if quick else "") + ".",
         "",
         f"| Figure | timeshard | Goal | Met | Baselines (measured, same run) | Published ({PUBLISHED}) |",
@@ -217,31 +266,47 @@ def draw(report: Report, results: dict[str, Any], samples: dict[str, list[float]
         ], suffix="replay")
     if "memory" in results:
         m = results["memory"]
-        per_job = {"timeshard loaded": m["loaded"]["bytes_per_job"], "timeshard dormant": m["dormant"]["bytes_per_job"]}
+        per_job = {"timeshard loaded": max(m["loaded"]["bytes_per_job"], 0.1),
+                   "timeshard dormant": max(m["dormant"]["bytes_per_job"], 0.1)}
         if aps:
             per_job["APScheduler (SQLite)"] = aps["bytes_per_job"]
-        report.bars("memory per job (RSS bytes)", [
+        report.bars("memory per job (RSS slope, bytes)", [
             ("bytes per job", per_job, memory.GOAL_LOADED_BYTES_PER_JOB,
              [("Orleans 500 B", 500.0), ("Celery ETA 11 KB", 11_000.0)]),
         ], suffix="memory", log=True)
-
+        memory.draw(report, m, suffix="memory-slope")
+    if "herd" in results:
+        h = results["herd"]
+        compared = {f"herd {_n(h['jobs'])}": h["per_s"], "in-process queue": h["queue"]["per_s"]}
+        if az:
+            compared[f"steady triggers {_n(az['triggers']['jobs'])}"] = az["triggers"]["per_s"]
+        report.bars("thundering herd through a cluster (jobs/s)", [
+            ("jobs due at one instant", compared, GOAL_TRIGGERS_PER_S, [("Dapr 15,000/s", 15_000.0)]),
+        ], suffix="herd", log=True)
+        herd.draw(report, h, suffix="herd-rate")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"any of {', '.join(NAMES)} (and {', '.join(ALIASES)}); default all")
     parser.add_argument("--quick", action="store_true", help="small sizes: the whole suite in about a minute")
+    parser.add_argument("--dormant", type=memory.sizes_arg, default=None,
+                        help="dormant-job sizes for memory (default 1M,2.5M,5M,7.5M,10M; quick 5k..20k)")
+    parser.add_argument("--loaded", type=memory.sizes_arg, default=None,
+                        help="loaded-job sizes for memory (default 100k,250k,500k,750k,1M; quick 2.5k..10k)")
+    parser.add_argument("--herd", type=memory.sizes_arg, default=None, help="herd sizes (default 100k,1M; quick 1k,4k)")
     args = parser.parse_args(argv)
     names: list[str] = []
-    for name in args.names or NAMES:
-        name = ALIASES.get(name, name)
-        if name not in NAMES:
-            parser.error(f"unknown benchmark {name!r}; choose from {', '.join(NAMES + tuple(ALIASES))}")
-        if name not in names:
-            names.append(name)
+    for given in args.names or NAMES:
+        for name in ALIASES.get(given, (given,)):
+            if name not in NAMES:
+                parser.error(f"unknown benchmark {name!r}; choose from {', '.join(NAMES + tuple(ALIASES))}")
+            if name not in names:
+                names.append(name)
     # Baselines first when present: the peer's figures then sit beside every row.
     names.sort(key=lambda n: n != "baselines")
     report = Report("suite", quick=args.quick)
-    results, samples = asyncio.run(run(names, args.quick, report))
+    sizes = Sizes(args.dormant, args.loaded, args.herd)
+    results, samples = asyncio.run(run(names, args.quick, report, sizes))
     table = rows(results)
     for r in table:
         if r["goal"] is not None:
@@ -254,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(table, args.quick, machine, report.data["when"])
     (RESULTS_DIR / "RESULTS.md").write_text(text)
     report.progress(f"table: {RESULTS_DIR / 'RESULTS.md'}")
-    if not args.quick and RESULTS_DIR == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES):
+    if not args.quick and RESULTS_DIR == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES) and sizes == Sizes():
         embed_in_readme(text)
         report.progress("README.md: benchmark table regenerated")
     return report.finish()

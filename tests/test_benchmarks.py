@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.suite import NAMES
+from benchmarks.report import DEFAULT_RESULTS_DIR
+from benchmarks.suite import NAMES, README
 
 pytestmark = [pytest.mark.ray, pytest.mark.azurite, pytest.mark.timeout(240)]
 
@@ -20,10 +22,14 @@ FIGURES = [
         ("scheduling", "single_per_s"), ("scheduling", "concurrent_single_per_s"), ("scheduling", "batch_per_s"),
         ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"))],
     ("failover", "p50"), ("replay", "file", "records_per_s"), ("replay", "azure", "records_per_s"),
-    ("memory", "dormant", "bytes_per_job"), ("memory", "dormant", "mb_per_million"), ("memory", "loaded", "bytes_per_job"),
+    *[("memory", kind, key) for kind in ("dormant", "loaded") for key in ("intercept_mb", "r2", "schedule_per_s")],
+    ("herd", "per_s"), ("herd", "growth"), ("herd", "lateness_ms", "p99"), ("herd", "queue", "per_s"),
     ("asyncio_timer", "p99"), ("apscheduler", "schedule_per_s"), ("apscheduler", "bytes_per_job"),
     ("apscheduler", "lateness", "p99"),
 ]
+# Slopes: a dormant job's cost is about 0, so noise can make it slightly negative.
+SLOPES = [("memory", kind, key) for kind in ("dormant", "loaded")
+          for key in ("bytes_per_job", "mb_per_million", "objects_per_job", "blocks_per_job", "object_bytes_per_job")]
 
 
 def _get(data: dict, path: tuple[str, ...]) -> object:
@@ -33,11 +39,14 @@ def _get(data: dict, path: tuple[str, ...]) -> object:
 
 
 def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
+    committed = {p: p.stat().st_mtime_ns for p in [*DEFAULT_RESULTS_DIR.glob("*"), README]}
     env = {**os.environ, "TIMESHARD_BENCH_DIR": str(tmp_path)}
     env.pop("RAY_ADDRESS", None)  # its own local Ray, not one a test session started
     done = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--quick"], env=env, capture_output=True,
                           text=True, timeout=220)
     assert done.returncode == 0, done.stderr[-4000:]
+    # A test run leaves the committed results and the README's table alone.
+    assert {p: p.stat().st_mtime_ns for p in [*DEFAULT_RESULTS_DIR.glob("*"), README]} == committed
 
     data = json.loads((tmp_path / "suite.json").read_text())
     assert "errors" not in data["results"], data["results"].get("errors")
@@ -46,6 +55,9 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
     for path in FIGURES:
         value = _get(data["results"], path)
         assert isinstance(value, (int, float)) and value >= 0, (path, value)
+    for path in SLOPES:
+        value = _get(data["results"], path)
+        assert isinstance(value, (int, float)) and math.isfinite(value), (path, value)
     # Every run must have happened, not just left a zero behind.
     assert data["results"]["failover"]["measured"] == data["results"]["failover"]["kills"]
     for kind in ("file", "azure"):
@@ -53,8 +65,15 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
         assert cluster["triggers"]["executed"] == cluster["triggers"]["jobs"]
         assert cluster["lateness"]["executed"] == cluster["lateness"]["jobs"]
     assert data["results"]["apscheduler"]["lateness"]["executed"] == data["results"]["apscheduler"]["lateness"]["jobs"]
+    # Memory: a slope over four or more sizes, each measured; every herd ran to its last job.
+    for kind in ("dormant", "loaded"):
+        points = data["results"]["memory"][kind]["points"]
+        assert len(points) >= 4 and all(p["rss"] > 0 and p["objects"] > 0 for p in points)
+    for h in data["results"]["herd"]["herds"].values():
+        assert h["executed"] == h["jobs"]
 
     table = (tmp_path / "RESULTS.md").read_text()
-    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 10
-    for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory"):
+    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 12
+    for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory", "memory-slope", "herd",
+                   "herd-rate"):
         assert (tmp_path / f"suite-{suffix}.png").stat().st_size > 0

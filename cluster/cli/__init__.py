@@ -135,7 +135,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("names", nargs="*", default=["suite"],
-                   help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory")
+                   help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory, herd")
     p.add_argument("--quick", action="store_true", help="small sizes, seconds each")
     p.set_defaults(func=_run_bench)
 

@@ -1,0 +1,124 @@
+"""The benchmarks' pure parts: the least-squares slope the memory goals apply to, the herd's
+figures, and the suite's table rows for the scale figures (no Ray, no store)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import herd, memory, report, suite
+from benchmarks.cluster import GOAL_REPLAY_PER_S
+from cluster.cli import build_parser
+
+
+def test_fit_line_separates_the_slope_from_the_fixed_cost() -> None:
+    # 10 MiB fixed (the allocator's high-water mark) and 100 B per job: the slope says 100, where
+    # "RSS / jobs" at the smallest size would say 10 MiB / 20,000 + 100 = 624 B per job.
+    xs = [20_000, 40_000, 60_000, 80_000]
+    fit = memory.fit_line(xs, [10 * 2**20 + 100 * x for x in xs])
+    assert fit.slope == pytest.approx(100)
+    assert fit.intercept == pytest.approx(10 * 2**20)
+    assert fit.r2 == pytest.approx(1.0)
+
+
+def test_fit_line_reports_how_well_a_noisy_line_fits() -> None:
+    fit = memory.fit_line([1, 2, 3, 4], [1.0, 3.0, 2.0, 4.0])
+    assert fit.slope == pytest.approx(0.8)
+    assert fit.intercept == pytest.approx(0.5)
+    assert fit.r2 == pytest.approx(0.64)
+    flat = memory.fit_line([1, 2, 3, 4], [5.0, 5.0, 5.0, 5.0])
+    assert (flat.slope, flat.intercept, flat.r2) == (0.0, 5.0, 1.0)
+
+
+@pytest.mark.parametrize("xs, ys", [([1], [1.0]), ([2, 2, 2], [1.0, 2.0, 3.0]), ([1, 2], [1.0])])
+def test_fit_line_refuses_what_has_no_slope(xs: list[float], ys: list[float]) -> None:
+    with pytest.raises(ValueError, match="xs"):
+        memory.fit_line(xs, ys)
+
+
+def test_sizes_argument_needs_two_distinct_positive_counts() -> None:
+    assert memory.sizes_arg("1e6,100000,250000") == (100_000, 250_000, 1_000_000)
+    for bad in ("100000", "5,5", "0,10"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            memory.sizes_arg(bad)
+
+
+def test_herd_growth_is_the_largest_herds_time_per_job_over_the_smallests() -> None:
+    assert herd.growth({"1000000": {"us_per_job": 30.0}, "100000": {"us_per_job": 20.0}}) == pytest.approx(1.5)
+    assert herd.growth({"100000": {"us_per_job": 20.0}}) is None
+
+
+def test_firing_rate_counts_executions_per_second_in_bins() -> None:
+    starts = [100.0 + i / 1_000 for i in range(2_000)]  # 1,000 jobs/s for 2 s, beginning 0.5 s after due
+    points = herd.firing_rate(starts, origin=99.5, bins=4)
+    assert [round(t, 2) for t, _ in points] == [0.75, 1.25, 1.75, 2.25, 2.75]
+    assert all(r == pytest.approx(1_000, rel=0.01) for _, r in points[:4])
+    assert sum(r * 0.49975 for _, r in points) == pytest.approx(2_000, rel=0.01)
+    assert herd.firing_rate([], origin=0.0) == []
+
+
+def _memory(slope: float, sizes: tuple[int, ...]) -> dict[str, Any]:
+    return {"sizes": list(sizes), "jobs": sizes[-1], "bytes_per_job": slope, "r2": 0.99, "intercept_mb": 120.0,
+            "objects_per_job": 2.0, "blocks_per_job": 6.0, "schedule_per_s": 16_000.0}
+
+
+SCALE_RESULTS: dict[str, Any] = {
+    "apscheduler": {"bytes_per_job": 360.0, "schedule_per_s": 300.0, "lateness": {"p99": 5_000.0}},
+    "memory": {"dormant": {**_memory(0.4, (1_000_000, 10_000_000)), "objects_per_job": -0.004}, "loaded": _memory(567.0, (100_000, 1_000_000))},
+    "herd": {"jobs": 1_000_000, "silos": 3, "per_s": 31_000.0, "lateness_ms": {"p50": 16_000.0, "p99": 32_000.0},
+             "queue": {"per_s": 350_000.0}, "sizes": [100_000, 1_000_000], "growth": 1.2,
+             "herds": {"100000": {"us_per_job": 27.0}, "1000000": {"us_per_job": 32.4}}},
+    "replay": {"azure": {"records": 1_000_000, "records_per_s": 320_000.0},
+               "file": {"records": 1_000_000, "records_per_s": 330_000.0}},
+}
+
+
+def test_rows_put_each_scale_figure_beside_its_baseline_with_goals_on_slopes() -> None:
+    table = {r["figure"]: r for r in suite.rows(SCALE_RESULTS)}
+    dormant = table["Dormant jobs (due beyond the lookahead): silo RSS slope, 1,000,000–10,000,000 jobs (B/job)"]
+    assert dormant["value"] == 0.4 and dormant["met"] is True and "-0.0" not in dormant["shown"]
+    assert "intercept 120 MiB" in dormant["shown"] and "scheduled at 16,000/s" in dormant["shown"]
+    assert "APScheduler" in dormant["baselines"] and "360" in dormant["baselines"]
+    loaded = table["Loaded jobs (in one silo): silo RSS slope, 100,000–1,000,000 jobs (B/job)"]
+    assert loaded["value"] == 567.0 and loaded["goal"] == 150 and loaded["met"] is False
+    assert "Orleans 200–500 B" in loaded["published"]
+    crowd = table["Thundering herd: 1,000,000 jobs due at one instant, 3 silos (jobs/s; lateness p50 / p99 s)"]
+    assert crowd["shown"] == "31,000 (16.0 / 32.0)" and "in-process timer queue 350,000" in crowd["baselines"]
+    step = table["Herd: wall time per job, 1,000,000 over 100,000 jobs (×)"]
+    assert step["value"] == 1.2 and step["met"] is True and "32.4 / 27.0 µs" in step["shown"]
+    replay = table["Replay of a 1,000,000-job shard (records/s)"]
+    assert replay["goal"] == GOAL_REPLAY_PER_S == 1_000_000 and replay["met"] is False
+    assert replay["baselines"] == "file store 330,000"
+
+
+def test_herd_row_names_the_steady_trigger_rate_when_the_cluster_ran() -> None:
+    cluster = {"scheduling": {"batch_per_s": 16_000.0, "concurrent_single_per_s": 2_000.0, "single_per_s": 80.0},
+               "triggers": {"per_s": 17_000.0, "jobs": 30_000},
+               "lateness": {"p50": 3.0, "p99": 15.0, "max": 30.0}}
+    results = {**SCALE_RESULTS, "cluster_azure": cluster, "cluster_file": cluster,
+               "noop": {"concurrent_per_s": 1_100.0, "sequential_per_s": 330.0}}
+    (crowd,) = [r for r in suite.rows(results) if r["figure"].startswith("Thundering herd")]
+    assert "steady triggers (30,000 jobs) 17,000" in crowd["baselines"]
+
+
+def test_scale_runs_the_three_scale_steps_with_the_sizes_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    ran: list[tuple[list[str], suite.Sizes]] = []
+
+    async def fake_run(names: list[str], quick: bool, report: Any, sizes: suite.Sizes) -> tuple[dict, dict]:
+        ran.append((list(names), sizes))
+        return {}, {}
+
+    monkeypatch.setattr(suite, "run", fake_run)
+    monkeypatch.setattr(suite, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    assert suite.main(["scale", "--dormant", "1000,2000", "--quick"]) == 0
+    assert ran == [(["memory", "herd", "replay"], suite.Sizes(dormant=(1_000, 2_000)))]
+    assert (tmp_path / "RESULTS.md").exists() and (tmp_path / "suite.json").exists()
+
+
+def test_timeshard_bench_without_a_name_runs_the_suite() -> None:
+    args = build_parser().parse_args(["bench"])
+    assert args.names == ["suite"]
