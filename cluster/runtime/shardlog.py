@@ -274,7 +274,7 @@ class ShardState:
         live = self.live
         entry: LiveJob | None
         if kind == ADD:
-            entry = [op[2], op[3], op[4], op[5], op[6], self.owner]
+            entry = [op[2], op[3], op[4], op[5], op[2] if op[6] == op[2] else op[6], self.owner]
             live[op[1]] = entry
             if len(op) > 7:
                 self.sources.add(op[7])
@@ -302,7 +302,8 @@ class ShardState:
             self.pending = dict(op[3]) if len(op) > 3 else {}
             self.sources = set(op[4]) if len(op) > 4 else set()
             for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
-                live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
+                live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
+                                self.owner]
             return None
         raise ValueError(f"unknown shard operation {kind!r}")
 
@@ -383,6 +384,8 @@ class ShardState:
                         and type(op[3]) is bytes and int is type(op[2]) is type(op[4]) is type(op[5]) is type(op[6])
                         and low <= op[2] <= high and low <= op[6] <= high):
                     key = op[1]
+                    if op[6] == op[2]:
+                        op[6] = op[2]  # one int object for both times: 32 B per job, most jobs
                     del op[:2]
                     op.append(owner)
                     live[key] = op
@@ -406,7 +409,8 @@ class ShardState:
         for item in op[1]:
             if type(item) is list and len(item) == 6 and _live_ok(*item):
                 job_id, due_us, job, occurrence, attempts, scheduled_us = item
-                self.live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
+                self.live[job_id] = [due_us, job, occurrence, attempts,
+                                     due_us if scheduled_us == due_us else scheduled_us, self.owner]
             else:
                 job_id = item[0] if type(item) is list and item and type(item[0]) is str else None
                 self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT entry", job_id))
