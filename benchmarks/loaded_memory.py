@@ -77,10 +77,19 @@ class _Owner:
 
 
 def _queue_loaded(queue: Any, state: Any) -> None:
+    """Queue every live job as ``Loading.queue_loaded`` does for a healthy shard."""
+    from array import array
+    from operator import itemgetter
+
     from cluster.runtime.shardlog import DUE
 
-    for job_id, entry in state.live.items():  # as Loading.queue_loaded does
-        queue.push(job_id, entry[DUE], entry)
+    live = state.live
+    keys, dues, entries = [], array("q"), []
+    for job_id, entry in live.items():
+        keys.append(job_id)
+        dues.append(entry[DUE])
+        entries.append(entry)
+    queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=state.owner)
 
 
 async def _fold(store: Any) -> tuple[Any, Any, float]:
@@ -129,6 +138,10 @@ def breakdown(state: Any, queue: Any) -> dict[str, float]:
                     count("queue tuples", v)
                 elif isinstance(v, list):
                     count(f"queue.{name} lists", v)
+    for *_, bulk in getattr(queue, "_bulks", ()):
+        count("queue bulk columns", bulk.keys)
+        count("queue bulk columns", bulk.items)
+        count("queue bulk columns", bulk.dues)
     for arrivals in getattr(queue, "_arrivals", {}).values():
         for item in arrivals:
             if isinstance(item, tuple):

@@ -8,6 +8,8 @@ by their misfire policy; and once drained and past its window, its log is delete
 from __future__ import annotations
 
 import logging
+from array import array
+from operator import itemgetter
 from typing import Any
 
 from cluster.model.clock import Clock
@@ -86,18 +88,30 @@ class Loading:
         A parked job is not queued, and a suspect one only after its back-off (see quarantine).
         """
         assert shard.state is not None
-        queue_at = self._quarantine.queue_at
+        queue_at, find = self._quarantine.queue_at, self._runs.find
         self._count_damage(shard)
-        for job_id, entry in shard.state.live.items():
+        live = shard.state.live
+        # Queued as one bulk (see cluster.runtime.queue): no queue object per job.
+        keys: list[str] = []
+        dues: array[int] = array("q")
+        entries: list[list[Any]] = []
+        for job_id, entry in live.items():
             if job_id in shard.unreadable:
                 continue  # unreadable: kept, never run
-            run = self._runs.find(job_id)
+            run = find(job_id)
             # A run of this very shard writes its own outcome; one of an older copy of it (a
             # shard we lost and took back) writes into a fenced log, so the job is queued anew.
             if run is None or run.shard is not shard:
                 due = queue_at(shard, job_id, entry[DUE])
-                if due is not None:
+                if due is None:
+                    continue  # parked
+                if due == entry[DUE]:
+                    keys.append(job_id)
+                    dues.append(due)
+                    entries.append(entry)
+                else:  # a suspect held back
                     self._queue.push(job_id, due, entry)
+        self._queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=shard)
         self._shards.update_loaded_gauge()
         if self._hooks and shard.state.live:
             decoded = ((self._decode.job_of(i, e), e) for i, e in shard.state.live.items())

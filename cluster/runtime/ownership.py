@@ -197,6 +197,7 @@ class ShardTable:
             return
         shard.lost = True
         self.forget(shard)
+        self._queue.forget(shard)  # its loaded jobs, queued as one bulk
         if shard.state is not None:
             for job_id, entry in shard.state.live.items():
                 got = self._queue.get(job_id)

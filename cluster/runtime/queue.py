@@ -23,6 +23,13 @@ Memory matters too: a silo may hold hundreds of thousands of loaded jobs. Each j
 per job. Cancel is O(1): it drops the dict slot, and the tuple left behind is a tombstone,
 recognised when it reaches the front because the dict no longer points at it. Ordering compares
 ``(due, key)`` only, never items.
+
+A loaded shard queues all its jobs at once (``push_bulk``), and those are most of a silo's jobs:
+they are kept as a *bulk*, columns sorted by ``(due, key)`` once and read by a cursor — per job a
+key and an item reference and a due in an ``array`` (24 B), no tuple and no dict slot. A heap of
+bulks by their next job merges them with the slots. A bulk job is found by key (``get``,
+``cancel``, a ``push`` that replaces it) through the owner's own index of its items (``lookup``:
+the shard's live jobs), then by bisection on ``(due, key)``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-from collections.abc import Callable, Iterator
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Generic, TypeVar
 
@@ -136,6 +145,53 @@ class _Ordered(Generic[T]):
         self.count = len(kept)
 
 
+class _Bulk(Generic[T]):
+    """Jobs queued at once (a loaded shard's): columns in ``(due, key)`` order and a cursor.
+
+    A cancelled or replaced job's item is set to None (its key stays, for bisection); what the
+    cursor passed is cleared too (key "", item None), so a popped item is not kept alive by the bulk.
+    """
+
+    __slots__ = ("keys", "items", "dues", "pos", "count", "lookup", "due_of", "owner")
+
+    def __init__(self, keys: list[str], items: list[T | None], dues: array[int],
+                 lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object) -> None:
+        self.keys, self.items, self.dues = keys, items, dues
+        self.pos = 0
+        self.count = len(keys)  # positions at or after the cursor whose item is not None
+        self.lookup, self.due_of, self.owner = lookup, due_of, owner
+
+    def find(self, key: str) -> int | None:
+        """The position of ``key``'s queued job at or after the cursor, or None."""
+        item = self.lookup(key)
+        if item is None:
+            return None
+        due = self.due_of(item)
+        lo = bisect_left(self.dues, due, self.pos)
+        hi = bisect_right(self.dues, due, lo)
+        if lo == hi:
+            return None
+        i = bisect_left(self.keys, key, lo, hi)
+        return i if i < hi and self.keys[i] == key and self.items[i] is not None else None
+
+
+def _sorted_bulk(keys: Sequence[str], dues: Sequence[int], items: Sequence[T]) -> tuple[list[str], list[T | None], array[int]]:
+    """The columns in ``(due, key)`` order: one sort by due (ints), then each run of equal dues by key."""
+    order = sorted(range(len(keys)), key=dues.__getitem__)
+    new_dues = array("q", [dues[i] for i in order])
+    new_keys = [keys[i] for i in order]
+    if len(set(new_dues)) != len(new_dues):  # ties: rare, except in a thundering herd
+        start, n = 0, len(order)
+        while start < n:
+            end = bisect_right(new_dues, new_dues[start], start)
+            if end - start > 1:
+                run = sorted(range(start, end), key=new_keys.__getitem__)
+                order[start:end] = [order[i] for i in run]
+                new_keys[start:end] = [new_keys[i] for i in run]
+            start = end
+    return new_keys, [items[i] for i in order], new_dues
+
+
 class JobQueue(Generic[T]):
     """A due-time priority queue keyed by job id, with an async wait for the next due job.
 
@@ -146,7 +202,7 @@ class JobQueue(Generic[T]):
     costs O(log n) amortised or less, however many jobs share a due time.
     """
 
-    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed")
+    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq")
 
     def __init__(self, clock: Clock = wall_clock_us) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
@@ -158,24 +214,112 @@ class JobQueue(Generic[T]):
         self._stored = 0  # tuples held in slots, tombstones included
         self._clock = clock
         self._changed: asyncio.Event | None = None
+        # Heap of (due, key, sequence, bulk) by each bulk's job at its cursor: a bulk's key may be
+        # earlier than its true next job (what the cursor sits on was cancelled), never later.
+        self._bulks: list[tuple[int, str, int, _Bulk[T]]] = []
+        self._bulk_seq = 0
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._live) + sum(bulk.count for *_, bulk in self._bulks)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._live
+        return key in self._live or (type(key) is str and self._in_bulk(key) is not None)
 
     def __iter__(self) -> Iterator[tuple[int, str, T]]:
         """Live entries ``(due, key, item)`` in no particular order."""
-        return iter(list(self._live.values()))
+        queued = list(self._live.values())
+        for *_, bulk in self._bulks:
+            for i in range(bulk.pos, len(bulk.keys)):
+                key, item = bulk.keys[i], bulk.items[i]
+                if item is not None and key not in self._live:
+                    queued.append((bulk.dues[i], key, item))
+        return iter(queued)
 
     def get(self, key: str) -> tuple[int, T] | None:
         """The due time and item queued under ``key``, or None."""
         entry = self._live.get(key)
-        return None if entry is None else (entry[0], entry[2])
+        if entry is not None:
+            return entry[0], entry[2]
+        found = self._in_bulk(key)
+        if found is None:
+            return None
+        bulk, i = found
+        item = bulk.items[i]
+        assert item is not None
+        return bulk.dues[i], item
+
+    def _in_bulk(self, key: str) -> tuple[_Bulk[T], int] | None:
+        for *_, bulk in self._bulks:
+            i = bulk.find(key)
+            if i is not None:
+                return bulk, i
+        return None
+
+    def _cancel_bulk(self, key: str) -> bool:
+        found = self._in_bulk(key) if self._bulks else None
+        if found is None:
+            return False
+        bulk, i = found
+        bulk.items[i] = None
+        bulk.count -= 1
+        return True
+
+    def push_bulk(self, keys: Sequence[str], dues: Sequence[int], items: Sequence[T],
+                  lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None) -> None:
+        """Queue many items at once, each ``items[i]`` under ``keys[i]`` at ``dues[i]``.
+
+        ``lookup(key)`` must return the item last pushed under ``key`` while it is queued, and
+        ``due_of(item)`` its due time (a loaded shard's live jobs, by id): that is how the bulk
+        finds a job to cancel or replace without an index of its own. Replaces earlier entries,
+        as ``push`` does; ``forget(owner)`` drops what is left of the bulk.
+        """
+        live, bulks = self._live, self._bulks
+        for key in keys:
+            if key in live:
+                self.cancel(key)
+            elif bulks:
+                self._cancel_bulk(key)
+        keys_sorted, items_sorted, dues_sorted = _sorted_bulk(keys, dues, items)
+        if not keys_sorted:
+            return
+        bulk = _Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner)
+        self._bulk_seq += 1
+        heapq.heappush(self._bulks, (dues_sorted[0], keys_sorted[0], self._bulk_seq, bulk))
+        if self._changed is not None:
+            self._changed.set()
+
+    def forget(self, owner: object) -> None:
+        """Drop every bulk pushed with ``owner`` (a shard let go of): its jobs are queued no more."""
+        kept = [top for top in self._bulks if top[3].owner is not owner]
+        if len(kept) != len(self._bulks):
+            heapq.heapify(kept)
+            self._bulks = kept
+
+    def _bulk_top(self) -> _Bulk[T] | None:
+        """The bulk holding the earliest bulk job, its cursor on that job; None if none is left."""
+        bulks, live = self._bulks, self._live
+        while bulks:
+            due, key, seq, bulk = bulks[0]
+            keys, items, pos, n = bulk.keys, bulk.items, bulk.pos, len(bulk.keys)
+            while pos < n and (items[pos] is None or keys[pos] in live):
+                if items[pos] is not None:  # replaced by a push since: that one is queued
+                    bulk.count -= 1
+                keys[pos], items[pos] = "", None
+                pos += 1
+            bulk.pos = pos
+            if pos == n:
+                heapq.heappop(bulks)
+                continue
+            if bulk.dues[pos] != due or keys[pos] != key:
+                heapq.heapreplace(bulks, (bulk.dues[pos], keys[pos], seq, bulk))
+                continue
+            return bulk
+        return None
 
     def push(self, key: str, due: int, item: T) -> None:
         """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry."""
+        if self._bulks and key not in self._live:
+            self._cancel_bulk(key)
         entry = (due, key, item)
         self._live[key] = entry
         slot = due >> SLOT_SHIFT
@@ -196,7 +340,7 @@ class JobQueue(Generic[T]):
     def cancel(self, key: str) -> bool:
         """Forget ``key``; True if it was queued. Its tuple is skipped when it reaches the front."""
         if self._live.pop(key, None) is None:
-            return False
+            return self._cancel_bulk(key)
         if self._stored > 2 * len(self._live) + 64:
             self._compact()
         return True
@@ -204,7 +348,12 @@ class JobQueue(Generic[T]):
     def next_due(self) -> int | None:
         """The due time (µs) of the earliest live entry, or None when empty."""
         head = self._head()
-        return None if head is None else head.ends[0][0]
+        due = None if head is None else head.ends[0][0]
+        if self._bulks:
+            bulk = self._bulk_top()
+            if bulk is not None and (due is None or bulk.dues[bulk.pos] < due):
+                return bulk.dues[bulk.pos]
+        return due
 
     def _head(self) -> _Ordered[T] | None:
         """The head slot, ordered, the top of its ``ends`` a live entry; None when empty."""
@@ -260,9 +409,62 @@ class JobQueue(Generic[T]):
         """
         if now is None:
             now = self._clock()
-        live = self._live
-        cap = len(live) if limit is None else limit
+        cap = len(self) if limit is None else limit
         batch: list[tuple[int, str, T]] = []
+        if not self._bulks:
+            self._pop_slots(now, cap, batch)
+            return batch
+        while len(batch) < cap:
+            bulk = self._bulk_top()
+            if bulk is None:
+                self._pop_slots(now, cap, batch)
+                break
+            due, key = bulk.dues[bulk.pos], bulk.keys[bulk.pos]
+            head = self._head()
+            if head is not None and head.ends[0][:2] <= (due, key):
+                if head.ends[0][0] > now:
+                    break
+                # The slots' jobs before this bulk job; one alone when it shares the bulk job's due.
+                before = min(now, due - 1)
+                self._pop_slots(before, cap, batch) if head.ends[0][0] <= before else \
+                    self._pop_slots(due, len(batch) + 1, batch)
+                continue
+            if due > now:
+                break
+            stop = (now + 1, "") if head is None else min((now + 1, ""), head.ends[0][:2])
+            bulks = self._bulks
+            for j in (1, 2):  # the next bulk's job: the heap's second smallest is one of these
+                if j < len(bulks) and bulks[j][:2] < stop:
+                    stop = bulks[j][:2]
+            self._pop_bulk(bulk, stop, cap, batch)
+        return batch
+
+    def _pop_bulk(self, bulk: _Bulk[T], stop: tuple[int, str], cap: int, batch: list[tuple[int, str, T]]) -> None:
+        """Move ``bulk``'s jobs before ``stop`` (``(due, key)``) into ``batch``, up to ``cap``.
+
+        The job at the cursor goes whatever ``stop`` says (it is the earliest of all, and a stale
+        heap key may equal it), so every call takes at least one.
+        """
+        keys, items, dues, live = bulk.keys, bulk.items, bulk.dues, self._live
+        pos, n = bulk.pos, len(keys)
+        stop_due, stop_key = stop
+        first = pos
+        while pos < n and len(batch) < cap:
+            due, key, item = dues[pos], keys[pos], items[pos]
+            if item is not None and key not in live:
+                if pos != first and (due > stop_due or (due == stop_due and key >= stop_key)):
+                    break
+                batch.append((due, key, item))
+                bulk.count -= 1
+            elif item is not None:
+                bulk.count -= 1  # replaced by a push since: that one is queued
+            keys[pos], items[pos] = "", None
+            pos += 1
+        bulk.pos = pos
+
+    def _pop_slots(self, now: int, cap: int, batch: list[tuple[int, str, T]]) -> None:
+        """Move the slots' entries due at or before ``now`` into ``batch``, up to ``cap``, earliest first."""
+        live = self._live
         while len(batch) < cap:
             head = self._head()
             if head is None:
@@ -304,7 +506,6 @@ class JobQueue(Generic[T]):
             self._stored -= taken
             if ends:
                 break  # the rest is not due yet (or the batch is full)
-        return batch
 
     async def wait_due(self, timeout: float | None = None) -> bool:
         """Sleep until the earliest entry is due; True if one is, False on ``timeout`` (seconds).

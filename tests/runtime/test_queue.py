@@ -71,24 +71,45 @@ class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.q: JobQueue[int] = JobQueue(clock=self.clock)
+        self.q: JobQueue[list[int]] = JobQueue(clock=self.clock)
         self.model: dict[str, int] = {}
+        self.items: dict[str, list[int]] = {}  # what a shard's live jobs are to a bulk: the item by key
         self.seen: set[str] = set()
         self.counter = 0
+
+    def _item(self, key: str, due: int) -> list[int]:
+        self.items[key] = item = [due]
+        self.model[key] = due
+        return item
 
     @rule(delay=st.integers(0, 50))
     def push_new(self, delay):
         self.counter += 1
         key = f"k{self.counter}"
-        self.q.push(key, self.clock.now + delay, self.counter)
-        self.model[key] = self.clock.now + delay
+        self.q.push(key, self.clock.now + delay, self._item(key, self.clock.now + delay))
 
     @precondition(lambda self: self.model)
     @rule(data=st.data(), delay=st.integers(0, 50))
     def retry_existing(self, data, delay):
         key = data.draw(st.sampled_from(sorted(self.model)))
-        self.q.push(key, self.clock.now + delay, 0)
-        self.model[key] = self.clock.now + delay
+        self.q.push(key, self.clock.now + delay, self._item(key, self.clock.now + delay))
+
+    @rule(data=st.data(), delays=st.lists(st.integers(-3, 50), max_size=12))
+    def push_bulk(self, data, delays):
+        """A shard loaded: its jobs queued at once, new keys and (maybe) keys already queued."""
+        keys = []
+        for _ in delays:
+            if self.model and data.draw(st.booleans()):
+                key = data.draw(st.sampled_from(sorted(self.model)))
+            else:
+                self.counter += 1
+                key = f"k{self.counter}"
+            if key not in keys:
+                keys.append(key)
+        dues = [self.clock.now + delay for delay in delays[:len(keys)]]
+        items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
+        # Each bulk looks up in its own shard's live jobs: what it held when it was loaded.
+        self.q.push_bulk(keys, dues, items, dict(zip(keys, items, strict=True)).get, lambda item: item[0])
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -104,6 +125,7 @@ class QueueMachine(RuleBasedStateMachine):
         batch = self.q.pop_due(limit=limit)
         if limit is not None:
             assert len(batch) <= limit
+        assert [(d, k) for d, k, _ in batch] == sorted((d, k) for d, k, _ in batch)
         for due, key, _ in batch:
             assert due <= self.clock.now
             assert self.model.pop(key) == due
@@ -113,6 +135,8 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def sizes_and_head_agree(self):
         assert len(self.q) == len(self.model)
+        assert {k: d for d, k, _ in self.q} == self.model
+        assert all(self.q.get(k) == (d, self.items[k]) for k, d in self.model.items())
         assert self.q.next_due() == (min(self.model.values()) if self.model else None)
 
 
