@@ -14,6 +14,8 @@ collection, with the encoded log still held (so it is in the baseline, not the s
 
 The per-job figure is the least-squares slope over the sizes; the intercept is reported apart.
 ``breakdown`` cross-checks the slope against ``sys.getsizeof`` sums of what the state holds.
+``--path written`` measures jobs scheduled into a shard that is already loaded instead (each
+applied and queued alone, as a silo does for a window within the lookahead); no replay then.
 """
 
 from __future__ import annotations
@@ -150,6 +152,42 @@ def breakdown(state: Any, queue: Any) -> dict[str, float]:
     return {kind: size / n for kind, size in sorted(sizes.items(), key=lambda kv: -kv[1])}
 
 
+def _written(ops: list[list[Any]]) -> tuple[Any, Any]:
+    """Jobs scheduled into a shard already loaded: applied as ``Shard.write`` does, each queued
+    alone as ``ShardTable.write_to_window`` does."""
+    from cluster.runtime.queue import JobQueue
+    from cluster.runtime.shardlog import DUE, ShardState
+
+    state = ShardState(owner=_Owner())
+    queue: Any = JobQueue(clock=lambda: 0)
+    for start in range(0, len(ops), 1_000):
+        chunk = ops[start:start + 1_000]
+        touched, _ = state.apply_undoably(chunk)
+        for op, entry in zip(chunk, touched, strict=True):
+            queue.push(op[1], entry[DUE], entry)
+    return state, queue
+
+
+def _measure_written(n: int) -> dict[str, Any]:
+    _written(_records(1_000))  # warm-up: imports, caches
+    gc.collect()
+    rss_before = rss_bytes()
+    state, queue = _written(_records(n))  # as received from clients: every id, packed job and time new
+    gc.collect()
+    rss = rss_bytes() - rss_before
+    parts = breakdown(state, queue)
+    del state, queue
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    state, queue = _written(_records(n))
+    gc.collect()
+    traced = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return {"jobs": n, "traced": traced, "rss": rss, "replay_seconds": 0.0, "replay_records_per_s": 0.0,
+            "breakdown": parts}
+
+
 async def _measure(n: int) -> dict[str, Any]:
     from storage import LogWriter
     from storage.memory import MemoryStore
@@ -184,10 +222,10 @@ async def _measure(n: int) -> dict[str, Any]:
             "replay_records_per_s": n / best, "breakdown": parts}
 
 
-def run(sizes: Sequence[int]) -> dict[str, Any]:
+def run(sizes: Sequence[int], path: str = "loaded") -> dict[str, Any]:
     points = []
     for n in sizes:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.loaded_memory", "--one", str(n)],
+        out = subprocess.run([sys.executable, "-m", "benchmarks.loaded_memory", "--one", str(n), "--path", path],
                              check=True, capture_output=True, text=True)
         point = json.loads(out.stdout)
         points.append(point)
@@ -207,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.loaded_memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,250000,500000,1000000")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # one size, in this process
+    parser.add_argument("--path", choices=["loaded", "written"], default="loaded",
+                        help="loaded: a dormant shard's log replayed and queued (default); written: jobs "
+                             "scheduled into a shard already loaded, each queued alone")
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(asyncio.run(_measure(args.one))))
+        point = asyncio.run(_measure(args.one)) if args.path == "loaded" else _measure_written(args.one)
+        print(json.dumps(point))
         return 0
-    result = run([int(s) for s in args.sizes.split(",")])
+    result = run([int(s) for s in args.sizes.split(",")], args.path)
     for key in ("traced", "rss"):
         print(f"{key}: slope {result[key]['bytes_per_job']:.1f} B/job, intercept "
               f"{result[key]['intercept_bytes'] / 2**20:.2f} MiB")

@@ -288,12 +288,16 @@ class JobQueue(Generic[T]):
         if self._changed is not None:
             self._changed.set()
 
-    def forget(self, owner: object) -> None:
-        """Drop every bulk pushed with ``owner`` (a shard let go of): its jobs are queued no more."""
+    def forget(self, owner: object, owned: Callable[[T], bool] | None = None) -> None:
+        """Drop every bulk pushed with ``owner`` (a shard let go of), and every entry pushed alone
+        whose item is ``owned``: none of its jobs is queued any more. O(bulks + entries pushed alone)."""
         kept = [top for top in self._bulks if top[3].owner is not owner]
         if len(kept) != len(self._bulks):
             heapq.heapify(kept)
             self._bulks = kept
+        if owned is not None:
+            for key in [key for key, (_, _, item) in self._live.items() if owned(item)]:
+                self.cancel(key)
 
     def _bulk_top(self) -> _Bulk[T] | None:
         """The bulk holding the earliest bulk job, its cursor on that job; None if none is left."""

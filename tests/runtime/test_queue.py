@@ -370,3 +370,22 @@ def test_any_interleaving_matches_a_sorted_reference(script, merge_cap):
         for key, (due, item) in model.items():
             assert q.get(key) == (due, item)
         assert q.pop_due(SLOT + (3 << SLOT_SHIFT)) == sorted((d, key, item) for key, (d, item) in model.items())
+
+
+def test_a_forgotten_owner_fires_nothing_more_and_the_others_fire_in_order():
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock())
+    owners = {"a": object(), "b": object()}
+    live: dict[str, dict[str, list[object]]] = {name: {} for name in owners}
+    for name, owner in owners.items():
+        keys = [f"{name}{i}" for i in range(5)]
+        dues = [10 * i + (name == "b") for i in range(5)]
+        items = [[due, owner] for due in dues]
+        live[name] = dict(zip(keys, items, strict=True))
+        q.push_bulk(keys, dues, items, live[name].get, lambda item: item[0], owner=owners[name])
+    q.push("a2", 100, live["a"]["a2"])  # pushed alone again (a retry): replaces its bulk entry
+    q.push("b9", 7, [7, owners["b"]])
+    assert len(q) == 11 and q.get("a2") == (100, live["a"]["a2"])
+    q.forget(owners["a"], lambda item: item[1] is owners["a"])
+    assert len(q) == 6 and "a2" not in q and "a0" not in q
+    assert [(d, k) for d, k, _ in q.pop_due(1_000)] == [(1, "b0"), (7, "b9"), (11, "b1"), (21, "b2"), (31, "b3"),
+                                                        (41, "b4")]
