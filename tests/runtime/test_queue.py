@@ -389,3 +389,17 @@ def test_a_forgotten_owner_fires_nothing_more_and_the_others_fire_in_order():
     assert len(q) == 6 and "a2" not in q and "a0" not in q
     assert [(d, k) for d, k, _ in q.pop_due(1_000)] == [(1, "b0"), (7, "b9"), (11, "b1"), (21, "b2"), (31, "b3"),
                                                         (41, "b4")]
+
+
+def test_a_bulk_with_a_herd_comes_out_by_due_then_key_and_finds_each_job():
+    rng = random.Random(3)
+    keys = [f"k{i:04d}" for i in range(2_000)]
+    rng.shuffle(keys)
+    dues = [5 if i % 4 else rng.randrange(10) for i in range(len(keys))]  # most share one due
+    items = {key: [due, None] for key, due in zip(keys, dues, strict=True)}
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock())
+    q.push_bulk(keys, dues, [items[k] for k in keys], items.get, lambda item: item[0])
+    assert all(q.get(k) == (items[k][0], items[k]) for k in keys)
+    assert q.cancel("k0001") and not q.cancel("k0001")
+    out = q.pop_due(10, limit=700) + q.pop_due(10)
+    assert [(d, k) for d, k, _ in out] == sorted((d, k) for k, (d, _) in items.items() if k != "k0001")
