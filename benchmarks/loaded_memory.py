@@ -83,7 +83,7 @@ def _queue_loaded(queue: Any, state: Any) -> None:
     from array import array
     from operator import itemgetter
 
-    from cluster.runtime.shardlog import DUE
+    from cluster.runtime.shardlog import DUE, QUEUED
 
     live = state.live
     keys, dues, entries = [], array("q"), []
@@ -91,7 +91,7 @@ def _queue_loaded(queue: Any, state: Any) -> None:
         keys.append(job_id)
         dues.append(entry[DUE])
         entries.append(entry)
-    queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=state.owner)
+    queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=state.owner, slot=QUEUED)
 
 
 async def _fold(store: Any) -> tuple[Any, Any, float]:
@@ -144,6 +144,7 @@ def breakdown(state: Any, queue: Any) -> dict[str, float]:
         count("queue bulk columns", bulk.keys)
         count("queue bulk columns", bulk.items)
         count("queue bulk columns", bulk.dues)
+        count("queue bulk columns", bulk)
     for arrivals in getattr(queue, "_arrivals", {}).values():
         for item in arrivals:
             if isinstance(item, tuple):
@@ -153,18 +154,22 @@ def breakdown(state: Any, queue: Any) -> dict[str, float]:
 
 
 def _written(ops: list[list[Any]]) -> tuple[Any, Any]:
-    """Jobs scheduled into a shard already loaded: applied as ``Shard.write`` does, each queued
-    alone as ``ShardTable.write_to_window`` does."""
+    """Jobs scheduled into a shard already loaded, in calls of 1,000: applied as ``Shard.write``
+    does, and queued as ``Scheduling._queue_new`` does (a bulk per call)."""
+    from array import array
+    from operator import itemgetter
+
     from cluster.runtime.queue import JobQueue
-    from cluster.runtime.shardlog import DUE, ShardState
+    from cluster.runtime.shardlog import DUE, QUEUED, ShardState
 
     state = ShardState(owner=_Owner())
     queue: Any = JobQueue(clock=lambda: 0)
     for start in range(0, len(ops), 1_000):
         chunk = ops[start:start + 1_000]
         touched, _ = state.apply_undoably(chunk)
-        for op, entry in zip(chunk, touched, strict=True):
-            queue.push(op[1], entry[DUE], entry)
+        entries = [entry for entry in touched if entry is not None]  # an ADD always makes one
+        queue.push_bulk([op[1] for op in chunk], array("q", [entry[DUE] for entry in entries]), entries,
+                        state.live.get, itemgetter(DUE), owner=state.owner, slot=QUEUED)
     return state, queue
 
 

@@ -24,12 +24,14 @@ per job. Cancel is O(1): it drops the dict slot, and the tuple left behind is a 
 recognised when it reaches the front because the dict no longer points at it. Ordering compares
 ``(due, key)`` only, never items.
 
-A loaded shard queues all its jobs at once (``push_bulk``), and those are most of a silo's jobs:
-they are kept as a *bulk*, columns sorted by ``(due, key)`` once and read by a cursor — per job a
-key and an item reference and a due in an ``array`` (24 B), no tuple and no dict slot. A heap of
-bulks by their next job merges them with the slots. A bulk job is found by key (``get``,
-``cancel``, a ``push`` that replaces it) through the owner's own index of its items (``lookup``:
-the shard's live jobs), then by bisection on ``(due, key)``.
+A loaded shard queues all its jobs at once (``push_bulk``), and so does a schedule call into a
+loaded shard; those are most of a silo's jobs. They are kept as *bulks*: columns sorted by
+``(due, key)`` once and read by a cursor — per job a key and an item reference and a due in an
+``array`` (24 B), no tuple and no dict slot. A heap of bulks by their next job merges them with
+the slots. A bulk job is found by key (``get``, ``cancel``, a ``push`` that replaces it) through
+its owner's own index of its items (``lookup``: the shard's live jobs), the item naming its bulk
+(``slot``), then by bisection on ``(due, key)``; a bulk item its owner no longer holds under its
+key (the job was added again) is skipped when the cursor reaches it.
 """
 
 from __future__ import annotations
@@ -153,21 +155,23 @@ class _Bulk(Generic[T]):
     cursor passed is cleared too (key "", item None), so a popped item is not kept alive by the bulk.
     """
 
-    __slots__ = ("keys", "items", "dues", "pos", "count", "lookup", "due_of", "owner")
+    __slots__ = ("keys", "items", "dues", "pos", "count", "lookup", "due_of", "owner", "slot")
 
     def __init__(self, keys: list[str], items: list[T | None], dues: array[int],
-                 lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object) -> None:
+                 lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object,
+                 slot: int | None) -> None:
         self.keys, self.items, self.dues = keys, items, dues
         self.pos = 0
         self.count = len(keys)  # positions at or after the cursor whose item is not None
-        self.lookup, self.due_of, self.owner = lookup, due_of, owner
+        self.lookup, self.due_of, self.owner, self.slot = lookup, due_of, owner, slot
 
-    def find(self, key: str) -> int | None:
-        """The position of ``key``'s queued job at or after the cursor, or None."""
-        item = self.lookup(key)
-        if item is None:
-            return None
-        due = self.due_of(item)
+    def release(self) -> None:
+        """Drop the columns: the bulk is drained or forgotten, but items marked with it may live on."""
+        self.keys, self.items, self.dues = [], [], array("q")
+        self.pos = self.count = 0
+
+    def find(self, key: str, due: int) -> int | None:
+        """The position of ``key``'s queued job, due at ``due``, at or after the cursor, or None."""
         lo = bisect_left(self.dues, due, self.pos)
         hi = bisect_right(self.dues, due, lo)
         if lo == hi:
@@ -210,7 +214,7 @@ class JobQueue(Generic[T]):
     costs O(log n) amortised or less, however many jobs share a due time.
     """
 
-    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq")
+    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq", "_owners")
 
     def __init__(self, clock: Clock = wall_clock_us) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
@@ -226,8 +230,10 @@ class JobQueue(Generic[T]):
         # earlier than its true next job (what the cursor sits on was cancelled), never later.
         self._bulks: list[tuple[int, str, int, _Bulk[T]]] = []
         self._bulk_seq = 0
+        self._owners: dict[object, list[_Bulk[T]]] = {}  # the bulks not yet drained, by owner
 
     def __len__(self) -> int:
+        """Entries queued; a bulk job its owner replaced (added again) counts until it is passed."""
         return len(self._live) + sum(bulk.count for *_, bulk in self._bulks)
 
     def __contains__(self, key: object) -> bool:
@@ -239,7 +245,7 @@ class JobQueue(Generic[T]):
         for *_, bulk in self._bulks:
             for i in range(bulk.pos, len(bulk.keys)):
                 key, item = bulk.keys[i], bulk.items[i]
-                if item is not None and key not in self._live:
+                if item is not None and key not in self._live and bulk.lookup(key) is item:
                     queued.append((bulk.dues[i], key, item))
         return iter(queued)
 
@@ -257,10 +263,22 @@ class JobQueue(Generic[T]):
         return bulk.dues[i], item
 
     def _in_bulk(self, key: str) -> tuple[_Bulk[T], int] | None:
-        for *_, bulk in self._bulks:
-            i = bulk.find(key)
-            if i is not None:
-                return bulk, i
+        """Where ``key``'s job waits in a bulk: one lookup per owner, then one bisection."""
+        for bulks in self._owners.values():
+            first = bulks[0]  # one owner's bulks share its lookup
+            item = first.lookup(key)
+            if item is None:
+                continue
+            due = first.due_of(item)
+            if first.slot is not None:  # the item names its bulk
+                marked = item[first.slot]  # type: ignore[index]
+                candidates = [marked] if isinstance(marked, _Bulk) else []
+            else:
+                candidates = bulks
+            for bulk in candidates:
+                i = bulk.find(key, due)
+                if i is not None and bulk.items[i] is item:
+                    return bulk, i
         return None
 
     def _cancel_bulk(self, key: str) -> bool:
@@ -273,13 +291,17 @@ class JobQueue(Generic[T]):
         return True
 
     def push_bulk(self, keys: Sequence[str], dues: Sequence[int], items: Sequence[T],
-                  lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None) -> None:
-        """Queue many items at once, each ``items[i]`` under ``keys[i]`` at ``dues[i]``.
+                  lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None,
+                  slot: int | None = None) -> None:
+        """Queue many items at once, each ``items[i]`` under ``keys[i]`` (distinct) at ``dues[i]``.
 
-        ``lookup(key)`` must return the item last pushed under ``key`` while it is queued, and
-        ``due_of(item)`` its due time (a loaded shard's live jobs, by id): that is how the bulk
-        finds a job to cancel or replace without an index of its own. Replaces earlier entries,
-        as ``push`` does; ``forget(owner)`` drops what is left of the bulk.
+        ``lookup(key)`` returns the item that is current under ``key`` and ``due_of(item)`` its
+        due time (a loaded shard's live jobs, by id): that is how a bulk finds a job to cancel or
+        replace without an index of its own, and a bulk item that is no longer current (its job
+        was added again, replacing it) is skipped. Every bulk of one
+        ``owner`` must share its lookup. With ``slot``, each item (a list) gets a reference to
+        its bulk at that index, so that it is found in one bisection however many bulks its owner
+        has. Replaces earlier entries, as ``push`` does; ``forget(owner)`` drops the owner's bulks.
         """
         live, bulks = self._live, self._bulks
         for key in keys:
@@ -290,7 +312,11 @@ class JobQueue(Generic[T]):
         keys_sorted, items_sorted, dues_sorted = _sorted_bulk(keys, dues, items)
         if not keys_sorted:
             return
-        bulk = _Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner)
+        bulk = _Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner, slot)
+        if slot is not None:
+            for item in items_sorted:
+                item[slot] = bulk  # type: ignore[index]
+        self._owners.setdefault(owner, []).append(bulk)
         self._bulk_seq += 1
         heapq.heappush(self._bulks, (dues_sorted[0], keys_sorted[0], self._bulk_seq, bulk))
         if self._changed is not None:
@@ -299,6 +325,8 @@ class JobQueue(Generic[T]):
     def forget(self, owner: object, owned: Callable[[T], bool] | None = None) -> None:
         """Drop every bulk pushed with ``owner`` (a shard let go of), and every entry pushed alone
         whose item is ``owned``: none of its jobs is queued any more. O(bulks + entries pushed alone)."""
+        for bulk in self._owners.pop(owner, ()):
+            bulk.release()
         kept = [top for top in self._bulks if top[3].owner is not owner]
         if len(kept) != len(self._bulks):
             heapq.heapify(kept)
@@ -312,21 +340,30 @@ class JobQueue(Generic[T]):
         bulks, live = self._bulks, self._live
         while bulks:
             due, key, seq, bulk = bulks[0]
-            keys, items, pos, n = bulk.keys, bulk.items, bulk.pos, len(bulk.keys)
-            while pos < n and (items[pos] is None or keys[pos] in live):
-                if items[pos] is not None:  # replaced by a push since: that one is queued
+            keys, items, pos, n, lookup = bulk.keys, bulk.items, bulk.pos, len(bulk.keys), bulk.lookup
+            while pos < n and (items[pos] is None or keys[pos] in live or lookup(keys[pos]) is not items[pos]):
+                if items[pos] is not None:  # replaced since: by a push, or in its owner (a job added again)
                     bulk.count -= 1
                 keys[pos], items[pos] = "", None
                 pos += 1
             bulk.pos = pos
             if pos == n:
                 heapq.heappop(bulks)
+                self._drained(bulk)
                 continue
             if bulk.dues[pos] != due or keys[pos] != key:
                 heapq.heapreplace(bulks, (bulk.dues[pos], keys[pos], seq, bulk))
                 continue
             return bulk
         return None
+
+    def _drained(self, bulk: _Bulk[T]) -> None:
+        group = self._owners.get(bulk.owner)
+        if group is not None and bulk in group:
+            group.remove(bulk)
+            if not group:
+                del self._owners[bulk.owner]
+        bulk.release()
 
     def push(self, key: str, due: int, item: T) -> None:
         """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry."""
@@ -457,19 +494,19 @@ class JobQueue(Generic[T]):
         The job at the cursor goes whatever ``stop`` says (it is the earliest of all, and a stale
         heap key may equal it), so every call takes at least one.
         """
-        keys, items, dues, live = bulk.keys, bulk.items, bulk.dues, self._live
+        keys, items, dues, live, lookup = bulk.keys, bulk.items, bulk.dues, self._live, bulk.lookup
         pos, n = bulk.pos, len(keys)
         stop_due, stop_key = stop
         first = pos
         while pos < n and len(batch) < cap:
             due, key, item = dues[pos], keys[pos], items[pos]
-            if item is not None and key not in live:
+            if item is not None and key not in live and lookup(key) is item:
                 if pos != first and (due > stop_due or (due == stop_due and key >= stop_key)):
                     break
                 batch.append((due, key, item))
                 bulk.count -= 1
             elif item is not None:
-                bulk.count -= 1  # replaced by a push since: that one is queued
+                bulk.count -= 1  # replaced since: by a push, or in its owner
             keys[pos], items[pos] = "", None
             pos += 1
         bulk.pos = pos

@@ -71,14 +71,16 @@ class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.q: JobQueue[list[int]] = JobQueue(clock=self.clock)
+        self.q: JobQueue[list[object]] = JobQueue(clock=self.clock)
         self.model: dict[str, int] = {}
-        self.items: dict[str, list[int]] = {}  # what a shard's live jobs are to a bulk: the item by key
+        self.items: dict[str, list[object]] = {}  # the item last pushed, by key
+        self.shared: dict[str, list[object]] = {}  # one loaded shard's live jobs, new ones bulked in batches
+        self.shard = object()
         self.seen: set[str] = set()
         self.counter = 0
 
-    def _item(self, key: str, due: int) -> list[int]:
-        self.items[key] = item = [due]
+    def _item(self, key: str, due: int) -> list[object]:
+        self.items[key] = item = [due, None]
         self.model[key] = due
         return item
 
@@ -109,7 +111,21 @@ class QueueMachine(RuleBasedStateMachine):
         dues = [self.clock.now + delay for delay in delays[:len(keys)]]
         items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
         # Each bulk looks up in its own shard's live jobs: what it held when it was loaded.
-        self.q.push_bulk(keys, dues, items, dict(zip(keys, items, strict=True)).get, lambda item: item[0])
+        self.q.push_bulk(keys, dues, items, dict(zip(keys, items, strict=True)).get, lambda item: item[0],
+                         owner=object())
+
+    @rule(delays=st.lists(st.integers(-3, 50), max_size=12))
+    def push_bulk_of_new_jobs(self, delays):
+        """New jobs scheduled into a loaded shard, a bulk per batch: one owner, its lookup, and
+        each item marked with its bulk."""
+        keys = []
+        for _ in delays:
+            self.counter += 1
+            keys.append(f"k{self.counter}")
+        dues = [self.clock.now + delay for delay in delays]
+        items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
+        self.shared.update(zip(keys, items, strict=True))
+        self.q.push_bulk(keys, dues, items, self.shared.get, lambda item: item[0], owner=self.shard, slot=1)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
