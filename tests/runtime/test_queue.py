@@ -125,7 +125,8 @@ class QueueMachine(RuleBasedStateMachine):
         dues = [self.clock.now + delay for delay in delays]
         items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
         self.shared.update(zip(keys, items, strict=True))
-        self.q.push_bulk(keys, dues, items, self.shared.get, lambda item: item[0], owner=self.shard, slot=1)
+        self.q.push_bulk(keys, dues, items, self.shared.get, lambda item: item[0], owner=self.shard, slot=1,
+                         after_only=True)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
