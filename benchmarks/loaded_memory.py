@@ -169,7 +169,7 @@ def _written(ops: list[list[Any]]) -> tuple[Any, Any]:
         touched, _ = state.apply_undoably(chunk)
         entries = [entry for entry in touched if entry is not None]  # an ADD always makes one
         queue.push_bulk([op[1] for op in chunk], array("q", [entry[DUE] for entry in entries]), entries,
-                        state.live.get, itemgetter(DUE), owner=state.owner, slot=QUEUED, after_only=True)
+                        state.live.get, itemgetter(DUE), owner=state.owner, slot=QUEUED, disjoint_only=True)
     return state, queue
 
 

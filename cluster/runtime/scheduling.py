@@ -153,7 +153,7 @@ class Scheduling:
                 dues.append(entry[DUE])
                 entries.append(entry)
         self._queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=shard, slot=QUEUED,
-                              after_only=True)
+                              disjoint_only=True)
 
     async def _find_earlier_tries(self, ids_by_window: dict[int, set[str]], suspects: set[str]) -> dict[str, str]:
         """Where an earlier try of this call landed: job id -> shard, for the ones found.

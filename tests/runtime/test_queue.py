@@ -126,7 +126,7 @@ class QueueMachine(RuleBasedStateMachine):
         items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
         self.shared.update(zip(keys, items, strict=True))
         self.q.push_bulk(keys, dues, items, self.shared.get, lambda item: item[0], owner=self.shard, slot=1,
-                         after_only=True)
+                         disjoint_only=True)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -420,3 +420,22 @@ def test_a_bulk_with_a_herd_comes_out_by_due_then_key_and_finds_each_job():
     assert q.cancel("k0001") and not q.cancel("k0001")
     out = q.pop_due(10, limit=700) + q.pop_due(10)
     assert [(d, k) for d, k, _ in out] == sorted((d, k) for k, (d, _) in items.items() if k != "k0001")
+
+
+def test_schedule_batches_form_bulks_when_disjoint_in_any_order_and_are_queued_alone_when_they_interleave():
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock())
+    live: dict[str, list[object]] = {}
+    owner = object()
+
+    def batch(name: str, dues: list[int]) -> None:
+        keys = [f"{name}{i}" for i in range(len(dues))]
+        items = [[due, None] for due in dues]
+        live.update(zip(keys, items, strict=True))
+        q.push_bulk(keys, dues, items, live.get, lambda item: item[0], owner=owner, slot=1, disjoint_only=True)
+
+    batch("b", [20, 21, 22])
+    batch("a", [10, 11, 12])  # landed after a later batch: still its own bulk, no tuple per job
+    assert len(q._bulks) == 2 and len(q._live) == 0
+    batch("c", [15, 30])  # interleaves with both: queued alone, so pops never alternate bulks per job
+    assert len(q._bulks) == 2 and len(q._live) == 2
+    assert [k for _, k, _ in q.pop_due(100)] == ["a0", "a1", "a2", "c0", "b0", "b1", "b2", "c1"]
