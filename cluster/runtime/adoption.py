@@ -242,8 +242,8 @@ class Adoption:
         log.info("shard adopted", extra={"shard": base, "from": meta.owner, "jobs": shard.live_count})
         self._report_deaths(shard)
         async with shard.gate.exclusive():
-            self._loading.settle_misfires(shard)
-            self._loading.queue_loaded(shard, adopted=failed)
+            settling = self._loading.settle_misfires(shard)
+            self._loading.queue_loaded(shard, adopted=failed, settling=settling)
         # Moves its writer decided but may not have carried out: carried out now, exactly once.
         for job_id, entry in await self._moves.settle_all(shard):
             self._loading.queue_entry(job_id, entry)
@@ -278,8 +278,8 @@ class Adoption:
             log.error("shard log corrupted under its writer: taken back", extra={"shard": shard.base,
                                                                                 "jobs": new.live_count})
             async with new.gate.exclusive():
-                self._loading.settle_misfires(new)
-                self._loading.queue_loaded(new)
+                settling = self._loading.settle_misfires(new)
+                self._loading.queue_loaded(new, settling=settling)
             for job_id, entry in await self._moves.settle_all(new):
                 self._loading.queue_entry(job_id, entry)
             return True

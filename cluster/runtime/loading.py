@@ -8,6 +8,9 @@ by their misfire policy; and once drained and past its window, its log is delete
 from __future__ import annotations
 
 import logging
+from array import array
+from collections.abc import Collection
+from operator import itemgetter
 from typing import Any
 
 from cluster.model.clock import Clock
@@ -21,7 +24,18 @@ from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import ATTEMPTS, DUE, EXPIRED, JOB, OCCURRENCE, SCHEDULED, SHARD_PREFIX, add_op, remove_op
+from cluster.runtime.shardlog import (
+    ATTEMPTS,
+    DUE,
+    EXPIRED,
+    JOB,
+    OCCURRENCE,
+    QUEUED,
+    SCHEDULED,
+    SHARD_PREFIX,
+    add_op,
+    remove_op,
+)
 from storage import Fenced, NotFound, StorageError, Store, list_logs
 
 log = logging.getLogger("timeshard.silo")
@@ -58,14 +72,21 @@ class Loading:
                             continue
                         if not self._shards.holds(shard):
                             continue  # lost or rejoined while reading: its jobs are not ours to queue
-                        self.settle_misfires(shard)
-                        self.queue_loaded(shard)
+                        settling = self.settle_misfires(shard)
+                        self.queue_loaded(shard, settling=settling)
 
-    def settle_misfires(self, shard: Shard) -> None:
-        """Recurring jobs whose occurrence passed while the shard was not loaded: per policy."""
+    def settle_misfires(self, shard: Shard) -> set[str]:
+        """Recurring jobs whose occurrence passed while the shard was not loaded: per policy.
+
+        Returns the jobs being settled: ``queue_loaded`` leaves them out, and each is queued
+        once its settling is durable (its next occurrence), or at once if that write fails (the
+        log still says the missed occurrence runs). Queueing the missed occurrence right away
+        ran it against the SKIP policy, and left the next one unqueued.
+        """
         assert shard.state is not None
         now_us = self._clock.now_us()
         grace = timedelta_to_us(self._options.misfire_grace)
+        settling: set[str] = set()
         for job_id, entry in list(shard.state.live.items()):
             if entry[DUE] >= now_us - grace or entry[ATTEMPTS]:
                 continue
@@ -75,29 +96,58 @@ class Loading:
             plan = catch_up(job.schedule, us_to_datetime(entry[SCHEDULED]), us_to_datetime(now_us),
                             Misfire.SKIP, entry[OCCURRENCE] - 1, job.repeats, job.ttl)
             if plan.next_due is None:
-                self._runs.spawn(shard.write([remove_op(job_id, entry[OCCURRENCE], EXPIRED)]))
+                op = remove_op(job_id, entry[OCCURRENCE], EXPIRED)
             else:
                 nxt = datetime_to_us(plan.next_due)
-                self._runs.spawn(shard.write([add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, nxt)]))
+                op = add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, nxt)
+            settling.add(job_id)
+            self._runs.spawn(self._settle(shard, job_id, op))
+        return settling
 
-    def queue_loaded(self, shard: Shard, *, adopted: bool = False) -> None:
+    async def _settle(self, shard: Shard, job_id: str, op: list[Any]) -> None:
+        """Write ``op`` settling a missed occurrence; queue what the log then says is live."""
+        try:
+            await shard.write([op])
+        finally:
+            state = shard.state
+            now = None if state is None else state.live.get(job_id)
+            # Written: the next occurrence (an EXPIRED removal leaves nothing); not written: the
+            # missed one, as before. Nothing if it went meanwhile (cancelled) or the shard did.
+            if now is not None and self._shards.holds(shard) and self._runs.find(job_id) is None \
+                    and self._queue.get(job_id) is None:
+                self._queue.push(job_id, now[DUE], now)
+
+    def queue_loaded(self, shard: Shard, *, adopted: bool = False, settling: Collection[str] = ()) -> None:
         """Queue the live jobs of a shard just loaded or claimed; tell the hooks.
 
-        A parked job is not queued, and a suspect one only after its back-off (see quarantine).
+        A parked job is not queued, and a suspect one only after its back-off (see quarantine);
+        nor one in ``settling`` (see ``settle_misfires``).
         """
         assert shard.state is not None
-        queue_at = self._quarantine.queue_at
+        queue_at, find = self._quarantine.queue_at, self._runs.find
         self._count_damage(shard)
-        for job_id, entry in shard.state.live.items():
-            if job_id in shard.unreadable:
-                continue  # unreadable: kept, never run
-            run = self._runs.find(job_id)
+        live = shard.state.live
+        # Queued as one bulk (see cluster.runtime.queue): no queue object per job.
+        keys: list[str] = []
+        dues: array[int] = array("q")
+        entries: list[list[Any]] = []
+        for job_id, entry in live.items():
+            if job_id in shard.unreadable or job_id in settling:
+                continue  # unreadable: kept, never run; settling: queued once settled
+            run = find(job_id)
             # A run of this very shard writes its own outcome; one of an older copy of it (a
             # shard we lost and took back) writes into a fenced log, so the job is queued anew.
             if run is None or run.shard is not shard:
                 due = queue_at(shard, job_id, entry[DUE])
-                if due is not None:
+                if due is None:
+                    continue  # parked
+                if due == entry[DUE]:
+                    keys.append(job_id)
+                    dues.append(due)
+                    entries.append(entry)
+                else:  # a suspect held back
                     self._queue.push(job_id, due, entry)
+        self._queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=shard, slot=QUEUED)
         self._shards.update_loaded_gauge()
         if self._hooks and shard.state.live:
             decoded = ((self._decode.job_of(i, e), e) for i, e in shard.state.live.items())

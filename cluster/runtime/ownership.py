@@ -23,7 +23,7 @@ from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import DUE, RELEASED, ShardMeta, landed_ids, shard_name
+from cluster.runtime.shardlog import DUE, OWNER, RELEASED, ShardMeta, landed_ids, shard_name
 from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, read_log
 
 log = logging.getLogger("timeshard.silo")
@@ -197,11 +197,7 @@ class ShardTable:
             return
         shard.lost = True
         self.forget(shard)
-        if shard.state is not None:
-            for job_id, entry in shard.state.live.items():
-                got = self._queue.get(job_id)
-                if got is not None and got[1] is entry:
-                    self._queue.cancel(job_id)
+        self._queue.forget(shard, lambda entry: entry[OWNER] is shard)
         for job_id, run in list(self._runs.staged.items()):
             if run.shard is shard:
                 del self._runs.staged[job_id]

@@ -23,6 +23,15 @@ Memory matters too: a silo may hold hundreds of thousands of loaded jobs. Each j
 per job. Cancel is O(1): it drops the dict slot, and the tuple left behind is a tombstone,
 recognised when it reaches the front because the dict no longer points at it. Ordering compares
 ``(due, key)`` only, never items.
+
+A loaded shard queues all its jobs at once (``push_bulk``), and so does a schedule call into a
+loaded shard; those are most of a silo's jobs. They are kept as *bulks*: columns sorted by
+``(due, key)`` once and read by a cursor — per job a key and an item reference and a due in an
+``array`` (24 B), no tuple and no dict slot. A heap of bulks by their next job merges them with
+the slots. A bulk job is found by key (``get``, ``cancel``, a ``push`` that replaces it) through
+its owner's own index of its items (``lookup``: the shard's live jobs), the item naming its bulk
+(``slot``), then by bisection on ``(due, key)``; a bulk item its owner no longer holds under its
+key (the job was added again) is skipped when the cursor reaches it.
 """
 
 from __future__ import annotations
@@ -30,8 +39,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-from collections.abc import Callable, Iterator
-from operator import itemgetter
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from itertools import compress, islice
+from operator import eq, itemgetter
 from typing import Generic, TypeVar
 
 from cluster.model.clock import wall_clock_us
@@ -136,6 +148,62 @@ class _Ordered(Generic[T]):
         self.count = len(kept)
 
 
+class _Bulk(Generic[T]):
+    """Jobs queued at once (a loaded shard's): columns in ``(due, key)`` order and a cursor.
+
+    A cancelled or replaced job's item is set to None (its key stays, for bisection); what the
+    cursor passed is cleared too (key "", item None), so a popped item is not kept alive by the bulk.
+    """
+
+    __slots__ = ("keys", "items", "dues", "pos", "count", "lookup", "due_of", "owner", "slot")
+
+    def __init__(self, keys: list[str], items: list[T | None], dues: array[int],
+                 lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object,
+                 slot: int | None) -> None:
+        self.keys, self.items, self.dues = keys, items, dues
+        self.pos = 0
+        self.count = len(keys)  # positions at or after the cursor whose item is not None
+        self.lookup, self.due_of, self.owner, self.slot = lookup, due_of, owner, slot
+
+    def release(self) -> None:
+        """Drop the columns: the bulk is drained or forgotten, but items marked with it may live on."""
+        self.keys, self.items, self.dues = [], [], array("q")
+        self.pos = self.count = 0
+
+    def find(self, key: str, due: int) -> int | None:
+        """The position of ``key``'s queued job, due at ``due``, at or after the cursor, or None."""
+        lo = bisect_left(self.dues, due, self.pos)
+        hi = bisect_right(self.dues, due, lo)
+        if lo == hi:
+            return None
+        i = bisect_left(self.keys, key, lo, hi)
+        return i if i < hi and self.keys[i] == key and self.items[i] is not None else None
+
+
+def _sorted_bulk(keys: Sequence[str], dues: Sequence[int], items: Sequence[T]) -> tuple[list[str], list[T | None], array[int]]:
+    """The columns in ``(due, key)`` order: one sort by due (ints), then each run of equal dues by key.
+
+    Gathered by ``itemgetter`` (C loops): twice as fast as list comprehensions at a million jobs.
+    """
+    n = len(keys)
+    if n < 2:  # itemgetter of one index returns the item, not a tuple
+        return list(keys), list(items), array("q", dues)
+    pick = itemgetter(*sorted(range(n), key=dues.__getitem__))
+    new_dues = array("q", pick(dues))
+    new_keys: list[str] = list(pick(keys))
+    new_items: list[T | None] = list(pick(items))
+    ties = compress(range(n - 1), map(eq, new_dues, islice(new_dues, 1, None)))
+    end = 0
+    for start in ties:  # rare, except in a thundering herd
+        if start < end:
+            continue  # inside a run already sorted
+        end = bisect_right(new_dues, new_dues[start], start)
+        run = sorted(range(start, end), key=new_keys.__getitem__)
+        new_keys[start:end] = [new_keys[i] for i in run]
+        new_items[start:end] = [new_items[i] for i in run]
+    return new_keys, new_items, new_dues
+
+
 class JobQueue(Generic[T]):
     """A due-time priority queue keyed by job id, with an async wait for the next due job.
 
@@ -146,7 +214,7 @@ class JobQueue(Generic[T]):
     costs O(log n) amortised or less, however many jobs share a due time.
     """
 
-    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed")
+    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq", "_owners")
 
     def __init__(self, clock: Clock = wall_clock_us) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
@@ -158,24 +226,163 @@ class JobQueue(Generic[T]):
         self._stored = 0  # tuples held in slots, tombstones included
         self._clock = clock
         self._changed: asyncio.Event | None = None
+        # Heap of (due, key, sequence, bulk) by each bulk's job at its cursor: a bulk's key may be
+        # earlier than its true next job (what the cursor sits on was cancelled), never later.
+        self._bulks: list[tuple[int, str, int, _Bulk[T]]] = []
+        self._bulk_seq = 0
+        self._owners: dict[object, list[_Bulk[T]]] = {}  # the bulks not yet drained, by owner
 
     def __len__(self) -> int:
-        return len(self._live)
+        """Entries queued; a bulk job its owner replaced (added again) counts until it is passed."""
+        return len(self._live) + sum(bulk.count for *_, bulk in self._bulks)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._live
+        return key in self._live or (type(key) is str and self._in_bulk(key) is not None)
 
     def __iter__(self) -> Iterator[tuple[int, str, T]]:
         """Live entries ``(due, key, item)`` in no particular order."""
-        return iter(list(self._live.values()))
+        queued = list(self._live.values())
+        for *_, bulk in self._bulks:
+            for i in range(bulk.pos, len(bulk.keys)):
+                key, item = bulk.keys[i], bulk.items[i]
+                if item is not None and key not in self._live and bulk.lookup(key) is item:
+                    queued.append((bulk.dues[i], key, item))
+        return iter(queued)
 
     def get(self, key: str) -> tuple[int, T] | None:
         """The due time and item queued under ``key``, or None."""
         entry = self._live.get(key)
-        return None if entry is None else (entry[0], entry[2])
+        if entry is not None:
+            return entry[0], entry[2]
+        found = self._in_bulk(key)
+        if found is None:
+            return None
+        bulk, i = found
+        item = bulk.items[i]
+        assert item is not None
+        return bulk.dues[i], item
+
+    def _in_bulk(self, key: str) -> tuple[_Bulk[T], int] | None:
+        """Where ``key``'s job waits in a bulk: one lookup per owner, then one bisection."""
+        for bulks in self._owners.values():
+            first = bulks[0]  # one owner's bulks share its lookup
+            item = first.lookup(key)
+            if item is None:
+                continue
+            due = first.due_of(item)
+            if first.slot is not None:  # the item names its bulk
+                marked = item[first.slot]  # type: ignore[index]
+                candidates = [marked] if isinstance(marked, _Bulk) else []
+            else:
+                candidates = bulks
+            for bulk in candidates:
+                i = bulk.find(key, due)
+                if i is not None and bulk.items[i] is item:
+                    return bulk, i
+        return None
+
+    def _cancel_bulk(self, key: str) -> bool:
+        found = self._in_bulk(key) if self._bulks else None
+        if found is None:
+            return False
+        bulk, i = found
+        bulk.items[i] = None
+        bulk.count -= 1
+        return True
+
+    def push_bulk(self, keys: Sequence[str], dues: Sequence[int], items: Sequence[T],
+                  lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None,
+                  slot: int | None = None, disjoint_only: bool = False) -> None:
+        """Queue many items at once, each ``items[i]`` under ``keys[i]`` (distinct) at ``dues[i]``.
+
+        ``lookup(key)`` returns the item that is current under ``key`` and ``due_of(item)`` its
+        due time (a loaded shard's live jobs, by id): that is how a bulk finds a job to cancel or
+        replace without an index of its own, and a bulk item that is no longer current (its job
+        was added again, replacing it) is skipped. Every bulk of one
+        ``owner`` must share its lookup. With ``slot``, each item (a list) gets a reference to
+        its bulk at that index, so that it is found in one bisection however many bulks its owner
+        has. Replaces earlier entries, as ``push`` does; ``forget(owner)`` drops the owner's bulks.
+
+        With ``disjoint_only``, the items form a bulk only if their due times do not overlap
+        those left in the owner's other bulks, and are pushed one by one otherwise: bulks that
+        interleave cost a pop a heap step per job (3 µs against 1.2 µs for 1,000-job bulks of
+        random due times), while disjoint ones, as schedule calls for successive stretches of
+        time make them (in whatever order they land), cost nothing more.
+        """
+        group = self._owners.get(owner)
+        if disjoint_only and group and dues:
+            low, high = min(dues), max(dues)
+            if any(bulk.pos < len(bulk.dues) and low <= bulk.dues[-1] and high >= bulk.dues[bulk.pos]
+                   for bulk in group):
+                for key, due, item in zip(keys, dues, items, strict=True):
+                    self.push(key, due, item)
+                return
+        live, bulks = self._live, self._bulks
+        for key in keys:
+            if key in live:
+                self.cancel(key)
+            elif bulks:
+                self._cancel_bulk(key)
+        keys_sorted, items_sorted, dues_sorted = _sorted_bulk(keys, dues, items)
+        if not keys_sorted:
+            return
+        bulk = _Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner, slot)
+        if slot is not None:
+            for marked in items_sorted:
+                marked[slot] = bulk  # type: ignore[index]
+        self._owners.setdefault(owner, []).append(bulk)
+        self._bulk_seq += 1
+        heapq.heappush(self._bulks, (dues_sorted[0], keys_sorted[0], self._bulk_seq, bulk))
+        if self._changed is not None:
+            self._changed.set()
+
+    def forget(self, owner: object, owned: Callable[[T], bool] | None = None) -> None:
+        """Drop every bulk pushed with ``owner`` (a shard let go of), and every entry pushed alone
+        whose item is ``owned``: none of its jobs is queued any more. O(bulks + entries pushed alone)."""
+        for bulk in self._owners.pop(owner, ()):
+            bulk.release()
+        kept = [top for top in self._bulks if top[3].owner is not owner]
+        if len(kept) != len(self._bulks):
+            heapq.heapify(kept)
+            self._bulks = kept
+        if owned is not None:
+            for key in [key for key, (_, _, item) in self._live.items() if owned(item)]:
+                self.cancel(key)
+
+    def _bulk_top(self) -> _Bulk[T] | None:
+        """The bulk holding the earliest bulk job, its cursor on that job; None if none is left."""
+        bulks, live = self._bulks, self._live
+        while bulks:
+            due, key, seq, bulk = bulks[0]
+            keys, items, pos, n, lookup = bulk.keys, bulk.items, bulk.pos, len(bulk.keys), bulk.lookup
+            while pos < n and (items[pos] is None or keys[pos] in live or lookup(keys[pos]) is not items[pos]):
+                if items[pos] is not None:  # replaced since: by a push, or in its owner (a job added again)
+                    bulk.count -= 1
+                keys[pos], items[pos] = "", None
+                pos += 1
+            bulk.pos = pos
+            if pos == n:
+                heapq.heappop(bulks)
+                self._drained(bulk)
+                continue
+            if bulk.dues[pos] != due or keys[pos] != key:
+                heapq.heapreplace(bulks, (bulk.dues[pos], keys[pos], seq, bulk))
+                continue
+            return bulk
+        return None
+
+    def _drained(self, bulk: _Bulk[T]) -> None:
+        group = self._owners.get(bulk.owner)
+        if group is not None and bulk in group:
+            group.remove(bulk)
+            if not group:
+                del self._owners[bulk.owner]
+        bulk.release()
 
     def push(self, key: str, due: int, item: T) -> None:
         """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry."""
+        if self._bulks and key not in self._live:
+            self._cancel_bulk(key)
         entry = (due, key, item)
         self._live[key] = entry
         slot = due >> SLOT_SHIFT
@@ -196,7 +403,7 @@ class JobQueue(Generic[T]):
     def cancel(self, key: str) -> bool:
         """Forget ``key``; True if it was queued. Its tuple is skipped when it reaches the front."""
         if self._live.pop(key, None) is None:
-            return False
+            return self._cancel_bulk(key)
         if self._stored > 2 * len(self._live) + 64:
             self._compact()
         return True
@@ -204,7 +411,12 @@ class JobQueue(Generic[T]):
     def next_due(self) -> int | None:
         """The due time (µs) of the earliest live entry, or None when empty."""
         head = self._head()
-        return None if head is None else head.ends[0][0]
+        due = None if head is None else head.ends[0][0]
+        if self._bulks:
+            bulk = self._bulk_top()
+            if bulk is not None and (due is None or bulk.dues[bulk.pos] < due):
+                return bulk.dues[bulk.pos]
+        return due
 
     def _head(self) -> _Ordered[T] | None:
         """The head slot, ordered, the top of its ``ends`` a live entry; None when empty."""
@@ -260,9 +472,62 @@ class JobQueue(Generic[T]):
         """
         if now is None:
             now = self._clock()
-        live = self._live
-        cap = len(live) if limit is None else limit
+        cap = len(self) if limit is None else limit
         batch: list[tuple[int, str, T]] = []
+        if not self._bulks:
+            self._pop_slots(now, cap, batch)
+            return batch
+        while len(batch) < cap:
+            bulk = self._bulk_top()
+            if bulk is None:
+                self._pop_slots(now, cap, batch)
+                break
+            due, key = bulk.dues[bulk.pos], bulk.keys[bulk.pos]
+            head = self._head()
+            if head is not None and head.ends[0][:2] <= (due, key):
+                if head.ends[0][0] > now:
+                    break
+                # The slots' jobs before this bulk job; one alone when it shares the bulk job's due.
+                before = min(now, due - 1)
+                self._pop_slots(before, cap, batch) if head.ends[0][0] <= before else \
+                    self._pop_slots(due, len(batch) + 1, batch)
+                continue
+            if due > now:
+                break
+            stop = (now + 1, "") if head is None else min((now + 1, ""), head.ends[0][:2])
+            bulks = self._bulks
+            for j in (1, 2):  # the next bulk's job: the heap's second smallest is one of these
+                if j < len(bulks) and bulks[j][:2] < stop:
+                    stop = bulks[j][:2]
+            self._pop_bulk(bulk, stop, cap, batch)
+        return batch
+
+    def _pop_bulk(self, bulk: _Bulk[T], stop: tuple[int, str], cap: int, batch: list[tuple[int, str, T]]) -> None:
+        """Move ``bulk``'s jobs before ``stop`` (``(due, key)``) into ``batch``, up to ``cap``.
+
+        The job at the cursor goes whatever ``stop`` says (it is the earliest of all, and a stale
+        heap key may equal it), so every call takes at least one.
+        """
+        keys, items, dues, live, lookup = bulk.keys, bulk.items, bulk.dues, self._live, bulk.lookup
+        pos, n = bulk.pos, len(keys)
+        stop_due, stop_key = stop
+        first = pos
+        while pos < n and len(batch) < cap:
+            due, key, item = dues[pos], keys[pos], items[pos]
+            if item is not None and key not in live and lookup(key) is item:
+                if pos != first and (due > stop_due or (due == stop_due and key >= stop_key)):
+                    break
+                batch.append((due, key, item))
+                bulk.count -= 1
+            elif item is not None:
+                bulk.count -= 1  # replaced since: by a push, or in its owner
+            keys[pos], items[pos] = "", None
+            pos += 1
+        bulk.pos = pos
+
+    def _pop_slots(self, now: int, cap: int, batch: list[tuple[int, str, T]]) -> None:
+        """Move the slots' entries due at or before ``now`` into ``batch``, up to ``cap``, earliest first."""
+        live = self._live
         while len(batch) < cap:
             head = self._head()
             if head is None:
@@ -304,7 +569,6 @@ class JobQueue(Generic[T]):
             self._stored -= taken
             if ends:
                 break  # the rest is not due yet (or the batch is full)
-        return batch
 
     async def wait_due(self, timeout: float | None = None) -> bool:
         """Sleep until the earliest entry is due; True if one is, False on ``timeout`` (seconds).

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from collections import defaultdict
 from collections.abc import Collection, Sequence
+from operator import itemgetter
 from typing import Any
 
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
@@ -29,7 +31,17 @@ from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import DUE, RELEASED, SHARD_PREFIX, add_op, creator_of, format_window, landed_ids, window_of
+from cluster.runtime.shardlog import (
+    DUE,
+    QUEUED,
+    RELEASED,
+    SHARD_PREFIX,
+    add_op,
+    creator_of,
+    format_window,
+    landed_ids,
+    window_of,
+)
 from storage import Fenced, StorageError, Store, list_logs, read_log
 
 log = logging.getLogger("timeshard.silo")
@@ -125,11 +137,23 @@ class Scheduling:
         state = shard.state
         if state is None or shard.lost:
             return
+        live = state.live
+        # Queued as one bulk per batch (see cluster.runtime.queue): no queue object per job.
+        keys: list[str] = []
+        dues: array[int] = array("q")
+        entries: list[list[Any]] = []
+        taken: set[str] = set()  # a job named twice in one call is queued once
         for job_id, _, _ in items:
-            entry = state.live.get(job_id)
+            entry = live.get(job_id)
             # A load that ran meanwhile queued it already, and it may even have started.
-            if entry is not None and self._runs.find(job_id) is None and self._queue.get(job_id) is None:
-                self._queue.push(job_id, entry[DUE], entry)
+            if (entry is not None and job_id not in taken and self._runs.find(job_id) is None
+                    and self._queue.get(job_id) is None):
+                taken.add(job_id)
+                keys.append(job_id)
+                dues.append(entry[DUE])
+                entries.append(entry)
+        self._queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=shard, slot=QUEUED,
+                              disjoint_only=True)
 
     async def _find_earlier_tries(self, ids_by_window: dict[int, set[str]], suspects: set[str]) -> dict[str, str]:
         """Where an earlier try of this call landed: job id -> shard, for the ones found.

@@ -181,11 +181,13 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-# A live job inside one shard: [due_us, packed job, occurrence, attempts, scheduled_us, owner].
+# A live job inside one shard: [due_us, packed job, occurrence, attempts, scheduled_us, owner, queued].
 # A list, not an object, because a loaded shard holds one per job and replay builds them by the
 # million; the same list is the silo queue's item, and ``owner`` (never written) points back at
-# the in-memory shard that holds it.
-DUE, JOB, OCCURRENCE, ATTEMPTS, SCHEDULED, OWNER = range(6)
+# the in-memory shard that holds it. ``queued`` is the queue's: the bulk it was queued in, if any
+# (see cluster.runtime.queue). Seven fields cost replay nothing: the ADD record's own list of
+# seven becomes the entry.
+DUE, JOB, OCCURRENCE, ATTEMPTS, SCHEDULED, OWNER, QUEUED = range(7)
 LiveJob = list[Any]
 
 # Times a live job may carry: what a datetime can hold (years 1 to 9999), in µs since 1970.
@@ -274,7 +276,7 @@ class ShardState:
         live = self.live
         entry: LiveJob | None
         if kind == ADD:
-            entry = [op[2], op[3], op[4], op[5], op[6], self.owner]
+            entry = [op[2], op[3], op[4], op[5], op[2] if op[6] == op[2] else op[6], self.owner, None]
             live[op[1]] = entry
             if len(op) > 7:
                 self.sources.add(op[7])
@@ -302,7 +304,8 @@ class ShardState:
             self.pending = dict(op[3]) if len(op) > 3 else {}
             self.sources = set(op[4]) if len(op) > 4 else set()
             for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
-                live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
+                live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
+                                self.owner, None]
             return None
         raise ValueError(f"unknown shard operation {kind!r}")
 
@@ -383,8 +386,11 @@ class ShardState:
                         and type(op[3]) is bytes and int is type(op[2]) is type(op[4]) is type(op[5]) is type(op[6])
                         and low <= op[2] <= high and low <= op[6] <= high):
                     key = op[1]
+                    if op[6] == op[2]:
+                        op[6] = op[2]  # one int object for both times: 32 B per job, most jobs
                     del op[:2]
                     op.append(owner)
+                    op.append(None)
                     live[key] = op
                     continue
                 why = why_unusable(op)
@@ -406,7 +412,8 @@ class ShardState:
         for item in op[1]:
             if type(item) is list and len(item) == 6 and _live_ok(*item):
                 job_id, due_us, job, occurrence, attempts, scheduled_us = item
-                self.live[job_id] = [due_us, job, occurrence, attempts, scheduled_us, self.owner]
+                self.live[job_id] = [due_us, job, occurrence, attempts,
+                                     due_us if scheduled_us == due_us else scheduled_us, self.owner, None]
             else:
                 job_id = item[0] if type(item) is list and item and type(item[0]) is str else None
                 self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT entry", job_id))

@@ -71,24 +71,62 @@ class QueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.q: JobQueue[int] = JobQueue(clock=self.clock)
+        self.q: JobQueue[list[object]] = JobQueue(clock=self.clock)
         self.model: dict[str, int] = {}
+        self.items: dict[str, list[object]] = {}  # the item last pushed, by key
+        self.shared: dict[str, list[object]] = {}  # one loaded shard's live jobs, new ones bulked in batches
+        self.shard = object()
         self.seen: set[str] = set()
         self.counter = 0
+
+    def _item(self, key: str, due: int) -> list[object]:
+        self.items[key] = item = [due, None]
+        self.model[key] = due
+        return item
 
     @rule(delay=st.integers(0, 50))
     def push_new(self, delay):
         self.counter += 1
         key = f"k{self.counter}"
-        self.q.push(key, self.clock.now + delay, self.counter)
-        self.model[key] = self.clock.now + delay
+        self.q.push(key, self.clock.now + delay, self._item(key, self.clock.now + delay))
 
     @precondition(lambda self: self.model)
     @rule(data=st.data(), delay=st.integers(0, 50))
     def retry_existing(self, data, delay):
         key = data.draw(st.sampled_from(sorted(self.model)))
-        self.q.push(key, self.clock.now + delay, 0)
-        self.model[key] = self.clock.now + delay
+        self.q.push(key, self.clock.now + delay, self._item(key, self.clock.now + delay))
+
+    @rule(data=st.data(), delays=st.lists(st.integers(-3, 50), max_size=12))
+    def push_bulk(self, data, delays):
+        """A shard loaded: its jobs queued at once, new keys and (maybe) keys already queued."""
+        keys = []
+        for _ in delays:
+            if self.model and data.draw(st.booleans()):
+                key = data.draw(st.sampled_from(sorted(self.model)))
+            else:
+                self.counter += 1
+                key = f"k{self.counter}"
+            if key not in keys:
+                keys.append(key)
+        dues = [self.clock.now + delay for delay in delays[:len(keys)]]
+        items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
+        # Each bulk looks up in its own shard's live jobs: what it held when it was loaded.
+        self.q.push_bulk(keys, dues, items, dict(zip(keys, items, strict=True)).get, lambda item: item[0],
+                         owner=object())
+
+    @rule(delays=st.lists(st.integers(-3, 50), max_size=12))
+    def push_bulk_of_new_jobs(self, delays):
+        """New jobs scheduled into a loaded shard, a bulk per batch: one owner, its lookup, and
+        each item marked with its bulk."""
+        keys = []
+        for _ in delays:
+            self.counter += 1
+            keys.append(f"k{self.counter}")
+        dues = [self.clock.now + delay for delay in delays]
+        items = [self._item(key, due) for key, due in zip(keys, dues, strict=True)]
+        self.shared.update(zip(keys, items, strict=True))
+        self.q.push_bulk(keys, dues, items, self.shared.get, lambda item: item[0], owner=self.shard, slot=1,
+                         disjoint_only=True)
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
@@ -104,6 +142,7 @@ class QueueMachine(RuleBasedStateMachine):
         batch = self.q.pop_due(limit=limit)
         if limit is not None:
             assert len(batch) <= limit
+        assert [(d, k) for d, k, _ in batch] == sorted((d, k) for d, k, _ in batch)
         for due, key, _ in batch:
             assert due <= self.clock.now
             assert self.model.pop(key) == due
@@ -113,6 +152,8 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def sizes_and_head_agree(self):
         assert len(self.q) == len(self.model)
+        assert {k: d for d, k, _ in self.q} == self.model
+        assert all(self.q.get(k) == (d, self.items[k]) for k, d in self.model.items())
         assert self.q.next_due() == (min(self.model.values()) if self.model else None)
 
 
@@ -346,3 +387,55 @@ def test_any_interleaving_matches_a_sorted_reference(script, merge_cap):
         for key, (due, item) in model.items():
             assert q.get(key) == (due, item)
         assert q.pop_due(SLOT + (3 << SLOT_SHIFT)) == sorted((d, key, item) for key, (d, item) in model.items())
+
+
+def test_a_forgotten_owner_fires_nothing_more_and_the_others_fire_in_order():
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock())
+    owners = {"a": object(), "b": object()}
+    live: dict[str, dict[str, list[object]]] = {name: {} for name in owners}
+    for name, owner in owners.items():
+        keys = [f"{name}{i}" for i in range(5)]
+        dues = [10 * i + (name == "b") for i in range(5)]
+        items = [[due, owner] for due in dues]
+        live[name] = dict(zip(keys, items, strict=True))
+        q.push_bulk(keys, dues, items, live[name].get, lambda item: item[0], owner=owners[name])
+    q.push("a2", 100, live["a"]["a2"])  # pushed alone again (a retry): replaces its bulk entry
+    q.push("b9", 7, [7, owners["b"]])
+    assert len(q) == 11 and q.get("a2") == (100, live["a"]["a2"])
+    q.forget(owners["a"], lambda item: item[1] is owners["a"])
+    assert len(q) == 6 and "a2" not in q and "a0" not in q
+    assert [(d, k) for d, k, _ in q.pop_due(1_000)] == [(1, "b0"), (7, "b9"), (11, "b1"), (21, "b2"), (31, "b3"),
+                                                        (41, "b4")]
+
+
+def test_a_bulk_with_a_herd_comes_out_by_due_then_key_and_finds_each_job():
+    rng = random.Random(3)
+    keys = [f"k{i:04d}" for i in range(2_000)]
+    rng.shuffle(keys)
+    dues = [5 if i % 4 else rng.randrange(10) for i in range(len(keys))]  # most share one due
+    items = {key: [due, None] for key, due in zip(keys, dues, strict=True)}
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock())
+    q.push_bulk(keys, dues, [items[k] for k in keys], items.get, lambda item: item[0])
+    assert all(q.get(k) == (items[k][0], items[k]) for k in keys)
+    assert q.cancel("k0001") and not q.cancel("k0001")
+    out = q.pop_due(10, limit=700) + q.pop_due(10)
+    assert [(d, k) for d, k, _ in out] == sorted((d, k) for k, (d, _) in items.items() if k != "k0001")
+
+
+def test_schedule_batches_form_bulks_when_disjoint_in_any_order_and_are_queued_alone_when_they_interleave():
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock())
+    live: dict[str, list[object]] = {}
+    owner = object()
+
+    def batch(name: str, dues: list[int]) -> None:
+        keys = [f"{name}{i}" for i in range(len(dues))]
+        items = [[due, None] for due in dues]
+        live.update(zip(keys, items, strict=True))
+        q.push_bulk(keys, dues, items, live.get, lambda item: item[0], owner=owner, slot=1, disjoint_only=True)
+
+    batch("b", [20, 21, 22])
+    batch("a", [10, 11, 12])  # landed after a later batch: still its own bulk, no tuple per job
+    assert len(q._bulks) == 2 and len(q._live) == 0
+    batch("c", [15, 30])  # interleaves with both: queued alone, so pops never alternate bulks per job
+    assert len(q._bulks) == 2 and len(q._live) == 2
+    assert [k for _, k, _ in q.pop_due(100)] == ["a0", "a1", "a2", "c0", "b0", "b1", "b2", "c1"]

@@ -4,6 +4,7 @@ a second copy of a job that its earlier try landed (issue 12, point 9)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,7 +15,7 @@ from cluster.model.wire import timedelta_to_us
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, format_window, window_of
 from cluster.runtime.silo import Silo
 from storage import MemoryStore, StorageError, Store, list_logs, read_log
-from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, item, job, make_parts
+from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, Recorder, fire_due, item, job, make_parts
 
 
 def restarted() -> LocalTransport:
@@ -125,3 +126,19 @@ async def test_a_retry_that_a_failed_earlier_try_took_back_adds_the_jobs_again()
     assert all("-b.1-" in name for name in names)
     assert await copies(store.inner, j.id) == [names[0]]
     assert await copies(store.inner, k.id) == [names[1]]
+
+
+async def test_a_job_scheduled_again_into_a_loaded_shard_runs_once_and_as_scheduled_last() -> None:
+    """A schedule call sent again (no suspects named) adds the same job again. Queued a batch at
+    a time, the first entry must not run beside the one that replaced it (found in review)."""
+    parts = await make_parts()
+    parts.transport.handlers["h"] = Recorder()
+    first = job(due=timedelta(seconds=1))
+    again = dataclasses.replace(first, due=first.due + timedelta(seconds=1))
+    await parts.scheduling.schedule([item(first)])
+    await parts.scheduling.schedule([item(again)])
+    parts.lease.renew(parts.clock.monotonic())
+    for _ in range(3):
+        parts.clock.advance(1)
+        await fire_due(parts)
+    assert parts.transport.delivered() == [first.id]

@@ -39,7 +39,7 @@ def test_retry_moves_the_due_time_and_counts_attempts_but_keeps_the_scheduled_ti
     state.apply(add_op("j", 100, b"job"))
     state.apply(retry_op("j", 150, 1))
     state.apply(retry_op("j", 250, 2))
-    due, _, occurrence, attempts, scheduled, _ = state.live["j"]
+    due, _, occurrence, attempts, scheduled, *_ = state.live["j"]
     assert (due, occurrence, attempts, scheduled) == (250, 1, 2, 100)
 
 
