@@ -41,38 +41,6 @@ async def _loaded_bytes_per_job(jobs: int) -> float:
     return held / jobs
 
 
-async def _scheduled_bytes_per_job(jobs: int) -> float:
-    """Bytes held per job after ``jobs`` jobs are scheduled, 1,000 a call, into a loaded shard."""
-    parts = await make_parts()
-    template = job(due=timedelta(seconds=2))  # within the lookahead: its shard is loaded
-    jid, due_us, packed = item(template)
-    calls = [[(f"{i:032x}", due_us + i, packed.replace(jid.encode(), f"{i:032x}".encode()))
-              for i in range(start, start + 1_000)] for start in range(0, jobs, 1_000)]
-    warm = job(due=timedelta(seconds=2))
-    await parts.scheduling.schedule([item(warm)])  # the shard, its writer, the caches
-    parts.queue.cancel(warm.id)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for call in calls:
-            await parts.scheduling.schedule([(job_id, due, bytes(packed)) for job_id, due, packed in call])
-        del calls
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert len(parts.queue) == jobs
-    due, job_id, entry = parts.queue.pop_due(due_us, limit=1)[0]
-    assert (due, job_id) == (due_us, f"{0:032x}") and parts.queue.get(f"{1:032x}") is not None
-    return held / jobs
-
-
-async def test_a_scheduled_job_in_a_loaded_shard_costs_its_shard_entry_and_no_queue_object() -> None:
-    # 494 B per job here before a schedule call's jobs were queued as one bulk; 420 B after.
-    assert await _scheduled_bytes_per_job(JOBS) < 450
-
-
 async def test_a_loaded_job_costs_its_shard_entry_and_no_queue_object() -> None:
     # 490 B per job here before the queue kept loaded shards as bulks (a tuple and a dict slot
     # per job) and a job's two equal times shared one int; 390 B after: what is left is the shard
