@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from cluster.runtime.adoption import Adoption
@@ -30,6 +30,8 @@ class Cancelling:
         self._adoption = adoption
         self._hooks = hooks
         self._moves = moves
+        # Keeps a run sent ahead of its due time from starting, if it has not (``Firing.withdraw``).
+        self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
@@ -77,8 +79,19 @@ class Cancelling:
         return "cancelled", None
 
     async def _cancel_run(self, run: Run) -> CancelAnswer:
+        """Cancel a run in flight: it does not start if it has not yet, else it is waited for.
+
+        A run may be in flight before it is due (dispatch ahead): marked cancelled, it is not sent
+        if it has not been, and if it has, it is withdrawn from its handler *before* the removal
+        is written, as a queued job leaves the queue first: a cancel that reaches a job before
+        its due time keeps it from starting. Withdrawn or started, the answer is the same: the
+        run's end is waited for, so nothing it would write (a retry, the next occurrence)
+        outlives the cancel. If the withdraw gets no answer the run counts as started.
+        """
         run.cancelled = True  # first: the attempt must write no retry or next occurrence meanwhile
         staged = self._runs.staged.pop(run.job_id, None)
+        if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
+            await self.withdraw_sent(run)  # dropped: its outcome is a refusal, which queues nothing
         try:
             await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
         except StorageError:
