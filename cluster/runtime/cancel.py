@@ -84,14 +84,17 @@ class Cancelling:
         A run may be in flight before it is due (dispatch ahead): marked cancelled, it is not sent
         if it has not been, and if it has, it is withdrawn from its handler *before* the removal
         is written, as a queued job leaves the queue first: a cancel that reaches a job before
-        its due time keeps it from starting. Withdrawn or started, the answer is the same: the
-        run's end is waited for, so nothing it would write (a retry, the next occurrence)
-        outlives the cancel. If the withdraw gets no answer the run counts as started.
+        its due time keeps it from starting. A run its handler dropped has ended: once the
+        removal is durable the cancel returns (its batch, still running others, later reports
+        it refused, which writes and queues nothing for a cancelled run). A run that started,
+        or whose withdraw got no answer, is waited for to its end, so that nothing it would
+        write (a retry, the next occurrence) outlives the cancel.
         """
         run.cancelled = True  # first: the attempt must write no retry or next occurrence meanwhile
         staged = self._runs.staged.pop(run.job_id, None)
+        dropped = False
         if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
-            await self.withdraw_sent(run)  # dropped: its outcome is a refusal, which queues nothing
+            dropped = await self.withdraw_sent(run)
         try:
             await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
         except StorageError:
@@ -102,6 +105,8 @@ class Cancelling:
                 # It ended meanwhile and skipped its outcome for the cancel: run it again.
                 self._queue.push(run.job_id, run.due_us, run.entry)
             raise
+        if dropped:
+            self._runs.release(run)  # never starts: ended now (only now: a failed write above queues it again)
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()

@@ -108,10 +108,14 @@ class Firing:
                 await self._runs.wait_for_room()
                 continue
             # A batch at a time, so the first due jobs leave before the rest are even decoded.
-            batch = self._queue.pop_due(self._clock.now_us() + self._ahead_us, limit=min(room, self._options.max_batch))
+            batch = self.take_due(min(room, self._options.max_batch))
             if batch:
                 self.dispatch(batch)
                 await asyncio.sleep(0)
+
+    def take_due(self, limit: int) -> list[tuple[int, str, list[Any]]]:
+        """Up to ``limit`` queued ``(due, id, entry)`` due within the ahead window, earliest first."""
+        return self._queue.pop_due(self._clock.now_us() + self._ahead_us, limit=limit)
 
     def dispatch(self, batch: list[tuple[int, str, list[Any]]]) -> None:
         """Start runs for ``(due, id, entry)`` items just taken off the queue."""
