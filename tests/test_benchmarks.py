@@ -18,7 +18,8 @@ FIGURES = [
     ("noop", "sequential_per_s"), ("noop", "concurrent_per_s"),
     *[(f"cluster_{kind}", phase, key) for kind in ("file", "azure") for phase, key in (
         ("scheduling", "single_per_s"), ("scheduling", "concurrent_single_per_s"), ("scheduling", "batch_per_s"),
-        ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"))],
+        ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"),
+        ("lateness_high", "p99"), ("timer_floor", "1000", "p99"), ("timer_floor", "10000", "p99"))],
     ("failover", "p50"), ("replay", "file", "records_per_s"), ("replay", "azure", "records_per_s"),
     ("memory", "dormant", "bytes_per_job"), ("memory", "dormant", "mb_per_million"), ("memory", "loaded", "bytes_per_job"),
     ("asyncio_timer", "p99"), ("apscheduler", "schedule_per_s"), ("apscheduler", "bytes_per_job"),
@@ -52,9 +53,10 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
         cluster = data["results"][f"cluster_{kind}"]
         assert cluster["triggers"]["executed"] == cluster["triggers"]["jobs"]
         assert cluster["lateness"]["executed"] == cluster["lateness"]["jobs"]
+        assert cluster["lateness_high"]["executed"] == cluster["lateness_high"]["jobs"]
     assert data["results"]["apscheduler"]["lateness"]["executed"] == data["results"]["apscheduler"]["lateness"]["jobs"]
 
     table = (tmp_path / "RESULTS.md").read_text()
-    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 10
+    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 11
     for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory"):
         assert (tmp_path / f"suite-{suffix}.png").stat().st_size > 0
