@@ -99,7 +99,8 @@ class JobHandler:
         domain = self._timeshard_domain()
         n = len(batch)
         outcomes: list[tuple[Any, ...] | None] = [None] * n
-        if lease_over(info, domain, received, self._timeshard_wall(), lease_end):
+        arrived_wall = self._timeshard_wall()
+        if lease_over(info, domain, received, arrived_wall, lease_end):
             return [(a[1], _LEASE_EXPIRED, "LeaseExpired", False, True) for a in batch]
         state = self._timeshard_state()
         withdrawn: dict[str, float] = state["withdrawn"]
@@ -125,9 +126,12 @@ class JobHandler:
                             await self._timeshard_sleep(starts[order[i]] - now)
                             now = self._timeshard_monotonic()
                     last_start = now
-                    over = lease_over(info, domain, now, self._timeshard_wall(), lease_end)
+                    wall = self._timeshard_wall()
+                    over = lease_over(info, domain, now, wall, lease_end)
                 else:
+                    wall = arrived_wall
                     over = False  # checked on arrival, and every job is due on arrival
+                started_us = int(wall * 1e6)  # JobContext.started: one reading per group of starts
                 # No await from here to the end of this group: a withdraw lands before or after it whole.
                 while i < n and (starts is None or starts[order[i]] <= last_start):
                     k = order[i]
@@ -141,7 +145,7 @@ class JobHandler:
                     if over:
                         outcomes[k] = (run_id, _LEASE_EXPIRED, "LeaseExpired", False, True)
                         continue
-                    task = self._timeshard_start(Attempt(*batch[k]), memo, outcomes, k)
+                    task = self._timeshard_start(Attempt(*batch[k]), memo, outcomes, k, started_us)
                     if task is not None:
                         pending[task] = k
         finally:
@@ -190,11 +194,11 @@ class JobHandler:
         return dropped
 
     def _timeshard_start(self, attempt: Attempt, memo: dict[Any, Any], outcomes: list[Any],
-                         k: int) -> asyncio.Future[Any] | None:
+                         k: int, started_us: int) -> asyncio.Future[Any] | None:
         """Start one job: its outcome in ``outcomes[k]`` if it ended at once, else its task."""
         context = contextvars.copy_context()
         try:
-            coro = self.execute_job(attempt.context(memo))
+            coro = self.execute_job(attempt.context(memo, started_us))
         except Exception as exc:  # decoding, or a synchronous execute_job that raised
             outcomes[k] = (attempt.run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
             return None

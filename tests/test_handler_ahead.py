@@ -25,11 +25,13 @@ class Notes(JobHandler):
         self.tasks: dict[str, Any] = {}
         self.started: dict[str, float] = {}
         self.saw: dict[str, str] = {}
+        self.contexts: dict[str, JobContext] = {}
         self.sleep = sleep or {}
 
     async def execute_job(self, ctx: JobContext) -> None:
         name = ctx.job.data["name"]
         self.started[name] = time.monotonic()
+        self.contexts[name] = ctx
         self.tasks[name] = asyncio.current_task()
         self.saw[name] = VAR.get()
         VAR.set(name)
@@ -78,6 +80,14 @@ async def test_a_job_sent_ahead_to_another_host_starts_no_sooner_than_its_wait_a
     assert all(o.succeeded for o in out.values())
     assert handler.started["j0"] - called >= 0.030 and handler.started["j1"] - called >= 0.060
     assert handler.started["j2"] - called < 0.030  # already due: started on arrival
+    ctx = handler.contexts["j0"]
+    assert ctx.started is not None and ctx.started >= ctx.scheduled_for  # JobContext.started: the actual start
+
+
+def test_a_context_built_without_a_start_says_none_and_positional_construction_still_works() -> None:
+    j = job()
+    ctx = JobContext(j, "run-1", 1, j.due, 1)
+    assert ctx.started is None and ctx.started_us is None
 
 
 async def test_on_the_senders_host_the_wait_runs_from_the_senders_clock_reading() -> None:
