@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
+import types
 from collections.abc import Coroutine, Generator, Sequence
 from typing import Any
 
@@ -17,40 +18,24 @@ _WITHDRAWN = "withdrawn by a cancel before it started"
 # lease end (s): a batch arriving later than the lease end is refused whole anyway, and the
 # margin covers the handler's wall clock running behind the store's (max_clock_skew).
 _WITHDRAWN_MARGIN = 60.0
-_NOT_YET = object()
 
 
-class _Resumed(Coroutine[Any, Any, Any]):
+@types.coroutine
+def _resumed(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
     """A job's coroutine that already ran its first step, continued by a task of its own.
 
-    The first ``send`` hands the task the future the coroutine is waiting on (as if the task had
-    run that step itself); every later step and every throw (a cancel) go straight through.
+    The task is handed the future the job waits on, as if it had run that step itself; once it
+    resumes, the job is delegated to with ``yield from``, so every later step runs at C speed.
     """
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def send(self, value: Any) -> Any:
-        first = self._first
-        if first is not _NOT_YET:
-            self._first = _NOT_YET
-            return first
-        return self._coro.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        self._first = _NOT_YET
-        if val is None and tb is None:
-            return self._coro.throw(typ)
-        return self._coro.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self._coro.close()
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        raise TypeError("a resumed job is driven by its task only")
+    try:
+        yield first
+    except BaseException as exc:  # cancelled (timed out) before its first wait ended: the job's to handle
+        try:
+            first = coro.throw(exc)
+        except StopIteration as stop:
+            return stop.value
+        return (yield from _resumed(coro, first))  # it caught that and waits on something else
+    return (yield from coro)
 
 
 class JobHandler:
@@ -213,7 +198,7 @@ class JobHandler:
             outcomes[k] = (attempt.run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
             return None
         # Made inside the job's context: the task goes on in a copy of it (3.10 has no context=).
-        return context.run(asyncio.get_running_loop().create_task, _Resumed(coro, first))
+        return context.run(asyncio.get_running_loop().create_task, _resumed(coro, first))
 
     def _timeshard_state(self) -> dict[str, Any]:
         # Created lazily, as the memo is: subclasses define __init__ without calling ours.
