@@ -147,7 +147,9 @@ def ensure_ray() -> None:
 def bench_env(stores: Sequence[str]) -> Iterator[BenchEnv]:
     """Ray, a scratch folder and (if ``azure`` is among ``stores``) an Azurite for silos to reach."""
     ensure_ray()
-    with tempfile.TemporaryDirectory(prefix="timeshard-bench-") as tmp, contextlib.ExitStack() as stack:
+    # ignore_cleanup_errors: a silo killed a moment ago may still be writing its last block there.
+    with tempfile.TemporaryDirectory(prefix="timeshard-bench-", ignore_cleanup_errors=True) as tmp, \
+            contextlib.ExitStack() as stack:
         azurite = stack.enter_context(Azurite()) if "azure" in stores else None
         if azurite is not None:
             azurite.write_connection_string(Path(tmp) / AZURITE_SECRET)  # silos read it, Ray never carries it
