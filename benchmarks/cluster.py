@@ -320,11 +320,12 @@ async def timer_floor(seconds: float, per_s: int = STEADY_RATE) -> tuple[dict[st
     return {"jobs": len(lateness), "rate_per_s": per_s, **percentiles(lateness)}, lateness
 
 
-async def cluster_run(env: BenchEnv, kind: str, silos: int, quick: bool, report: Report) -> dict[str, Any]:
+async def cluster_run(env: BenchEnv, kind: str, silos: int, quick: bool, report: Report,
+                      options: ClusterOptions | None = None) -> dict[str, Any]:
     """Scheduling, triggers and steady lateness on one fresh cluster over ``kind``."""
     n_single, n_batch, n_trigger, steady_s = (150, 2_000, 2_000, 1.0) if quick else (2_000, 30_000, 30_000, 10.0)
     result: dict[str, Any] = {"silos": silos}
-    with running_cluster(env, kind, silos) as cluster, handlers(2) as hs:
+    with running_cluster(env, kind, silos, options) as cluster, handlers(2) as hs:
         client = cluster.client()
         targets = [t for t, _ in hs]
         report.progress(f"{kind}: scheduling {n_single:,} single calls, x{CALLERS} callers, {n_batch:,} in batches")
@@ -431,7 +432,8 @@ async def main_async(args: argparse.Namespace, report: Report) -> dict[str, Any]
         report.progress("no-op Ray actor call rate (driver -> actor)")
         results: dict[str, Any] = {"noop": await noop_call_rate(500 if args.quick else 3_000)}
         for kind in args.store:
-            results[kind] = await cluster_run(env, kind, args.silos, args.quick, report)
+            options = None if args.dispatch_ahead is None else ClusterOptions(dispatch_ahead=args.dispatch_ahead)
+            results[kind] = await cluster_run(env, kind, args.silos, args.quick, report, options)
     return results
 
 
@@ -485,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small runs, for the test suite")
     parser.add_argument("--store", default=["file", "azure"], type=lambda s: s.split(","), help="file,azure (default both)")
     parser.add_argument("--silos", type=int, default=3)
+    parser.add_argument("--dispatch-ahead", default=None, help="the silos' dispatch_ahead, e.g. 50ms (default: the option's)")
     args = parser.parse_args(argv)
     report = Report("cluster", quick=args.quick)
     results = asyncio.run(main_async(args, report))
