@@ -277,3 +277,31 @@ async def test_a_handler_that_cannot_wait_is_sent_each_job_at_its_due_time() -> 
     clock.advance(AHEAD_US / 2 / SECOND)
     await asyncio.wait_for(ran.wait(), 5)
     assert at == [due_us(j)]
+
+
+async def test_a_cancel_whose_write_fails_after_the_withdraw_leaves_the_job_to_fire() -> None:
+    """Withdrawn from its handler, but the removal not durable: not cancelled after all, it runs."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    clock = ManualClock()
+    starts = Starts(clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=clock)
+    store = GatedStore()
+    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    store.fail_next("append_block", 3)  # the writer tries three times
+    with pytest.raises(StorageError):
+        await parts.cancelling.cancel(name, j.id)
+    assert transport.withdraws and starts.started == []
+    clock.advance(AHEAD_US / SECOND)
+    await settle()
+    assert starts.started == []  # the withdrawn attempt never starts...
+    await send_ahead(parts)
+    clock.advance(AHEAD_US / SECOND)
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # ...the job does, queued again
