@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.azurite, pytest.mark.timeout(240)]
 
 FIGURES = [
     ("noop", "sequential_per_s"), ("noop", "concurrent_per_s"),
-    *[(f"cluster_{kind}", phase, key) for kind in ("file", "azure") for phase, key in (
+    *[(f"cluster_{kind}", *path) for kind in ("file", "azure") for path in (
         ("scheduling", "single_per_s"), ("scheduling", "concurrent_single_per_s"), ("scheduling", "batch_per_s"),
         ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"),
         ("lateness_high", "p99"), ("timer_floor", "1000", "p99"), ("timer_floor", "10000", "p99"))],
