@@ -24,7 +24,9 @@ from typing import Any
 
 import ray
 
-from benchmarks.cluster import STEADY_RATE, BenchEnv, bench_env, rate
+from benchmarks.cluster import STEADY_RATE, BenchEnv, TimerFloor, bench_env, rate, timer_floor
+
+__all__ = ["TimerFloor", "apscheduler", "run", "timer_floor"]
 from benchmarks.memory import rss_bytes
 from benchmarks.report import Report, machine_info, percentiles
 
@@ -41,26 +43,6 @@ _NOOP_REF = "benchmarks.baselines:noop"
 def steady_dues(seconds: float, lead: float) -> list[float]:
     start = time.time() + lead
     return [start + i / STEADY_RATE for i in range(int(seconds * STEADY_RATE))]
-
-
-class TimerFloor:
-    """A non-durable asyncio timer: one ``call_later`` per job, lateness noted when it fires."""
-
-    async def run(self, dues: Sequence[float]) -> list[float]:
-        """Arm a timer per due time (epoch seconds); returns each fire's lateness in ms."""
-        loop = asyncio.get_running_loop()
-        fired: list[float] = []
-        done = asyncio.Event()
-
-        def fire(due: float) -> None:
-            fired.append((time.time() - due) * 1e3)
-            if len(fired) == len(dues):
-                done.set()
-
-        for due in dues:
-            loop.call_later(due - time.time(), fire, due)
-        await asyncio.wait_for(done.wait(), max(dues) - time.time() + 60)
-        return fired
 
 
 class APSchedulerPeer:
@@ -110,15 +92,6 @@ class APSchedulerPeer:
 
     def stop(self) -> None:
         self._scheduler.shutdown(wait=False)
-
-
-async def timer_floor(seconds: float) -> tuple[dict[str, Any], list[float]]:
-    handle = ray.remote(TimerFloor).options(num_cpus=0).remote()
-    try:
-        lateness = await handle.run.remote(steady_dues(seconds, lead=1.0))
-    finally:
-        ray.kill(handle)
-    return {"jobs": len(lateness), "rate_per_s": STEADY_RATE, **percentiles(lateness)}, lateness
 
 
 async def apscheduler(env: BenchEnv, n_dormant: int, steady_s: float, report: Report) -> tuple[dict[str, Any], list[float]]:

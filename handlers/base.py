@@ -3,21 +3,61 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
-from collections.abc import Sequence
+import types
+from collections.abc import Coroutine, Generator, Sequence
 from typing import Any
 
-from cluster.model.attempt import Attempt, JobContext, Outcome
+from cluster.model.ahead import Ahead, lease_over, monotonic_domain, start_at
+from cluster.model.attempt import Attempt, JobContext
+
+_LEASE_EXPIRED = "the sending silo's lease had expired"
+_WITHDRAWN = "withdrawn by a cancel before it started"
+# A withdrawn run id the batch has not brought yet is remembered this long past its sender's
+# lease end (s): a batch arriving later than the lease end is refused whole anyway, and the
+# margin covers the handler's wall clock running behind the store's (max_clock_skew).
+_WITHDRAWN_MARGIN = 60.0
+
+
+@types.coroutine
+def _resumed(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
+    """A job's coroutine that already ran its first step, continued by a task of its own.
+
+    The task is handed the future the job waits on, as if it had run that step itself; once it
+    resumes, the job is delegated to with ``yield from``, so every later step runs at C speed.
+    """
+    try:
+        yield first
+    except BaseException as exc:  # cancelled (timed out) before its first wait ended: the job's to handle
+        try:
+            first = coro.throw(exc)
+        except StopIteration as stop:
+            return stop.value
+        return (yield from _resumed(coro, first))  # it caught that and waits on something else
+    return (yield from coro)
 
 
 class JobHandler:
     """Subclass, decorate with ``@ray.remote`` and implement ``execute_job``.
 
-    The silo delivers due jobs in batches — one Ray call per handler actor per batch — and this
-    class runs each job's ``execute_job`` concurrently, with a per-job timeout, and reports every
-    outcome back. Raise from ``execute_job`` to report a failure: the job's failure policy then
-    decides whether and when it runs again.
+    The silo delivers due jobs in batches — one Ray call per handler actor per batch, often a
+    little before they are due — and this class starts each job's ``execute_job`` once it is
+    due (never before: see ``cluster.model.ahead``), runs the jobs of a batch concurrently under
+    one deadline, and reports every outcome back. Raise from ``execute_job`` to report a
+    failure: the job's failure policy then decides whether and when it runs again.
+
+    A batch costs one asyncio task, not one per job: each job's ``execute_job`` begins inside
+    the batch's task, and only a job that has to wait (its first ``await`` suspends) goes on in a
+    task of its own. So a job that finishes without waiting costs no task at all. Before its
+    first suspension a job shares the batch's task (``asyncio.current_task()``, and
+    ``asyncio.timeout()`` entered there, belong to the batch); each job still runs in a context
+    of its own (``contextvars``). A handler that needs a task per job from its first line sets
+    ``timeshard_task_per_job = True``.
     """
+
+    #: Start each job in a task of its own (one more task per job), as before batches had one.
+    timeshard_task_per_job = False
 
     async def execute_job(self, ctx: JobContext) -> None:
         """Run one attempt of ``ctx.job``; raise to report failure. Must be idempotent."""
@@ -25,46 +65,161 @@ class JobHandler:
 
     # The method's name is ``cluster.model.attempt.DELIVER``: silos call it by that name.
     async def timeshard_deliver(
-        self, batch: Sequence[Attempt], timeout: float | None, lease_end: float | None = None
+        self, batch: Sequence[Attempt], timeout: float | None, lease_end: float | None = None,
+        ahead: Sequence[Any] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """Run a batch of attempts concurrently; returns one ``Outcome``, as a plain tuple, per attempt, in order.
+        """Run a batch of attempts, each once it is due; returns one ``Outcome``, as a plain tuple, per attempt, in order.
 
         Plain tuples: Ray pickles a named tuple by reference to its class, 2.1 µs per job round
         trip against 0.16 for a tuple (measured with Ray's cloudpickle, 500 outcomes per batch).
-        ``lease_end`` (wall clock) is when the sending silo's ownership lease runs out: work
-        arriving later comes from a silo that was paused or cut off and may no longer own the
-        jobs, so it is refused unstarted and the silo that does own them runs it.
+        ``lease_end`` (wall clock, store time) is when the sending silo's ownership lease runs
+        out: a job due to start later comes from a silo that may have been paused or cut off and
+        may no longer own it, so it is refused unstarted and the silo that does own it runs it.
+        ``ahead`` (an ``Ahead``) comes with a batch sent before its jobs are due: each job waits
+        for its due time here, and until it starts a cancel can withdraw it (``timeshard_withdraw``).
+        Without it every job is due on arrival.
         """
-        if lease_end is not None and time.time() > lease_end:
-            return [tuple(Outcome(Attempt(*a).run_id, "the sending silo's lease had expired", "LeaseExpired",
-                                  refused=True)) for a in batch]
-        attempts = [Attempt(*a) for a in batch]
-        # One task per job and one deadline for the batch (they all start now), rather than a
-        # wait_for per job: the per-job timer and wrapper task cost more than a no-op handler.
-        tasks = [asyncio.ensure_future(self._run_one(a, lease_end)) for a in attempts]
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
-        return [
-            tuple(Outcome(a.run_id, f"execute_job did not finish within {timeout} s", "TimeoutError", True)
-                  if task in pending else task.result())
-            for a, task in zip(attempts, tasks, strict=True)
-        ]
-
-    async def _run_one(self, attempt: Attempt, lease_end: float | None = None) -> Outcome:
-        # Checked again per job: in a slow handler the last jobs of a batch start well after the
-        # batch arrived, and none may start once the sender's lease is over.
-        if lease_end is not None and time.time() > lease_end:
-            return Outcome(attempt.run_id, "the sending silo's lease had expired", "LeaseExpired", refused=True)
+        received = self._timeshard_monotonic()
+        info = None if ahead is None else Ahead(*ahead)
+        domain = self._timeshard_domain()
+        n = len(batch)
+        outcomes: list[tuple[Any, ...] | None] = [None] * n
+        arrived_wall = self._timeshard_wall()
+        if lease_over(info, domain, received, arrived_wall, lease_end):
+            return [(a[1], _LEASE_EXPIRED, "LeaseExpired", False, True) for a in batch]
+        state = self._timeshard_state()
+        withdrawn: dict[str, float] = state["withdrawn"]
+        if info is None:
+            order: Sequence[int] = range(n)
+            starts: list[float] | None = None
+        else:
+            starts = [start_at(info, received, domain, a[3]) for a in batch]
+            order = sorted(range(n), key=starts.__getitem__)
+        waiting: dict[str, int] = state["waiting"]
+        memo = self._timeshard_memo()
+        pending: dict[asyncio.Future[Any], int] = {}
+        last_start = received
+        i = 0
         try:
-            await self.execute_job(attempt.context(self._timeshard_memo()))
-        except asyncio.CancelledError:
-            raise
+            while i < n:
+                if starts is not None:
+                    now = self._timeshard_monotonic()
+                    if starts[order[i]] > now:
+                        for k in order[i:]:  # withdrawable until they start
+                            waiting[batch[k][1]] = k
+                        while starts[order[i]] > now:  # checked on the clock: a timer may fire a hair early
+                            await self._timeshard_sleep(starts[order[i]] - now)
+                            now = self._timeshard_monotonic()
+                    last_start = now
+                    wall = self._timeshard_wall()
+                    over = lease_over(info, domain, now, wall, lease_end)
+                else:
+                    wall = arrived_wall
+                    over = False  # checked on arrival, and every job is due on arrival
+                started_us = int(wall * 1e6)  # JobContext.started: one reading per group of starts
+                # No await from here to the end of this group: a withdraw lands before or after it whole.
+                while i < n and (starts is None or starts[order[i]] <= last_start):
+                    k = order[i]
+                    i += 1
+                    run_id = batch[k][1]
+                    if waiting:
+                        waiting.pop(run_id, None)
+                    if withdrawn and withdrawn.pop(run_id, None) is not None:
+                        outcomes[k] = (run_id, _WITHDRAWN, "Withdrawn", False, True)
+                        continue
+                    if over:
+                        outcomes[k] = (run_id, _LEASE_EXPIRED, "LeaseExpired", False, True)
+                        continue
+                    task = self._timeshard_start(Attempt(*batch[k]), memo, outcomes, k, started_us)
+                    if task is not None:
+                        pending[task] = k
+        finally:
+            for k in order[i:]:  # this call ended early (cancelled): forget what never started
+                waiting.pop(batch[k][1], None)
+        if pending:
+            deadline = None if timeout is None else last_start + timeout
+            left = None if deadline is None else max(0.0, deadline - self._timeshard_monotonic())
+            _, late = await asyncio.wait(pending, timeout=left)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+            for task, k in pending.items():
+                run_id = batch[k][1]
+                if task in late:
+                    outcomes[k] = (run_id, f"execute_job did not finish within {timeout} s", "TimeoutError", True, False)
+                    continue
+                exc = task.exception()
+                outcomes[k] = (run_id, None, None, False, False) if exc is None else \
+                    (run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
+        return outcomes  # type: ignore[return-value]  # every slot filled above
+
+    async def timeshard_withdraw(self, run_ids: Sequence[str], keep_until: float) -> list[str]:
+        """Make sure the named attempts never start here from now on; returns those it dropped.
+
+        A run waiting here for its due time is dropped (its batch reports it refused,
+        "Withdrawn") and named in the answer. A run not waiting here has started already, or has
+        not arrived: the withdraw may overtake its batch. So every run named is remembered
+        until ``keep_until`` (wall clock, its sender's lease end) plus a margin, and refused if
+        its batch arrives meanwhile; a batch arriving later is refused whole for the lease.
+        Atomic with the starts: this handler's event loop runs it between two of them.
+        """
+        state = self._timeshard_state()
+        waiting: dict[str, int] = state["waiting"]
+        withdrawn: dict[str, float] = state["withdrawn"]
+        now = self._timeshard_wall()
+        for run_id, until in list(withdrawn.items()):
+            if until < now:
+                del withdrawn[run_id]
+        dropped = []
+        for run_id in run_ids:
+            if waiting.pop(run_id, None) is not None:
+                dropped.append(run_id)
+            withdrawn[run_id] = keep_until + _WITHDRAWN_MARGIN
+        return dropped
+
+    def _timeshard_start(self, attempt: Attempt, memo: dict[Any, Any], outcomes: list[Any],
+                         k: int, started_us: int) -> asyncio.Future[Any] | None:
+        """Start one job: its outcome in ``outcomes[k]`` if it ended at once, else its task."""
+        context = contextvars.copy_context()
+        try:
+            coro = self.execute_job(attempt.context(memo, started_us))
+        except Exception as exc:  # decoding, or a synchronous execute_job that raised
+            outcomes[k] = (attempt.run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
+            return None
+        if self.timeshard_task_per_job:
+            return context.run(asyncio.get_running_loop().create_task, coro)
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration:
+            outcomes[k] = (attempt.run_id, None, None, False, False)
+            return None
         except Exception as exc:  # any failure is the job's, not the batch's
-            return Outcome(attempt.run_id, str(exc) or repr(exc), type(exc).__name__)
-        return Outcome(attempt.run_id)
+            outcomes[k] = (attempt.run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
+            return None
+        # Made inside the job's context: the task goes on in a copy of it (3.10 has no context=).
+        return context.run(asyncio.get_running_loop().create_task, _resumed(coro, first))
+
+    def _timeshard_state(self) -> dict[str, Any]:
+        # Created lazily, as the memo is: subclasses define __init__ without calling ours.
+        state = self.__dict__.get("_timeshard_handler")
+        if state is None:
+            state = self.__dict__["_timeshard_handler"] = {"waiting": {}, "withdrawn": {},
+                                                           "domain": monotonic_domain()}
+        return state
+
+    def _timeshard_domain(self) -> str:
+        return str(self._timeshard_state()["domain"])
+
+    # The clocks a batch waits on; a test overrides them to run handlers on a clock of its own.
+    def _timeshard_monotonic(self) -> float:
+        return time.monotonic()
+
+    def _timeshard_wall(self) -> float:
+        return time.time()
+
+    async def _timeshard_sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     def _timeshard_memo(self) -> dict:
         # Decoded schedules and policies shared by the jobs this handler runs; created lazily

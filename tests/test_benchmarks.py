@@ -18,9 +18,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.azurite, pytest.mark.timeout(240)]
 
 FIGURES = [
     ("noop", "sequential_per_s"), ("noop", "concurrent_per_s"),
-    *[(f"cluster_{kind}", phase, key) for kind in ("file", "azure") for phase, key in (
+    *[(f"cluster_{kind}", *path) for kind in ("file", "azure") for path in (
         ("scheduling", "single_per_s"), ("scheduling", "concurrent_single_per_s"), ("scheduling", "batch_per_s"),
-        ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"))],
+        ("triggers", "per_s"), ("lateness", "p50"), ("lateness", "p99"), ("lateness", "max"),
+        ("lateness_high", "p99"), ("timer_floor", "1000", "p99"), ("timer_floor", "10000", "p99"))],
     ("failover", "p50"), ("replay", "file", "records_per_s"), ("replay", "azure", "records_per_s"),
     *[("memory", kind, key) for kind in ("dormant", "loaded") for key in ("intercept_mb", "r2", "schedule_per_s")],
     ("herd", "per_s"), ("herd", "growth"), ("herd", "lateness_ms", "p99"), ("herd", "queue", "per_s"),
@@ -64,6 +65,7 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
         cluster = data["results"][f"cluster_{kind}"]
         assert cluster["triggers"]["executed"] == cluster["triggers"]["jobs"]
         assert cluster["lateness"]["executed"] == cluster["lateness"]["jobs"]
+        assert cluster["lateness_high"]["executed"] == cluster["lateness_high"]["jobs"]
     assert data["results"]["apscheduler"]["lateness"]["executed"] == data["results"]["apscheduler"]["lateness"]["jobs"]
     # Memory: a slope over four or more sizes, each measured; every herd ran to its last job.
     for kind in ("dormant", "loaded"):
@@ -73,7 +75,7 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
         assert h["executed"] == h["jobs"]
 
     table = (tmp_path / "RESULTS.md").read_text()
-    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 12
+    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 13
     for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory", "memory-slope", "herd",
                    "herd-rate"):
         assert (tmp_path / f"suite-{suffix}.png").stat().st_size > 0

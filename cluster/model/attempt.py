@@ -26,7 +26,9 @@ class JobContext:
     occurrence and counts up on each retry; ``scheduled_for`` is the virtual time the attempt
     was due (not the wall clock it started at); ``occurrence`` numbers a recurring job's fires
     from 1. Handlers must be idempotent: at-least-once delivery can repeat an attempt after a
-    crash, and ``(job.id, occurrence)`` names the unit of work.
+    crash, and ``(job.id, occurrence)`` names the unit of work. ``started`` is when the attempt
+    actually started, by the handler host's wall clock (None where nobody noted it); kept as
+    µs and turned into a datetime only when read.
     """
 
     job: ScheduledJob
@@ -34,6 +36,12 @@ class JobContext:
     dequeue_count: int
     scheduled_for: datetime
     occurrence: int
+    started_us: int | None = None
+
+    @property
+    def started(self) -> datetime | None:
+        """When this attempt started (the handler host's wall clock), or None if not noted."""
+        return None if self.started_us is None else us_to_datetime(self.started_us)
 
 
 class Attempt(NamedTuple):
@@ -45,13 +53,14 @@ class Attempt(NamedTuple):
     scheduled_for_us: int
     occurrence: int
 
-    def context(self, memo: dict[Any, Any] | None = None) -> JobContext:
+    def context(self, memo: dict[Any, Any] | None = None, started_us: int | None = None) -> JobContext:
         return JobContext(
             job=ScheduledJob.from_wire(unpack(self.job), memo),
             run_id=self.run_id,
             dequeue_count=self.dequeue_count,
             scheduled_for=us_to_datetime(self.scheduled_for_us),
             occurrence=self.occurrence,
+            started_us=started_us,
         )
 
 

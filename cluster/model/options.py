@@ -59,6 +59,14 @@ class ClusterOptions:
       blocks (Azure's hard limit is 50,000).
     - ``misfire_grace`` (1 s): an occurrence later than this when its shard loads was missed,
       and the job's misfire policy decides (fire_once, fire_all, skip).
+    - ``dispatch_ahead`` (50 ms): due jobs leave the silo up to this long before their due time
+      and the handler actor waits for it, so the Ray call's transit is not added to lateness.
+      The silo wakes once the earliest job is due within half of it and sends every job due
+      within all of it, so jobs due close together still travel in one call. On a loaded
+      2-core machine at 1,000 jobs/s, 20 ms left 6% of batches arriving after their due time
+      (p99 9 ms late); 50 ms, 0.1% (p99 3 ms), with half the calls. Nothing starts
+      early (see ``cluster.model.ahead``); a cancel withdraws a job sent but not yet started.
+      0 sends each job at its due time, as actors that do not subclass ``JobHandler`` always are.
     - ``max_clock_skew`` (500 ms): how far a silo's host clock may be off the store's before it
       is an error (logged, in ``status()`` and a metric). Silos fire by the store's clock at any
       skew; handlers check a lease against their host's clock, which this bound stands for.
@@ -91,6 +99,7 @@ class ClusterOptions:
     max_blocks: int = 45_000
     misfire_grace: timedelta = timedelta(seconds=1)
     max_clock_skew: timedelta = timedelta(milliseconds=500)
+    dispatch_ahead: timedelta = timedelta(milliseconds=50)
     silo_num_cpus: float = 0
     placement: str = "spread"
     silo_resources: tuple[tuple[str, float], ...] | None = None
@@ -119,6 +128,7 @@ class ClusterOptions:
             max_blocks: int = ...,
             misfire_grace: timedelta | str = ...,
             max_clock_skew: timedelta | str = ...,
+            dispatch_ahead: timedelta | str = ...,
             silo_num_cpus: float = ...,
             placement: str = ...,
             silo_resources: Mapping[str, float] | None = ...,
@@ -137,6 +147,11 @@ class ClusterOptions:
                      "min_period"):
             if getattr(self, name) <= timedelta(0):
                 raise ValidationError(name, "must be positive", getattr(self, name))
+        if not timedelta(0) <= self.dispatch_ahead < self.firing_lease / 2:
+            # Sent ahead under a lease that must still hold when the job starts: a window near the
+            # lease would have handlers refuse what they were sent.
+            raise ValidationError("dispatch_ahead", "must be >= 0 and shorter than half the firing lease "
+                                  f"(suspicion_timeout * {LEASE_FRACTION})", self.dispatch_ahead)
         if self.lookahead < timedelta(0):
             raise ValidationError("lookahead", "must not be negative", self.lookahead)
         if self.firing_lease <= self.heartbeat_interval:

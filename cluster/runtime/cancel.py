@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from cluster.runtime.adoption import Adoption
@@ -30,6 +30,8 @@ class Cancelling:
         self._adoption = adoption
         self._hooks = hooks
         self._moves = moves
+        # Keeps a run sent ahead of its due time from starting, if it has not (``Firing.withdraw``).
+        self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
@@ -77,8 +79,22 @@ class Cancelling:
         return "cancelled", None
 
     async def _cancel_run(self, run: Run) -> CancelAnswer:
+        """Cancel a run in flight: it does not start if it has not yet, else it is waited for.
+
+        A run may be in flight before it is due (dispatch ahead): marked cancelled, it is not sent
+        if it has not been, and if it has, it is withdrawn from its handler *before* the removal
+        is written, as a queued job leaves the queue first: a cancel that reaches a job before
+        its due time keeps it from starting. A run its handler dropped has ended: once the
+        removal is durable the cancel returns (its batch, still running others, later reports
+        it refused, which writes and queues nothing for a cancelled run). A run that started,
+        or whose withdraw got no answer, is waited for to its end, so that nothing it would
+        write (a retry, the next occurrence) outlives the cancel.
+        """
         run.cancelled = True  # first: the attempt must write no retry or next occurrence meanwhile
         staged = self._runs.staged.pop(run.job_id, None)
+        dropped = False
+        if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
+            dropped = await self.withdraw_sent(run)
         try:
             await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
         except StorageError:
@@ -89,6 +105,8 @@ class Cancelling:
                 # It ended meanwhile and skipped its outcome for the cancel: run it again.
                 self._queue.push(run.job_id, run.due_us, run.entry)
             raise
+        if dropped:
+            self._runs.release(run)  # never starts: ended now (only now: a failed write above queues it again)
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()

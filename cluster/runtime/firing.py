@@ -6,6 +6,14 @@ goes: its shard must still be ours, and our lease must hold (a paused silo fires
 before it goes, its shard's metadata says that it is firing, so that an adopter can tell whether
 its owner died mid-firing (see ``cluster.runtime.quarantine``). A shard that runs isolated sends
 its due jobs through a lane of its own: one batch at a time, each named in the shard's mark.
+
+Jobs leave up to ``dispatch_ahead`` before they are due (issue 15, point 2): the loop wakes once
+the earliest job is due within half the window and takes every job due within all of it, so a
+steady stream still travels in batches of half a window's jobs. A ``JobHandler`` waits for each
+job's due time and starts it then, never earlier (the argument is in ``cluster.model.ahead``);
+an actor that cannot wait is sent each job at its due time, the silo waiting. Until a job
+starts, a cancel withdraws it from its handler (``withdraw``); the handler checks the sender's
+lease again at the start, so a silo paused after sending gets nothing started on its behalf.
 """
 
 from __future__ import annotations
@@ -16,12 +24,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from cluster.model.ahead import Ahead, monotonic_domain
 from cluster.model.attempt import Outcome
 from cluster.model.clock import Clock
 from cluster.model.jobs import Target
 from cluster.model.limits import code_allowed
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import datetime_to_us
+from cluster.model.wire import datetime_to_us, timedelta_to_us
 from cluster.runtime.hooks import SiloHooks, admits, call_hooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
@@ -46,6 +55,8 @@ ISOLATED_RETRY_US = 1_000_000
 
 #: How long an attempt whose admission could not be decided (a hook raised) waits to be asked again.
 ADMIT_RETRY_US = 1_000_000
+#: How long a cancel waits for a handler to answer a withdraw (s) before it waits for the run to end.
+WITHDRAW_TIMEOUT = 5.0
 
 
 def failed(runs: Sequence[Run], error: str, exc: BaseException) -> list[Outcome]:
@@ -75,6 +86,8 @@ class Firing:
         self._calls: dict[str, int] = {}  # calls in flight per target
         self._waiting: dict[str, list[Run]] = {}  # due runs waiting for a target's call slot
         self._lanes: dict[Shard, list[tuple[int, str, list[Any]]]] = {}  # isolated shards' due jobs
+        self._ahead_us = timedelta_to_us(options.dispatch_ahead)
+        self._domain = monotonic_domain()  # whose monotonic clock our ``Ahead.sent_mono`` is on
 
     @property
     def busy(self) -> bool:
@@ -82,9 +95,9 @@ class Firing:
         return bool(self._runs.inflight or self._lanes)
 
     async def run(self) -> None:
-        """The fire loop: wake at the next due time, take a batch, dispatch it; forever."""
+        """The fire loop: wake as the next job comes within half the ahead window, take a batch, dispatch it; forever."""
         while True:
-            await self._queue.wait_due()
+            await self._queue.wait_due(ahead=self._ahead_us // 2)
             if not self._lease.valid:
                 # Our heartbeat is stale (paused, cut off from the store): peers may have adopted
                 # our shards. Fire nothing until a heartbeat proves we still own them.
@@ -95,10 +108,14 @@ class Firing:
                 await self._runs.wait_for_room()
                 continue
             # A batch at a time, so the first due jobs leave before the rest are even decoded.
-            batch = self._queue.pop_due(limit=min(room, self._options.max_batch))
+            batch = self.take_due(min(room, self._options.max_batch))
             if batch:
                 self.dispatch(batch)
                 await asyncio.sleep(0)
+
+    def take_due(self, limit: int) -> list[tuple[int, str, list[Any]]]:
+        """Up to ``limit`` queued ``(due, id, entry)`` due within the ahead window, earliest first."""
+        return self._queue.pop_due(self._clock.now_us() + self._ahead_us, limit=limit)
 
     def dispatch(self, batch: list[tuple[int, str, list[Any]]]) -> None:
         """Start runs for ``(due, id, entry)`` items just taken off the queue."""
@@ -217,9 +234,9 @@ class Firing:
         if not waiting:
             del self._waiting[key]
 
-    def retry_staged(self) -> None:
+    async def retry_staged(self) -> None:
         """Send staged runs whose target appeared; fail those that waited too long."""
-        ready, expired = self._staging.take_due()
+        ready, expired = await self._staging.take_due()
         for runs in ready:
             alone = [r for r in runs if r.isolated]
             self._runs.release_all(alone)  # back to their lane: sent in named batches
@@ -244,7 +261,7 @@ class Firing:
         target = runs[0].job.target
         try:
             self._check_code(target)
-            handle = self._transport.resolve(target)
+            handle = await self._transport.resolve(target)  # off the event loop unless cached
         except TargetAbsent as exc:
             self._staging.stage(runs, str(exc))
             return
@@ -252,34 +269,94 @@ class Firing:
             log.error("target cannot be activated", extra={"target": target.name, "error": repr(exc)})
             await self._outcomes.complete_batch(runs, failed(runs, f"target cannot be activated: {exc}", exc))
             return
+        if self._ahead_us and not self._transport.waits(handle):
+            await self._send_when_due(target, handle, runs)
+        else:
+            await self._send(target, handle, runs)
+
+    async def _send_when_due(self, target: Target, handle: Any, runs: list[Run]) -> None:
+        """For a handler that cannot wait: each run sent at its due time, the silo waiting."""
+        runs = sorted(runs, key=lambda run: run.due_us)
+        sends: list[asyncio.Future[None]] = []
+        try:
+            while runs:
+                await self._until(runs[0].due_us)
+                now = self._clock.now_us()
+                due = 0
+                while due < len(runs) and runs[due].due_us <= now:
+                    due += 1
+                sends.append(asyncio.ensure_future(self._send(target, handle, runs[:due])))
+                runs = runs[due:]
+        finally:
+            if sends:
+                await asyncio.gather(*sends)
+
+    async def _until(self, due_us: int) -> None:
+        """Return once the silo's clock reads ``due_us`` or later."""
+        # Slept for exactly what is left, read again: a timer may fire early, a clock may be re-measured.
+        while (left := due_us - self._clock.now_us()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(left / 1e6)
+
+    async def _send(self, target: Target, handle: Any, runs: list[Run]) -> None:
         if any(run.hooks for run in runs):
             now = self._clock.now_us()
             for run in runs:
-                run.started_us = now  # hooks record "running since" before the call goes out
+                run.started_us = max(now, run.due_us)  # hooks record "running since" before the call goes out
             runs = await self._admitted(runs)
             for run in runs:
                 if run.hooks:
                     await call_hooks(run.hooks, "attempt_started", run.event())
         await self._quarantine.cover(runs)
         runs = await self._still_owned(runs)
+        cancelled = [run for run in runs if run.cancelled]
+        if cancelled:
+            # Cancelled while it waited to be sent: it never starts (the cancel waits for this).
+            self._runs.release_all(cancelled)
+            runs = [run for run in runs if not run.cancelled]
         if not runs:
             return
         # No await between the lease check above and the call below: a silo paused here cannot
         # send stale work later. The handler also refuses work past the lease's wall-clock end,
-        # which covers a pause that lands after the check.
+        # which covers a pause that lands after the check, and checks it again at each start.
         timeout = self._options.handler_timeout.total_seconds()
         lease_end = self._lease.wall_end()
         started = self._clock.now_us()
+        latest = started
         for run in runs:
-            run.started_us = started
-            self._metrics.lateness.observe(max(0, started - run.due_us) / 1e6)
+            due = run.due_us
+            run.started_us = started if started > due else due
+            if due > latest:
+                latest = due
+            self._metrics.lateness.observe(max(0, started - due) / 1e6)
         self._metrics.fired.inc(len(runs))
+        ahead = None
+        if latest > started:  # some are not due yet: the handler waits for them, withdrawable till then
+            # sent_us read before sent_mono: store time at sent_mono is at least sent_us (see cluster.model.ahead)
+            ahead = Ahead(started, self._clock.monotonic(), self._domain, self._lease.until)
+            sent = (handle, lease_end)
+            for run in runs:
+                run.sent_ahead = sent
         try:
-            outcomes = await self._transport.deliver(target, handle, [r.attempt() for r in runs], timeout, lease_end)
+            outcomes = await self._transport.deliver(target, handle, [r.attempt() for r in runs], timeout, lease_end,
+                                                     ahead)
         except Exception as exc:  # a transport's own bug must not hold these runs forever
             log.exception("delivery failed", extra={"target": target.name, "jobs": len(runs)})
             outcomes = failed(runs, f"delivery failed: {exc!r}", exc)
         await self._outcomes.complete_batch(runs, outcomes)
+
+    async def withdraw(self, run: Run) -> bool:
+        """Make sure ``run``, sent to wait for its due time, does not start; True if it had not.
+
+        The handler drops it if it still waits there, and refuses it if its batch has not even
+        arrived yet. False when it started already, or when the handler did not answer: the
+        caller must then treat it as started (it waits for its outcome).
+        """
+        sent = run.sent_ahead
+        if sent is None:
+            return False
+        handle, lease_end = sent
+        dropped = await self._transport.withdraw(handle, [run.run_id], lease_end, WITHDRAW_TIMEOUT)
+        return dropped is not None and run.run_id in dropped
 
     def _check_code(self, target: Target) -> None:
         if target.cls_path is not None and not code_allowed(target.cls_path, self._options.allowed_code_prefixes):

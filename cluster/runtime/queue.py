@@ -570,11 +570,11 @@ class JobQueue(Generic[T]):
             if ends:
                 break  # the rest is not due yet (or the batch is full)
 
-    async def wait_due(self, timeout: float | None = None) -> bool:
-        """Sleep until the earliest entry is due; True if one is, False on ``timeout`` (seconds).
+    async def wait_due(self, timeout: float | None = None, ahead: int = 0) -> bool:
+        """Sleep until the earliest entry is due in ``ahead`` µs or less; True if one is, False on ``timeout`` (seconds).
 
         A push of an earlier entry cuts the sleep short and the wait re-arms for the new time, so
-        the silo's timer always fires at the next due time and never before it.
+        the silo's timer always fires at the next due time (less ``ahead``) and never before it.
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -583,9 +583,9 @@ class JobQueue(Generic[T]):
         while True:
             due = self.next_due()
             now = self._clock()
-            if due is not None and due <= now:
+            if due is not None and due - ahead <= now:
                 return True
-            sleep = None if due is None else (due - now) / 1e6
+            sleep = None if due is None else (due - ahead - now) / 1e6
             if deadline is not None:
                 left = deadline - loop.time()
                 if left <= 0:

@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from cluster.model.ahead import Ahead
 from cluster.model.attempt import DELIVER, Attempt, Outcome
 from cluster.model.jobs import Target
 from cluster.model.wire import resolve_code_path
@@ -30,6 +31,10 @@ log = logging.getLogger("timeshard.delivery")
 # reason field. A lost node, `ray.kill` or a dead owner read differently: those prove nothing
 # about the process, which may still run behind a partition.
 WORKER_EXITED = "The actor is dead because its worker process has died."
+# The handler actor method a cancel calls to keep attempts sent ahead from starting (JobHandler's).
+WITHDRAW = "timeshard_withdraw"
+#: How long one lookup of an actor by name may take (s) before its target counts as absent for now.
+LOOKUP_TIMEOUT = 10.0
 
 
 def proves_exit(exc: BaseException) -> bool:
@@ -64,27 +69,44 @@ def process_ended(pid: int) -> bool:
 
 
 class ActorDirectory:
-    """Resolves targets to Ray actor handles, activating grains on first use."""
+    """Resolves targets to Ray actor handles, activating grains on first use.
+
+    ``ray.get_actor`` blocks for a round trip to Ray's GCS (25-30 ms under load, issue 15): a
+    lookup runs in the loop's executor thread, awaited with a timeout, and concurrent lookups of
+    one target share it. A cached handle costs nothing.
+    """
 
     def __init__(self, default_namespace: str | None) -> None:
         self._namespace = default_namespace
         self._handles: dict[str, Any] = {}
+        self._lookups: dict[str, asyncio.Future[Any]] = {}
 
-    def resolve(self, target: Target) -> Any:
+    async def resolve(self, target: Target) -> Any:
         """The actor handle for ``target``; raises ``TargetAbsent`` if it does not exist."""
         key = target.routing_key
         handle = self._handles.get(key)
         if handle is not None:
             return handle
+        lookup = self._lookups.get(key)
+        if lookup is None:
+            lookup = self._lookups[key] = asyncio.ensure_future(asyncio.to_thread(self._look_up, target))
+            lookup.add_done_callback(lambda _: self._lookups.pop(key, None))
+        try:
+            handle = await asyncio.wait_for(asyncio.shield(lookup), LOOKUP_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise TargetAbsent(f"looking up actor {target.name!r} took over {LOOKUP_TIMEOUT} s") from None
+        self._handles[key] = handle
+        return handle
+
+    def _look_up(self, target: Target) -> Any:
+        """In a worker thread: Ray's lookup, or a grain's activation."""
         namespace = target.namespace or self._namespace
         try:
-            handle = ray.get_actor(target.name, namespace=namespace)
+            return ray.get_actor(target.name, namespace=namespace)
         except ValueError:
             if target.kind != "grain":
                 raise TargetAbsent(f"no actor named {target.name!r} in namespace {namespace!r}") from None
-            handle = self._activate(target, namespace)
-        self._handles[key] = handle
-        return handle
+            return self._activate(target, namespace)
 
     def forget(self, target: Target) -> None:
         """Drop a cached handle, e.g. after a call found the actor dead."""
@@ -136,14 +158,20 @@ class RayTransport:
         # Known only where it ran: the same Ray node and pid namespace, so the pid names that process.
         return bool(node) and pid > 0 and node == self.node_id() and pid != os.getpid() and process_ended(pid)
 
-    def resolve(self, target: Target) -> Any:
-        return self._directory.resolve(target)
+    async def resolve(self, target: Target) -> Any:
+        return await self._directory.resolve(target)
+
+    def waits(self, handle: Any) -> bool:
+        return hasattr(handle, DELIVER) and hasattr(handle, WITHDRAW)
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float) -> list[Outcome]:
+                      lease_end: float, ahead: Ahead | None = None) -> list[Outcome]:
         try:
-            ref = getattr(handle, DELIVER).remote([tuple(a) for a in attempts], timeout, lease_end)
-            outcomes = await asyncio.wait_for(ref, timeout + 10)
+            method = getattr(handle, DELIVER)
+            batch = [tuple(a) for a in attempts]
+            ref = method.remote(batch, timeout, lease_end) if ahead is None else \
+                method.remote(batch, timeout, lease_end, tuple(ahead))
+            outcomes = await asyncio.wait_for(ref, timeout + 10 + _wait_s(attempts, ahead))
         except AttributeError:
             return await self._deliver_one_by_one(handle, attempts, timeout, lease_end)
         except asyncio.TimeoutError:
@@ -154,6 +182,13 @@ class RayTransport:
         except Exception as exc:  # a serialization or Ray fault: the attempts failed, not the silo
             return [Outcome(a.run_id, repr(exc), type(exc).__name__) for a in attempts]
         return [Outcome(*o) for o in outcomes]
+
+    async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
+        try:
+            return list(await asyncio.wait_for(getattr(handle, WITHDRAW).remote(list(run_ids), lease_end), timeout))
+        except Exception as exc:  # lost, timed out, actor dead: nothing is known of these runs
+            log.warning("a withdraw got no answer", extra={"runs": len(run_ids), "error": repr(exc)})
+            return None
 
     async def _deliver_one_by_one(self, handle: Any, attempts: Sequence[Attempt], timeout: float,
                                   lease_end: float) -> list[Outcome]:
@@ -180,8 +215,10 @@ class RayTransport:
     async def ping(self, silo_id: str, timeout: float) -> Ping:
         handle = self._peers.get(silo_id)
         try:
-            if handle is None:
-                handle = self._peers[silo_id] = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
+            if handle is None:  # looked up off the event loop, within the ping's timeout
+                found = await asyncio.wait_for(asyncio.to_thread(
+                    ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
+                handle = self._peers[silo_id] = found
             await asyncio.wait_for(handle.ping.remote(), timeout)
             return Ping.ALIVE
         except ValueError:
@@ -202,3 +239,10 @@ class RayTransport:
             if handle is not None:
                 with contextlib.suppress(Exception):
                     handle.adopt_now.remote()
+
+
+def _wait_s(attempts: Sequence[Attempt], ahead: Ahead | None) -> float:
+    """How long (s) the handler may wait before the last of ``attempts`` is due."""
+    if ahead is None or not attempts:
+        return 0.0
+    return max(0, max(a.scheduled_for_us for a in attempts) - ahead.sent_us) / 1e6

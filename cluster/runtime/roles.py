@@ -91,6 +91,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     moves.claim_orphan = adoption.claim_for_cancel
     shards.retake = adoption.retake
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves)
+    cancelling.withdraw_sent = firing.withdraw
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
     balance = Balance(options, clock, shards, runs, queue, quarantine, transport, metrics, heartbeat.peers)

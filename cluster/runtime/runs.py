@@ -94,6 +94,7 @@ class Run:
     isolated: bool = False  # sent in its shard's isolated lane, the firing mark naming it (see quarantine)
     _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
     finished: bool = False
+    sent_ahead: tuple[Any, float] | None = None  # (handle, lease end) once sent to wait for its due time
 
     def finish(self) -> None:
         self.finished = True

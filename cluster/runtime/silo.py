@@ -309,7 +309,7 @@ class Silo:
         while True:
             await asyncio.sleep(tick)
             try:
-                self._r.firing.retry_staged()
+                await self._r.firing.retry_staged()
                 await self._r.loading.load_due()
                 await self._r.quarantine.clear_idle()
                 recheck = self._r.adoption.recheck_at  # a dead peer's lease runs out: adopt right then

@@ -38,7 +38,7 @@ class Staging:
         self._runs.notify_room()
         log.info("target absent, jobs staged", extra={"jobs": len(runs), "why": why})
 
-    def take_due(self) -> tuple[list[list[Run]], list[tuple[Run, str]]]:
+    async def take_due(self) -> tuple[list[list[Run]], list[tuple[Run, str]]]:
         """Runs to send now, grouped by target, and runs that waited too long, with why.
 
         Both go back in flight: the caller delivers the first and fails the second.
@@ -54,16 +54,22 @@ class Staging:
         expired: list[tuple[Run, str]] = []
         for runs in by_target.values():
             try:
-                self._transport.resolve(runs[0].job.target)
+                await self._transport.resolve(runs[0].job.target)  # off the event loop
             except TargetAbsent as exc:
+                absent: str | None = str(exc)
+            else:
+                absent = None
+            runs = [run for run in runs if staged.get(run.job_id) is run]  # not cancelled during the lookup
+            if absent is not None:
                 for run in runs:
                     if now - run.staged_since > self._limit_us:
-                        expired.append((run, f"undeliverable: {exc}"))
+                        expired.append((run, f"undeliverable: {absent}"))
                         self._unstage(run)
                 continue
             for run in runs:
                 self._unstage(run)
-            ready.append(runs)
+            if runs:
+                ready.append(runs)
         return ready, expired
 
     def _unstage(self, run: Run) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
+from cluster.model.ahead import Ahead
 from cluster.model.attempt import Attempt, Outcome
 from cluster.model.jobs import Target
 
@@ -38,18 +39,32 @@ class Transport(Protocol):
         """Whether process ``pid`` on ``node`` provably ended: True only on that node, once it is gone."""
         ...
 
-    def resolve(self, target: Target) -> Any:
-        """A handle on ``target``'s actor, activating a grain; ``TargetAbsent`` if there is none."""
+    async def resolve(self, target: Target) -> Any:
+        """A handle on ``target``'s actor, activating a grain; ``TargetAbsent`` if there is none.
+
+        A cached handle comes back at once; a lookup never blocks the event loop (it runs off
+        it, bounded by a timeout: a lookup that times out counts as absent for now).
+        """
+        ...
+
+    def waits(self, handle: Any) -> bool:
+        """Whether ``handle``'s actor can be sent jobs ahead: it waits for their due times (a ``JobHandler``)."""
         ...
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float) -> list[Outcome]:
+                      lease_end: float, ahead: Ahead | None = None) -> list[Outcome]:
         """Run ``attempts`` in ``handle``'s actor: one outcome per attempt, in order.
 
-        A handler that does not answer within ``timeout`` gives timed-out outcomes; a dead actor
-        or a transport fault gives failed ones (and the handle is forgotten). ``lease_end``
-        (wall-clock seconds) lets the handler refuse work that arrives after the sender's lease.
+        A handler that does not answer within ``timeout`` (after the last due time) gives
+        timed-out outcomes; a dead actor or a transport fault gives failed ones (and the handle is
+        forgotten). ``lease_end`` (wall-clock seconds) lets the handler refuse work that starts
+        after the sender's lease. With ``ahead``, some attempts are not due yet: the handler waits.
         """
+        ...
+
+    async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
+        """Ask ``handle``'s actor that none of ``run_ids`` start from now on: the ones it dropped
+        while they waited, or None if it did not answer within ``timeout``."""
         ...
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:

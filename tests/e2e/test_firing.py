@@ -181,3 +181,30 @@ async def test_a_silo_killed_and_restarted_by_ray_fires_everything_pending(make_
     assert {r["job_id"] for r in runs} == {j.id for j in jobs}, "nothing lost"
     due = {j.id: j.due.timestamp() for j in jobs}
     assert all(r["started"] >= due[r["job_id"]] for r in runs), "nothing early"
+
+
+async def test_a_cancel_of_a_job_already_sent_ahead_keeps_it_from_starting(make_cluster, recorder):
+    """Issue 15, point 2: sent to its handler 300-600 ms before it is due, a job is withdrawn by a cancel."""
+    name, handle = recorder
+    cluster = make_cluster(silos=1, dispatch_ahead="600ms")
+    client = cluster.client()
+    due = datetime.now(timezone.utc) + timedelta(seconds=3)
+    keep = await client.schedule_job(Target.actor(name), "keep", due=due)
+    drop = await client.schedule_job(Target.actor(name), "drop", due=due)
+
+    async def fired() -> float:
+        status = await cluster.silos[0].status.remote()
+        return status["counters"]["fired"]
+
+    async def both_sent() -> bool:
+        return await fired() >= 2
+
+    await wait_for(both_sent, timeout=10, interval=0.01)  # both sent, neither due yet
+    assert datetime.now(timezone.utc) < due - timedelta(milliseconds=100), "too slow to cancel before the due time"
+    assert await client.try_cancel_job(drop) is True
+    await wait_for(lambda: executions(handle), timeout=10)
+    await asyncio.sleep(1.0)
+    runs = executions(handle)
+    assert [r["job_id"] for r in runs] == [keep.id], "a cancelled job started"
+    assert all(r["started"] >= due.timestamp() for r in runs), "a job started before its due time"
+    assert await fired() == 2  # both had been sent ahead: the cancel withdrew one

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from cluster.model.ahead import Ahead, monotonic_domain
 from cluster.model.attempt import Attempt, JobContext, Outcome
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
@@ -20,6 +21,7 @@ from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.roles import Roles, wire
 from cluster.runtime.shardlog import add_op, window_of
 from cluster.runtime.transport import Ping, TargetAbsent
+from handlers.base import JobHandler
 from storage import Fenced, MemoryStore, Store, Unavailable
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -38,6 +40,7 @@ class ManualClock:
     def __init__(self, now_us: int = T0_US) -> None:
         self.wall_us = now_us
         self.mono = 1000.0
+        self._moved: asyncio.Event | None = None
 
     def now_us(self) -> int:
         return self.wall_us
@@ -48,9 +51,44 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         self.wall_us += int(seconds * 1_000_000)
         self.mono += seconds
+        if self._moved is not None:
+            self._moved.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Return once this clock has been advanced by ``seconds`` or more (monotonic)."""
+        until = self.mono + seconds
+        while self.mono < until:
+            if self._moved is None:
+                self._moved = asyncio.Event()
+            self._moved.clear()
+            await self._moved.wait()
 
 
 Handler = Callable[[JobContext], Awaitable[None]]
+
+
+class WaitingHandler(JobHandler):
+    """``JobHandler``'s batch code around a test's handler function, on a ``ManualClock``."""
+
+    def __init__(self, run: Handler, clock: ManualClock, domain: str) -> None:
+        self._run = run
+        self._clock = clock
+        self._domain = domain
+
+    async def execute_job(self, ctx: JobContext) -> None:
+        await self._run(ctx)
+
+    def _timeshard_monotonic(self) -> float:
+        return self._clock.monotonic()
+
+    def _timeshard_wall(self) -> float:
+        return self._clock.now_us() / 1e6
+
+    async def _timeshard_sleep(self, seconds: float) -> None:
+        await self._clock.sleep(seconds)
+
+    def _timeshard_domain(self) -> str:
+        return self._domain
 
 
 @dataclass
@@ -62,6 +100,14 @@ class LocalTransport:
     alive: dict[str, Ping] = field(default_factory=dict)  # ping answers by silo id (else UNKNOWN)
     notified: list[str] = field(default_factory=list)
     predecessors_exited: bool = False  # whether a rejoining silo finds its predecessor's process gone
+    # Handlers that wait for due times, as JobHandler does, on this clock (None: they cannot
+    # wait, as actors that do not subclass JobHandler; the silo then sends each job when due).
+    clock: ManualClock | None = None
+    domain: str | None = None  # the waiting handlers' monotonic_domain(); None: the silo's own (one host)
+    withdraws: list[list[str]] = field(default_factory=list)  # run ids of every withdraw asked for
+    lose_withdraws: bool = False  # a withdraw gets no answer (lost, timed out)
+    resolving: dict[str, asyncio.Event] = field(default_factory=dict)  # lookups held until set
+    _waiting: dict[str, WaitingHandler] = field(default_factory=dict)
 
     def node_id(self) -> str:
         return "local"
@@ -69,14 +115,39 @@ class LocalTransport:
     def exited(self, node: str, pid: int) -> bool:
         return self.predecessors_exited
 
-    def resolve(self, target: Target) -> Any:
+    async def resolve(self, target: Target) -> Any:
+        held = self.resolving.get(target.name)
+        if held is not None:
+            await held.wait()  # a slow lookup
         if target.name not in self.handlers:
             raise TargetAbsent(f"no handler {target.name!r}")
         return self.handlers[target.name]
 
+    def waits(self, handle: Any) -> bool:
+        return self.clock is not None
+
+    def waiting_handler(self, name: str) -> WaitingHandler:
+        handler = self._waiting.get(name)
+        if handler is None:
+            assert self.clock is not None
+            handler = self._waiting[name] = WaitingHandler(self.handlers[name], self.clock,
+                                                           monotonic_domain() if self.domain is None else self.domain)
+        return handler
+
+    async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
+        self.withdraws.append(list(run_ids))
+        if self.lose_withdraws:
+            return None
+        name = next(name for name, h in self.handlers.items() if h is handle)
+        return await self.waiting_handler(name).timeshard_withdraw(run_ids, lease_end)
+
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float) -> list[Outcome]:
+                      lease_end: float, ahead: Ahead | None = None) -> list[Outcome]:
         self.calls.append((target.name, list(attempts)))
+        if self.clock is not None:
+            out = await self.waiting_handler(target.name).timeshard_deliver(
+                [tuple(a) for a in attempts], timeout, lease_end, None if ahead is None else tuple(ahead))
+            return [Outcome(*o) for o in out]
         outcomes = []
         for attempt in attempts:
             try:

@@ -25,10 +25,10 @@ def live_entry(parts: Any, job_id: str) -> list[Any] | None:
 class GrainsThatFail(LocalTransport):
     """Activating a grain raises, as Ray does for a class path that names a function."""
 
-    def resolve(self, target: Target) -> Any:
+    async def resolve(self, target: Target) -> Any:
         if target.kind == "grain":
             raise TypeError(f"{target.cls_path} is not a class")
-        return super().resolve(target)
+        return await super().resolve(target)
 
 
 async def test_a_grain_that_cannot_be_activated_is_a_failed_attempt_retried_by_its_policy() -> None:
@@ -68,7 +68,7 @@ class ShortReplies(LocalTransport):
     sent: list[int] = field(default_factory=list)
 
     async def deliver(self, target: Target, handle: Any, attempts: Any, timeout: float,
-                      lease_end: float) -> list[Outcome]:
+                      lease_end: float, ahead: Any = None) -> list[Outcome]:
         self.sent.append(len(attempts))
         return [Outcome(a.run_id) for a in attempts[: self.answer]]
 

@@ -54,7 +54,7 @@ async def test_a_job_for_an_absent_target_is_staged_and_sent_once_the_target_exi
     await fire_due(parts)
     assert j.id in parts.runs.staged and not parts.runs.inflight
     parts.transport.handlers["late-actor"] = recorder = Recorder()
-    parts.firing.retry_staged()
+    await parts.firing.retry_staged()
     await fire_due(parts)
     assert [ctx.job.id for ctx in recorder.ran] == [j.id]
     assert not parts.runs.staged

@@ -84,3 +84,34 @@ def test_a_process_counts_as_ended_only_on_its_own_node_once_it_is_gone() -> Non
     assert process_ended(int(child.stdout))  # exited and reaped
     assert not process_ended(os.getpid())
     assert not RayTransport("test").exited("", int(child.stdout))  # where it ran is unknown: no proof
+
+
+async def test_a_slow_actor_lookup_does_not_block_the_event_loop(monkeypatch: Any) -> None:
+    """Issue 15: ``ray.get_actor`` ran inside the event loop, a 25-30 ms stall per first delivery."""
+    import asyncio
+
+    import cluster.runtime.ray_transport as rt
+
+    def slow_get_actor(name: str, namespace: str | None = None) -> str:
+        time.sleep(0.3)  # a GCS round trip under load, stretched
+        return f"handle of {name}"
+
+    monkeypatch.setattr(rt.ray, "get_actor", slow_get_actor)
+    transport = RayTransport("test")
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    beat = asyncio.ensure_future(ticker())
+    try:
+        await asyncio.sleep(0)
+        lookup = transport.resolve(Target.actor("h"))
+        handle = await lookup if asyncio.iscoroutine(lookup) else lookup
+    finally:
+        beat.cancel()
+    assert handle == "handle of h"
+    assert len(ticks) >= 10 and max(b - a for a, b in zip(ticks, ticks[1:], strict=False)) < 0.2  # the loop ran on
+    assert await transport.resolve(Target.actor("h")) == "handle of h"  # cached: no second lookup

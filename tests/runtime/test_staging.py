@@ -18,9 +18,9 @@ async def test_a_staged_job_holds_no_concurrency_slot_and_fails_after_the_undeli
     await fire_due(parts)
     assert list(parts.runs.staged) == [j.id] and parts.runs.room == parts.runs.max_concurrency
     parts.clock.advance(29)
-    assert parts.staging.take_due() == ([], [])  # 29 s < the 30 s undeliverable_timeout
+    assert await parts.staging.take_due() == ([], [])  # 29 s < the 30 s undeliverable_timeout
     parts.clock.advance(2)
-    ready, expired = parts.staging.take_due()
+    ready, expired = await parts.staging.take_due()
     assert ready == [] and [run.job_id for run, _ in expired] == [j.id]
     assert "undeliverable" in expired[0][1]
 
@@ -34,7 +34,7 @@ async def test_staged_jobs_go_to_their_target_together_once_it_appears() -> None
     await fire_due(parts)
     assert len(parts.runs.staged) == 3
     parts.transport.handlers["later"] = recorder = Recorder()
-    parts.firing.retry_staged()
+    await parts.firing.retry_staged()
     for _ in range(20):
         await asyncio.sleep(0)
     assert len(parts.transport.calls) == 1 and len(recorder.ran) == 3

@@ -306,11 +306,17 @@ class SimTransport:
             return False
         return int(epoch) < self._epoch
 
-    def resolve(self, target: Target) -> Any:
+    async def resolve(self, target: Target) -> Any:
         return target.name
 
+    def waits(self, handle: Any) -> bool:
+        return False  # the simulated handler starts what it gets: the silo sends each job when due
+
+    async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
+        return None  # never called: nothing is sent ahead
+
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float) -> list[Outcome]:
+                      lease_end: float, ahead: Any = None) -> list[Outcome]:
         world, proc = self._world, self._proc
         await proc.gate(self._epoch)
         sent_us = true_now_us(world.loop)

@@ -1,0 +1,307 @@
+"""Dispatch ahead (issue 15, point 2), without Ray: jobs leave the silo before they are due, and
+the handler starts each at its due time — never earlier, never after a cancel took it back, never
+past its sender's lease."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from cluster.model.attempt import JobContext
+from cluster.model.errors import ValidationError
+from cluster.model.options import ClusterOptions
+from cluster.model.policies import FailurePolicy
+from cluster.model.wire import datetime_to_us, timedelta_to_us
+from cluster.runtime.roles import Roles
+from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, REMOVE
+from storage import MemoryStore, read_log
+from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, add, job, make_parts
+
+AHEAD_US = timedelta_to_us(OPTIONS.dispatch_ahead)
+SECOND = 1_000_000
+
+
+class Starts:
+    """A handler that notes, per start, the job and the store's time then; ``hold`` keeps jobs running."""
+
+    def __init__(self, store_clock: ManualClock) -> None:
+        self.store_clock = store_clock
+        self.started: list[tuple[str, int]] = []
+        self.hold: asyncio.Event | None = None
+        self.fail = False
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.started.append((ctx.job.id, self.store_clock.now_us()))
+        if self.hold is not None:
+            await self.hold.wait()
+        if self.fail:
+            raise RuntimeError("failed on purpose")
+
+
+async def settle() -> None:
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+async def send_ahead(parts: Roles) -> None:
+    """One turn of the fire loop: everything due within the ahead window leaves now."""
+    parts.firing.dispatch(parts.firing.take_due(parts.runs.room))
+    await settle()
+
+
+async def one_silo(**transport: Any) -> tuple[ManualClock, Starts, LocalTransport, Roles]:
+    """A silo whose handler waits for due times on the silo's own clock (one host)."""
+    clock = ManualClock()
+    starts = Starts(clock)
+    lt = LocalTransport(handlers={"h": starts}, clock=clock, **transport)
+    parts = await make_parts(clock=clock, transport=lt)
+    parts.lease.renew(clock.monotonic())
+    return clock, starts, lt, parts
+
+
+def due_us(j: Any) -> int:
+    return datetime_to_us(j.due)
+
+
+async def test_a_job_leaves_ahead_of_its_due_time_and_starts_exactly_then() -> None:
+    clock, starts, transport, parts = await one_silo()
+    j = job(due=timedelta(seconds=1))
+    await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)  # half the window before it is due
+    await send_ahead(parts)
+    assert transport.delivered() == [j.id] and starts.started == []
+    clock.advance(AHEAD_US / 2 / SECOND - 0.000_01)
+    await settle()
+    assert starts.started == []  # 10 µs before: still waiting
+    clock.advance(0.000_02)
+    await settle()
+    assert starts.started == [(j.id, due_us(j) + 10)]
+    await settle()
+    assert not parts.runs.inflight and j.id not in parts.queue
+
+
+async def test_nothing_starts_early_when_the_silo_runs_ahead_of_the_store_and_the_handler_is_elsewhere() -> None:
+    """Due times are the store's: the silo's clock 3 s ahead, the handler's wall clock 2 s behind,
+    its host another (it waits relative to the batch's arrival, measured on its own clock)."""
+    store_clock, silo_clock, handler_clock = ManualClock(), ManualClock(T0_US + 3 * SECOND), ManualClock(T0_US - 2 * SECOND)
+    starts = Starts(store_clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=handler_clock, domain="another host")
+    parts = await make_parts(MemoryStore(clock=store_clock.now_us), clock=silo_clock, transport=transport)
+    parts.lease.renew(silo_clock.monotonic())
+    jobs = [job(due=timedelta(seconds=1, milliseconds=k)) for k in range(8)]
+    await add(parts, *jobs)
+    for clock in (store_clock, silo_clock, handler_clock):
+        clock.advance(0.995)
+    await parts.skew.sample()
+    await send_ahead(parts)
+    assert set(transport.delivered()) == {j.id for j in jobs if due_us(j) <= T0_US + 995_000 + AHEAD_US}
+    for _ in range(40):  # 0.5 ms steps through every due time
+        for clock in (store_clock, silo_clock, handler_clock):
+            clock.advance(0.0005)
+        await settle()
+    due_of = {j.id: due_us(j) for j in jobs}
+    assert starts.started, "nothing started"
+    assert all(at >= due_of[job_id] for job_id, at in starts.started)  # never early, by the store's time
+    assert all(at - due_of[job_id] <= 1_000 for job_id, at in starts.started)  # and within a step or two
+
+
+async def test_jobs_due_within_the_window_travel_together() -> None:
+    """At 1,000 jobs/s the loop wakes half a window before the first and takes the whole window."""
+    clock, starts, transport, parts = await one_silo()
+    jobs = [job(due=timedelta(seconds=1, milliseconds=k)) for k in range(30)]
+    await add(parts, *jobs)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    loop = asyncio.create_task(parts.firing.run())
+    try:
+        await settle()
+        assert len(transport.calls) == 1
+        assert len(transport.calls[0][1]) == AHEAD_US // 2 // 1000 + 1  # every job due within the window, in one call
+    finally:
+        loop.cancel()
+
+
+async def test_a_cancel_withdraws_a_job_sent_ahead_and_it_never_starts() -> None:
+    clock, starts, transport, parts = await one_silo()
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    assert transport.delivered() == [j.id]
+    assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)  # returns before the due time
+    assert len(transport.withdraws) == 1
+    assert [REMOVE, j.id, 1, CANCELLED] in [op[:4] for op in (await read_log(parts.store, name)).records()]
+    clock.advance(1)
+    await settle()
+    assert starts.started == []
+    assert not parts.runs.inflight and j.id not in parts.queue
+
+
+async def test_a_job_cancelled_while_it_waits_to_be_sent_is_never_sent() -> None:
+    clock, starts, transport, parts = await one_silo(resolving={"h": asyncio.Event()})
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)  # its lookup is held: in flight, not sent
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    transport.resolving["h"].set()
+    assert await cancel == ("cancelled", None)
+    clock.advance(1)
+    await settle()
+    assert transport.calls == [] and starts.started == []
+
+
+async def test_a_cancel_racing_the_start_waits_for_the_run_and_nothing_follows_it() -> None:
+    """At the due time the job starts; a cancel then cannot withdraw it: it waits for the run's
+    end and writes the cancel, and the failed attempt's retry never comes."""
+    clock, starts, transport, parts = await one_silo()
+    starts.hold, starts.fail = asyncio.Event(), True
+    j = job(due=timedelta(seconds=1), failure_policy=FailurePolicy.constant("1s", max_retries=3))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    clock.advance(AHEAD_US / 2 / SECOND + 0.001)
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # running, held
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    assert not cancel.done()  # waits for the run to end
+    starts.hold.set()
+    assert await cancel == ("cancelled", None)
+    clock.advance(5)
+    await send_ahead(parts)
+    assert len(starts.started) == 1 and j.id not in parts.queue and not parts.runs.inflight
+
+
+async def test_a_lost_withdraw_counts_as_started_the_cancel_waits_for_the_run() -> None:
+    clock, starts, transport, parts = await one_silo(lose_withdraws=True)
+    starts.fail = True
+    j = job(due=timedelta(seconds=1), failure_policy=FailurePolicy.constant("1s", max_retries=3))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    assert not cancel.done()  # it cannot know the job will not start: it waits for the run
+    clock.advance(AHEAD_US / 2 / SECOND + 0.001)
+    assert await cancel == ("cancelled", None)
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # started: the withdraw never reached it
+    clock.advance(5)
+    await send_ahead(parts)
+    assert len(starts.started) == 1 and j.id not in parts.queue  # but no retry after the cancel
+
+
+async def test_a_lease_that_ends_during_the_wait_refuses_the_start_and_the_owner_fires_it_later() -> None:
+    """The handler's wall clock is 10 s behind: on the silo's host the lease's exact monotonic end fences."""
+    clock = ManualClock()
+    handler_clock = ManualClock(T0_US - 10 * SECOND)
+    starts = Starts(clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=handler_clock)
+    parts = await make_parts(clock=clock, transport=transport)
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    handler_clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    assert transport.delivered() == [j.id]
+    for c in (clock, handler_clock):
+        c.advance(OPTIONS.firing_lease.total_seconds())  # paused past its lease before the job was due
+    await settle()
+    assert starts.started == []  # refused at its start
+    assert j.id in parts.queue and not parts.runs.inflight  # its owner queued it again, no attempt counted
+    assert parts.shards.get(name).state.live[j.id][ATTEMPTS] == 0  # type: ignore[union-attr]
+    parts.lease.renew(clock.monotonic())
+    await send_ahead(parts)
+    assert [job_id for job_id, _ in starts.started] == [j.id]
+
+
+async def test_a_slow_lookup_of_one_target_does_not_hold_back_another_targets_jobs() -> None:
+    clock, starts, transport, parts = await one_silo(resolving={"slow": asyncio.Event()})
+    transport.handlers["slow"] = Starts(clock)
+    slow, quick = job("slow", due=timedelta(seconds=1)), job(due=timedelta(seconds=1))
+    await add(parts, slow, quick)
+    clock.advance(1)
+    await send_ahead(parts)
+    assert [job_id for job_id, _ in starts.started] == [quick.id]
+    transport.resolving["slow"].set()
+    await settle()
+    assert not parts.runs.inflight
+
+
+def test_dispatch_ahead_is_validated_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="dispatch_ahead"):
+        ClusterOptions(dispatch_ahead="-1ms")
+    with pytest.raises(ValidationError, match="dispatch_ahead"):
+        ClusterOptions(dispatch_ahead="1s")  # not shorter than half of the 1.6 s default lease
+    assert ClusterOptions(dispatch_ahead="0s").dispatch_ahead == timedelta(0)
+
+
+async def test_with_dispatch_ahead_off_jobs_leave_at_their_due_time() -> None:
+    clock = ManualClock()
+    starts = Starts(clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=clock)
+    parts = await make_parts(clock=clock, transport=transport, options=OPTIONS.with_(dispatch_ahead="0s"))
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    await add(parts, j)
+    clock.advance(0.999)
+    await send_ahead(parts)
+    assert transport.calls == []
+    clock.advance(0.001)
+    await send_ahead(parts)
+    assert starts.started == [(j.id, due_us(j))]
+
+
+async def test_a_handler_that_cannot_wait_is_sent_each_job_at_its_due_time() -> None:
+    """An actor that does not subclass JobHandler starts what it gets: the silo waits for it."""
+    clock = ManualClock()
+    ran = asyncio.Event()
+    at: list[int] = []
+
+    async def plain(ctx: JobContext) -> None:
+        at.append(clock.now_us())
+        ran.set()
+
+    transport = LocalTransport(handlers={"h": plain})  # no clock: it cannot wait
+    parts = await make_parts(clock=clock, transport=transport)
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    assert transport.calls == []  # taken off the queue, held in the silo
+    clock.advance(AHEAD_US / 2 / SECOND)
+    await asyncio.wait_for(ran.wait(), 5)
+    assert at == [due_us(j)]
+
+
+async def test_a_cancel_whose_write_fails_after_the_withdraw_leaves_the_job_to_fire() -> None:
+    """Withdrawn from its handler, but the removal not durable: not cancelled after all, it runs."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    clock = ManualClock()
+    starts = Starts(clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=clock)
+    store = GatedStore()
+    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    store.fail_next("append_block", 3)  # the writer tries three times
+    with pytest.raises(StorageError):
+        await parts.cancelling.cancel(name, j.id)
+    assert transport.withdraws and starts.started == []
+    clock.advance(AHEAD_US / SECOND)
+    await settle()
+    assert starts.started == []  # the withdrawn attempt never starts...
+    await send_ahead(parts)
+    clock.advance(AHEAD_US / SECOND)
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # ...the job does, queued again
