@@ -71,6 +71,8 @@ class CountingHandler(JobHandler):
     """A no-op handler that notes, per execution, the job id, its due time and when it started,
     and per job how long before (< 0) or after its due time its batch arrived."""
 
+    timeshard_task_per_job = False  # execute_job never awaits: its jobs start inside the batch's task
+
     def __init__(self) -> None:
         self._runs: list[tuple[str, float, float]] = []
         self._arrived: dict[str, float] = {}  # run id -> when its batch arrived

@@ -53,8 +53,35 @@ def outcomes(out: list[tuple[Any, ...]]) -> dict[str, Outcome]:
     return {o.run_id: o for o in (Outcome(*t) for t in out)}
 
 
-async def test_a_batch_of_jobs_that_do_not_wait_runs_in_one_task_and_a_context_each() -> None:
+class InlineNotes(Notes):
+    timeshard_task_per_job = False
+
+
+class OwnTimeout(JobHandler):
+    """Job ``j0`` enters ``asyncio.timeout`` before its first await, as an HTTP client call does."""
+
+    async def execute_job(self, ctx: JobContext) -> None:
+        if ctx.job.data["name"] == "j0":
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(5)
+
+
+async def test_a_job_that_enters_its_own_timeout_before_its_first_await_times_out_alone() -> None:
+    # With jobs started inside the batch's task by default, this timeout cancelled the whole batch.
+    out = outcomes(await OwnTimeout().timeshard_deliver(batch(*[now_us()] * 3), 5.0, time.time() + 60))
+    assert out["run-0"].error_type == "TimeoutError" and not out["run-0"].timed_out
+    assert out["run-1"].succeeded and out["run-2"].succeeded
+
+
+async def test_by_default_each_job_runs_in_a_task_of_its_own() -> None:
     handler = Notes()
+    out = await handler.timeshard_deliver(batch(*[now_us()] * 5), 5.0, time.time() + 60)
+    assert all(o.succeeded for o in outcomes(out).values())
+    assert len(set(handler.tasks.values())) == 5 and asyncio.current_task() not in handler.tasks.values()
+
+
+async def test_a_batch_of_jobs_that_do_not_wait_runs_in_one_task_and_a_context_each() -> None:
+    handler = InlineNotes()
     out = await handler.timeshard_deliver(batch(*[now_us()] * 50), 5.0, time.time() + 60)
     assert all(o.succeeded for o in outcomes(out).values())
     assert set(handler.tasks.values()) == {asyncio.current_task()}  # the batch's task: none per job
@@ -62,7 +89,7 @@ async def test_a_batch_of_jobs_that_do_not_wait_runs_in_one_task_and_a_context_e
 
 
 async def test_a_job_that_waits_goes_on_in_a_task_of_its_own_and_times_out_alone() -> None:
-    handler = Notes(sleep={"j1": 30.0, "j2": 0.01})
+    handler = InlineNotes(sleep={"j1": 30.0, "j2": 0.01})
     started = time.monotonic()
     out = outcomes(await handler.timeshard_deliver(batch(*[now_us()] * 3), 0.3, time.time() + 60))
     assert time.monotonic() - started < 5
