@@ -123,7 +123,9 @@ def ensure_ray() -> None:
 def bench_env(stores: Sequence[str]) -> Iterator[BenchEnv]:
     """Ray, a scratch folder and (if ``azure`` is among ``stores``) an Azurite for silos to reach."""
     ensure_ray()
-    with tempfile.TemporaryDirectory(prefix="timeshard-bench-") as tmp, contextlib.ExitStack() as stack:
+    # Silos killed at the end may still be writing their last records: a leftover file must not
+    # turn a finished run into a crash that loses its results.
+    with tempfile.TemporaryDirectory(prefix="timeshard-bench-", ignore_cleanup_errors=True) as tmp, contextlib.ExitStack() as stack:
         azurite = stack.enter_context(Azurite()) if "azure" in stores else None
         if azurite is not None:
             azurite.write_connection_string(Path(tmp) / AZURITE_SECRET)  # silos read it, Ray never carries it
@@ -293,6 +295,7 @@ async def cluster_run(env: BenchEnv, kind: str, silos: int, quick: bool, report:
         batch_rate = result["scheduling"]["batch_per_s"]
         report.progress(f"{kind}: {n_trigger:,} jobs due at one instant")
         result["triggers"] = await triggers(client, hs, n_trigger, batch_rate)
+        report.progress(f"{kind}: triggers {result['triggers']['per_s']:,.0f} jobs/s")
         report.progress(f"{kind}: steady {STEADY_RATE:,} jobs/s for {steady_s:g} s")
         result["lateness"], samples = await steady_lateness(client, hs, steady_s, batch_rate)
     result["lateness_samples_ms"] = samples
@@ -389,6 +392,8 @@ async def main_async(args: argparse.Namespace, report: Report) -> dict[str, Any]
     with bench_env(args.store) as env:
         report.progress("no-op Ray actor call rate (driver -> actor)")
         results: dict[str, Any] = {"noop": await noop_call_rate(500 if args.quick else 3_000)}
+        report.progress(f"no-op calls {results['noop']['sequential_per_s']:,.0f}/s sequential, "
+                        f"{results['noop']['concurrent_per_s']:,.0f}/s x{CALLERS}")
         for kind in args.store:
             results[kind] = await cluster_run(env, kind, args.silos, args.quick, report)
     return results
