@@ -8,8 +8,8 @@ prints microseconds of CPU per job. The transport converts attempts and outcomes
 ``RayTransport`` does (plain tuples) but calls nothing, so the figure is the silo's own cost:
 decode, runs, routing, lateness, outcome bookkeeping and the REMOVE writes. Two hooks that are
 interested in no job stand for the named-job and flow hooks every real silo has.
-``--profile`` prints cProfile's top entries; ``--gc`` leaves the collector as Python sets it
-(by default the silo's own GC settings apply, whatever they are).
+``--profile`` prints cProfile's top entries; ``--gc`` picks the collector settings while firing
+(``default``: CPython's; ``tuned``/``frozen``/``both``: ``cluster.runtime.heap``'s; ``off``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from cluster.model.clock import SYSTEM_CLOCK
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, us_to_datetime
+from cluster.runtime import heap
 from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.roles import Roles, wire
@@ -112,8 +113,22 @@ async def fire_all(parts: Roles, n: int) -> float:
     return took
 
 
-async def one_round(n: int, profile: bool) -> float:
+def set_gc(mode: str) -> None:
+    """Collector settings for a round: CPython's, ``cluster.runtime.heap``'s, or none at all."""
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    gc.enable()
+    if mode in ("tuned", "both"):
+        heap.tune()
+    if mode in ("frozen", "both"):
+        heap.settle()
+    if mode == "off":
+        gc.disable()
+
+
+async def one_round(n: int, profile: bool, gc_mode: str) -> float:
     parts = await loaded_silo(n)
+    set_gc(gc_mode)
     queued = len(parts.queue)
     assert queued == n, f"queued {queued} of {n}"
     profiler = cProfile.Profile() if profile else None
@@ -131,10 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--gc", default="default", choices=("default", "tuned", "frozen", "both", "off"),
+                        help="collector settings while firing (loading runs with CPython's)")
     args = parser.parse_args(argv)
     figures = []
     for _ in range(args.rounds):
-        took = asyncio.run(one_round(args.jobs, args.profile))
+        set_gc("default")
+        took = asyncio.run(one_round(args.jobs, args.profile, args.gc))
         figures.append(took / args.jobs * 1e6)
         print(f"{args.jobs:,} jobs: {took:.3f} s CPU, {figures[-1]:.2f} us/job, gc counts {gc.get_count()}")
         gc.collect()

@@ -8,6 +8,7 @@ by their misfire policy; and once drained and past its window, its log is delete
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from cluster.model.clock import Clock
@@ -43,6 +44,9 @@ class Loading:
         self._hooks = hooks
         self._decode = decode
         self._metrics = metrics
+        # Called once a shard's jobs are queued: the silo's process freezes its heap there
+        # (``cluster.runtime.heap.settle``); in-process tests leave the collector alone.
+        self.after_load: Callable[[], None] | None = None
 
     async def load_due(self) -> None:
         """Load every held shard whose window starts within the lookahead."""
@@ -99,6 +103,8 @@ class Loading:
                 if due is not None:
                     self._queue.push(job_id, due, entry)
         self._shards.update_loaded_gauge()
+        if self.after_load is not None:
+            self.after_load()
         if self._hooks and shard.state.live:
             decoded = ((self._decode.job_of(i, e), e) for i, e in shard.state.live.items())
             jobs = [(job, e[OCCURRENCE], e[ATTEMPTS]) for job, e in decoded if job is not None]
