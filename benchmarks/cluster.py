@@ -47,7 +47,8 @@ from storage import LogWriter, open_store, read_log
 
 GOAL_BATCH_PER_S = 10_000
 GOAL_SINGLE_OVER_NOOP = 0.8
-GOAL_TRIGGERS_PER_S = 20_000
+# Trigger throughput per store on the 2-core reference machine (issue 15): 3 silos, 2 handlers.
+GOAL_TRIGGERS_PER_S = {"file": 50_000, "azure": 35_000}
 GOAL_LATENESS_P99_MS = 20
 GOAL_FAILOVER_P50_S = 2.0
 GOAL_REPLAY_PER_S = 500_000
@@ -417,7 +418,12 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
         r["scheduling"]["single_over_noop"] = r["scheduling"]["single_per_s"] / noop["sequential_per_s"]
         report.goal(f"{goal_store} single-call scheduling / no-op call rate ({CALLERS} callers each)", ratio,
                     GOAL_SINGLE_OVER_NOOP, higher_is_better=True)
-        report.goal(f"{goal_store} triggers jobs/s", r["triggers"]["per_s"], GOAL_TRIGGERS_PER_S, higher_is_better=True)
+    for kind in stores:  # one trigger goal per store, each beside the no-op call rate of the same run
+        report.goal(f"{kind} triggers jobs/s (no-op Ray call {noop['sequential_per_s']:,.0f}/s x1, "
+                    f"{noop['concurrent_per_s']:,.0f}/s x{CALLERS})", results[kind]["triggers"]["per_s"],
+                    GOAL_TRIGGERS_PER_S[kind], higher_is_better=True)
+    if goal_store in results:
+        r = results[goal_store]
         report.goal(f"{goal_store} lateness p99 ms at {STEADY_RATE:,}/s", r["lateness"]["p99"], GOAL_LATENESS_P99_MS,
                     higher_is_better=False)
     report.bars("timeshard cluster vs the no-op Ray call", [
@@ -426,8 +432,8 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
          **{f"{k} x1": results[k]["scheduling"]["single_per_s"] for k in stores}}, None),
         ("batch scheduling, jobs/s", {k: results[k]["scheduling"]["batch_per_s"] for k in stores}, GOAL_BATCH_PER_S,
          [("Dapr 921/s", 921.0)]),
-        ("triggers, jobs/s", {k: results[k]["triggers"]["per_s"] for k in stores}, GOAL_TRIGGERS_PER_S,
-         [("Dapr 15,000/s", 15_000.0)]),
+        ("triggers, jobs/s", {k: results[k]["triggers"]["per_s"] for k in stores},
+         min(GOAL_TRIGGERS_PER_S[k] for k in stores) if stores else None, [("Dapr 15,000/s", 15_000.0)]),
     ])
     report.cdf(f"lateness at a steady {STEADY_RATE:,} jobs/s", {k: results[k]["lateness_samples_ms"] for k in stores},
                goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)])
