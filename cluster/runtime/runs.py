@@ -74,6 +74,13 @@ class JobDecoder:
     def head_of(self, job_id: str, entry: list[Any]) -> JobHead | None:
         """The head of a live ``entry``'s job, or None if the job cannot be decoded (set aside as
         ``job_of`` sets it aside: the same jobs, counted and logged the same way)."""
+        # Once per fired job: the common case inline, anything unusual through _read.
+        memo = self._memo
+        if len(memo) <= MEMO_LIMIT and job_id not in getattr(entry[OWNER], "unreadable", ()):
+            try:
+                return ScheduledJob.head_from_wire(unpack(entry[JOB]), memo)
+            except Exception:  # decoded again below: set aside, counted and logged there
+                pass
         return self._read(self.head, job_id, entry)
 
     def _read(self, read: Callable[[bytes], T], job_id: str, entry: list[Any]) -> T | None:
