@@ -439,6 +439,15 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
                goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)])
 
 
+def event_loop() -> str:
+    """The loop Ray runs async actors on here: uvloop when importable (and RAY_USE_UVLOOP not 0)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "asyncio" if os.environ.get("RAY_USE_UVLOOP", "1").lower() in ("0", "false") else "uvloop"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small runs, for the test suite")
@@ -446,11 +455,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silos", type=int, default=3)
     args = parser.parse_args(argv)
     report = Report("cluster", quick=args.quick)
+    report.progress(f"async actors run on {event_loop()}")
     results = asyncio.run(main_async(args, report))
     summarize(results, report, "azure" if "azure" in results else args.store[0])
     for kind in args.store:
         results[kind].pop("lateness_samples_ms", None)  # drawn; too long for the JSON
-    report.data.update({"machine": machine_info(), "results": results})
+    report.data.update({"machine": machine_info(), "event_loop": event_loop(), "results": results})
     return report.finish()
 
 

@@ -55,8 +55,9 @@ class NoopTransport:
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
                       lease_end: float) -> list[Outcome]:
-        wire_attempts = [tuple(a) for a in attempts]
-        return [Outcome(*o) for o in [(a[1], None, None, False, False) for a in wire_attempts]]
+        wire_attempts: list[tuple[Any, ...]] = [tuple(a) for a in attempts]
+        answers = [(run_id, None, None, False, False) for _, run_id, *_ in wire_attempts]
+        return [Outcome(*o) for o in answers]
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:
         return Ping.UNKNOWN
