@@ -49,7 +49,8 @@ from storage import LogWriter, open_store, read_log
 
 GOAL_BATCH_PER_S = 10_000
 GOAL_SINGLE_OVER_NOOP = 0.8
-GOAL_TRIGGERS_PER_S = 20_000
+# Trigger throughput per store on the 2-core reference machine (issue 15): 3 silos, 2 handlers.
+GOAL_TRIGGERS_PER_S = {"file": 50_000, "azure": 35_000}
 GOAL_LATENESS_P99_MS = 5  # at STEADY_RATE
 GOAL_LATENESS_P99_MS_HIGH = 20  # at HIGH_RATE
 GOAL_FAILOVER_P50_S = 2.0
@@ -374,6 +375,7 @@ async def cluster_run(env: BenchEnv, kind: str, silos: int, quick: bool, report:
         batch_rate = result["scheduling"]["batch_per_s"]
         report.progress(f"{kind}: {n_trigger:,} jobs due at one instant")
         result["triggers"] = await triggers(client, hs, n_trigger, batch_rate)
+        report.progress(f"{kind}: triggers {result['triggers']['per_s']:,.0f} jobs/s")
         result["timer_floor"] = {}
         for per_s, key in ((STEADY_RATE, "lateness"), (HIGH_RATE, "lateness_high")):
             report.progress(f"{kind}: asyncio timer floor, then steady {per_s:,} jobs/s for {steady_s:g} s")
@@ -472,6 +474,8 @@ async def main_async(args: argparse.Namespace, report: Report) -> dict[str, Any]
     with bench_env(args.store) as env:
         report.progress("no-op Ray actor call rate (driver -> actor)")
         results: dict[str, Any] = {"noop": await noop_call_rate(500 if args.quick else 3_000)}
+        report.progress(f"no-op calls {results['noop']['sequential_per_s']:,.0f}/s sequential, "
+                        f"{results['noop']['concurrent_per_s']:,.0f}/s x{CALLERS}")
         for kind in args.store:
             options = None if args.dispatch_ahead is None else ClusterOptions(dispatch_ahead=args.dispatch_ahead)
             results[kind] = await cluster_run(env, kind, args.silos, args.quick, report, options)
@@ -505,7 +509,12 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
         r["scheduling"]["single_over_noop"] = r["scheduling"]["single_per_s"] / noop["sequential_per_s"]
         report.goal(f"{goal_store} single-call scheduling / no-op call rate ({CALLERS} callers each)", ratio,
                     GOAL_SINGLE_OVER_NOOP, higher_is_better=True)
-        report.goal(f"{goal_store} triggers jobs/s", r["triggers"]["per_s"], GOAL_TRIGGERS_PER_S, higher_is_better=True)
+    for kind in stores:  # one trigger goal per store, each beside the no-op call rate of the same run
+        report.goal(f"{kind} triggers jobs/s (no-op Ray call {noop['sequential_per_s']:,.0f}/s x1, "
+                    f"{noop['concurrent_per_s']:,.0f}/s x{CALLERS})", results[kind]["triggers"]["per_s"],
+                    GOAL_TRIGGERS_PER_S[kind], higher_is_better=True)
+    if goal_store in results:
+        r = results[goal_store]
         report.goal(f"{goal_store} lateness p99 ms at {STEADY_RATE:,}/s", r["lateness"]["p99"], GOAL_LATENESS_P99_MS,
                     higher_is_better=False)
         report.goal(f"{goal_store} lateness p99 ms at {HIGH_RATE:,}/s", r["lateness_high"]["p99"],
@@ -516,13 +525,22 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
          **{f"{k} x1": results[k]["scheduling"]["single_per_s"] for k in stores}}, None),
         ("batch scheduling, jobs/s", {k: results[k]["scheduling"]["batch_per_s"] for k in stores}, GOAL_BATCH_PER_S,
          [("Dapr 921/s", 921.0)]),
-        ("triggers, jobs/s", {k: results[k]["triggers"]["per_s"] for k in stores}, GOAL_TRIGGERS_PER_S,
-         [("Dapr 15,000/s", 15_000.0)]),
+        ("triggers, jobs/s", {k: results[k]["triggers"]["per_s"] for k in stores},
+         min(GOAL_TRIGGERS_PER_S[k] for k in stores) if stores else None, [("Dapr 15,000/s", 15_000.0)]),
     ])
     report.cdf(f"lateness at a steady {STEADY_RATE:,} and {HIGH_RATE:,} jobs/s",
                {**{f"{k} {STEADY_RATE:,}/s": results[k]["lateness_samples_ms"] for k in stores},
                 **{f"{k} {HIGH_RATE:,}/s": results[k]["lateness_high_samples_ms"] for k in stores}},
                goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)])
+
+
+def event_loop() -> str:
+    """The loop Ray runs async actors on here: uvloop when importable (and RAY_USE_UVLOOP not 0)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "asyncio" if os.environ.get("RAY_USE_UVLOOP", "1").lower() in ("0", "false") else "uvloop"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -533,12 +551,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatch-ahead", default=None, help="the silos' dispatch_ahead, e.g. 50ms (default: the option's)")
     args = parser.parse_args(argv)
     report = Report("cluster", quick=args.quick)
+    report.progress(f"async actors run on {event_loop()}")
     results = asyncio.run(main_async(args, report))
     summarize(results, report, "azure" if "azure" in results else args.store[0])
     for kind in args.store:
         results[kind].pop("lateness_samples_ms", None)  # drawn; too long for the JSON
         results[kind].pop("lateness_high_samples_ms", None)
-    report.data.update({"machine": machine_info(), "results": results})
+    report.data.update({"machine": machine_info(), "event_loop": event_loop(), "results": results})
     return report.finish()
 
 

@@ -20,6 +20,7 @@ from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.model.placement import Node, place
+from cluster.runtime import heap
 from cluster.runtime.membership import DEAD, REPORTED, SILENT, SILO_PREFIX, Member, Membership
 from cluster.runtime.ray_metrics import RayMetrics
 from cluster.runtime.ray_transport import RayTransport
@@ -34,9 +35,13 @@ class SiloActor(Silo):
     """A silo as a named, detached Ray actor, wired with the features' hooks and Ray's transport."""
 
     def __init__(self, silo_id: str, store_url: str, options: ClusterOptions, namespace: str) -> None:
+        # This process runs only the silo: its collector is tuned for bursts of short-lived
+        # objects over a large long-lived heap (see cluster.runtime.heap).
+        heap.tune()
         # Silo.__init__ by name: Ray rebinds this class's name to its actor class.
         Silo.__init__(self, silo_id, store_url, options, namespace, hooks=feature_hooks,
-                      transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process)
+                      transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process,
+                      after_load=heap.settle)
 
 
 def _end_process() -> None:

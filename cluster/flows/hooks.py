@@ -32,6 +32,8 @@ class FlowHooks(SiloHooks):
     Built inside the silo's event loop (see ``SiloView``); it starts its reconcile loop there.
     """
 
+    metadata_keys = (FLOW_META,)
+
     def interested(self, job: ScheduledJob) -> bool:
         return FLOW_META in job.metadata
 

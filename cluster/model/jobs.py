@@ -8,17 +8,18 @@ re-validating: it runs for every job whenever a shard is loaded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
 
 from cluster.model.errors import InvalidJob, UnsupportedWireVersion
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.occurrences import Misfire
-from cluster.model.policies import FailurePolicy, PolicyLike
+from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy, PolicyLike
 from cluster.model.schedules import Schedule
 from cluster.model.times import ACCEPTED_TIMES, parse_period, parse_time, require_aware, utc_now
 from cluster.model.wire import (
@@ -31,7 +32,8 @@ from cluster.model.wire import (
     us_to_datetime,
 )
 
-__all__ = ["Target", "ScheduledJob", "new_job_id", "grain_actor_name", "DEFAULT_MAX_DATA_BYTES", "WIRE_VERSION"]
+__all__ = ["Target", "ScheduledJob", "JobHead", "new_job_id", "grain_actor_name", "DEFAULT_MAX_DATA_BYTES",
+           "WIRE_VERSION"]
 
 DEFAULT_MAX_DATA_BYTES = 256 * 1024
 WIRE_VERSION = 1
@@ -89,7 +91,7 @@ class Target:
         _check_label(key, "target.key")
         return cls("grain", grain_actor_name(path, key), None, key, path)
 
-    @property
+    @functools.cached_property
     def routing_key(self) -> str:
         """Return a key equal for exactly the jobs that go to the same actor, for batching calls."""
         # \x1f cannot occur in a name (control characters are rejected), so the join is unambiguous.
@@ -102,8 +104,17 @@ class Target:
         return ["actor", self.name, self.namespace]
 
     @classmethod
-    def from_wire(cls, obj: Any) -> Target:
-        """Return the target ``to_wire`` encoded (no re-validation)."""
+    def from_wire(cls, obj: Any, memo: dict[Any, Any] | None = None) -> Target:
+        """Return the target ``to_wire`` encoded (no re-validation); once per distinct target with a ``memo``."""
+        if memo is not None and isinstance(obj, list) and len(obj) == 3:
+            key = (Target, obj[0], obj[1], obj[2])
+            try:
+                target: Target | None = memo.get(key)
+            except TypeError:  # an unhashable part: not a target this silo wrote, decoded without the memo
+                return cls.from_wire(obj)
+            if target is None:
+                target = memo[key] = cls.from_wire(obj)
+            return target
         kind = obj[0] if isinstance(obj, (list, tuple)) and len(obj) == 3 else None
         if kind == "actor":
             return cls("actor", obj[1], obj[2])
@@ -115,6 +126,31 @@ class Target:
 def grain_actor_name(cls_path: str, key: str) -> str:
     """Return the Ray actor name grain ``cls_path`` is activated under for ``key``."""
     return f"grain:{cls_path}:{key}"
+
+
+class JobHead(NamedTuple):
+    """What a silo needs of a packed job to fire it and to record a plain success: not the whole job.
+
+    ``ScheduledJob.head_from_wire`` reads it and refuses exactly the records ``from_wire``
+    refuses, so a job whose head reads is a job that decodes.
+    """
+
+    target: Target
+    ttl_us: int | None  # no occurrence at or after it
+    metadata: dict[str, str]
+    recurring: bool  # has a schedule
+    retry_always: bool  # its failure policy runs it again after a success too
+
+
+_UTC_MIN_US = datetime_to_us(datetime.min.replace(tzinfo=timezone.utc))
+_UTC_MAX_US = datetime_to_us(datetime.max.replace(tzinfo=timezone.utc))
+
+
+def _checked_us(value: Any) -> int:
+    """``value`` as wire microseconds, raising where ``us_to_datetime`` would (it is called only then)."""
+    if type(value) is int and _UTC_MIN_US <= value <= _UTC_MAX_US:
+        return value
+    return datetime_to_us(us_to_datetime(value))
 
 
 @dataclass(frozen=True)
@@ -276,17 +312,13 @@ class ScheduledJob:
         Pass one ``memo`` dict across a replay: each distinct schedule and failure policy is then
         parsed once instead of once per job (schedules and policies are immutable).
         """
-        if isinstance(obj, (list, tuple)) and obj and type(obj[0]) is int and obj[0] > WIRE_VERSION:
-            raise UnsupportedWireVersion("job", f"written in wire version {obj[0]}; this version reads up to "
-                                                f"{WIRE_VERSION}: upgrade this silo to run it")
-        if not isinstance(obj, (list, tuple)) or len(obj) != 14 or obj[0] != WIRE_VERSION:
-            raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
+        _check_record(obj)
         (_, job_id, name, target, due, data, metadata, schedule, repeats, ttl, policy, created, generation,
          misfire) = obj
         return cls(
             job_id,
             name,
-            Target.from_wire(target),
+            Target.from_wire(target, memo),
             us_to_datetime(due),
             data,
             metadata,
@@ -298,6 +330,35 @@ class ScheduledJob:
             generation,
             misfire,
         )
+
+
+    @staticmethod
+    def head_from_wire(obj: Any, memo: dict[Any, Any]) -> JobHead:
+        """Return what firing needs of the job ``to_wire`` encoded, without building the job.
+
+        Raises for exactly the records ``from_wire`` raises for (the same checks, the same
+        errors), so a silo that fires on the head sets aside the same unreadable jobs as before.
+        Schedules, policies and targets are parsed once per distinct value through ``memo``.
+        """
+        _check_record(obj)
+        target, due, metadata, schedule, ttl, policy, created = obj[3], obj[4], obj[6], obj[7], obj[9], obj[10], obj[11]
+        routed = Target.from_wire(target, memo)
+        _checked_us(due)
+        if schedule is not None:
+            memoized(memo, schedule, Schedule.parse, schedule)
+        ttl_us = None if ttl is None else _checked_us(ttl)
+        in_force = DEFAULT_FAILURE_POLICY if policy is None else FailurePolicy.from_wire(policy, memo)
+        _checked_us(created)
+        return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always")
+
+
+def _check_record(obj: Any) -> None:
+    """Raise unless ``obj`` is a job record of this wire version (a newer one says so)."""
+    if isinstance(obj, (list, tuple)) and obj and type(obj[0]) is int and obj[0] > WIRE_VERSION:
+        raise UnsupportedWireVersion("job", f"written in wire version {obj[0]}; this version reads up to "
+                                            f"{WIRE_VERSION}: upgrade this silo to run it")
+    if not isinstance(obj, (list, tuple)) or len(obj) != 14 or obj[0] != WIRE_VERSION:
+        raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
 
 
 def _check_label(value: object, field_name: str) -> None:

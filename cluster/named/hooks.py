@@ -80,6 +80,8 @@ class NamedJobHooks(SiloHooks):
         # while it owns the job), which saves a read per update.
         self._known: dict[str, Entry] = {}
 
+    metadata_keys = (NAMED_MARK,)
+
     def interested(self, job: ScheduledJob) -> bool:
         return NAMED_MARK in job.metadata
 

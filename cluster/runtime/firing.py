@@ -30,7 +30,7 @@ from cluster.model.clock import Clock
 from cluster.model.jobs import Target
 from cluster.model.limits import code_allowed
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import datetime_to_us, timedelta_to_us
+from cluster.model.wire import timedelta_to_us
 from cluster.runtime.hooks import SiloHooks, admits, call_hooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
@@ -57,6 +57,13 @@ ISOLATED_RETRY_US = 1_000_000
 ADMIT_RETRY_US = 1_000_000
 #: How long a cancel waits for a handler to answer a withdraw (s) before it waits for the run to end.
 WITHDRAW_TIMEOUT = 5.0
+
+
+def interested_hooks(hooks: Sequence[SiloHooks], run: Run) -> tuple[SiloHooks, ...]:
+    """The hooks interested in ``run``'s job; the whole job is decoded only if one may be."""
+    metadata = run.head.metadata
+    offered = [h for h in hooks if h.metadata_keys is None or any(k in metadata for k in h.metadata_keys)]
+    return tuple(h for h in offered if h.interested(run.job)) if offered else ()
 
 
 def failed(runs: Sequence[Run], error: str, exc: BaseException) -> list[Outcome]:
@@ -121,6 +128,10 @@ class Firing:
         """Start runs for ``(due, id, entry)`` items just taken off the queue."""
         groups: dict[str, list[Run]] = defaultdict(list)
         now = self._clock.now_us()
+        owner = self._me.owner  # once per batch: it names every run id of the batch
+        # Once per batch: whether a job without metadata interests no hook (the common case).
+        keyed = all(h.metadata_keys is not None for h in self._hooks)
+        start = self._runs.start
         for item in batch:
             due_us, job_id, entry = item
             shard: Shard = entry[OWNER]
@@ -132,24 +143,33 @@ class Firing:
             if self._quarantine.isolates(shard):
                 self._to_lane(shard, item)
                 continue
-            run = self._new_run(due_us, job_id, entry)
+            run = self._new_run(due_us, job_id, entry, owner, keyed)
             if run is None:
                 continue  # unreadable: kept in its shard, never run
-            if run.job.ttl is not None and now > datetime_to_us(run.job.ttl):
+            ttl_us = run.head.ttl_us
+            if ttl_us is not None and now > ttl_us:
                 self._runs.spawn(self._outcomes.expire(run))
                 continue
-            self._runs.start(run)
-            groups[run.job.target.routing_key].append(run)
+            start(run)
+            groups[run.head.target.routing_key].append(run)
         for key, runs in groups.items():
             self.send(key, runs)
 
-    def _new_run(self, due_us: int, job_id: str, entry: list[Any]) -> Run | None:
-        """A run of ``entry``'s job, or None if its job cannot be decoded (then it is kept, unrun)."""
-        job = self._decode.job_of(job_id, entry)
-        if job is None:
+    def _new_run(self, due_us: int, job_id: str, entry: list[Any], owner: str | None = None,
+                 keyed: bool = False) -> Run | None:
+        """A run of ``entry``'s job, or None if its job cannot be decoded (then it is kept, unrun).
+
+        Only the job's head is decoded here (see ``JobDecoder.head``): the whole job waits
+        until a hook, a failure or the next occurrence needs it.
+        """
+        head = self._decode.head_of(job_id, entry)
+        if head is None:
             return None
-        return Run(job_id, entry, job, self._runs.new_run_id(self._me.owner), due_us, entry[ATTEMPTS],
-                   hooks=tuple(h for h in self._hooks if h.interested(job)) if self._hooks else ())
+        run = Run(job_id, entry, head, self._decode, self._runs.new_run_id(owner or self._me.owner), due_us,
+                  entry[ATTEMPTS])
+        if self._hooks and not (keyed and not head.metadata):
+            run.hooks = interested_hooks(self._hooks, run)
+        return run
 
     def _to_lane(self, shard: Shard, item: tuple[int, str, list[Any]]) -> None:
         lane = self._lanes.get(shard)
@@ -185,7 +205,7 @@ class Firing:
             if run is None:
                 continue  # unreadable: kept in its shard, never run
             run.isolated = True
-            if run.job.ttl is not None and self._clock.now_us() > datetime_to_us(run.job.ttl):
+            if run.head.ttl_us is not None and self._clock.now_us() > run.head.ttl_us:
                 await self._outcomes.expire(run)
                 continue
             self._runs.start(run)
@@ -210,7 +230,7 @@ class Firing:
             runs = [run for run in runs if not run.cancelled]
         groups: dict[str, list[Run]] = defaultdict(list)
         for run in runs:
-            groups[run.job.target.routing_key].append(run)
+            groups[run.head.target.routing_key].append(run)
         await asyncio.gather(*(self._deliver(group) for group in groups.values()))
         for run in runs:
             if run.finished and not shard.lost:
@@ -243,7 +263,7 @@ class Firing:
             for run in alone:
                 self._to_lane(run.shard, (run.due_us, run.job_id, run.entry))
             if len(alone) < len(runs):
-                self.send(runs[0].job.target.routing_key, [r for r in runs if not r.isolated])
+                self.send(runs[0].target.routing_key, [r for r in runs if not r.isolated])
         for run, why in expired:
             self._runs.spawn(self._outcomes.complete(run, Outcome(run.run_id, why, "TargetAbsent")))
 
@@ -258,7 +278,7 @@ class Firing:
                 self.send(key, [])
 
     async def _deliver(self, runs: list[Run]) -> None:
-        target = runs[0].job.target
+        target = runs[0].target
         try:
             self._check_code(target)
             handle = await self._transport.resolve(target)  # off the event loop unless cached
@@ -327,7 +347,7 @@ class Firing:
             run.started_us = started if started > due else due
             if due > latest:
                 latest = due
-            self._metrics.lateness.observe(max(0, started - due) / 1e6)
+        self._metrics.lateness.observe_many([max(0, started - run.due_us) / 1e6 for run in runs])
         self._metrics.fired.inc(len(runs))
         ahead = None
         if latest > started:  # some are not due yet: the handler waits for them, withdrawable till then

@@ -50,6 +50,10 @@ class AttemptEnd:
 class SiloHooks:
     """Base class: override what you need. Every method is awaited by the silo."""
 
+    #: When set, the silo offers ``interested`` only jobs whose metadata holds one of these keys,
+    #: and skips decoding the rest of every other job (the common case on the hot path).
+    metadata_keys: tuple[str, ...] | None = None
+
     def interested(self, job: ScheduledJob) -> bool:
         """Whether this hook wants to hear about ``job`` at all; the silo skips it otherwise.
 

@@ -90,6 +90,26 @@ class Histogram:
             if slot < SAMPLE:
                 self._sample[slot] = value
 
+    def observe_many(self, values: Sequence[float]) -> None:
+        """``observe`` each of ``values``: count, total and max in one pass, sampled alike."""
+        if not values:
+            return
+        self.count += len(values)
+        self.total += sum(values)
+        top = max(values)
+        if top > self.max:
+            self.max = top
+        if self._exported is None:
+            return
+        for value in values:
+            self._seen += 1
+            if len(self._sample) < SAMPLE:
+                self._sample.append(value)
+            else:
+                slot = random.randrange(self._seen)
+                if slot < SAMPLE:
+                    self._sample[slot] = value
+
     def flush(self) -> None:
         if self._exported is not None:
             for value in self._sample:

@@ -35,6 +35,7 @@ from cluster.runtime.shardlog import (
     JOB,
     MOVED,
     OCCURRENCE,
+    OWNER,
     SCHEDULED,
     SUCCEEDED,
     add_op,
@@ -78,12 +79,19 @@ class Outcomes:
             outcomes = [*outcomes[: len(runs)],
                         *(Outcome(r.run_id, "the handler gave no outcome for this attempt", "MissingOutcome")
                           for r in runs[len(outcomes):])]
+        held: dict[Shard, bool] = {}  # per shard, once per batch: whether it is still ours
         for run, outcome in zip(runs, outcomes, strict=True):
-            if self._discarded(run):
+            shard = run.entry[OWNER]
+            ours = held.get(shard)
+            if ours is None:
+                ours = held[shard] = self._shards.holds(shard)
+            if not ours:
+                self._discard(run)
                 continue
-            if (outcome.succeeded and run.job.schedule is None and not run.hooks and not run.cancelled
-                    and run.job.retry_policy.strategy != "always"):
-                simple[run.shard].append(run)
+            head = run.head
+            if (outcome.error is None and not outcome.refused and not head.recurring and not run.hooks
+                    and not run.cancelled and not head.retry_always):
+                simple[shard].append(run)
             else:
                 rest.append((run, outcome))
         succeeded = sum(len(v) for v in simple.values())
@@ -110,9 +118,12 @@ class Outcomes:
         """
         if self._shards.holds(run.shard):
             return False
+        self._discard(run)
+        return True
+
+    def _discard(self, run: Run) -> None:
         log.info("outcome of an ended ownership discarded", extra={"job": run.job_id, "shard": run.shard.base})
         self._runs.release(run)
-        return True
 
     async def complete(self, run: Run, outcome: Outcome) -> None:
         """Record ``outcome`` of ``run`` durably, then tell the run's hooks how it ended."""

@@ -10,12 +10,12 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.model.attempt import Attempt, JobContext
-from cluster.model.jobs import ScheduledJob
+from cluster.model.jobs import JobHead, ScheduledJob, Target
 from cluster.model.wire import unpack, us_to_datetime
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.metrics import SiloMetrics
@@ -31,7 +31,8 @@ def log_if_failed(task: asyncio.Task[Any]) -> None:
         log.error("background task failed", extra={"task": task.get_name()}, exc_info=task.exception())
 
 
-MEMO_LIMIT = 10_000  # decoded schedules and policies kept per silo
+MEMO_LIMIT = 10_000  # decoded schedules, policies and targets kept per silo
+T = TypeVar("T")
 
 
 class UnreadableJob(ValueError):
@@ -39,7 +40,7 @@ class UnreadableJob(ValueError):
 
 
 class JobDecoder:
-    """Decodes packed jobs, sharing one decoded schedule and policy among jobs that repeat them."""
+    """Decodes packed jobs, sharing one decoded schedule, policy and target among jobs that repeat them."""
 
     def __init__(self, metrics: SiloMetrics | None = None) -> None:
         self._memo: dict[Any, Any] = {}
@@ -47,10 +48,17 @@ class JobDecoder:
 
     def __call__(self, packed: bytes) -> ScheduledJob:
         """The job ``packed`` holds; ``UnreadableJob`` (saying why) if it cannot be decoded."""
+        return self._decode(ScheduledJob.from_wire, packed)
+
+    def head(self, packed: bytes) -> JobHead:
+        """What firing needs of the job ``packed`` holds; ``UnreadableJob`` exactly when ``__call__`` would."""
+        return self._decode(ScheduledJob.head_from_wire, packed)
+
+    def _decode(self, read: Callable[[Any, dict[Any, Any]], T], packed: bytes) -> T:
         if len(self._memo) > MEMO_LIMIT:
             self._memo.clear()  # bounded: a job per distinct schedule must not grow it forever
         try:
-            return ScheduledJob.from_wire(unpack(packed), self._memo)
+            return read(unpack(packed), self._memo)
         except Exception as exc:  # garbage raises msgpack's, the model's or Python's own errors
             raise UnreadableJob(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
@@ -61,12 +69,27 @@ class JobDecoder:
         run again by this silo, and is counted, logged at ERROR and shown in ``status``; the
         rest of the shard runs. A job of a newer wire version is refused the same way.
         """
+        return self._read(self, job_id, entry)
+
+    def head_of(self, job_id: str, entry: list[Any]) -> JobHead | None:
+        """The head of a live ``entry``'s job, or None if the job cannot be decoded (set aside as
+        ``job_of`` sets it aside: the same jobs, counted and logged the same way)."""
+        # Once per fired job: the common case inline, anything unusual through _read.
+        memo = self._memo
+        if len(memo) <= MEMO_LIMIT and job_id not in getattr(entry[OWNER], "unreadable", ()):
+            try:
+                return ScheduledJob.head_from_wire(unpack(entry[JOB]), memo)
+            except Exception:  # decoded again below: set aside, counted and logged there
+                pass
+        return self._read(self.head, job_id, entry)
+
+    def _read(self, read: Callable[[bytes], T], job_id: str, entry: list[Any]) -> T | None:
         shard = entry[OWNER]
         unreadable = getattr(shard, "unreadable", None)
         if unreadable is not None and job_id in unreadable:
             return None
         try:
-            return self(entry[JOB])
+            return read(entry[JOB])
         except UnreadableJob as exc:
             if unreadable is not None:
                 unreadable[job_id] = str(exc)
@@ -77,13 +100,18 @@ class JobDecoder:
             return None
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
-    """One attempt in flight: the job, where it lives, and what its handler must be told."""
+    """One attempt in flight: the job, where it lives, and what its handler must be told.
+
+    Firing reads only the job's ``head``; the whole job is decoded on first use of ``job`` (a
+    hook, a failure, the next occurrence), from the entry's packed bytes.
+    """
 
     job_id: str
     entry: list[Any]  # the shard's live entry (see cluster.runtime.shardlog)
-    job: ScheduledJob
+    head: JobHead
+    decode: Callable[[bytes], ScheduledJob]
     run_id: str
     due_us: int
     attempts_before: int
@@ -95,6 +123,18 @@ class Run:
     _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
     finished: bool = False
     sent_ahead: tuple[Any, float] | None = None  # (handle, lease end) once sent to wait for its due time
+    _job: ScheduledJob | None = None
+
+    @property
+    def job(self) -> ScheduledJob:
+        """The whole job, decoded once (its head read, so it decodes: see ``JobDecoder.head``)."""
+        if self._job is None:
+            self._job = self.decode(self.entry[JOB])
+        return self._job
+
+    @property
+    def target(self) -> Target:
+        return self.head.target
 
     def finish(self) -> None:
         self.finished = True

@@ -49,12 +49,12 @@ class Staging:
         now = self._clock.now_us()
         by_target: dict[str, list[Run]] = defaultdict(list)
         for run in list(staged.values()):
-            by_target[run.job.target.routing_key].append(run)
+            by_target[run.target.routing_key].append(run)
         ready: list[list[Run]] = []
         expired: list[tuple[Run, str]] = []
         for runs in by_target.values():
             try:
-                await self._transport.resolve(runs[0].job.target)  # off the event loop
+                await self._transport.resolve(runs[0].target)  # off the event loop
             except TargetAbsent as exc:
                 absent: str | None = str(exc)
             else:
