@@ -40,8 +40,7 @@ class SiloActor(Silo):
         heap.tune()
         # Silo.__init__ by name: Ray rebinds this class's name to its actor class.
         Silo.__init__(self, silo_id, store_url, options, namespace, hooks=feature_hooks,
-                      transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process,
-                      after_load=heap.settle)
+                      transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process)
 
 
 def _end_process() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from operator import itemgetter
 from typing import Any
 
@@ -57,9 +57,6 @@ class Loading:
         self._hooks = hooks
         self._decode = decode
         self._metrics = metrics
-        # Called once a shard's jobs are queued: the silo's process freezes its heap there
-        # (``cluster.runtime.heap.settle``); in-process tests leave the collector alone.
-        self.after_load: Callable[[], None] | None = None
 
     async def load_due(self) -> None:
         """Load every held shard whose window starts within the lookahead."""
@@ -152,8 +149,6 @@ class Loading:
                     self._queue.push(job_id, due, entry)
         self._queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=shard, slot=QUEUED)
         self._shards.update_loaded_gauge()
-        if self.after_load is not None:
-            self.after_load()
         if self._hooks and shard.state.live:
             decoded = ((self._decode.job_of(i, e), e) for i, e in shard.state.live.items())
             jobs = [(job, e[OCCURRENCE], e[ATTEMPTS]) for job, e in decoded if job is not None]

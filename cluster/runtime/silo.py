@@ -101,15 +101,12 @@ class Silo:
     given instead of opened from ``store_url`` (silos sharing one memory store in a test).
     ``on_superseded`` runs once a newer process of this silo has joined (Ray restarted it
     elsewhere while this one still ran): by then this one holds nothing, and should end.
-    ``after_load`` runs once a loaded or adopted shard's jobs are queued (the silo's own process
-    freezes its heap there: ``cluster.runtime.heap``).
     """
 
     def __init__(self, silo_id: str, store_url: str, options: ClusterOptions, namespace: str, *,
                  hooks: HooksFactory, transport: Transport, clock: Clock = SYSTEM_CLOCK,
                  metrics_exporter: MetricsExporter | None = None, store: Store | None = None,
-                 rng: random.Random | None = None, on_superseded: Callable[[], None] | None = None,
-                 after_load: Callable[[], None] | None = None) -> None:
+                 rng: random.Random | None = None, on_superseded: Callable[[], None] | None = None) -> None:
         self.silo_id = silo_id
         self.namespace = namespace
         self.options = options
@@ -122,7 +119,6 @@ class Silo:
                        rng=rng or random.Random())
         if on_superseded is not None:
             self._r.heartbeat.on_superseded = on_superseded
-        self._r.loading.after_load = after_load
         self._tasks: list[asyncio.Task[None]] = []
         self._check_decoder = JobDecoder()  # schedule's round-trip check: its own memo, no metrics
         self._ready = asyncio.get_running_loop().create_task(self._start())

@@ -149,8 +149,8 @@ class LosesShardMidCall(LocalTransport):
     victim = ""
 
     async def deliver(self, target: Target, handle: Any, attempts: Any, timeout: float,
-                      lease_end: float) -> list[Outcome]:
-        outcomes = await super().deliver(target, handle, attempts, timeout, lease_end)
+                      lease_end: float, ahead: Any = None) -> list[Outcome]:
+        outcomes = await super().deliver(target, handle, attempts, timeout, lease_end, ahead)
         for shard in self.parts.shards:
             if shard.state is not None and self.victim in shard.state.live:
                 shard.lost = True
@@ -200,18 +200,6 @@ def test_observing_many_values_at_once_counts_sums_and_samples_them_as_one_at_a_
     sampled.observe_many(values[40:])
     sampled.flush()
     assert len(sink.seen) == 100 and set(sink.seen) <= set(values)  # a uniform sample of SAMPLE values
-
-
-async def test_the_silo_settles_its_heap_once_per_shard_loaded() -> None:
-    parts = await make_parts()
-    settled: list[int] = []
-    parts.loading.after_load = lambda: settled.append(1)
-    await add(parts, job(due=timedelta(seconds=32)))  # dormant: window T0+30 s, lookahead 5 s
-    await parts.loading.load_due()
-    assert settled == []
-    parts.clock.advance(26)  # type: ignore[attr-defined]
-    await parts.loading.load_due()
-    assert settled == [1]
 
 
 def test_tuning_the_collector_raises_only_the_young_generation_threshold() -> None:
