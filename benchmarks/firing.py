@@ -122,7 +122,7 @@ def set_gc(mode: str) -> None:
     if mode in ("tuned", "both"):
         heap.tune()
     if mode in ("frozen", "both"):
-        heap.settle()
+        gc.freeze()  # measured for comparison only: silos do not freeze (see cluster.runtime.heap)
     if mode == "off":
         gc.disable()
 
