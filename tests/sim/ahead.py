@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from cluster.model.ahead import monotonic_domain
+from cluster.model.ahead import Ahead, lease_over, monotonic_domain
 from cluster.model.attempt import JobContext
 from cluster.model.skew import DRIFT
 from handlers.base import JobHandler
@@ -82,6 +82,14 @@ class SimHandler(JobHandler):
     async def execute_job(self, ctx: JobContext) -> None:
         if not self._world.started(ctx.run_id):
             raise RuntimeError("failed on purpose")
+
+    def withdrawn(self) -> set[str]:
+        """Run ids withdrawn here and remembered: a batch bringing one refuses it."""
+        return set(self._timeshard_state()["withdrawn"])
+
+    def lease_over(self, ahead: Ahead | None, lease_end: float) -> bool:
+        """Whether the sender's lease is over now, by this handler's clocks."""
+        return lease_over(ahead, self.clocks.domain, self._timeshard_monotonic(), self._timeshard_wall(), lease_end)
 
     def _timeshard_monotonic(self) -> float:
         return self.clocks.origin + self._loop.time() * (1 + self.clocks.rate)

@@ -637,12 +637,19 @@ class World:
         if ahead is not None:
             self.stats["batches sent ahead"] += 1
             self.note(f"arrived ahead: {self.jobs_of(a.run_id for a in attempts)} sent at {sent_us - EPOCH_US} µs")
+        # What this batch explores, counted: a withdraw that overtook it, a lease that ends while it waits.
+        now_us = true_now_us(self.loop)
+        self.stats["arrived past due"] += sum(now_us > a.scheduled_for_us for a in attempts)
+        self.stats["arrived after its withdraw"] += len(handler.withdrawn() & {a.run_id for a in attempts})
+        over_on_arrival = handler.lease_over(ahead, lease_end)
         answers = await handler.timeshard_deliver(list(attempts), timeout, lease_end,
                                                   None if ahead is None else tuple(ahead))
         outcomes = [Outcome(*answer) for answer in answers]
         for outcome in outcomes:
             if outcome.refused:
                 self.stats[f"refused: {outcome.error_type}"] += 1
+                if outcome.error_type == "LeaseExpired" and not over_on_arrival:
+                    self.stats["lease ended during the wait"] += 1
                 self.note(f"refused {self.jobs_of([outcome.run_id])} from {outcome.run_id.rpartition('@')[2]}: "
                           f"{outcome.error_type}")
         return outcomes
