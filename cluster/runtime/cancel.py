@@ -133,8 +133,39 @@ class Cancelling:
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()
+        moved = await self._moved_on(run)
+        if moved is not None:
+            return "moved", moved
         await call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
+
+    async def _moved_on(self, run: Run) -> str | None:
+        """The shard ``run``'s job moved on to, if its outcome moved it there and it is not known ended there.
+
+        The outcome of a recurring job may have decided its move to the next occurrence before
+        this cancel marked the run, or it lost the target before it could cancel the next
+        occurrence there (``Outcomes._cancel_next``): the job then lives on in the target, and
+        the caller must follow it there ("moved") rather than hear "cancelled" (found by the
+        simulation, seed 1939).
+        """
+        source, job_id = run.shard, run.job_id
+        state = source.state
+        target = None if state is None else state.moved.get(job_id)
+        if not target:
+            return None  # it ended here
+        if state is not None and job_id in state.pending and not source.lost:
+            await self._moves.settle(source, job_id)  # so that the shard named is the one that holds it
+        there = self._shards.get(target)
+        if there is not None and self._shards.holds(there) and there.state is not None:
+            landed = there.state
+        else:  # no longer ours (or never loaded here): its log says
+            try:
+                landed = ShardState().replay((await read_log(self._store, target)).records())
+            except StorageError:
+                return target
+        if job_id not in landed.live and landed.holds_move(job_id, run.entry[OCCURRENCE] + 1):
+            return None  # it landed there and ended there: cancelled by its outcome
+        return target
 
     async def _carry_on(self, run: Run, staged: Run | None) -> None:
         """The removal of ``run``'s job is not durable: not cancelled after all, the job carries on,

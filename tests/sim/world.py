@@ -1,7 +1,8 @@
 """One simulated cluster: real silos on one memory store, a seeded fault scheduler, and the checks.
 
 Everything random comes from one ``random.Random(seed)``, drawn in the order the virtual loop
-runs things, so a seed replays exactly (with ``PYTHONHASHSEED=0``: silo code iterates sets).
+runs things, so a seed replays exactly (with ``PYTHONHASHSEED=0``: silo code iterates sets);
+what only dispatch-ahead seeds draw comes from a second one (``tests.sim.ahead``).
 
 A silo *process* wraps one ``Silo`` with its own store and transport views:
 
@@ -14,9 +15,12 @@ A silo *process* wraps one ``Silo`` with its own store and transport views:
   its predecessor's process gone (``exited``).
 
 The store's clock is the true virtual time (``server_time``); each silo's wall clock may be
-skewed from it. The handler side records every attempt it accepts and checks the sender's lease
-end as ``handlers.base.JobHandler`` does, and the ownership invariant when the attempt left and
-when it arrives.
+skewed from it. The handler side records every attempt it starts and checks, at the start, the
+ownership invariant when the attempt left and when it starts, the due time, the cancels that
+returned, and the sender's lease. In most seeds it starts what arrives, refusing it past the
+sender's lease as ``handlers.base.JobHandler`` does; in a share (the ``ahead`` kind) it *is* a
+``JobHandler``, on a host and clocks of its own, and the silos send jobs ahead of their due time
+for it to wait for, and withdraw them at cancels (``tests.sim.ahead``).
 """
 
 from __future__ import annotations
@@ -362,6 +366,7 @@ class SimTransport:
         done, _ = await asyncio.wait({answer}, timeout=timeout)
         await proc.gate(self._epoch)  # dead now: the answer never comes; paused: it comes at resume
         if not done:
+            world.stats["withdraws without an answer"] += 1
             world.note(f"withdraw {list(names.values())} by {proc.silo_id}: no answer within {timeout} s")
             return None
         return answer.result()
