@@ -126,7 +126,9 @@ class JobHandler:
                     run_id = batch[k][1]
                     if waiting:
                         waiting.pop(run_id, None)
-                    if withdrawn and withdrawn.pop(run_id, None) is not None:
+                    # Kept until it expires, not dropped here: Ray runs a call again when its
+                    # answer was lost, and the batch's second coming must find it withdrawn too.
+                    if withdrawn and run_id in withdrawn:
                         outcomes[k] = (run_id, _WITHDRAWN, "Withdrawn", False, True)
                         continue
                     if over:
@@ -163,7 +165,8 @@ class JobHandler:
         "Withdrawn") and named in the answer. A run not waiting here has started already, or has
         not arrived: the withdraw may overtake its batch. So every run named is remembered
         until ``keep_until`` (wall clock, its sender's lease end) plus a margin, and refused if
-        its batch arrives meanwhile; a batch arriving later is refused whole for the lease.
+        its batch arrives meanwhile (or arrives again: Ray repeats a call whose answer was
+        lost); a batch arriving later is refused whole for the lease.
         Atomic with the starts: this handler's event loop runs it between two of them.
         """
         state = self._timeshard_state()

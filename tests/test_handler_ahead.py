@@ -148,6 +148,23 @@ async def test_a_withdraw_that_overtakes_its_batch_still_keeps_the_job_from_star
     assert out["run-0"].refused and out["run-1"].succeeded and list(handler.started) == ["j1"]
 
 
+async def test_a_withdrawn_job_whose_batch_comes_again_is_refused_again() -> None:
+    """Ray runs a call again when its answer was lost: the withdrawn job once started on the second
+    delivery, after its cancel had returned "cancelled" (found by the simulation, seed 290)."""
+    handler = Notes()
+    sent = now_us()
+    again = batch(sent + 50_000, sent + 50_000)
+    deliver = asyncio.create_task(handler.timeshard_deliver(again, 5.0, time.time() + 60,
+                                                            tuple(Ahead(sent, time.monotonic(), "", 0.0))))
+    await asyncio.sleep(0.01)
+    assert await handler.timeshard_withdraw(["run-0"], time.time() + 60) == ["run-0"]
+    assert outcomes(await deliver)["run-0"].error_type == "Withdrawn"
+    out = outcomes(await handler.timeshard_deliver(again, 5.0, time.time() + 60,
+                                                   tuple(Ahead(sent, time.monotonic(), "", 0.0))))
+    assert out["run-0"].refused and out["run-0"].error_type == "Withdrawn" and out["run-1"].succeeded
+    assert list(handler.started) == ["j1"]
+
+
 async def test_a_lease_that_ends_while_a_job_waits_refuses_it_at_its_start() -> None:
     handler = Notes()
     sent = now_us()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHARD_PREFIX, ShardState, remove_op
-from storage import StorageError, Store, list_logs, read_log
+from storage import StorageError, Store, Unavailable, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
 
@@ -32,6 +33,8 @@ class Cancelling:
         self._moves = moves
         # Keeps a run sent ahead of its due time from starting, if it has not (``Firing.withdraw``).
         self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
+        # Per run id, the cancel of that run under way: its answer, or the error it raised.
+        self._cancelling: dict[str, asyncio.Future[CancelAnswer | Exception]] = {}
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
@@ -79,6 +82,31 @@ class Cancelling:
         return "cancelled", None
 
     async def _cancel_run(self, run: Run) -> CancelAnswer:
+        """Cancel a run in flight, or share the answer of a cancel of it already under way.
+
+        One cancel per run at a time: two would race, and the one whose write failed would
+        undo what the other made durable (it un-cancels the run, and queues the job again once
+        the run has ended), so the job would run after a cancel had returned "cancelled".
+        """
+        under_way = self._cancelling.get(run.run_id)
+        if under_way is not None:
+            answer = await asyncio.shield(under_way)
+            if isinstance(answer, Exception):
+                raise Unavailable(f"a cancel of {run.job_id} under way at the same time failed: {answer!r}")
+            return answer
+        under_way = self._cancelling[run.run_id] = asyncio.get_running_loop().create_future()
+        outcome: CancelAnswer | Exception = Unavailable(f"the cancel of {run.job_id} was interrupted")
+        try:
+            outcome = await self._cancel_one_run(run)
+            return outcome
+        except Exception as exc:
+            outcome = exc
+            raise
+        finally:
+            del self._cancelling[run.run_id]
+            under_way.set_result(outcome)
+
+    async def _cancel_one_run(self, run: Run) -> CancelAnswer:
         """Cancel a run in flight: it does not start if it has not yet, else it is waited for.
 
         A run may be in flight before it is due (dispatch ahead): marked cancelled, it is not sent
@@ -98,20 +126,67 @@ class Cancelling:
         try:
             await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
         except StorageError:
-            run.cancelled = False  # not cancelled after all: the job carries on
-            if staged is not None:
-                self._runs.staged[run.job_id] = staged
-            elif run.finished and not run.shard.lost:
-                # It ended meanwhile and skipped its outcome for the cancel: run it again.
-                self._queue.push(run.job_id, run.due_us, run.entry)
+            await self._carry_on(run, staged)
             raise
         if dropped:
             self._runs.release(run)  # never starts: ended now (only now: a failed write above queues it again)
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()
+        moved = await self._moved_on(run)
+        if moved is not None:
+            return "moved", moved
         await call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
+
+    async def _moved_on(self, run: Run) -> str | None:
+        """The shard ``run``'s job moved on to, if its outcome moved it there and it is not known ended there.
+
+        The outcome of a recurring job may have decided its move to the next occurrence before
+        this cancel marked the run, or it lost the target before it could cancel the next
+        occurrence there (``Outcomes._cancel_next``): the job then lives on in the target, and
+        the caller must follow it there ("moved") rather than hear "cancelled" (found by the
+        simulation, seed 1939).
+        """
+        source, job_id = run.shard, run.job_id
+        state = source.state
+        target = None if state is None else state.moved.get(job_id)
+        if not target:
+            return None  # it ended here
+        if state is not None and job_id in state.pending and not source.lost:
+            await self._moves.settle(source, job_id)  # so that the shard named is the one that holds it
+        there = self._shards.get(target)
+        if there is not None and self._shards.holds(there) and there.state is not None:
+            landed = there.state
+        else:  # no longer ours (or never loaded here): its log says
+            try:
+                landed = ShardState().replay((await read_log(self._store, target)).records())
+            except StorageError:
+                return target
+        if job_id not in landed.live and landed.holds_move(job_id, run.entry[OCCURRENCE] + 1):
+            return None  # it landed there and ended there: cancelled by its outcome
+        return target
+
+    async def _carry_on(self, run: Run, staged: Run | None) -> None:
+        """The removal of ``run``'s job is not durable: not cancelled after all, the job carries on,
+        unless it has ended otherwise meanwhile.
+
+        The run may have ended while this cancel waited for its withdraw; a second cancel then
+        found the job queued, not running, and removed it. Queued again here, it would run after
+        that cancel returned "cancelled" (found by the simulation). So only a job still live in
+        the shard as this run's entry carries on, checked under the shard's gate, which a cancel
+        of a queued job holds from its look at the log to its removal.
+        """
+        async with run.shard.gate.exclusive():
+            state = run.shard.state
+            if run.shard.lost or state is None or state.live.get(run.job_id) is not run.entry:
+                return  # removed or replaced meanwhile, or no longer ours: nothing to run again
+            run.cancelled = False
+            if staged is not None:
+                self._runs.staged[run.job_id] = staged
+            elif run.finished:
+                # It ended meanwhile and skipped its outcome for the cancel: run it again.
+                self._queue.push(run.job_id, run.due_us, run.entry)
 
     async def withdraw(self, shard: Shard, job_ids: Sequence[str]) -> set[str]:
         """Take back the ADDs of a schedule call that failed: a REMOVE(CANCELLED) for each job.

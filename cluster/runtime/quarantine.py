@@ -184,7 +184,8 @@ class Quarantine:
 
     async def cover(self, runs: Iterable[Run]) -> None:
         """Before a batch leaves: every shard it comes from is durably marked as firing."""
-        for shard in {r.shard for r in runs if not r.isolated}:
+        # In the order the batch names them (a set would follow memory addresses): a replay marks alike.
+        for shard in dict.fromkeys(r.shard for r in runs if not r.isolated):
             self._busy.add(shard)
             lock = self._lock(shard)
             # A held lock may be a clear in progress: its write would land after this batch left.

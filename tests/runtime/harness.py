@@ -106,6 +106,7 @@ class LocalTransport:
     domain: str | None = None  # the waiting handlers' monotonic_domain(); None: the silo's own (one host)
     withdraws: list[list[str]] = field(default_factory=list)  # run ids of every withdraw asked for
     lose_withdraws: bool = False  # a withdraw gets no answer (lost, timed out)
+    hold_withdraws: list[asyncio.Event] = field(default_factory=list)  # the next withdraws wait for these, in turn
     resolving: dict[str, asyncio.Event] = field(default_factory=dict)  # lookups held until set
     _waiting: dict[str, WaitingHandler] = field(default_factory=dict)
 
@@ -136,6 +137,8 @@ class LocalTransport:
 
     async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
         self.withdraws.append(list(run_ids))
+        if self.hold_withdraws:
+            await self.hold_withdraws.pop(0).wait()  # a slow call
         if self.lose_withdraws:
             return None
         name = next(name for name, h in self.handlers.items() if h is handle)

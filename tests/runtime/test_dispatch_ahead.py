@@ -305,3 +305,76 @@ async def test_a_cancel_whose_write_fails_after_the_withdraw_leaves_the_job_to_f
     clock.advance(AHEAD_US / SECOND)
     await settle()
     assert [job_id for job_id, _ in starts.started] == [j.id]  # ...the job does, queued again
+
+
+
+
+async def test_a_cancel_whose_write_fails_does_not_queue_again_a_job_another_cancel_removed() -> None:
+    """The run ended while the first cancel waited for its withdraw; a second cancel found the job
+    queued no more, removed it and returned "cancelled". The first's write then failed, and it
+    queued the job again, to run after that "cancelled" (found by the simulation, seed 161)."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    clock = ManualClock()
+    starts = Starts(clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=clock, lose_withdraws=True)
+    store = GatedStore()
+    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    held = asyncio.Event()
+    transport.hold_withdraws.append(held)
+    first = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    clock.advance(AHEAD_US / SECOND)  # the run starts (its withdraw is slow) and ends
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id] and not parts.runs.inflight
+    assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)  # found queued no more: removed
+    store.fail_next("append_block", 3)  # the first cancel's write fails
+    held.set()
+    with pytest.raises(StorageError):
+        await first
+    for _ in range(5):
+        clock.advance(1)
+        await send_ahead(parts)
+    assert len(starts.started) == 1 and j.id not in parts.queue and not parts.runs.inflight  # never again
+
+
+async def test_a_second_cancel_of_a_run_shares_the_first_ones_answer() -> None:
+    """Two cancels of one run sent ahead, the first's withdraw slow. The second withdrew the run
+    and failed to write: not cancelled after all, its refused attempt was queued again, and ran
+    after the first cancel, whose removal landed, had returned "cancelled"."""
+    from tests.runtime.harness import GatedStore
+
+    clock = ManualClock()
+    starts = Starts(clock)
+    transport = LocalTransport(handlers={"h": starts}, clock=clock)
+    store = GatedStore()
+    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
+    parts.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    held = asyncio.Event()
+    transport.hold_withdraws.append(held)
+    first = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    store.fail_next("append_block", 3)  # what the second cancel would write fails
+    second = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    store.fail_next("append_block", 0)
+    held.set()
+    await settle()
+    clock.advance(AHEAD_US / SECOND)
+    await settle()
+    assert await first == ("cancelled", None)
+    assert await second == ("cancelled", None)
+    for _ in range(5):
+        clock.advance(1)
+        await send_ahead(parts)
+    assert starts.started == [] and j.id not in parts.queue and not parts.runs.inflight

@@ -1,7 +1,8 @@
 """One simulated cluster: real silos on one memory store, a seeded fault scheduler, and the checks.
 
 Everything random comes from one ``random.Random(seed)``, drawn in the order the virtual loop
-runs things, so a seed replays exactly (with ``PYTHONHASHSEED=0``: silo code iterates sets).
+runs things, so a seed replays exactly (with ``PYTHONHASHSEED=0``: silo code iterates sets);
+what only dispatch-ahead seeds draw comes from a second one (``tests.sim.ahead``).
 
 A silo *process* wraps one ``Silo`` with its own store and transport views:
 
@@ -14,9 +15,12 @@ A silo *process* wraps one ``Silo`` with its own store and transport views:
   its predecessor's process gone (``exited``).
 
 The store's clock is the true virtual time (``server_time``); each silo's wall clock may be
-skewed from it. The handler side records every attempt it accepts and checks the sender's lease
-end as ``handlers.base.JobHandler`` does, and the ownership invariant when the attempt left and
-when it arrives.
+skewed from it. The handler side records every attempt it starts and checks, at the start, the
+ownership invariant when the attempt left and when it starts, the due time, the cancels that
+returned, and the sender's lease. In most seeds it starts what arrives, refusing it past the
+sender's lease as ``handlers.base.JobHandler`` does; in a share (the ``ahead`` kind) it *is* a
+``JobHandler``, on a host and clocks of its own, and the silos send jobs ahead of their due time
+for it to wait for, and withdraw them at cancels (``tests.sim.ahead``).
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ import random
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from cluster.features import feature_hooks
+from cluster.model.ahead import Ahead
 from cluster.model.attempt import Attempt, Outcome
 from cluster.model.jobs import Target
 from cluster.model.policies import FailurePolicy
@@ -45,6 +51,15 @@ from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, Stora
 from storage.base import Appended, Fetched, LogStat, ServerTime
 from storage.generations import current_head, list_logs, read_log
 from tests.runtime.harness import OPTIONS, item, job
+from tests.sim.ahead import (
+    AHEAD_SHARE,
+    MAX_WITHDRAW_DELAY_S,
+    P_WITHDRAW_DELAY,
+    P_WITHDRAW_LOST,
+    WINDOWS_S,
+    HandlerClocks,
+    SimHandler,
+)
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
 
 # -- what a run looks like ------------------------------------------------------------------------
@@ -91,6 +106,9 @@ class Faults:
     delays: bool = True  # a delivery that reaches its handler late
     duplicates: bool = True  # a delivery the handler receives twice
     skew: bool = True  # a fixed offset on each silo's wall clock
+    # In a share of seeds the handler waits for due times (``JobHandler``), so silos dispatch
+    # ahead; withdraws are then delayed, lost or overtake their batch (see ``tests.sim.ahead``).
+    ahead: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -152,6 +170,20 @@ class Delivery:
     succeeded: bool
 
 
+@dataclass(frozen=True)
+class Sent:
+    """An attempt on its way to the handler, as its sender sent it."""
+
+    attempt: Attempt
+    job_id: str
+    shard: str
+    owner_at_send: str | None  # the shard's owner of record when it left
+    sent_us: int  # true time
+    lease_end: float  # the sender's lease end it carried (s, store time)
+    sender_alive: Callable[[], bool]  # whether the sending incarnation still runs
+    duplicate: bool  # a second delivery of it, as Ray retries a call whose answer was lost
+
+
 @dataclass
 class Result:
     """What one seed did: its violations, a digest of its trace, and the trace itself."""
@@ -196,7 +228,7 @@ class Process:
         self.resumed.set()
         world = self.world
         transport = SimTransport(world, self, self.epoch)
-        self.silo = Silo(self.silo_id, "memory://", OPTIONS, "sim", hooks=feature_hooks, transport=transport,
+        self.silo = Silo(self.silo_id, "memory://", world.options, "sim", hooks=feature_hooks, transport=transport,
                          clock=SimClock(world.loop, self.skew_us), store=SimStore(world, self, self.epoch),
                          rng=random.Random(world.rng.getrandbits(32)))
         transport.silo = self.silo
@@ -310,10 +342,43 @@ class SimTransport:
         return target.name
 
     def waits(self, handle: Any) -> bool:
-        return False  # the simulated handler starts what it gets: the silo sends each job when due
+        # A dispatch-ahead seed's handler is a ``JobHandler``, which waits for due times. Any
+        # other's starts what it gets: the silo sends each job when due.
+        return self._world.handler is not None
 
     async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
-        return None  # never called: nothing is sent ahead
+        """Ask the handler to drop ``run_ids``: the call may be held back (so that it lands after the
+        silo gave up on it, or after the runs started) and its answer may be lost."""
+        world, proc = self._world, self._proc
+        handler = world.handler
+        assert handler is not None, "withdraw without a waiting handler: nothing was sent ahead"
+        await proc.gate(self._epoch)
+        rng = world.ahead_rng
+        there = rng.random() * MAX_LATENCY_S if world.faults.latency else 0.0
+        back = rng.random() * MAX_LATENCY_S if world.faults.latency else 0.0
+        if world.injecting and world.faults.delays and rng.random() < P_WITHDRAW_DELAY:
+            there += rng.random() * MAX_WITHDRAW_DELAY_S
+        lost = world.injecting and world.faults.lost_answers and rng.random() < P_WITHDRAW_LOST
+        answer: asyncio.Future[list[str]] = world.loop.create_future()
+        names = {run_id: self._name_of(run_id) for run_id in run_ids}  # run ids differ from run to run
+        # Sent: it reaches the handler whatever becomes of this silo meanwhile.
+        world.spawn(world.withdraw_reaches(handler, there, back, names, lease_end, answer, lost))
+        done, _ = await asyncio.wait({answer}, timeout=timeout)
+        await proc.gate(self._epoch)  # dead now: the answer never comes; paused: it comes at resume
+        if not done:
+            world.stats["withdraws without an answer"] += 1
+            world.note(f"withdraw {list(names.values())} by {proc.silo_id}: no answer within {timeout} s")
+            return None
+        return answer.result()
+
+    def _name_of(self, run_id: str) -> str:
+        """``job#occurrence.attempt`` of a run this incarnation has in flight, for the trace."""
+        assert self.silo is not None
+        for run in self.silo._r.runs.inflight.values():
+            if run.run_id == run_id:
+                attempt = run.attempt()
+                return f"{run.job_id}#{attempt.occurrence}.{attempt.dequeue_count}"
+        return "(no run in flight)"
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
                       lease_end: float, ahead: Any = None) -> list[Outcome]:
@@ -326,11 +391,18 @@ class SimTransport:
             delay += world.rng.random() * MAX_DELAY_S
         await asyncio.sleep(delay)  # a call already sent reaches the handler even if we die meanwhile
         alive = lambda: proc.alive(self._epoch)  # noqa: E731
-        outcomes = world.handle(attempts, where, lease_end, sent_us, alive)
+        if world.handler is None:
+            outcomes = world.handle(attempts, where, lease_end, sent_us, alive)
+        else:
+            outcomes = await world.hand_over(world.handler, attempts, where, lease_end, sent_us, alive, timeout, ahead)
         if world.injecting and world.faults.duplicates and world.rng.random() < P_DUPLICATE:
             # Ray retried the call (its first answer was lost): the handler runs the batch again.
             await asyncio.sleep(world.rng.random() * 2.0)
-            outcomes = world.handle(attempts, where, lease_end, sent_us, alive, duplicate=True)
+            if world.handler is None:
+                outcomes = world.handle(attempts, where, lease_end, sent_us, alive, duplicate=True)
+            else:
+                outcomes = await world.hand_over(world.handler, attempts, where, lease_end, sent_us, alive, timeout,
+                                                 ahead, duplicate=True)
         if world.faults.latency:
             await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
         await proc.gate(self._epoch)
@@ -420,6 +492,16 @@ class World:
         self.loop = loop
         self.rng = random.Random(seed)
         self.verbose = verbose
+        # What a dispatch-ahead seed draws comes from a generator of its own: the others draw
+        # from ``rng`` exactly what they drew before dispatch ahead existed, and replay as they did.
+        self.ahead_rng = random.Random(f"ahead/{seed}")
+        self.options = OPTIONS
+        self.handler: SimHandler | None = None  # a waiting handler: silos dispatch ahead
+        if faults.ahead and self.ahead_rng.random() < AHEAD_SHARE:
+            self.options = dataclasses.replace(OPTIONS, dispatch_ahead=timedelta(seconds=self.ahead_rng.choice(WINDOWS_S)))
+            self.handler = SimHandler(self, loop, HandlerClocks.draw(self.ahead_rng, skew=faults.skew,
+                                                                      max_skew=OPTIONS.max_clock_skew))
+        self.sent: dict[str, Sent] = {}  # run id -> how it was sent, for the waiting handler's starts
         self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
         self.injecting = True  # False once healed
         self.live = True  # False while tearing down
@@ -480,13 +562,8 @@ class World:
 
     def handle(self, attempts: Sequence[Attempt], where: Sequence[tuple[str, str, str | None]], lease_end: float,
                sent_us: int, sender_alive: Callable[[], bool], *, duplicate: bool = False) -> list[Outcome]:
-        """Run a batch as a ``JobHandler`` does: refuse it past the sender's lease, check each one.
-
-        Two owners: the sender was not the shard's owner of record when the attempt left, or
-        the shard has another owner now while the sender's process still runs. An attempt that
-        left its owner and arrives after that process was killed (and its shard adopted, as
-        ``Ping.EXITED`` allows at once) is a re-run of an attempt in flight at a kill: counted,
-        as issue 12 allows for those only ("two *live* incarnations")."""
+        """Run a batch as a ``JobHandler`` does when every job is due: refuse it past the sender's
+        lease, check each one (``fired``)."""
         now_us = true_now_us(self.loop)
         outcomes = []
         for attempt, (job_id, shard, owner_at_send) in zip(attempts, where, strict=True):
@@ -496,34 +573,116 @@ class World:
                 outcomes.append(Outcome(attempt.run_id, "the sending silo's lease had expired", "LeaseExpired",
                                         refused=True))
                 continue
-            spec = self.specs[job_id]
-            succeeded = attempt.dequeue_count > spec.fail_first
-            self.deliveries.append(Delivery(job_id, attempt.occurrence, attempt.dequeue_count, sent_us, now_us,
-                                            sender, shard, succeeded))
-            self.stats["deliveries"] += 1
-            self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
-                      f"{' (duplicate)' if duplicate else ''}{'' if succeeded else ' -> fails'}")
-            owner = self.owner_of_record(shard)
-            if owner_at_send != sender:
-                self.violate(f"two owners: {sender} sent {job_id}#{attempt.occurrence} from {shard}, "
-                             f"whose owner of record then was {owner_at_send}")
-            elif owner != sender and not sender_alive():
-                self.stats["in flight at a kill"] += 1
-                self.note(f"{job_id}#{attempt.occurrence} arrived from {sender}, killed since; "
-                          f"{shard} is {owner}'s now")
-            elif owner != sender:
-                self.violate(f"two owners: {sender} fired {job_id}#{attempt.occurrence} from {shard}, "
-                             f"whose owner of record is {owner}")
-            if now_us < attempt.scheduled_for_us:
-                self.violate(f"early: {job_id}#{attempt.occurrence} fired at {now_us - EPOCH_US} µs, "
-                             f"due {attempt.scheduled_for_us - EPOCH_US} µs")
-            cancelled = self.cancel_true.get(job_id)
-            if cancelled is not None and sent_us >= cancelled:
-                self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
-                             f"its cancel returned True at {cancelled - EPOCH_US} µs")
-            outcomes.append(Outcome(attempt.run_id) if succeeded
+            sent = Sent(attempt, job_id, shard, owner_at_send, sent_us, lease_end, sender_alive, duplicate)
+            outcomes.append(Outcome(attempt.run_id) if self.fired(sent)
                             else Outcome(attempt.run_id, "failed on purpose", "RuntimeError"))
         return outcomes
+
+    def fired(self, sent: Sent) -> bool:
+        """Record an attempt that starts now and check it; whether it succeeds.
+
+        Two owners: the sender was not the shard's owner of record when the attempt left, or
+        the shard has another owner now while the sender's process still runs. An attempt that
+        left its owner and arrives after that process was killed (and its shard adopted, as
+        ``Ping.EXITED`` allows at once) is a re-run of an attempt in flight at a kill: counted,
+        as issue 12 allows for those only ("two *live* incarnations"). Early: it starts before
+        its due time, in store time. Cancels: it was sent, or starts, after a cancel of its job
+        returned "cancelled" (an attempt in flight at its sender's kill excepted: nobody is left
+        to withdraw it). Zombie: it starts past its sender's lease, by more than the handler's
+        wall clock may be off the store's.
+        """
+        attempt, job_id, shard, sent_us = sent.attempt, sent.job_id, sent.shard, sent.sent_us
+        now_us = true_now_us(self.loop)
+        sender = attempt.run_id.rpartition("@")[2]
+        spec = self.specs[job_id]
+        succeeded = attempt.dequeue_count > spec.fail_first
+        self.deliveries.append(Delivery(job_id, attempt.occurrence, attempt.dequeue_count, sent_us, now_us,
+                                        sender, shard, succeeded))
+        self.stats["deliveries"] += 1
+        self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
+                  f"{' (duplicate)' if sent.duplicate else ''}{'' if succeeded else ' -> fails'}")
+        owner = self.owner_of_record(shard)
+        if sent.owner_at_send != sender:
+            self.violate(f"two owners: {sender} sent {job_id}#{attempt.occurrence} from {shard}, "
+                         f"whose owner of record then was {sent.owner_at_send}")
+        elif owner != sender and not sent.sender_alive():
+            self.stats["in flight at a kill"] += 1
+            self.note(f"{job_id}#{attempt.occurrence} arrived from {sender}, killed since; "
+                      f"{shard} is {owner}'s now")
+        elif owner != sender:
+            self.violate(f"two owners: {sender} fired {job_id}#{attempt.occurrence} from {shard}, "
+                         f"whose owner of record is {owner}")
+        if now_us < attempt.scheduled_for_us:
+            self.violate(f"early: {job_id}#{attempt.occurrence} fired at {now_us - EPOCH_US} µs, "
+                         f"due {attempt.scheduled_for_us - EPOCH_US} µs")
+        cancelled = self.cancel_true.get(job_id)
+        if cancelled is not None and sent_us >= cancelled:
+            self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
+                         f"its cancel returned True at {cancelled - EPOCH_US} µs")
+        elif cancelled is not None and now_us >= cancelled and not sent.sender_alive():
+            self.stats["started after a cancel, sender killed"] += 1
+            self.note(f"{job_id}#{attempt.occurrence} started after its cancel: sent before it by {sender}, killed since")
+        elif cancelled is not None and now_us >= cancelled:
+            self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} started at {now_us - EPOCH_US} µs, "
+                         f"its cancel returned True at {cancelled - EPOCH_US} µs")
+        if now_us > (sent.lease_end + self.options.max_clock_skew.total_seconds()) * 1e6:
+            self.violate(f"zombie: {job_id}#{attempt.occurrence} started at {now_us - EPOCH_US} µs, past the lease "
+                         f"of {sender}, which ended at {int(sent.lease_end * 1e6) - EPOCH_US} µs")
+        return succeeded
+
+    async def hand_over(self, handler: SimHandler, attempts: Sequence[Attempt],
+                        where: Sequence[tuple[str, str, str | None]], lease_end: float, sent_us: int,
+                        sender_alive: Callable[[], bool], timeout: float, ahead: Ahead | None, *,
+                        duplicate: bool = False) -> list[Outcome]:
+        """Run a batch in the ``JobHandler`` of a dispatch-ahead seed: it waits for each job's due
+        time, checks the lease at each start, and calls ``started`` for each job it starts."""
+        for attempt, (job_id, shard, owner_at_send) in zip(attempts, where, strict=True):
+            self.sent[attempt.run_id] = Sent(attempt, job_id, shard, owner_at_send, sent_us, lease_end, sender_alive,
+                                             duplicate)
+        if ahead is not None:
+            self.stats["batches sent ahead"] += 1
+            self.note(f"arrived ahead: {self.jobs_of(a.run_id for a in attempts)} sent at {sent_us - EPOCH_US} µs")
+        # What this batch explores, counted: a withdraw that overtook it, a lease that ends while it waits.
+        now_us = true_now_us(self.loop)
+        self.stats["arrived past due"] += sum(now_us > a.scheduled_for_us for a in attempts)
+        self.stats["arrived after its withdraw"] += len(handler.withdrawn() & {a.run_id for a in attempts})
+        over_on_arrival = handler.lease_over(ahead, lease_end)
+        answers = await handler.timeshard_deliver(list(attempts), timeout, lease_end,
+                                                  None if ahead is None else tuple(ahead))
+        outcomes = [Outcome(*answer) for answer in answers]
+        for outcome in outcomes:
+            if outcome.refused:
+                self.stats[f"refused: {outcome.error_type}"] += 1
+                if outcome.error_type == "LeaseExpired" and not over_on_arrival:
+                    self.stats["lease ended during the wait"] += 1
+                self.note(f"refused {self.jobs_of([outcome.run_id])} from {outcome.run_id.rpartition('@')[2]}: "
+                          f"{outcome.error_type}")
+        return outcomes
+
+    def started(self, run_id: str) -> bool:
+        """The handler of a dispatch-ahead seed starts ``run_id`` now: checked; whether it succeeds."""
+        return self.fired(self.sent[run_id])
+
+    def jobs_of(self, run_ids: Iterable[str]) -> list[str]:
+        """``job#occurrence.attempt`` of attempts that reached the handler, for the trace."""
+        return [f"{sent.job_id}#{sent.attempt.occurrence}.{sent.attempt.dequeue_count}"
+                for sent in (self.sent[run_id] for run_id in run_ids)]
+
+    async def withdraw_reaches(self, handler: SimHandler, there: float, back: float, names: dict[str, str],
+                               lease_end: float, answer: asyncio.Future[list[str]], lost: bool) -> None:
+        """A withdraw call (of ``names``: run id -> its name in the trace) on its way: it reaches the
+        handler after ``there``, its answer the silo ``back`` later, unless ``lost``."""
+        await asyncio.sleep(there)
+        dropped = await handler.timeshard_withdraw(list(names), lease_end)
+        self.stats["withdraws"] += 1
+        self.stats["withdrawn while waiting"] += len(dropped)
+        self.note(f"withdraw {list(names.values())} reached the handler: dropped {[names[r] for r in dropped]}"
+                  f"{', its answer lost' if lost else ''}")
+        if lost:
+            return
+        await asyncio.sleep(back)
+        if not answer.done():
+            answer.set_result(dropped)
 
     # -- the client -------------------------------------------------------------------------
 
@@ -620,6 +779,31 @@ class World:
                 n += 1
                 specs.append(self.new_spec(n))
             self.spawn(self.schedule(specs))
+
+    async def cancel_ahead(self) -> None:
+        """A dispatch-ahead seed's second client: cancels timed to reach jobs while they wait in
+        the handler for their due time, or just as they start there."""
+        rng = self.ahead_rng
+        window = self.options.dispatch_ahead.total_seconds()
+        while self.loop.time() < CLIENT_S:
+            await asyncio.sleep(rng.uniform(0.3, 1.5))
+            now_us = true_now_us(self.loop)
+            due = {job_id: self._next_due_us(job_id, now_us) for job_id in sorted(self.acked)
+                   if job_id not in self.cancel_true and job_id not in self.cancel_unknown}
+            candidates = [job_id for job_id, due_us in due.items() if due_us is not None]
+            if candidates:
+                job_id = rng.choice(candidates)
+                self.spawn(self._cancel_at(job_id, due[job_id] - int(rng.uniform(-0.01, window) * 1_000_000)))
+
+    def _next_due_us(self, job_id: str, now_us: int) -> int | None:
+        spec = self.specs[job_id]
+        return next((due for due in map(spec.occurrence_due_us, range(1, spec.repeats + 1)) if due > now_us), None)
+
+    async def _cancel_at(self, job_id: str, at_us: int) -> None:
+        await asyncio.sleep(max(0.0, (at_us - true_now_us(self.loop)) / 1e6))
+        if job_id not in self.cancel_true and job_id not in self.cancel_unknown:
+            self.note(f"cancel {job_id}, timed for its wait in the handler")
+            await self.cancel(job_id)
 
     # -- faults over time -------------------------------------------------------------------
 
@@ -721,9 +905,14 @@ class World:
 
     async def main(self) -> None:
         self._tasks = set()
+        if self.handler is not None:
+            self.note(f"dispatch ahead {self.options.dispatch_ahead.total_seconds()} s to a waiting handler "
+                      f"{self.handler.clocks.describe()}")
         for proc in self.procs.values():
             proc.start()
         self.spawn(self.client())
+        if self.handler is not None:
+            self.spawn(self.cancel_ahead())
         await self.chaos()
         await asyncio.sleep(max(0.0, CHAOS_S - self.loop.time()))
         self.heal()
