@@ -142,3 +142,17 @@ def test_a_seed_that_found_a_bug_keeps_it(seed: int, kinds: str, invariant: str)
     result = run_seed(seed, Faults.parse(kinds))
     broken = [v for v in result.violations if f" {invariant}: " in v]
     assert not broken, _explain([result])
+
+
+# Open bugs, found by the sweep past the seeds above and not yet fixed: a recurring job's outcome
+# appended its move, the append landed but its answer came back Fenced; a cancel on that silo then
+# answered "cancelled", the adopter of the shard carried the move out, and later occurrences fired.
+# Strict: once fixed, these fail here and move to FOUND.
+OPEN = [3474, 3507, 4263]
+
+
+@pytest.mark.xfail(strict=True, reason="open: a cancel after a move whose append landed behind a Fenced answer")
+@pytest.mark.parametrize("seed", OPEN)
+def test_an_open_seed_still_breaks_its_cancel(seed: int) -> None:
+    result = run_seed(seed)
+    assert not [v for v in result.violations if " cancel did not hold: " in v], _explain([result])
