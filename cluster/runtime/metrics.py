@@ -80,8 +80,11 @@ class Histogram:
         self.total += value
         if value > self.max:
             self.max = value
-        if self._exported is None:
-            return
+        if self._exported is not None:
+            self._keep(value)
+
+    def _keep(self, value: float) -> None:
+        """Reservoir sampling: every value seen has the same chance to be among the exported."""
         self._seen += 1
         if len(self._sample) < SAMPLE:
             self._sample.append(value)
@@ -99,16 +102,9 @@ class Histogram:
         top = max(values)
         if top > self.max:
             self.max = top
-        if self._exported is None:
-            return
-        for value in values:
-            self._seen += 1
-            if len(self._sample) < SAMPLE:
-                self._sample.append(value)
-            else:
-                slot = random.randrange(self._seen)
-                if slot < SAMPLE:
-                    self._sample[slot] = value
+        if self._exported is not None:
+            for value in values:
+                self._keep(value)
 
     def flush(self) -> None:
         if self._exported is not None:
