@@ -8,7 +8,7 @@ at a million jobs). Jobs are instead kept in *slots* of ~131 ms (``due >> 17``):
 numbers (plain ints, cheap to compare) and per slot an unsorted list of arrivals, sorted only when
 the slot first comes to the head. Draining a million jobs then costs a few comparisons each.
 
-A slot that has come to the head stays ordered, as *sorted runs* (see ``_Ordered``). A job pushed
+A slot that has come to the head stays ordered, as *sorted runs* (see ``Ordered``). A job pushed
 into it later (a shard loaded while its jobs fall due, a retry queued into the current slot) waits
 among the slot's arrivals, in O(1); the next look at the head sorts the arrivals into a new run,
 and small runs merge as a binary counter carries, up to ``MERGE_CAP`` jobs. A heap of the runs'
@@ -39,169 +39,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-from array import array
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from itertools import compress, islice
-from operator import eq, itemgetter
 from typing import Generic, TypeVar
 
 from cluster.model.clock import wall_clock_us
+from cluster.runtime.queue_order import Bulk, Ordered, sorted_bulk
 
 T = TypeVar("T")
 
 Clock = Callable[[], int]
 
 SLOT_SHIFT = 17  # 2**17 µs ≈ 131 ms per slot: few slots to order, few jobs to sort in each
-# Runs merge until they hold this many jobs, then are sealed. Measured on a 2-core machine with
-# 60k-1M jobs due at one instant, pushed between pops: 1-4k alike, 16k 10-20% and 64k 40% slower
-# (merging runs that no longer fit in the CPU caches costs more than a deeper heap of run ends).
-MERGE_CAP = 4_096
 SMALL_SLOT = 64  # an ordered slot this small goes back to one list when the head moves before it
-_by_due_then_key = itemgetter(0, 1)
-
-
-class _Ordered(Generic[T]):
-    """A slot that has been at the head: its entries in sorted runs.
-
-    Each run is in descending ``(due, key)`` order, so its earliest entry is last and taking it is
-    O(1). ``ends`` is a heap of ``(due, key, index)`` of each run's last entry; the index is unique,
-    so equal ``(due, key)`` never fall through to comparing items. A run's index stays fixed while
-    it lives: runs merged away or emptied leave ``None``, and their stale ends are skipped when
-    they reach the top of the heap, until ``renumber`` clears both out.
-    """
-
-    __slots__ = ("runs", "ends", "growing", "count")
-
-    def __init__(self, arrivals: list[tuple[int, str, T]]) -> None:
-        """The entries of a slot that has just come to the head, sorted."""
-        if 0 < len(arrivals) < MERGE_CAP:  # the usual case, built directly: one per slot drained
-            arrivals.sort(key=_by_due_then_key, reverse=True)
-            last = arrivals[-1]
-            self.runs: list[list[tuple[int, str, T]] | None] = [arrivals]
-            self.ends: list[tuple[int, str, int]] = [(last[0], last[1], 0)]
-            self.growing: list[int] = [0]  # indices of runs below MERGE_CAP, oldest first
-            self.count = 1  # runs not None
-        else:
-            self.runs, self.ends, self.growing, self.count = [], [], [], 0
-            if arrivals:
-                self.add(arrivals)
-
-    def add(self, arrivals: list[tuple[int, str, T]]) -> None:
-        """Sort ``arrivals`` into runs: O(k log k) for k arrivals, plus merges amortised O(log)."""
-        runs, growing = self.runs, self.growing
-        if len(arrivals) >= MERGE_CAP:
-            # A slot loaded before it came to the head: sort it in cache-sized runs, not as one.
-            for start in range(0, len(arrivals), MERGE_CAP):
-                self._append(sorted(arrivals[start:start + MERGE_CAP], key=_by_due_then_key, reverse=True))
-            return
-        arrivals.sort(key=_by_due_then_key, reverse=True)
-        if growing:
-            growing[:] = [i for i in growing if runs[i] is not None]
-        growing.append(self._append(arrivals))
-        # Carry as a binary counter does: merging only runs of comparable size sorts each job
-        # O(log MERGE_CAP) times, where merging into one run would be O(n) per look.
-        while len(growing) > 1:
-            below, top = runs[growing[-2]], runs[growing[-1]]
-            assert below is not None and top is not None
-            if len(below) > 2 * len(top):
-                break
-            runs[growing.pop()] = None
-            runs[growing.pop()] = None
-            self.count -= 2
-            below += top
-            below.sort(key=_by_due_then_key, reverse=True)  # two sorted runs: one linear merge
-            index = self._append(below)
-            if len(below) < MERGE_CAP:
-                growing.append(index)
-        if len(runs) > 2 * self.count + 32:
-            self.renumber()
-
-    def _append(self, run: list[tuple[int, str, T]]) -> int:
-        index = len(self.runs)
-        self.runs.append(run)
-        self.count += 1
-        last = run[-1]
-        heapq.heappush(self.ends, (last[0], last[1], index))
-        return index
-
-    def advance(self, i: int) -> None:
-        """Run ``i`` (the one at the top of ``ends``) lost its last entry: its next one goes on top, or it is done."""
-        run = self.runs[i]
-        assert run is not None
-        if run:
-            last = run[-1]
-            heapq.heapreplace(self.ends, (last[0], last[1], i))
-        else:
-            heapq.heappop(self.ends)
-            self.runs[i] = None
-            self.count -= 1
-
-    def renumber(self) -> None:
-        """Drop emptied runs and stale ends: O(runs), once as many have gone as remain."""
-        kept = [(i, run) for i, run in enumerate(self.runs) if run]
-        new_index = {old: new for new, (old, _) in enumerate(kept)}
-        self.runs = [run for _, run in kept]
-        self.growing = [new_index[i] for i in self.growing if i in new_index]
-        self.ends = [(run[-1][0], run[-1][1], new) for new, (_, run) in enumerate(kept)]
-        heapq.heapify(self.ends)
-        self.count = len(kept)
-
-
-class _Bulk(Generic[T]):
-    """Jobs queued at once (a loaded shard's): columns in ``(due, key)`` order and a cursor.
-
-    A cancelled or replaced job's item is set to None (its key stays, for bisection); what the
-    cursor passed is cleared too (key "", item None), so a popped item is not kept alive by the bulk.
-    """
-
-    __slots__ = ("keys", "items", "dues", "pos", "count", "lookup", "due_of", "owner", "slot")
-
-    def __init__(self, keys: list[str], items: list[T | None], dues: array[int],
-                 lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object,
-                 slot: int | None) -> None:
-        self.keys, self.items, self.dues = keys, items, dues
-        self.pos = 0
-        self.count = len(keys)  # positions at or after the cursor whose item is not None
-        self.lookup, self.due_of, self.owner, self.slot = lookup, due_of, owner, slot
-
-    def release(self) -> None:
-        """Drop the columns: the bulk is drained or forgotten, but items marked with it may live on."""
-        self.keys, self.items, self.dues = [], [], array("q")
-        self.pos = self.count = 0
-
-    def find(self, key: str, due: int) -> int | None:
-        """The position of ``key``'s queued job, due at ``due``, at or after the cursor, or None."""
-        lo = bisect_left(self.dues, due, self.pos)
-        hi = bisect_right(self.dues, due, lo)
-        if lo == hi:
-            return None
-        i = bisect_left(self.keys, key, lo, hi)
-        return i if i < hi and self.keys[i] == key and self.items[i] is not None else None
-
-
-def _sorted_bulk(keys: Sequence[str], dues: Sequence[int], items: Sequence[T]) -> tuple[list[str], list[T | None], array[int]]:
-    """The columns in ``(due, key)`` order: one sort by due (ints), then each run of equal dues by key.
-
-    Gathered by ``itemgetter`` (C loops): twice as fast as list comprehensions at a million jobs.
-    """
-    n = len(keys)
-    if n < 2:  # itemgetter of one index returns the item, not a tuple
-        return list(keys), list(items), array("q", dues)
-    pick = itemgetter(*sorted(range(n), key=dues.__getitem__))
-    new_dues = array("q", pick(dues))
-    new_keys: list[str] = list(pick(keys))
-    new_items: list[T | None] = list(pick(items))
-    ties = compress(range(n - 1), map(eq, new_dues, islice(new_dues, 1, None)))
-    end = 0
-    for start in ties:  # rare, except in a thundering herd
-        if start < end:
-            continue  # inside a run already sorted
-        end = bisect_right(new_dues, new_dues[start], start)
-        run = sorted(range(start, end), key=new_keys.__getitem__)
-        new_keys[start:end] = [new_keys[i] for i in run]
-        new_items[start:end] = [new_items[i] for i in run]
-    return new_keys, new_items, new_dues
 
 
 class JobQueue(Generic[T]):
@@ -221,16 +70,16 @@ class JobQueue(Generic[T]):
         # Per slot, entries in the order they were pushed: the slot's only list until it first
         # comes to the head, afterwards those not yet sorted into its runs.
         self._arrivals: dict[int, list[tuple[int, str, T]]] = {}
-        self._ordered: dict[int, _Ordered[T]] = {}  # slots that have been at the head
+        self._ordered: dict[int, Ordered[T]] = {}  # slots that have been at the head
         self._live: dict[str, tuple[int, str, T]] = {}
         self._stored = 0  # tuples held in slots, tombstones included
         self._clock = clock
         self._changed: asyncio.Event | None = None
         # Heap of (due, key, sequence, bulk) by each bulk's job at its cursor: a bulk's key may be
         # earlier than its true next job (what the cursor sits on was cancelled), never later.
-        self._bulks: list[tuple[int, str, int, _Bulk[T]]] = []
+        self._bulks: list[tuple[int, str, int, Bulk[T]]] = []
         self._bulk_seq = 0
-        self._owners: dict[object, list[_Bulk[T]]] = {}  # the bulks not yet drained, by owner
+        self._owners: dict[object, list[Bulk[T]]] = {}  # the bulks not yet drained, by owner
 
     def __len__(self) -> int:
         """Entries queued; a bulk job its owner replaced (added again) counts until it is passed."""
@@ -262,7 +111,7 @@ class JobQueue(Generic[T]):
         assert item is not None
         return bulk.dues[i], item
 
-    def _in_bulk(self, key: str) -> tuple[_Bulk[T], int] | None:
+    def _in_bulk(self, key: str) -> tuple[Bulk[T], int] | None:
         """Where ``key``'s job waits in a bulk: one lookup per owner, then one bisection."""
         for bulks in self._owners.values():
             first = bulks[0]  # one owner's bulks share its lookup
@@ -272,7 +121,7 @@ class JobQueue(Generic[T]):
             due = first.due_of(item)
             if first.slot is not None:  # the item names its bulk
                 marked = item[first.slot]  # type: ignore[index]
-                candidates = [marked] if isinstance(marked, _Bulk) else []
+                candidates = [marked] if isinstance(marked, Bulk) else []
             else:
                 candidates = bulks
             for bulk in candidates:
@@ -323,10 +172,10 @@ class JobQueue(Generic[T]):
                 self.cancel(key)
             elif bulks:
                 self._cancel_bulk(key)
-        keys_sorted, items_sorted, dues_sorted = _sorted_bulk(keys, dues, items)
+        keys_sorted, items_sorted, dues_sorted = sorted_bulk(keys, dues, items)
         if not keys_sorted:
             return
-        bulk = _Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner, slot)
+        bulk = Bulk(keys_sorted, items_sorted, dues_sorted, lookup, due_of, owner, slot)
         if slot is not None:
             for marked in items_sorted:
                 marked[slot] = bulk  # type: ignore[index]
@@ -349,7 +198,7 @@ class JobQueue(Generic[T]):
             for key in [key for key, (_, _, item) in self._live.items() if owned(item)]:
                 self.cancel(key)
 
-    def _bulk_top(self) -> _Bulk[T] | None:
+    def _bulk_top(self) -> Bulk[T] | None:
         """The bulk holding the earliest bulk job, its cursor on that job; None if none is left."""
         bulks, live = self._bulks, self._live
         while bulks:
@@ -371,7 +220,7 @@ class JobQueue(Generic[T]):
             return bulk
         return None
 
-    def _drained(self, bulk: _Bulk[T]) -> None:
+    def _drained(self, bulk: Bulk[T]) -> None:
         group = self._owners.get(bulk.owner)
         if group is not None and bulk in group:
             group.remove(bulk)
@@ -418,7 +267,7 @@ class JobQueue(Generic[T]):
                 return bulk.dues[bulk.pos]
         return due
 
-    def _head(self) -> _Ordered[T] | None:
+    def _head(self) -> Ordered[T] | None:
         """The head slot, ordered, the top of its ``ends`` a live entry; None when empty."""
         slots, live = self._slots, self._live
         while slots:
@@ -426,7 +275,7 @@ class JobQueue(Generic[T]):
             head = self._ordered.get(slot)
             arrivals = self._arrivals[slot]
             if head is None:
-                head = self._ordered[slot] = _Ordered(arrivals)
+                head = self._ordered[slot] = Ordered(arrivals)
                 self._arrivals[slot] = []
             elif arrivals:
                 self._arrivals[slot] = []
@@ -502,7 +351,7 @@ class JobQueue(Generic[T]):
             self._pop_bulk(bulk, stop, cap, batch)
         return batch
 
-    def _pop_bulk(self, bulk: _Bulk[T], stop: tuple[int, str], cap: int, batch: list[tuple[int, str, T]]) -> None:
+    def _pop_bulk(self, bulk: Bulk[T], stop: tuple[int, str], cap: int, batch: list[tuple[int, str, T]]) -> None:
         """Move ``bulk``'s jobs before ``stop`` (``(due, key)``) into ``batch``, up to ``cap``.
 
         The job at the cursor goes whatever ``stop`` says (it is the earliest of all, and a stale

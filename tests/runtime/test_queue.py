@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from cluster.model.clock import wall_clock_us
-from cluster.runtime import queue as queue_module
+from cluster.runtime import queue_order
 from cluster.runtime.queue import SLOT_SHIFT, JobQueue
 
 
@@ -362,7 +362,7 @@ head_ops = st.lists(
 @given(head_ops, st.sampled_from([2, 3, 8, 4_096]))
 @settings(max_examples=400, deadline=None)
 def test_any_interleaving_matches_a_sorted_reference(script, merge_cap):
-    with mock.patch.object(queue_module, "MERGE_CAP", merge_cap):
+    with mock.patch.object(queue_order, "MERGE_CAP", merge_cap):
         q: JobQueue[tuple[int, int]] = JobQueue(clock=FakeClock())
         model: dict[str, tuple[int, tuple[int, int]]] = {}  # key -> (due, item)
         version = 0
