@@ -52,12 +52,12 @@ async def send_ahead(parts: Roles) -> None:
     await settle()
 
 
-async def one_silo(**transport: Any) -> tuple[ManualClock, Starts, LocalTransport, Roles]:
+async def one_silo(store: Any = None, **transport: Any) -> tuple[ManualClock, Starts, LocalTransport, Roles]:
     """A silo whose handler waits for due times on the silo's own clock (one host)."""
     clock = ManualClock()
     starts = Starts(clock)
     lt = LocalTransport(handlers={"h": starts}, clock=clock, **transport)
-    parts = await make_parts(clock=clock, transport=lt)
+    parts = await make_parts(store, clock=clock, transport=lt)
     parts.lease.renew(clock.monotonic())
     return clock, starts, lt, parts
 
@@ -284,12 +284,8 @@ async def test_a_cancel_whose_write_fails_after_the_withdraw_leaves_the_job_to_f
     from storage import StorageError
     from tests.runtime.harness import GatedStore
 
-    clock = ManualClock()
-    starts = Starts(clock)
-    transport = LocalTransport(handlers={"h": starts}, clock=clock)
     store = GatedStore()
-    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
-    parts.lease.renew(clock.monotonic())
+    clock, starts, transport, parts = await one_silo(store)
     j = job(due=timedelta(seconds=1))
     (name,) = await add(parts, j)
     clock.advance(1 - AHEAD_US / 2 / SECOND)
@@ -316,12 +312,8 @@ async def test_a_cancel_whose_write_fails_does_not_queue_again_a_job_another_can
     from storage import StorageError
     from tests.runtime.harness import GatedStore
 
-    clock = ManualClock()
-    starts = Starts(clock)
-    transport = LocalTransport(handlers={"h": starts}, clock=clock, lose_withdraws=True)
     store = GatedStore()
-    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
-    parts.lease.renew(clock.monotonic())
+    clock, starts, transport, parts = await one_silo(store, lose_withdraws=True)
     j = job(due=timedelta(seconds=1))
     (name,) = await add(parts, j)
     clock.advance(1 - AHEAD_US / 2 / SECOND)
@@ -350,12 +342,8 @@ async def test_a_second_cancel_of_a_run_shares_the_first_ones_answer() -> None:
     after the first cancel, whose removal landed, had returned "cancelled"."""
     from tests.runtime.harness import GatedStore
 
-    clock = ManualClock()
-    starts = Starts(clock)
-    transport = LocalTransport(handlers={"h": starts}, clock=clock)
     store = GatedStore()
-    parts = await make_parts(store, clock=clock, transport=transport)  # type: ignore[arg-type]
-    parts.lease.renew(clock.monotonic())
+    clock, starts, transport, parts = await one_silo(store)
     j = job(due=timedelta(seconds=1))
     (name,) = await add(parts, j)
     clock.advance(1 - AHEAD_US / 2 / SECOND)
