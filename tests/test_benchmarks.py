@@ -75,7 +75,7 @@ def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
         assert h["executed"] == h["jobs"]
 
     table = (tmp_path / "RESULTS.md").read_text()
-    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 13
+    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(data["table"]) == 14
     for suffix in ("scheduling", "triggers", "lateness", "failover", "replay", "memory", "memory-slope", "herd",
                    "herd-rate"):
         assert (tmp_path / f"suite-{suffix}.png").stat().st_size > 0
