@@ -19,6 +19,7 @@ from cluster.model.errors import (
     InvalidPolicy,
     InvalidSchedule,
     InvalidTime,
+    ScheduleInDoubt,
     SiloStopping,
     ValidationError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "NamedJob",
     "RetryPolicy",
     "Schedule",
+    "ScheduleInDoubt",
     "ScheduledJob",
     "SiloStopping",
     "Step",

@@ -26,6 +26,7 @@ CLUSTER = [
     "NamedJob",
     "RetryPolicy",
     "Schedule",
+    "ScheduleInDoubt",
     "ScheduledJob",
     "SiloStopping",
     "Step",

@@ -80,10 +80,18 @@ class Heartbeat:
         self._renew(began)
 
     async def run(self) -> None:
-        """The heartbeat loop: beat, then look at peers; every ``heartbeat_interval``, until halted."""
+        """The heartbeat loop: beat, then look at peers; every ``heartbeat_interval``, until halted.
+
+        Beats keep their cadence whatever a round costs: a round that ran past the lease would
+        make this silo forget every peer's silence (``_renew``), and a paused peer, whose ping
+        waits out its timeout every round, would then never be declared dead.
+        """
         interval = self._options.heartbeat_interval.total_seconds()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(max(0.0, began + interval - loop.time()))
+            began = loop.time()
             try:
                 self._metrics.flush()
                 async with self._writing:
@@ -163,8 +171,11 @@ class Heartbeat:
             raise
 
     def _renew(self, began: float) -> None:
+        first = self._lease.until == 0.0
         if self._lease.renew(began):
             self._watch.forget_silence(self._clock.monotonic())  # we were blind too: give every peer a fresh timeout
+            if not first:
+                self._metrics.lease_lapses.inc()
 
     async def detect_failures(self) -> None:
         """Declare dead, by CAS, peers that stayed silent too long or that Ray reports dead, saying why."""
@@ -174,7 +185,9 @@ class Heartbeat:
         timeout = self._options.suspicion_timeout.total_seconds()
         causes: dict[str, tuple[Member, str]] = {}
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
-        ping_timeout = self._options.heartbeat_interval.total_seconds()
+        # Half a beat: a paused peer's ping waits out all of it, and UNKNOWN leaves the verdict to
+        # the heartbeat watch; Ray answers a dead actor's ping at once.
+        ping_timeout = self._options.heartbeat_interval.total_seconds() / 2
         answers = await asyncio.gather(*(self._transport.ping(m.silo_id, ping_timeout) for m in alive))
         for m, answer in zip(alive, answers, strict=True):
             if answer in (Ping.EXITED, Ping.GONE):
