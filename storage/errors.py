@@ -30,6 +30,12 @@ class LogCorrupted(StorageError):
     """The log no longer holds what its writer wrote (cut short or rewritten): the writer stops."""
 
 
+class LandedAfterFailure(LogCorrupted):
+    """An append its callers were told had failed turned out to have landed, after they had taken
+    back what it carried: the log holds what their memory does not, so the writer stops, and the
+    log's owner reloads from it (as from a corrupted log)."""
+
+
 class Unavailable(StorageError):
     """The store could not be reached after every retry; the write may or may not have landed."""
 

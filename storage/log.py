@@ -22,7 +22,7 @@ from typing import Any
 from .appends import append_verified, cas_metadata, landed_append
 from .base import MAX_BLOCK_BYTES, Appended, Store
 from .damage import describe_damage, keep_damaged
-from .errors import AlreadyExists, Fenced, LogCorrupted, LogFull, RecordTooLarge, StorageError
+from .errors import AlreadyExists, Fenced, LandedAfterFailure, LogCorrupted, LogFull, RecordTooLarge, StorageError
 from .generations import (
     NEXT_KEY,
     PENDING_KEY,
@@ -99,7 +99,9 @@ class LogWriter:
     write first re-reads the log (``stat``, then the tail if needed) and learns whether the block
     landed and whether it still owns the log: still owner, it resumes; claimed by another writer,
     every caller gets ``Fenced``; log cut short or rewritten, every caller gets ``LogCorrupted``
-    (the owner takes the log back with ``claim``, which keeps the damaged generation aside).
+    (the owner takes the log back with ``claim``, which keeps the damaged generation aside);
+    landed after its callers took back what it carried (``disown_doubt``), every caller gets
+    ``LandedAfterFailure`` and the owner reloads from the log the same way.
     Nothing is acknowledged that is not durable where the writer framed it.
     """
 
@@ -121,6 +123,7 @@ class LogWriter:
         self._closed = False
         self._must_rotate = False
         self._uncertain: _Uncertain | None = None
+        self._disowned = False  # the callers of the append in doubt took back what it carried
         self.rotations = 0
         self.blocks_written = 0
 
@@ -239,6 +242,17 @@ class LogWriter:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"log-writer:{self._base}")
         return await future
+
+    def disown_doubt(self) -> None:
+        """Say that the callers of a failed append took back what it carried (from their memory).
+
+        If that append is in doubt (its answer was lost and the log could not be read back) and
+        turns out to have landed, the writer then stops with ``LandedAfterFailure`` instead of
+        appending after it: the log would hold records its callers' memory no longer does.
+        Call it from the ``except`` around the append, before any other await: the writer
+        settles a doubt only on its next flush, which runs after the failed callers have resumed.
+        """
+        self._disowned = self._uncertain is not None
 
     async def close(self) -> None:
         """Wait for queued appends, then refuse new ones."""
@@ -370,10 +384,14 @@ class LogWriter:
         doubt = self._uncertain
         assert doubt is not None
         landed = await landed_append(self._store, self.name, doubt.frame, doubt.etag, doubt.size, self._raw)
+        disowned, self._disowned = self._disowned, False
         if landed is None:
             self._uncertain = None  # it never landed; its waiters were told Unavailable
-        else:
-            self._advance(landed, doubt.count)
+            return
+        self._advance(landed, doubt.count)
+        if disowned:
+            raise LandedAfterFailure(f"log {self._base!r}: an append reported failed had landed, "
+                                     "after its callers took back what it carried")
 
     # -- rotation -----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHARD_PREFIX, ShardState, remove_op
-from storage import StorageError, Store, Unavailable, list_logs, read_log
+from storage import LogCorrupted, StorageError, Store, Unavailable, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
 
@@ -38,6 +38,17 @@ class Cancelling:
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
+        try:
+            return await self._cancel(shard_base, job_id)
+        except LogCorrupted:
+            # The shard's writer stopped for good: take the shard back from its log now, so that
+            # the caller's next try finds the job where the log says it is.
+            shard = self._shards.get(shard_base)
+            if shard is not None:
+                await self._shards.taken_back(shard)
+            raise
+
+    async def _cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         shard = self._shards.get(shard_base)
         if shard is None:
             shard = await self._adoption.claim_for_cancel(shard_base)
@@ -54,12 +65,37 @@ class Cancelling:
             async with shard.gate.exclusive():
                 run = self._runs.find(job_id)
                 if run is None or run.shard is not shard:
-                    return await self._cancel_queued(shard, job_id)
-                # It started while we waited for the gate: cancel the run in flight. Marked now,
-                # before any await, so that its outcome (a retry, the next occurrence, or a
-                # refusal that queues it again) brings nothing back.
-                run.cancelled = True
+                    answer = await self._cancel_queued(shard, job_id)
+                    stale = run if run is not None and run.shard.base == shard.base else None
+                else:
+                    # It started while we waited for the gate: cancel the run in flight. Marked
+                    # now, before any await, so that its outcome (a retry, the next occurrence,
+                    # or a refusal that queues it again) brings nothing back.
+                    run.cancelled = True
+                    stale = answer = None
+            if answer is not None:
+                if stale is not None and answer[0] == "cancelled":
+                    await self._stop_stale(stale)
+                return answer
+            assert run is not None
         return await self._cancel_run(run)
+
+    async def _stop_stale(self, run: Run) -> None:
+        """Keep a run of an older copy of the shard from starting after a cancel returns.
+
+        The copy was dropped (fenced by a write of ours whose answer was lost) or taken back from
+        its log, and its job is queued anew from the fresh copy, which this cancel removed it
+        from; but the old run may still wait in its handler for its due time (dispatch ahead),
+        under a lease that still holds. Withdrawn, or else waited for to its end (found by the
+        simulation, seed 4076).
+        """
+        run.cancelled = True
+        if run.finished:
+            return
+        if run.sent_ahead is not None and self.withdraw_sent is not None and await self.withdraw_sent(run):
+            self._runs.release(run)
+            return
+        await run.wait_finished()
 
     async def _cancel_queued(self, shard: Shard, job_id: str) -> CancelAnswer:
         """Cancel a job of ``shard`` that is not running (the caller holds the gate exclusive)."""

@@ -124,7 +124,7 @@ class Loading:
         nor one in ``settling`` (see ``settle_misfires``).
         """
         assert shard.state is not None
-        queue_at, find = self._quarantine.queue_at, self._runs.find
+        queue_at, find, holds = self._quarantine.queue_at, self._runs.find, self._shards.holds
         self._count_damage(shard)
         live = shard.state.live
         # Queued as one bulk (see cluster.runtime.queue): no queue object per job.
@@ -135,9 +135,12 @@ class Loading:
             if job_id in shard.unreadable or job_id in settling:
                 continue  # unreadable: kept, never run; settling: queued once settled
             run = find(job_id)
-            # A run of this very shard writes its own outcome; one of an older copy of it (a
-            # shard we lost and took back) writes into a fenced log, so the job is queued anew.
-            if run is None or run.shard is not shard:
+            # A run of a shard we hold writes its outcome, which queues what comes next (also a
+            # move into this shard); one of a shard we no longer hold (an older copy of this one,
+            # lost or taken back) writes into a fenced log, so the job is queued anew. Found by
+            # the simulation (seed 4593): a move's target taken back from its log queued the next
+            # occurrence, and the move's own outcome queued it again while it ran.
+            if run is None or not holds(run.shard):
                 due = queue_at(shard, job_id, entry[DUE])
                 if due is None:
                     continue  # parked
@@ -155,8 +158,14 @@ class Loading:
             self._runs.spawn(call_hooks(self._hooks, "shard_loaded", jobs, adopted))
 
     def queue_entry(self, job_id: str, entry: list[Any]) -> None:
-        """Queue one live entry of a held shard (a move carried out into it), unless it runs."""
-        if self._runs.find(job_id) is None:
+        """Queue one live entry of a held shard (a move carried out into it), unless it runs.
+
+        A run of a shard this silo no longer holds (dropped, or taken back from its log) writes
+        no outcome, so it queues nothing next: the entry is queued anew, as ``queue_loaded``
+        does (found by the simulation, seed 3905: a move carried out at a take-back was lost).
+        """
+        run = self._runs.find(job_id)
+        if run is None or not self._shards.holds(run.shard):
             self._queue.push(job_id, entry[DUE], entry)
 
     def _count_damage(self, shard: Shard) -> None:

@@ -283,14 +283,18 @@ class ShardState:
             return entry
         if kind == REMOVE:
             entry = live.get(op[1])
-            if entry is not None and entry[OCCURRENCE] == op[2]:
+            ended = entry is not None and entry[OCCURRENCE] == op[2]
+            if ended:
                 del live[op[1]]
             if op[4] is not None:
                 self.moved[op[1]] = op[4]
                 if len(op) > 5 and op[5] is not None:
                     self.pending[op[1]] = [op[4], op[5]]
-            elif op[2] > 1:
-                self.moved[op[1]] = ""  # a moved-in occurrence ended here: the proof a redo looks for
+            elif ended and op[2] > 1:
+                # A moved-in occurrence ended here: the proof a redo looks for. Only if it was live:
+                # a cancel's removal of an occurrence that already moved on must not hide where it
+                # went (found by the simulation, seed 244: the cancel answered "cancelled").
+                self.moved[op[1]] = ""
             return None
         if kind == RETRY:
             entry = live.get(op[1])

@@ -50,6 +50,20 @@ def test_a_moved_job_leaves_a_forward_for_cancels_to_follow():
     assert state.moved == {"r": "shards/next"} and not state.live
 
 
+def test_a_cancel_of_an_occurrence_that_already_moved_on_keeps_the_forward():
+    """A cancel that found the run in flight removes its occurrence after the run's outcome had
+    moved the job on; that stale removal must not hide where the job went (simulation, seed 244)."""
+    state = ShardState()
+    state.apply(add_op("r", 100, b"job", occurrence=2, source="shards/before"))
+    state.apply(remove_op("r", 2, MOVED, "shards/next", [300, b"job", 3, 0, 300]))
+    state.apply(remove_op("r", 2, CANCELLED))
+    assert state.moved == {"r": "shards/next"} and not state.live
+    # Ending the live occurrence here still leaves the proof a redo of its move looks for.
+    state.apply(add_op("s", 100, b"job", occurrence=2, source="shards/before"))
+    state.apply(remove_op("s", 2, CANCELLED))
+    assert state.moved["s"] == "" and state.holds_move("s", 2)
+
+
 def test_a_snapshot_replaces_everything_before_it():
     state = ShardState()
     for i in range(5):

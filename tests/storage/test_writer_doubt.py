@@ -19,8 +19,13 @@ class DoubtStore(storage.Store):
         self.inner = MemoryStore()
         self.lose_next_answer = False
         self.fetch_down = False  # the body cannot be read; stat still answers
+        self.drop_next_append = False  # the next append never reaches the log, and its answer is lost
+        self.stat_down = False
 
     async def append_block(self, name: str, payload: bytes, if_match: str) -> storage.Appended:
+        if self.drop_next_append:
+            self.drop_next_append = False
+            raise storage.Unavailable("request lost before it reached the store")
         result = await self.inner.append_block(name, payload, if_match)
         if self.lose_next_answer:
             self.lose_next_answer = False
@@ -39,6 +44,8 @@ class DoubtStore(storage.Store):
         return await self.inner.list(*a)
 
     async def stat(self, *a: Any) -> storage.LogStat:
+        if self.stat_down:
+            raise storage.Unavailable("injected: stat failed")
         return await self.inner.stat(*a)
 
     async def set_metadata(self, *a: Any) -> str:
@@ -94,3 +101,36 @@ async def test_a_writer_in_doubt_that_still_owns_its_log_resumes_once_the_store_
     store.fetch_down = False
     await writer.append("after")
     assert list((await read_log(store.inner, "w")).records()) == ["first", "landed", "after"]
+
+
+async def test_an_append_in_doubt_whose_callers_took_it_back_stops_the_writer_once_it_proves_landed() -> None:
+    """A caller that mirrors the log in memory undoes a failed append; if it landed after all,
+    going on would leave the log holding what memory does not (found by the simulation, seed 3507)."""
+    store = DoubtStore()
+    writer = await LogWriter.create(store, "w", {"owner": "a"})
+    await writer.append("first")
+    store.lose_next_answer = store.fetch_down = True
+    try:
+        await writer.append("landed")
+    except storage.Unavailable:
+        writer.disown_doubt()  # the caller took "landed" back from its memory
+    store.fetch_down = False
+    with pytest.raises(storage.LandedAfterFailure):
+        await writer.append("after")
+    with pytest.raises(storage.LogCorrupted):  # for good: the owner reloads from the log
+        await writer.append("later")
+    assert list((await read_log(store.inner, "w")).records()) == ["first", "landed"]
+
+
+async def test_an_append_in_doubt_that_never_landed_leaves_a_disowning_writer_going() -> None:
+    store = DoubtStore()
+    writer = await LogWriter.create(store, "w", {"owner": "a"})
+    await writer.append("first")
+    store.stat_down = store.drop_next_append = True
+    try:
+        await writer.append("lost")
+    except storage.Unavailable:
+        writer.disown_doubt()
+    store.stat_down = False
+    await writer.append("after")
+    assert list((await read_log(store.inner, "w")).records()) == ["first", "after"]
