@@ -31,6 +31,7 @@ from cluster.runtime.membership import SILO_PREFIX
 
 _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
 _MAX_HOPS = 16
+_HOP_DELAY_S, _MAX_HOP_DELAY_S = 0.2, 1.0  # between hops that found a shard's owner unchanged
 # Seconds between looks at which silos exist: new ones get calls, removed ones no longer do.
 SILO_REFRESH_S = 30.0
 # At most this often when a silo turns out to be gone.
@@ -189,6 +190,7 @@ class Client:
             raise ValueError("job.shard: this job was not returned by schedule_job; cannot locate it")
         shard: str = job.shard
         silo = _creator_of(shard)
+        stuck, delay = None, _HOP_DELAY_S
         for _ in range(_MAX_HOPS):
             answer, info = await self._call("cancel", shard, job.id, prefer=silo)
             if answer == "cancelled":
@@ -204,8 +206,12 @@ class Client:
             elif answer == "not_owner":
                 owner = info.rpartition("#")[0]
                 silo = owner if owner in self.silo_ids else None
-                if silo is None:
-                    await asyncio.sleep(0.2)  # released or being adopted: ask again shortly
+                if silo is None or (shard, info) == stuck:
+                    # Released, or its owner lost and not yet adopted (its lease must run out
+                    # first): ask again, backing off, rather than spend every hop at once.
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, _MAX_HOP_DELAY_S)
+                stuck = (shard, info)
         raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
 
     async def _cancel_by_search(self, job: ScheduledJob) -> bool:

@@ -185,9 +185,7 @@ class Heartbeat:
         timeout = self._options.suspicion_timeout.total_seconds()
         causes: dict[str, tuple[Member, str]] = {}
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
-        # Half a beat: a paused peer's ping waits out all of it, and UNKNOWN leaves the verdict to
-        # the heartbeat watch; Ray answers a dead actor's ping at once.
-        ping_timeout = self._options.heartbeat_interval.total_seconds() / 2
+        ping_timeout = self._options.heartbeat_interval.total_seconds()
         answers = await asyncio.gather(*(self._transport.ping(m.silo_id, ping_timeout) for m in alive))
         for m, answer in zip(alive, answers, strict=True):
             if answer in (Ping.EXITED, Ping.GONE):
