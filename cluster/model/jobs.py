@@ -286,8 +286,12 @@ class ScheduledJob:
         if bounds != _NO_BOUNDS:
             first = _first_allowed(parsed_schedule, first, bounds)
         expiry = None if ttl is None else parse_time(ttl, now, field="ttl")
-        if expiry is not None and expiry <= first:
-            raise InvalidJob("ttl", f"must be after due ({first.isoformat()})", expiry.isoformat())
+        if expiry is not None:
+            # ttl bounds fire times, jitter included: firing expires an occurrence that starts past it.
+            first_us = datetime_to_us(first)
+            fire = us_to_datetime(first_us + jitter_offset_us(job_id, first_us, timedelta_to_us(spread)))
+            if expiry <= fire:
+                raise InvalidJob("ttl", f"must be after due ({fire.isoformat()})", expiry.isoformat())
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
             raise InvalidJob("generation", "must be an int >= 0", generation)
         job = cls(

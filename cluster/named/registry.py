@@ -185,7 +185,9 @@ class JobStatus:
     - ``current_attempt``: the attempt running now, if any; ``last_attempt``: the last that ended;
     - ``attempts`` / ``last_attempted``: Dapr's counters — attempts made at the current
       occurrence and the virtual time of the last one; back to 0 / None when an occurrence ends;
-    - ``finished``: the job has nothing left to fire (its entry stays until deleted).
+    - ``finished``: the job has nothing left to fire (its entry stays until deleted);
+    - ``next_fires``: the next fire times (aware UTC, at most 5), honouring bounds, exclusions,
+      jitter and ``ttl``: computed by ``get`` and ``list`` from the definition, never stored.
 
     Counters describe the current generation: an overwrite starts them again.
     """
@@ -200,6 +202,7 @@ class JobStatus:
     attempts: int = 0
     last_attempted: datetime | None = None
     finished: bool = False
+    next_fires: list[datetime] = field(default_factory=list, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

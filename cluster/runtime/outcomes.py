@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 
 from cluster.model.attempt import JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
+from cluster.model.jobs import ScheduledJob
 from cluster.model.limits import code_allowed
 from cluster.model.occurrences import Misfire, cap_fire_all, catch_up, next_occurrence
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
+from cluster.model.shape import allowed_from
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, call_hooks
 from cluster.runtime.metrics import SiloMetrics
@@ -50,6 +52,29 @@ log = logging.getLogger("timeshard.silo")
 T = TypeVar("T")
 FIRST_RETRY_DELAY = 0.2  # seconds before an outcome write is tried again; doubles up to the max
 MAX_RETRY_DELAY = 5.0
+
+
+def shaped_next(job: ScheduledJob, scheduled: datetime, metrics: SiloMetrics) -> tuple[int, int] | None:
+    """``(scheduled_us, fire_us)`` of the occurrence ``scheduled`` names, once ``job``'s bounds and
+    exclusions have moved it on (None: the job has no occurrence left); skips are counted.
+
+    The fire time is the scheduled one plus the job's jitter; the series goes on from the
+    scheduled one. ``ttl`` bounds the fire time, jitter included (firing expires a job past it).
+    """
+    if job.shaped:
+        found = allowed_from(job.schedule, scheduled, job.bounds)
+        if found.excluded:
+            metrics.excluded.inc(found.excluded)
+        if found.past_end:
+            metrics.out_of_bounds.inc()
+        if found.scheduled is None:
+            return None
+        scheduled = found.scheduled
+    scheduled_us = datetime_to_us(scheduled)
+    fire_us = job.fire_us(scheduled_us)
+    if job.ttl is not None and fire_us > datetime_to_us(job.ttl):
+        return None
+    return scheduled_us, fire_us
 
 
 class Outcomes:
@@ -222,11 +247,12 @@ class Outcomes:
     async def end_occurrence(self, run: Run, outcome: str) -> int | None:
         """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
         entry = run.entry
-        nxt = None if outcome == EXPIRED else self._next_time(run)
-        if nxt is None:
+        times = None if outcome == EXPIRED else self._next_time(run)
+        if times is None:
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
             return None
-        add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
+        scheduled, nxt = times
+        add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, scheduled)
         window = window_of(nxt, timedelta_to_us(self._options.shard_duration))
         if self._shards.open_for(window) is run.shard:
             (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
@@ -269,7 +295,8 @@ class Outcomes:
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
 
-    def _next_time(self, run: Run) -> int | None:
+    def _next_time(self, run: Run) -> tuple[int, int] | None:
+        """``(scheduled_us, fire_us)`` of the job's next occurrence, or None when it has none left."""
         job, entry = run.job, run.entry
         scheduled = us_to_datetime(entry[SCHEDULED])
         nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
@@ -285,4 +312,4 @@ class Outcomes:
                 nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
             elif misfire is Misfire.FIRE_ALL and job.schedule is not None:
                 nxt = cap_fire_all(job.schedule, nxt, now)
-        return None if nxt is None else datetime_to_us(nxt)
+        return None if nxt is None else shaped_next(job, nxt, self._metrics)
