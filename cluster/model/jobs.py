@@ -468,6 +468,8 @@ def _options_from_wire(obj: Any, memo: dict[Any, Any] | None) -> tuple[Any, ...]
         raise InvalidJob("job", "options of a job record must be a dict", obj)
     jitter = obj.get("jitter_us")
     not_before, not_after, exclude = obj.get("not_before_us"), obj.get("not_after_us"), obj.get("exclude")
+    if exclude is not None:
+        Exclusions.check_wire(exclude)  # before it keys the memo
     return (
         timedelta(0) if jitter is None else timedelta(microseconds=jitter),
         None if not_before is None else us_to_datetime(_checked_us(not_before)),

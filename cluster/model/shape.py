@@ -54,8 +54,10 @@ MAX_EXCLUSIONS = 1000
 # Consecutive excluded occurrences looked at one by one before the rest of an excluded stretch
 # is jumped over: a per-second cron schedule excluding a whole day must not hold the event loop.
 _WALK_LIMIT = 1000
-# Stretches looked at before an exclusion is judged to exclude everything from here on.
-_STRETCH_LIMIT = 10_000
+# Steps, and a span of time, after which exclusions are judged to exclude everything from here
+# on: no sensible calendar excludes ten years in a row.
+_STRETCH_LIMIT = 100_000
+_HORIZON = timedelta(days=3653)
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _MICRO = timedelta(microseconds=1)
 _SECOND = timedelta(seconds=1)
@@ -96,9 +98,16 @@ class Exclusions:
 
     @classmethod
     def from_wire(cls, obj: list[Any], memo: dict[Any, Any] | None = None) -> Exclusions:
-        """The exclusions ``wire`` encoded (trusted, as replay trusts the log)."""
+        """The exclusions ``wire`` encoded (trusted, as replay trusts the log, but of the right shape)."""
+        cls.check_wire(obj)
         crons = tuple(memoized(memo, item, Schedule.parse, item) for item in obj if type(item) is str)
         return cls(crons, frozenset(date.fromordinal(item) for item in obj if type(item) is int))
+
+    @staticmethod
+    def check_wire(obj: Any) -> None:
+        """Raise ``InvalidJob`` unless ``obj`` has the shape of ``wire``: a list of str and int."""
+        if type(obj) is not list or any(type(item) not in (str, int) for item in obj):
+            raise InvalidJob("job", "exclusions of a job record must be a list of str and int", obj)
 
     def ends(self, when: datetime, zone: tzinfo) -> datetime | None:
         """None if ``when`` is not excluded; else the end of the excluded stretch it is in: a
@@ -228,8 +237,10 @@ def allowed_from(schedule: Schedule | None, candidate: datetime, bounds: Bounds)
     """
     excluded = 0
     zone = timezone.utc if schedule is None else schedule.tz
-    walked = 0
+    horizon = candidate + _HORIZON if candidate < datetime.max.replace(tzinfo=timezone.utc) - _HORIZON else None
     for _ in range(_STRETCH_LIMIT):
+        if horizon is not None and candidate > horizon and (bounds.not_before is None or candidate > bounds.not_before):
+            break
         if bounds.not_after is not None and candidate > bounds.not_after:
             return Shaped(None, excluded, True)
         if bounds.not_before is not None and candidate < bounds.not_before:
@@ -250,11 +261,16 @@ def allowed_from(schedule: Schedule | None, candidate: datetime, bounds: Bounds)
             excluded += periods
             continue
         excluded += 1
-        walked += 1
-        if walked >= _WALK_LIMIT and end > following:
-            candidate, walked = _at_or_after(schedule, candidate, end), 0  # the rest of the stretch: not counted
-        else:
-            candidate = following
+        candidate = following
+        # Every occurrence before ``end`` is excluded too: counted without asking the exclusions
+        # again, up to a limit; the rest of a longer stretch is jumped over, uncounted.
+        walked = 0
+        while candidate < end and walked < _WALK_LIMIT:
+            excluded += 1
+            walked += 1
+            candidate = schedule.next_after(candidate)
+        if candidate < end:
+            candidate = _at_or_after(schedule, candidate, end)
     return Shaped(None, excluded)
 
 
