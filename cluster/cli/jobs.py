@@ -251,7 +251,7 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
             "interrupted": status.interrupted, "consecutive_failures": status.consecutive_failures,
             "attempts": status.attempts, "last_attempted": _time(status.last_attempted),
             "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
-            "finished": status.finished, "next_fires": [_time(t) for t in status.next_fires],
+            "finished": status.finished, "excluded": status.excluded, "next_fires": [_time(t) for t in status.next_fires],
         },
     }
 
@@ -272,7 +272,8 @@ def _job_text(j: dict[str, Any]) -> str:
         f"  next fire     {s['next_fire'] or ('finished' if s['finished'] else '-')}",
         f"  next fires    {', '.join(s['next_fires']) or '-'}",
         f"  attempts      {s['successful']} succeeded, {s['failed']} failed, {s['interrupted']} interrupted, "
-        f"{s['consecutive_failures']} consecutive failures",
+        f"{s['consecutive_failures']} consecutive failures"
+        + (f", {s['excluded']} occurrences excluded" if s["excluded"] else ""),
     ]
     if s["current_attempt"]:
         c = s["current_attempt"]

@@ -96,7 +96,7 @@ class Loading:
                 continue  # fire_once / fire_all fire the missed occurrence now; one-shots always do
             plan = catch_up(job.schedule, us_to_datetime(entry[SCHEDULED]), us_to_datetime(now_us),
                             Misfire.SKIP, entry[OCCURRENCE] - 1, job.repeats, job.ttl)
-            times = None if plan.next_due is None else shaped_next(job, plan.next_due, self._metrics)
+            times = None if plan.next_due is None else shaped_next(job, plan.next_due, self._metrics)[0]
             if times is None:
                 op = remove_op(job_id, entry[OCCURRENCE], EXPIRED)
             else:
