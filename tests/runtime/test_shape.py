@@ -3,6 +3,7 @@ relies on is which occurrences start, when, and what the counters say."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from cluster.model.jobs import ScheduledJob
@@ -102,3 +103,21 @@ def test_a_wire_record_of_a_jittered_job_round_trips_and_the_offset_is_the_same(
     scheduled = datetime_to_us(j.due) + 7 * 1_000_000
     assert back.fire_us(scheduled) == j.fire_us(scheduled)
     assert 0 <= j.fire_us(scheduled) - scheduled <= timedelta_to_us(timedelta(seconds=30))
+
+
+async def test_a_missed_occurrence_skipped_on_load_resumes_at_the_next_allowed_jittered_one() -> None:
+    parts = await make_parts()
+    excluded_at = T0 + timedelta(seconds=7)
+    j = job(due=timedelta(seconds=1), schedule="@every 1s", misfire="skip", jitter="200ms",
+            exclude=f"{excluded_at.second} * * * * *")
+    await add(parts, j)
+    parts.clock.advance(6.5)  # occurrences 1 s ... 6 s were missed while nobody fired
+    shard = next(iter(parts.shards))
+    assert parts.loading.settle_misfires(shard) == {j.id}
+    for _ in range(50):
+        await asyncio.sleep(0)
+    entry = _entry(parts, j.id)
+    assert entry is not None
+    assert entry[SCHEDULED] == T0_US + 8_000_000  # 7 s is excluded: the next allowed is 8 s
+    assert entry[DUE] == j.fire_us(T0_US + 8_000_000)
+    assert parts.metrics.excluded.value == 1
