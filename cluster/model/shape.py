@@ -164,8 +164,12 @@ def parse_exclusions(value: object, *, field: str = "exclude") -> Exclusions:
         return NO_EXCLUSIONS
     if isinstance(value, Exclusions):
         return value
-    items: Iterable[object] = [value] if isinstance(value, (str, date)) else value  # type: ignore[assignment]
-    if not isinstance(value, (str, date, list, tuple, set, frozenset)):
+    items: Iterable[object]
+    if isinstance(value, (str, date)):
+        items = [value]
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = value
+    else:
         raise InvalidJob(field, "must be cron text, a date, or a list of those", value, accepted=ACCEPTED_EXCLUSIONS)
     crons: list[Schedule] = []
     dates: set[date] = set()
