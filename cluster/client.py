@@ -29,7 +29,8 @@ from cluster.named.api import NamedJobs
 from cluster.named.reminders import Reminders
 from cluster.runtime.membership import SILO_PREFIX
 
-_SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
+_SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire",
+                "jitter", "not_before", "not_after", "exclude")
 _MAX_HOPS = 16
 _HOP_DELAY_S, _MAX_HOP_DELAY_S = 0.2, 1.0  # between hops that found a shard's owner unchanged
 # Seconds between looks at which silos exist: new ones get calls, removed ones no longer do.
@@ -100,12 +101,21 @@ class Client:
         ttl: Any = None,
         failure_policy: Any = None,
         misfire: str = "fire_once",
+        jitter: Any = None,
+        not_before: Any = None,
+        not_after: Any = None,
+        exclude: Any = None,
     ) -> ScheduledJob:
-        """Schedule one job; returns it once its ``add`` is durable (``job.shard`` says where)."""
+        """Schedule one job; returns it once its ``add`` is durable (``job.shard`` says where).
+
+        ``jitter``, ``not_before``, ``not_after`` and ``exclude`` shape its occurrences (see
+        ``ScheduledJob.create`` and the README's "Operator controls").
+        """
         (job,) = await self.schedule_jobs([{
             "target": target, "name": name, "due": due, "data": data, "metadata": metadata,
             "schedule": schedule, "repeats": repeats, "ttl": ttl, "failure_policy": failure_policy,
-            "misfire": misfire,
+            "misfire": misfire, "jitter": jitter, "not_before": not_before, "not_after": not_after,
+            "exclude": exclude,
         }])
         return job
 
@@ -124,7 +134,7 @@ class Client:
         limits, now, resolved = self.options.job_limits(), datetime.now(timezone.utc), set[str]()
         for job in jobs:
             limits.check(job, now, resolved=resolved)  # the cluster's limits, before anything is written
-        items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
+        items = [(job.id, datetime_to_us(job.first_fire), pack(job.to_wire())) for job in jobs]
         shards = await self._schedule_coalesced(items)
         return [dataclasses.replace(job, shard=shard) for job, shard in zip(jobs, shards, strict=True)]
 

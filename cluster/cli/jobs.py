@@ -22,6 +22,7 @@ from typing import Any
 
 from cluster.model.errors import AlreadyExists, ValidationError
 from cluster.model.options import DEFAULT_NAMESPACE
+from cluster.model.times import format_duration
 from storage import StorageError
 
 __all__ = ["add_job_commands", "named_job_to_json"]
@@ -34,6 +35,8 @@ SCHEDULE_EXAMPLES = """examples:
   timeshard schedule poll --target actor:poller --schedule '@every 30s' --repeats 10 --overwrite
   timeshard schedule report --target grain:myapp.grains:Report/42 --schedule '0 0 9 * * Mon'
   timeshard schedule once --target actor:mailer --due-time 2026-10-02T15:00:00Z --metadata team=ops
+  timeshard schedule standup --target actor:bot --schedule 'CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri' \
+      --jitter 2m --exclude 2026-12-24 --exclude 2026-12-25 --not-after 2027-06-30T00:00:00Z
 """
 
 
@@ -143,6 +146,7 @@ async def _schedule(client: Any, args: argparse.Namespace) -> int:
     named = await client.jobs.put(
         args.name, target=args.target, schedule=args.schedule, due_time=args.due_time, repeats=args.repeats,
         ttl=args.ttl, data=args.data, metadata=dict(args.metadata) if args.metadata else None,
+        jitter=args.jitter, not_before=args.not_before, not_after=args.not_after, exclude=args.exclude,
         overwrite=args.overwrite, **_scope(args),
     )
     _show(args, named_job_to_json(named), _job_text)
@@ -240,12 +244,14 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
         else f"grain:{target.cls_path}/{target.key}",
         "schedule": None if job.schedule is None else job.schedule.text, "due": _time(job.due),
         "repeats": job.repeats, "ttl": _time(job.ttl), "data": job.data, "metadata": named.metadata,
+        "jitter": format_duration(job.jitter) if job.jitter else None, "not_before": _time(job.not_before),
+        "not_after": _time(job.not_after), "exclude": _exclusions(job.exclude),
         "status": {
             "next_fire": _time(status.next_fire), "successful": status.successful, "failed": status.failed,
             "interrupted": status.interrupted, "consecutive_failures": status.consecutive_failures,
             "attempts": status.attempts, "last_attempted": _time(status.last_attempted),
             "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
-            "finished": status.finished,
+            "finished": status.finished, "excluded": status.excluded, "next_fires": [_time(t) for t in status.next_fires],
         },
     }
 
@@ -262,9 +268,12 @@ def _job_text(j: dict[str, Any]) -> str:
         f"  target        {j['target']}",
         f"  schedule      {j['schedule'] or '-'}   repeats {j['repeats'] or '-'}   ttl {j['ttl'] or '-'}",
         f"  first due     {j['due']}",
+        *_shape_lines(j),
         f"  next fire     {s['next_fire'] or ('finished' if s['finished'] else '-')}",
+        f"  next fires    {', '.join(s['next_fires']) or '-'}",
         f"  attempts      {s['successful']} succeeded, {s['failed']} failed, {s['interrupted']} interrupted, "
-        f"{s['consecutive_failures']} consecutive failures",
+        f"{s['consecutive_failures']} consecutive failures"
+        + (f", {s['excluded']} occurrences excluded" if s["excluded"] else ""),
     ]
     if s["current_attempt"]:
         c = s["current_attempt"]
@@ -274,6 +283,19 @@ def _job_text(j: dict[str, Any]) -> str:
         error = f": {last['error']}" if last["error"] else ""
         lines.append(f"  last attempt  {last['outcome']} at {last['ended_at']}{error}")
     return "\n".join(lines)
+
+
+def _exclusions(exclude: Any) -> list[str]:
+    return [*(c.text for c in exclude.crons), *(d.isoformat() for d in sorted(exclude.dates))]
+
+
+def _shape_lines(j: dict[str, Any]) -> list[str]:
+    """The jitter, bounds and exclusions line of ``get``, when the job has any."""
+    parts = [f"{label} {j[key]}" for label, key in (("jitter", "jitter"), ("not before", "not_before"),
+                                                    ("not after", "not_after")) if j[key]]
+    if j["exclude"]:
+        parts.append("exclude " + "; ".join(j["exclude"]))
+    return [f"  shape         {'   '.join(parts)}"] if parts else []
 
 
 def _list_text(jobs: list[dict[str, Any]]) -> str:
@@ -348,12 +370,17 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ttl", help="no occurrence at or after this time (same forms as --due-time)")
     p.add_argument("--data", type=_json_value, help="JSON payload handed to the handler")
     p.add_argument("--metadata", type=_metadata_pair, action="append", metavar="KEY=VALUE", help="repeatable")
+    p.add_argument("--jitter", help="fire each occurrence up to this much after its time, never before ('30s')")
+    p.add_argument("--not-before", help="no occurrence before this time (same forms as --due-time)")
+    p.add_argument("--not-after", help="no occurrence after this time; the job ends there")
+    p.add_argument("--exclude", action="append", metavar="CRON_OR_DATE",
+                   help="skip occurrences matching this cron text or on this YYYY-MM-DD (schedule's zone); repeatable")
     p.add_argument("--overwrite", action="store_true", help="replace a job of that name (last write wins)")
     _common(p)
     p.set_defaults(func=_run(_schedule))
 
     p = subparsers.add_parser("get", help="show a named job and its status", formatter_class=raw,
-                              description="Show the job NAME: definition, next fire, counters, attempts.",
+                              description="Show the job NAME: definition, next fire times, counters, attempts.",
                               epilog="examples:\n  timeshard get db-backup\n  timeshard get poll --app-id billing --json\n")
     p.add_argument("name")
     _common(p)

@@ -13,14 +13,26 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from cluster.model.errors import InvalidJob, UnsupportedWireVersion
+from cluster.model.errors import InvalidJob, InvalidTime, UnsupportedWireVersion
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.occurrences import Misfire
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy, PolicyLike
 from cluster.model.schedules import Schedule
+from cluster.model.shape import (
+    DEFAULT_NEXT_FIRES,
+    NO_EXCLUSIONS,
+    Bounds,
+    Exclusions,
+    allowed_from,
+    jitter_offset_us,
+    next_fire_times,
+    parse_bound,
+    parse_exclusions,
+    parse_jitter,
+)
 from cluster.model.times import ACCEPTED_TIMES, parse_period, parse_time, require_aware, utc_now
 from cluster.model.wire import (
     check_code_path,
@@ -28,6 +40,7 @@ from cluster.model.wire import (
     memoized,
     pack,
     qualified_name,
+    timedelta_to_us,
     unpack,
     us_to_datetime,
 )
@@ -167,7 +180,10 @@ class ScheduledJob:
     - ``ttl``: absolute expiry (aware UTC), no occurrence at or after it;
     - ``failure_policy``: None means ``DEFAULT_FAILURE_POLICY`` at use (see ``retry_policy``);
     - ``generation``: bumped by an overwrite, so a stale definition never fires again;
-    - ``created_at``: when the job was created; ``misfire``: ``fire_once`` | ``fire_all`` | ``skip``.
+    - ``created_at``: when the job was created; ``misfire``: ``fire_once`` | ``fire_all`` | ``skip``;
+    - ``jitter``: each occurrence fires up to this much after its time, never before (see
+      ``cluster.model.shape``); ``not_before`` / ``not_after``: no occurrence outside them;
+      ``exclude``: occurrences matching these cron expressions or dates are skipped.
 
     Frozen (``data`` and ``metadata`` must not be mutated in place); hashed by ``id``.
     """
@@ -185,6 +201,10 @@ class ScheduledJob:
     created_at: datetime
     generation: int = 0
     misfire: str = "fire_once"
+    jitter: timedelta = timedelta(0)
+    not_before: datetime | None = None
+    not_after: datetime | None = None
+    exclude: Exclusions = NO_EXCLUSIONS
     # Where the job lives (the shard log's name), set by the client once the job is durable so
     # that try_cancel_job can find it. Not part of the job's definition: not stored, not compared.
     shard: str | None = field(default=None, compare=False)
@@ -207,6 +227,10 @@ class ScheduledJob:
         ttl: datetime | str | Any = None,
         failure_policy: PolicyLike | None = None,
         misfire: Misfire | str = "fire_once",
+        jitter: timedelta | str | None = None,
+        not_before: datetime | str | None = None,
+        not_after: datetime | str | None = None,
+        exclude: Any = None,
         generation: int = 0,
         job_id: str | None = None,
         now: datetime | None = None,
@@ -220,7 +244,11 @@ class ScheduledJob:
         the schedule's first time after ``now``. An actor-reminder period ``R4/PT3S`` as the
         schedule means ``@every 3s`` with ``repeats=4``. ``repeats`` and ``ttl`` need a schedule;
         ``ttl`` must come after ``due``; ``misfire`` is ``fire_once`` (default), ``fire_all`` or
-        ``skip``. The job must also meet ``limits`` (minimum period, earliest start, size of data,
+        ``skip``. ``jitter`` (a duration up to 366 days) delays each occurrence by a
+        deterministic offset within it; ``not_before`` / ``not_after`` (times, as ``due``) bound
+        the occurrences and ``exclude`` (cron text, dates or ``YYYY-MM-DD`` text, or a list of
+        them) skips matching ones — these three need a schedule, and move ``due`` to the first
+        occurrence they allow (see ``cluster.model.shape``). The job must also meet ``limits`` (minimum period, earliest start, size of data,
         metadata and name together — ``max_data_bytes`` overrides that one —, importable grain
         classes and retry functions; see ``JobLimits``).
         """
@@ -253,9 +281,17 @@ class ScheduledJob:
                     raise InvalidJob(field_name, "needs a schedule (a one-shot job fires once)", value)
         if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
             raise InvalidJob("repeats", "must be None (unbounded) or an int >= 1", repeats)
+        spread = timedelta(0) if jitter is None else parse_jitter(jitter)
+        bounds = _bounds(parsed_schedule, not_before, not_after, exclude, now)
+        if bounds != _NO_BOUNDS:
+            first = _first_allowed(parsed_schedule, first, bounds)
         expiry = None if ttl is None else parse_time(ttl, now, field="ttl")
-        if expiry is not None and expiry <= first:
-            raise InvalidJob("ttl", f"must be after due ({first.isoformat()})", expiry.isoformat())
+        if expiry is not None:
+            # ttl bounds fire times, jitter included: firing expires an occurrence that starts past it.
+            first_us = datetime_to_us(first)
+            fire = us_to_datetime(first_us + jitter_offset_us(job_id, first_us, timedelta_to_us(spread)))
+            if expiry <= fire:
+                raise InvalidJob("ttl", f"must be after due ({fire.isoformat()})", expiry.isoformat())
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
             raise InvalidJob("generation", "must be an int >= 0", generation)
         job = cls(
@@ -272,6 +308,10 @@ class ScheduledJob:
             created_at=now,
             generation=generation,
             misfire=Misfire.parse(misfire).value,
+            jitter=spread,
+            not_before=bounds.not_before,
+            not_after=bounds.not_after,
+            exclude=bounds.exclude,
         )
         limits.check(job, now)  # imports are checked when it is scheduled
         return job
@@ -286,9 +326,56 @@ class ScheduledJob:
         """Return whether the job has a schedule (fires more than once unless bounded)."""
         return self.schedule is not None
 
+    @property
+    def bounds(self) -> Bounds:
+        """Return the job's bounds and exclusions, as ``cluster.model.shape.allowed_from`` takes them."""
+        return Bounds(self.not_before, self.not_after, self.exclude)
+
+    @property
+    def shaped(self) -> bool:
+        """Return whether bounds or exclusions may skip or end occurrences (jitter aside)."""
+        return self.not_before is not None or self.not_after is not None or bool(self.exclude)
+
+    def fire_us(self, scheduled_us: int) -> int:
+        """Return when (µs) the occurrence scheduled at ``scheduled_us`` fires: later by its jitter."""
+        if not self.jitter:
+            return scheduled_us
+        return scheduled_us + jitter_offset_us(self.id, scheduled_us, timedelta_to_us(self.jitter))
+
+    @property
+    def first_fire(self) -> datetime:
+        """Return when the first occurrence fires: ``due``, later by its jitter."""
+        return self.due if not self.jitter else us_to_datetime(self.fire_us(datetime_to_us(self.due)))
+
+    def next_fires(self, now: datetime, *, count: int = DEFAULT_NEXT_FIRES, paused: bool = False,
+                   pending: int = 1) -> list[datetime]:
+        """Return the next ``count`` fire times after ``now`` (none while ``paused``), honouring
+        bounds, exclusions, jitter, ``ttl`` and ``repeats``; ``pending`` is the number of the
+        occurrence to come (1: none has ended yet)."""
+        left = None if self.repeats is None else self.repeats - (pending - 1)
+        return next_fire_times(self.id, self.schedule, self.due, require_aware(now, field="now"), bounds=self.bounds,
+                               jitter=self.jitter, ttl=self.ttl, left=left, count=count, paused=paused)
+
+    def _options_wire(self) -> dict[str, Any] | None:
+        """The record's optional 15th element: the options that differ from their defaults, or None."""
+        options: dict[str, Any] = {}
+        if self.jitter:
+            options["jitter_us"] = timedelta_to_us(self.jitter)
+        if self.not_before is not None:
+            options["not_before_us"] = datetime_to_us(self.not_before)
+        if self.not_after is not None:
+            options["not_after_us"] = datetime_to_us(self.not_after)
+        if self.exclude:
+            options["exclude"] = self.exclude.wire
+        return options or None
+
     def to_wire(self) -> list[Any]:
-        """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it."""
-        return [
+        """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it.
+
+        Fourteen elements, and a fifteenth (a dict of short keys) only when an option differs
+        from its default: a job without options costs no byte more than before options existed.
+        """
+        record = [
             WIRE_VERSION,
             self.id,
             self.name,
@@ -304,6 +391,10 @@ class ScheduledJob:
             self.generation,
             self.misfire,
         ]
+        options = self._options_wire()
+        if options is not None:
+            record.append(options)
+        return record
 
     @classmethod
     def from_wire(cls, obj: Any, memo: dict[Any, Any] | None = None) -> ScheduledJob:
@@ -314,7 +405,8 @@ class ScheduledJob:
         """
         _check_record(obj)
         (_, job_id, name, target, due, data, metadata, schedule, repeats, ttl, policy, created, generation,
-         misfire) = obj
+         misfire) = obj[:14]
+        options = _NO_OPTIONS if len(obj) == 14 else _options_from_wire(obj[14], memo)
         return cls(
             job_id,
             name,
@@ -329,6 +421,7 @@ class ScheduledJob:
             us_to_datetime(created),
             generation,
             misfire,
+            *options,
         )
 
 
@@ -349,6 +442,8 @@ class ScheduledJob:
         ttl_us = None if ttl is None else _checked_us(ttl)
         in_force = DEFAULT_FAILURE_POLICY if policy is None else FailurePolicy.from_wire(policy, memo)
         _checked_us(created)
+        if len(obj) > 14:
+            _options_from_wire(obj[14], memo)
         return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always")
 
 
@@ -357,8 +452,57 @@ def _check_record(obj: Any) -> None:
     if isinstance(obj, (list, tuple)) and obj and type(obj[0]) is int and obj[0] > WIRE_VERSION:
         raise UnsupportedWireVersion("job", f"written in wire version {obj[0]}; this version reads up to "
                                             f"{WIRE_VERSION}: upgrade this silo to run it")
-    if not isinstance(obj, (list, tuple)) or len(obj) != 14 or obj[0] != WIRE_VERSION:
+    if not isinstance(obj, (list, tuple)) or len(obj) not in (14, 15) or obj[0] != WIRE_VERSION:
         raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
+
+
+_NO_BOUNDS = Bounds()
+_NO_OPTIONS: tuple[Any, ...] = (timedelta(0), None, None, NO_EXCLUSIONS)
+_OPTION_KEYS = frozenset({"jitter_us", "not_before_us", "not_after_us", "exclude"})
+
+
+def _options_from_wire(obj: Any, memo: dict[Any, Any] | None) -> tuple[Any, ...]:
+    """``(jitter, not_before, not_after, exclude)`` from a record's 15th element (trusted, but a
+    record of another shape raises, as any malformed record does)."""
+    if type(obj) is not dict:
+        raise InvalidJob("job", "options of a job record must be a dict", obj)
+    jitter = obj.get("jitter_us")
+    not_before, not_after, exclude = obj.get("not_before_us"), obj.get("not_after_us"), obj.get("exclude")
+    if exclude is not None:
+        Exclusions.check_wire(exclude)  # before it keys the memo
+    return (
+        timedelta(0) if jitter is None else timedelta(microseconds=jitter),
+        None if not_before is None else us_to_datetime(_checked_us(not_before)),
+        None if not_after is None else us_to_datetime(_checked_us(not_after)),
+        NO_EXCLUSIONS if exclude is None else memoized(memo, ("exclude", *exclude), Exclusions.from_wire, exclude, memo),
+    )
+
+
+def _bounds(schedule: Schedule | None, not_before: Any, not_after: Any, exclude: Any, now: datetime) -> Bounds:
+    """The validated bounds and exclusions of a new job; they need a schedule to act on."""
+    lower = parse_bound(not_before, now, "not_before")
+    upper = parse_bound(not_after, now, "not_after")
+    skipped = parse_exclusions(exclude)
+    if schedule is None:
+        for field_name, value in (("not_before", lower), ("not_after", upper), ("exclude", skipped or None)):
+            if value is not None:
+                raise InvalidJob(field_name, "needs a schedule (a one-shot job has one time: choose it with due)",
+                                 value)
+    if lower is not None and upper is not None and upper < lower:
+        raise InvalidTime("not_after", f"must not be before not_before ({lower.isoformat()})", upper.isoformat())
+    return Bounds(lower, upper, skipped)
+
+
+def _first_allowed(schedule: Schedule | None, first: datetime, bounds: Bounds) -> datetime:
+    """The first occurrence from ``first`` on that ``bounds`` allow; raises if there is none."""
+    shaped = allowed_from(schedule, first, bounds)
+    if shaped.scheduled is not None:
+        return shaped.scheduled
+    if shaped.past_end:
+        assert bounds.not_after is not None
+        raise InvalidTime("not_after", "leaves no occurrence to fire: the first one allowed comes after it",
+                          bounds.not_after.isoformat())
+    raise InvalidJob("exclude", "excludes every occurrence of the schedule", bounds.exclude.wire)
 
 
 def _check_label(value: object, field_name: str) -> None:

@@ -171,6 +171,11 @@ class Schedule:
                 object.__setattr__(self, name, getattr(parsed, name))
 
     @property
+    def tz(self) -> tzinfo:
+        """The zone of the schedule's wall times: its ``CRON_TZ``, else UTC."""
+        return self._tz
+
+    @property
     def is_cron(self) -> bool:
         """True for cron text and macros, False for ``@every``."""
         return self._cron is not None

@@ -139,6 +139,10 @@ class NamedJobs:
         data: Any = None,
         metadata: Mapping[str, str] | None = None,
         failure_policy: Any = None,
+        jitter: Any = None,
+        not_before: Any = None,
+        not_after: Any = None,
+        exclude: Any = None,
         overwrite: bool = False,
         app_id: str = DEFAULT_SCOPE,
         namespace: str = DEFAULT_SCOPE,
@@ -148,11 +152,14 @@ class NamedJobs:
         Without ``overwrite`` a taken name raises ``AlreadyExists``; with it the last write wins.
         Bad input raises a ``ValidationError`` naming the field and the rule, and writes nothing.
         ``schedule`` and ``failure_policy`` take what ``schedule_job`` takes (an actor-reminder
-        period ``R4/PT3S`` too); ``due_time`` and ``ttl`` take what ``parse_time`` takes.
+        period ``R4/PT3S`` too); ``due_time`` and ``ttl`` take what ``parse_time`` takes;
+        ``jitter``, ``not_before``, ``not_after`` and ``exclude`` what ``ScheduledJob.create`` takes.
         """
         key = _key(name, app_id, namespace)
         now = utc_now()
-        job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now)
+        shape = {"jitter": jitter, "not_before": not_before, "not_after": not_after, "exclude": exclude}
+        job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now,
+                          shape)
         store = await self._store()
         for _ in range(_PUT_ATTEMPTS):
             entry = await read_entry(store, key)
@@ -173,7 +180,8 @@ class NamedJobs:
         raise Fenced(f"named job {name!r}: the entry kept changing under {_PUT_ATTEMPTS} concurrent puts")
 
     def _build(self, name: str, key: str, target: Any, schedule: Any, due_time: Any, repeats: Any, ttl: Any,
-               data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime) -> ScheduledJob:
+               data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime,
+               shape: Mapping[str, Any] | None = None) -> ScheduledJob:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidJob("metadata", "must be a mapping of str to str", metadata)
         reserved = sorted(k for k in metadata or {} if isinstance(k, str) and k.startswith(RESERVED_METADATA))
@@ -184,7 +192,7 @@ class NamedJobs:
                 self.client.resolve_target(parse_target(target)), name, due=due_time, data=data,
                 metadata={**(metadata or {}), NAMED_MARK: key},
                 schedule=schedule, repeats=repeats, ttl=ttl, failure_policy=failure_policy, now=now,
-                max_data_bytes=self.max_data_bytes,
+                max_data_bytes=self.max_data_bytes, **(shape or {}),
             )
         except ValidationError as exc:
             if exc.field != "due":
@@ -246,7 +254,7 @@ class NamedJobs:
         except NotFound:
             return None  # replaced meanwhile and its definition deleted: read the entry again
         return NamedJob(entry.name, namespace, app_id, entry.generation, replace(job, shard=entry.shard),
-                        entry.status, us_to_datetime(entry.updated_us))
+                        with_next_fires(entry.status, job, utc_now()), us_to_datetime(entry.updated_us))
 
     # -- deleting ------------------------------------------------------------------------------
 
@@ -281,6 +289,22 @@ class NamedJobs:
         return sum(deleted)
 
 
+def with_next_fires(status: JobStatus, job: ScheduledJob, now: datetime, *, paused: bool = False) -> JobStatus:
+    """``status`` with ``next_fires`` computed from ``job``'s definition (see ``ScheduledJob.next_fires``).
+
+    The occurrence to come is the one after the last that ended (an attempt's occurrence
+    number is in the status), so ``repeats`` counts down; a finished job has none.
+    """
+    if status.finished:
+        return status
+    pending = 1
+    running = status.current_attempt or status.last_attempt
+    if running is not None:
+        over = status.current_attempt is None and status.attempts == 0
+        pending = running.occurrence + 1 if over else running.occurrence
+    return replace(status, next_fires=job.next_fires(now, paused=paused, pending=pending))
+
+
 def _locator(job_id: str, shard: str, due_us: int) -> ScheduledJob:
     """Return a stand-in job that says only where job ``job_id`` lives: all try_cancel_job reads."""
     due = us_to_datetime(due_us)
@@ -301,8 +325,8 @@ async def _point_at(store: Store, key: str, entry: Entry | None, job: ScheduledJ
     assert job.shard is not None
     while True:
         retire = () if entry is None else (Retired(entry.job_id, entry.shard, entry.due_us), *entry.retire)
-        new = Entry(key, "", job.generation, job.id, job.shard, datetime_to_us(job.due), now_us,
-                    JobStatus(next_fire=job.due), retire)
+        new = Entry(key, "", job.generation, job.id, job.shard, datetime_to_us(job.first_fire), now_us,
+                    JobStatus(next_fire=job.first_fire), retire)
         try:
             if entry is None:
                 etag = await store.create(key, new.metadata())

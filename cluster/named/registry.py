@@ -185,7 +185,10 @@ class JobStatus:
     - ``current_attempt``: the attempt running now, if any; ``last_attempt``: the last that ended;
     - ``attempts`` / ``last_attempted``: Dapr's counters — attempts made at the current
       occurrence and the virtual time of the last one; back to 0 / None when an occurrence ends;
-    - ``finished``: the job has nothing left to fire (its entry stays until deleted).
+    - ``finished``: the job has nothing left to fire (its entry stays until deleted);
+    - ``excluded``: occurrences its ``exclude=`` skipped (counted as each attempt ends);
+    - ``next_fires``: the next fire times (aware UTC, at most 5), honouring bounds, exclusions,
+      jitter and ``ttl``: computed by ``get`` and ``list`` from the definition, never stored.
 
     Counters describe the current generation: an overwrite starts them again.
     """
@@ -200,6 +203,8 @@ class JobStatus:
     attempts: int = 0
     last_attempted: datetime | None = None
     finished: bool = False
+    excluded: int = 0
+    next_fires: list[datetime] = field(default_factory=list, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -209,6 +214,7 @@ class JobStatus:
             "last": None if self.last_attempt is None else self.last_attempt.to_json(),
             "at": self.attempts, "la": None if self.last_attempted is None else datetime_to_us(self.last_attempted),
             "fin": self.finished,
+            **({"exc": self.excluded} if self.excluded else {}),
         }
 
     @classmethod
@@ -218,6 +224,7 @@ class JobStatus:
             obj.get("ok", 0), obj.get("ko", 0), obj.get("int", 0), obj.get("cf", 0),
             AttemptRecord.from_json(obj.get("cur")), AttemptRecord.from_json(obj.get("last")),
             obj.get("at", 0), None if obj.get("la") is None else us_to_datetime(obj["la"]), obj.get("fin", False),
+            obj.get("exc", 0),
         )
 
 

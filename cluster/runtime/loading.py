@@ -16,9 +16,10 @@ from typing import Any
 from cluster.model.clock import Clock
 from cluster.model.occurrences import Misfire, catch_up
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
+from cluster.model.wire import timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import SiloHooks, call_hooks
 from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.outcomes import shaped_next
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
@@ -95,11 +96,12 @@ class Loading:
                 continue  # fire_once / fire_all fire the missed occurrence now; one-shots always do
             plan = catch_up(job.schedule, us_to_datetime(entry[SCHEDULED]), us_to_datetime(now_us),
                             Misfire.SKIP, entry[OCCURRENCE] - 1, job.repeats, job.ttl)
-            if plan.next_due is None:
+            times = None if plan.next_due is None else shaped_next(job, plan.next_due, self._metrics)[0]
+            if times is None:
                 op = remove_op(job_id, entry[OCCURRENCE], EXPIRED)
             else:
-                nxt = datetime_to_us(plan.next_due)
-                op = add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, nxt)
+                scheduled, nxt = times
+                op = add_op(job_id, nxt, entry[JOB], entry[OCCURRENCE], 0, scheduled)
             settling.add(job_id)
             self._runs.spawn(self._settle(shard, job_id, op))
         return settling

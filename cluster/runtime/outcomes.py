@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 
 from cluster.model.attempt import JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
+from cluster.model.jobs import ScheduledJob
 from cluster.model.limits import code_allowed
 from cluster.model.occurrences import Misfire, cap_fire_all, catch_up, next_occurrence
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
+from cluster.model.shape import allowed_from
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, call_hooks
 from cluster.runtime.metrics import SiloMetrics
@@ -50,6 +52,32 @@ log = logging.getLogger("timeshard.silo")
 T = TypeVar("T")
 FIRST_RETRY_DELAY = 0.2  # seconds before an outcome write is tried again; doubles up to the max
 MAX_RETRY_DELAY = 5.0
+
+
+def shaped_next(job: ScheduledJob, scheduled: datetime, metrics: SiloMetrics) -> tuple[tuple[int, int] | None, int]:
+    """``(scheduled_us, fire_us)`` of the occurrence ``scheduled`` names, once ``job``'s bounds and
+    exclusions have moved it on (None: the job has no occurrence left), and how many occurrences
+    exclusions skipped on the way; skips are counted in ``metrics``.
+
+    The fire time is the scheduled one plus the job's jitter; the series goes on from the
+    scheduled one. ``ttl`` bounds the fire time, jitter included (firing expires a job past it).
+    """
+    excluded = 0
+    if job.shaped:
+        found = allowed_from(job.schedule, scheduled, job.bounds)
+        excluded = found.excluded
+        if excluded:
+            metrics.excluded.inc(excluded)
+        if found.past_end:
+            metrics.out_of_bounds.inc()
+        if found.scheduled is None:
+            return None, excluded
+        scheduled = found.scheduled
+    scheduled_us = datetime_to_us(scheduled)
+    fire_us = job.fire_us(scheduled_us)
+    if job.ttl is not None and fire_us > datetime_to_us(job.ttl):
+        return None, excluded
+    return (scheduled_us, fire_us), excluded
 
 
 class Outcomes:
@@ -199,9 +227,9 @@ class Outcomes:
             return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), retry_at, None, False)
         if exc is not None:
             log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
-        nxt = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+        nxt, excluded = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
         return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), None,
-                          None if nxt is None else us_to_datetime(nxt), nxt is None)
+                          None if nxt is None else us_to_datetime(nxt), nxt is None, excluded)
 
     def _decide(self, policy: FailurePolicy, run: Run, outcome: Outcome, exc: JobFailed | None) -> datetime | None:
         """The policy's next attempt; a policy that raises (a retry function that does not import,
@@ -219,14 +247,16 @@ class Outcomes:
                                                                                   "error": repr(error)})
             return DEFAULT_FAILURE_POLICY.decide(run.number, last, succeeded=outcome.succeeded, ctx=ctx, exc=exc)
 
-    async def end_occurrence(self, run: Run, outcome: str) -> int | None:
-        """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
+    async def end_occurrence(self, run: Run, outcome: str) -> tuple[int | None, int]:
+        """The occurrence ended: remove it, or move the job to its next occurrence. Returns when
+        that one fires (None: the job is finished) and how many occurrences exclusions skipped."""
         entry = run.entry
-        nxt = None if outcome == EXPIRED else self._next_time(run)
-        if nxt is None:
+        times, excluded = (None, 0) if outcome == EXPIRED else self._next_time(run)
+        if times is None:
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
-            return None
-        add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
+            return None, excluded
+        scheduled, nxt = times
+        add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, scheduled)
         window = window_of(nxt, timedelta_to_us(self._options.shard_duration))
         if self._shards.open_for(window) is run.shard:
             (new_entry,) = await run.shard.write([add])  # same shard: the ADD replaces the entry
@@ -245,10 +275,10 @@ class Outcomes:
             new_entry = await self._moves.settle(run.shard, run.job_id)
         if run.cancelled:
             await self._cancel_next(run.job_id, run.shard)
-            return None
+            return None, excluded
         if new_entry is not None:
             self._queue.push(run.job_id, nxt, new_entry)
-        return nxt
+        return nxt, excluded
 
     async def expire(self, run: Run) -> None:
         """Remove a job whose ttl passed before this occurrence could start."""
@@ -269,12 +299,14 @@ class Outcomes:
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
 
-    def _next_time(self, run: Run) -> int | None:
+    def _next_time(self, run: Run) -> tuple[tuple[int, int] | None, int]:
+        """``(scheduled_us, fire_us)`` of the job's next occurrence (None when it has none left),
+        and how many occurrences exclusions skipped to reach it."""
         job, entry = run.job, run.entry
         scheduled = us_to_datetime(entry[SCHEDULED])
         nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
         if nxt is None:
-            return None
+            return None, 0
         now = now_datetime(self._clock)
         grace = self._options.misfire_grace
         if nxt < now - grace:
@@ -285,4 +317,4 @@ class Outcomes:
                 nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
             elif misfire is Misfire.FIRE_ALL and job.schedule is not None:
                 nxt = cap_fire_all(job.schedule, nxt, now)
-        return None if nxt is None else datetime_to_us(nxt)
+        return (None, 0) if nxt is None else shaped_next(job, nxt, self._metrics)

@@ -46,10 +46,17 @@ from storage import Fenced, StorageError, Store, list_logs, read_log
 
 log = logging.getLogger("timeshard.silo")
 
-Item = tuple[str, int, bytes]  # (job id, due µs, packed job), as a client sends it
+# (job id, due µs, packed job), as a client sends it; a fourth element, when given and not None, is
+# the first occurrence's scheduled time (µs) where a jittered job fires later than it.
+Item = tuple[Any, ...]
 
 # How often taking back a failed call's landed batch is tried before the call reports it in doubt.
 WITHDRAW_ATTEMPTS = 3
+
+
+def _add(item: Item) -> list[Any]:
+    """The ADD of a new job's first occurrence."""
+    return add_op(item[0], item[1], item[2], 1, 0, item[3] if len(item) > 3 else None)
 
 
 class Scheduling:
@@ -72,14 +79,14 @@ class Scheduling:
         earlier try of this call (a retry); jobs found there are not added again."""
         duration = timedelta_to_us(self._options.shard_duration)
         by_window: dict[int, list[int]] = defaultdict(list)
-        for i, (_, due_us, _) in enumerate(jobs):
-            by_window[window_of(due_us, duration)].append(i)
+        for i, item in enumerate(jobs):
+            by_window[window_of(item[1], duration)].append(i)
         names = [""] * len(jobs)
         if suspects:
             found = await self._find_earlier_tries(
                 {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects))
-            for i, (job_id, _, _) in enumerate(jobs):
-                names[i] = found.get(job_id, "")
+            for i, item in enumerate(jobs):
+                names[i] = found.get(item[0], "")
         batches = {w: [jobs[i] for i in ix if not names[i]] for w, ix in by_window.items()}
         batches = {w: items for w, items in batches.items() if items}
         self._calls += 1
@@ -98,7 +105,7 @@ class Scheduling:
 
         async def write(window: int, items: list[Item]) -> Shard:
             # Not queued yet: nothing of the call may start before all of it is durable.
-            return await self._shards.write_to_window(window, [add_op(*item) for item in items], queue=False)
+            return await self._shards.write_to_window(window, [_add(item) for item in items], queue=False)
 
         results = await asyncio.gather(*(write(w, items) for w, items in batches.items()), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
@@ -143,7 +150,8 @@ class Scheduling:
         dues: array[int] = array("q")
         entries: list[list[Any]] = []
         taken: set[str] = set()  # a job named twice in one call is queued once
-        for job_id, _, _ in items:
+        for item in items:
+            job_id = item[0]
             entry = live.get(job_id)
             # A load that ran meanwhile queued it already, and it may even have started.
             if (entry is not None and job_id not in taken and self._runs.find(job_id) is None

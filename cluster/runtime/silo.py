@@ -54,8 +54,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def check_items(jobs: Any, decode: JobDecoder) -> None:
+def check_items(jobs: Any, decode: JobDecoder) -> list[int | None]:
     """Refuse a schedule call unless every item is ``(id, due_us, packed job)`` of that very job.
+
+    ``due_us`` is when the job first fires: its ``due``, later by its jitter. Returns each job's
+    first scheduled time where it differs from that (a jittered job), else None.
 
     Each packed job is decoded as a replay will decode it, so nothing is acknowledged that a
     silo could not run. Raises ``InvalidJob`` naming the first bad item (``jobs[i]``) and the
@@ -64,6 +67,7 @@ def check_items(jobs: Any, decode: JobDecoder) -> None:
     """
     if not isinstance(jobs, (list, tuple)):
         raise InvalidJob("jobs", "must be a list of (id, due_us, packed job) items", _short(jobs))
+    scheduled: list[int | None] = []
     for i, item in enumerate(jobs):
         where = f"jobs[{i}]"
         if not isinstance(item, (list, tuple)) or len(item) != 3:
@@ -87,9 +91,12 @@ def check_items(jobs: Any, decode: JobDecoder) -> None:
             raise InvalidJob(f"{where}.job (id {job_id})", "target must name an actor (a str) and a namespace (str or None)")
         if job.id != job_id:
             raise InvalidJob(f"{where}.id", f"must be the packed job's id {job.id!r}", _short(job_id))
-        if datetime_to_us(job.due) != due_us:
-            raise InvalidJob(f"{where}.due_us", f"must be the packed job's due time ({datetime_to_us(job.due)} us)",
-                             due_us)
+        scheduled_us = datetime_to_us(job.due)
+        fire_us = job.fire_us(scheduled_us)
+        if fire_us != due_us:
+            raise InvalidJob(f"{where}.due_us", f"must be the packed job's first fire time ({fire_us} us)", due_us)
+        scheduled.append(None if fire_us == scheduled_us else scheduled_us)
+    return scheduled
 
 
 class Silo:
@@ -214,11 +221,14 @@ class Silo:
         Every item is decoded first (``check_items``): a bad one raises ``InvalidJob`` naming it,
         and nothing of the call is written.
         """
-        check_items(jobs, self._check_decoder)
+        scheduled = check_items(jobs, self._check_decoder)
+        items: Sequence[tuple[Any, ...]] = jobs
+        if any(at is not None for at in scheduled):  # a jittered job first fires after its scheduled time
+            items = [(*item, at) for item, at in zip(jobs, scheduled, strict=True)]
         await self._ready
         if self._r.runs.closing or self._r.heartbeat.superseded:
             raise SiloStopping(f"silo {self.silo_id} is stopping")
-        names = await self._r.scheduling.schedule(jobs, suspects)
+        names = await self._r.scheduling.schedule(items, suspects)
         self.metrics.scheduled.inc(len(jobs))
         return names
 

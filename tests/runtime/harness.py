@@ -261,7 +261,7 @@ def job(target: str = "h", *, due: timedelta | datetime = timedelta(seconds=1), 
 
 def item(j: ScheduledJob) -> tuple[str, int, bytes]:
     """What ``Silo.schedule`` takes for ``j``."""
-    return j.id, datetime_to_us(j.due), pack(j.to_wire())
+    return j.id, datetime_to_us(j.first_fire), pack(j.to_wire())
 
 
 async def add(parts: Roles, *jobs: ScheduledJob) -> list[str]:
@@ -270,7 +270,7 @@ async def add(parts: Roles, *jobs: ScheduledJob) -> list[str]:
     for j in jobs:
         jid, due_us, packed = item(j)
         window = window_of(due_us, timedelta_to_us(OPTIONS.shard_duration))
-        shard = await parts.shards.write_to_window(window, [add_op(jid, due_us, packed)])
+        shard = await parts.shards.write_to_window(window, [add_op(jid, due_us, packed, 1, 0, datetime_to_us(j.due))])
         names.append(shard.base)
     return names
 
