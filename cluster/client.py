@@ -29,7 +29,8 @@ from cluster.named.api import NamedJobs
 from cluster.named.reminders import Reminders
 from cluster.runtime.membership import SILO_PREFIX
 
-_SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire")
+_SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire",
+                "overlap")
 _MAX_HOPS = 16
 # Seconds between looks at which silos exist: new ones get calls, removed ones no longer do.
 SILO_REFRESH_S = 30.0
@@ -99,12 +100,13 @@ class Client:
         ttl: Any = None,
         failure_policy: Any = None,
         misfire: str = "fire_once",
+        overlap: str = "allow_all",
     ) -> ScheduledJob:
         """Schedule one job; returns it once its ``add`` is durable (``job.shard`` says where)."""
         (job,) = await self.schedule_jobs([{
             "target": target, "name": name, "due": due, "data": data, "metadata": metadata,
             "schedule": schedule, "repeats": repeats, "ttl": ttl, "failure_policy": failure_policy,
-            "misfire": misfire,
+            "misfire": misfire, "overlap": overlap,
         }])
         return job
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from cluster.model.errors import InvalidJob, UnsupportedWireVersion
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
-from cluster.model.occurrences import Misfire
+from cluster.model.occurrences import Misfire, Overlap
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy, PolicyLike
 from cluster.model.schedules import Schedule
 from cluster.model.times import ACCEPTED_TIMES, parse_period, parse_time, require_aware, utc_now
@@ -37,6 +37,8 @@ __all__ = ["Target", "ScheduledJob", "JobHead", "new_job_id", "grain_actor_name"
 
 DEFAULT_MAX_DATA_BYTES = 256 * 1024
 WIRE_VERSION = 1
+_OVERLAPS = frozenset(policy.value for policy in Overlap)
+_NO_OPTIONS: dict[str, Any] = {}  # the options of a record without them: every one its default
 _REMINDER_PERIOD = re.compile(r"\s*R\d*/", re.IGNORECASE)
 
 
@@ -140,6 +142,7 @@ class JobHead(NamedTuple):
     metadata: dict[str, str]
     recurring: bool  # has a schedule
     retry_always: bool  # its failure policy runs it again after a success too
+    overlap: str = "allow_all"  # its overlap policy (see ``Overlap``)
 
 
 _UTC_MIN_US = datetime_to_us(datetime.min.replace(tzinfo=timezone.utc))
@@ -167,7 +170,8 @@ class ScheduledJob:
     - ``ttl``: absolute expiry (aware UTC), no occurrence at or after it;
     - ``failure_policy``: None means ``DEFAULT_FAILURE_POLICY`` at use (see ``retry_policy``);
     - ``generation``: bumped by an overwrite, so a stale definition never fires again;
-    - ``created_at``: when the job was created; ``misfire``: ``fire_once`` | ``fire_all`` | ``skip``.
+    - ``created_at``: when the job was created; ``misfire``: ``fire_once`` | ``fire_all`` | ``skip``;
+    - ``overlap``: what becomes of occurrences due while an earlier one is in flight (``Overlap``).
 
     Frozen (``data`` and ``metadata`` must not be mutated in place); hashed by ``id``.
     """
@@ -185,6 +189,7 @@ class ScheduledJob:
     created_at: datetime
     generation: int = 0
     misfire: str = "fire_once"
+    overlap: str = "allow_all"
     # Where the job lives (the shard log's name), set by the client once the job is durable so
     # that try_cancel_job can find it. Not part of the job's definition: not stored, not compared.
     shard: str | None = field(default=None, compare=False)
@@ -207,6 +212,7 @@ class ScheduledJob:
         ttl: datetime | str | Any = None,
         failure_policy: PolicyLike | None = None,
         misfire: Misfire | str = "fire_once",
+        overlap: Overlap | str = "allow_all",
         generation: int = 0,
         job_id: str | None = None,
         now: datetime | None = None,
@@ -220,7 +226,8 @@ class ScheduledJob:
         the schedule's first time after ``now``. An actor-reminder period ``R4/PT3S`` as the
         schedule means ``@every 3s`` with ``repeats=4``. ``repeats`` and ``ttl`` need a schedule;
         ``ttl`` must come after ``due``; ``misfire`` is ``fire_once`` (default), ``fire_all`` or
-        ``skip``. The job must also meet ``limits`` (minimum period, earliest start, size of data,
+        ``skip``; ``overlap`` is ``allow_all`` (default), ``skip``, ``buffer_one``, ``buffer_all`` or
+        ``cancel_other`` (see ``Overlap``). The job must also meet ``limits`` (minimum period, earliest start, size of data,
         metadata and name together — ``max_data_bytes`` overrides that one —, importable grain
         classes and retry functions; see ``JobLimits``).
         """
@@ -247,10 +254,13 @@ class ScheduledJob:
             first = parsed_schedule.next_after(now)
         else:
             first = parse_time(due, now, field="due")
+        overlap_policy = Overlap.parse(overlap)
         if parsed_schedule is None:
             for field_name, value in (("repeats", repeats), ("ttl", ttl)):
                 if value is not None:
                     raise InvalidJob(field_name, "needs a schedule (a one-shot job fires once)", value)
+            if overlap_policy is not Overlap.ALLOW_ALL:
+                raise InvalidJob("overlap", "needs a schedule (a one-shot job never overlaps itself)", overlap)
         if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
             raise InvalidJob("repeats", "must be None (unbounded) or an int >= 1", repeats)
         expiry = None if ttl is None else parse_time(ttl, now, field="ttl")
@@ -272,6 +282,7 @@ class ScheduledJob:
             created_at=now,
             generation=generation,
             misfire=Misfire.parse(misfire).value,
+            overlap=overlap_policy.value,
         )
         limits.check(job, now)  # imports are checked when it is scheduled
         return job
@@ -287,8 +298,13 @@ class ScheduledJob:
         return self.schedule is not None
 
     def to_wire(self) -> list[Any]:
-        """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it."""
-        return [
+        """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it.
+
+        Options added since (``overlap``) travel in one optional 15th element, a dict holding
+        only those that differ from their defaults, and absent when all are defaults: a job
+        that uses none costs no byte more, and records written before them still replay.
+        """
+        record = [
             WIRE_VERSION,
             self.id,
             self.name,
@@ -304,6 +320,16 @@ class ScheduledJob:
             self.generation,
             self.misfire,
         ]
+        options = self._options_wire()
+        if options:
+            record.append(options)
+        return record
+
+    def _options_wire(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.overlap != "allow_all":
+            options["overlap"] = self.overlap
+        return options
 
     @classmethod
     def from_wire(cls, obj: Any, memo: dict[Any, Any] | None = None) -> ScheduledJob:
@@ -314,7 +340,8 @@ class ScheduledJob:
         """
         _check_record(obj)
         (_, job_id, name, target, due, data, metadata, schedule, repeats, ttl, policy, created, generation,
-         misfire) = obj
+         misfire) = obj[:14]
+        options = obj[14] if len(obj) > 14 else _NO_OPTIONS
         return cls(
             job_id,
             name,
@@ -329,6 +356,7 @@ class ScheduledJob:
             us_to_datetime(created),
             generation,
             misfire,
+            options.get("overlap", "allow_all"),
         )
 
 
@@ -349,7 +377,8 @@ class ScheduledJob:
         ttl_us = None if ttl is None else _checked_us(ttl)
         in_force = DEFAULT_FAILURE_POLICY if policy is None else FailurePolicy.from_wire(policy, memo)
         _checked_us(created)
-        return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always")
+        overlap = obj[14].get("overlap", "allow_all") if len(obj) > 14 else "allow_all"
+        return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always", overlap)
 
 
 def _check_record(obj: Any) -> None:
@@ -357,8 +386,16 @@ def _check_record(obj: Any) -> None:
     if isinstance(obj, (list, tuple)) and obj and type(obj[0]) is int and obj[0] > WIRE_VERSION:
         raise UnsupportedWireVersion("job", f"written in wire version {obj[0]}; this version reads up to "
                                             f"{WIRE_VERSION}: upgrade this silo to run it")
-    if not isinstance(obj, (list, tuple)) or len(obj) != 14 or obj[0] != WIRE_VERSION:
+    if not isinstance(obj, (list, tuple)) or not 14 <= len(obj) <= 15 or obj[0] != WIRE_VERSION:
         raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
+    if len(obj) == 15:
+        options = obj[14]
+        if not isinstance(options, dict):
+            raise InvalidJob("job", "options (the 15th element) must be a map", options)
+        if options.get("overlap", "allow_all") not in _OVERLAPS:
+            # Refused, never guessed at: a policy this version does not know is not run as another.
+            raise InvalidJob("overlap", "is not an overlap policy this version knows", options.get("overlap"),
+                             accepted=", ".join(sorted(_OVERLAPS)))
 
 
 def _check_label(value: object, field_name: str) -> None:

@@ -139,6 +139,7 @@ class NamedJobs:
         data: Any = None,
         metadata: Mapping[str, str] | None = None,
         failure_policy: Any = None,
+        overlap: str = "allow_all",
         overwrite: bool = False,
         app_id: str = DEFAULT_SCOPE,
         namespace: str = DEFAULT_SCOPE,
@@ -148,11 +149,13 @@ class NamedJobs:
         Without ``overwrite`` a taken name raises ``AlreadyExists``; with it the last write wins.
         Bad input raises a ``ValidationError`` naming the field and the rule, and writes nothing.
         ``schedule`` and ``failure_policy`` take what ``schedule_job`` takes (an actor-reminder
-        period ``R4/PT3S`` too); ``due_time`` and ``ttl`` take what ``parse_time`` takes.
+        period ``R4/PT3S`` too); ``due_time`` and ``ttl`` take what ``parse_time`` takes; ``overlap``
+        (``allow_all``, ``skip``, ``buffer_one``, ``buffer_all``, ``cancel_other``) is as in ``schedule_job``.
         """
         key = _key(name, app_id, namespace)
         now = utc_now()
-        job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now)
+        job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now,
+                          overlap)
         store = await self._store()
         for _ in range(_PUT_ATTEMPTS):
             entry = await read_entry(store, key)
@@ -173,7 +176,8 @@ class NamedJobs:
         raise Fenced(f"named job {name!r}: the entry kept changing under {_PUT_ATTEMPTS} concurrent puts")
 
     def _build(self, name: str, key: str, target: Any, schedule: Any, due_time: Any, repeats: Any, ttl: Any,
-               data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime) -> ScheduledJob:
+               data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime,
+               overlap: str = "allow_all") -> ScheduledJob:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidJob("metadata", "must be a mapping of str to str", metadata)
         reserved = sorted(k for k in metadata or {} if isinstance(k, str) and k.startswith(RESERVED_METADATA))
@@ -183,7 +187,7 @@ class NamedJobs:
             job = ScheduledJob.create(
                 self.client.resolve_target(parse_target(target)), name, due=due_time, data=data,
                 metadata={**(metadata or {}), NAMED_MARK: key},
-                schedule=schedule, repeats=repeats, ttl=ttl, failure_policy=failure_policy, now=now,
+                schedule=schedule, repeats=repeats, ttl=ttl, failure_policy=failure_policy, overlap=overlap, now=now,
                 max_data_bytes=self.max_data_bytes,
             )
         except ValidationError as exc:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from cluster.model.attempt import JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
 from cluster.model.limits import code_allowed
-from cluster.model.occurrences import Misfire, cap_fire_all, catch_up, next_occurrence
+from cluster.model.occurrences import Misfire, Overlap, cap_fire_all, catch_up, next_occurrence, overlapped
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
@@ -222,9 +222,14 @@ class Outcomes:
     async def end_occurrence(self, run: Run, outcome: str) -> int | None:
         """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
         entry = run.entry
-        nxt = None if outcome == EXPIRED else self._next_time(run)
+        skipped, buffered = 0, False
+        if outcome == EXPIRED:
+            nxt = None
+        else:
+            nxt, skipped, buffered = self._next_time(run)
         if nxt is None:
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
+            self._count_overlap(skipped, False)
             return None
         add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
         window = window_of(nxt, timedelta_to_us(self._options.shard_duration))
@@ -243,12 +248,21 @@ class Outcomes:
             # Queued below, once this occurrence is fully written: the next one must not start
             # while this run still counts as in flight.
             new_entry = await self._moves.settle(run.shard, run.job_id)
+        # Counted once the decision is durable: a write tried again is counted once, and a
+        # replay of the log counts nothing (the decision is already taken).
+        self._count_overlap(skipped, buffered)
         if run.cancelled:
             await self._cancel_next(run.job_id, run.shard)
             return None
         if new_entry is not None:
             self._queue.push(run.job_id, nxt, new_entry)
         return nxt
+
+    def _count_overlap(self, skipped: int, buffered: bool) -> None:
+        if skipped:
+            self._metrics.overlap_skipped.inc(skipped)
+        if buffered:
+            self._metrics.overlap_buffered.inc()
 
     async def expire(self, run: Run) -> None:
         """Remove a job whose ttl passed before this occurrence could start."""
@@ -269,13 +283,21 @@ class Outcomes:
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
 
-    def _next_time(self, run: Run) -> int | None:
+    def _next_time(self, run: Run) -> tuple[int | None, int, bool]:
+        """The next occurrence's time (None: none left), occurrences skipped by the job's overlap
+        policy, and whether the next one waited for this one (it is due already)."""
         job, entry = run.job, run.entry
         scheduled = us_to_datetime(entry[SCHEDULED])
         nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
         if nxt is None:
-            return None
+            return None, 0, False
         now = now_datetime(self._clock)
+        if run.head.overlap != "allow_all" and job.schedule is not None:
+            # The policy decides for every occurrence due by now: they came due while this one
+            # was in flight (running, retrying, or waiting for a silo). See ``overlapped``.
+            plan = overlapped(Overlap(run.head.overlap), job.schedule, nxt, now, job.ttl)
+            due = plan.next_due
+            return None if due is None else datetime_to_us(due), plan.skipped, plan.buffered
         grace = self._options.misfire_grace
         if nxt < now - grace:
             misfire = Misfire.parse(job.misfire)
@@ -285,4 +307,4 @@ class Outcomes:
                 nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
             elif misfire is Misfire.FIRE_ALL and job.schedule is not None:
                 nxt = cap_fire_all(job.schedule, nxt, now)
-        return None if nxt is None else datetime_to_us(nxt)
+        return None if nxt is None else datetime_to_us(nxt), 0, False
