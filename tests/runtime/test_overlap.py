@@ -1,0 +1,131 @@
+"""Overlap policies on a silo's roles, without Ray: a recurring ``@every 1s`` job whose handler
+takes 2.5 s (the handler moves the manual clock), under each policy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from cluster.model.attempt import JobContext
+from cluster.model.wire import datetime_to_us
+from cluster.runtime.roles import Roles
+from cluster.runtime.shardlog import DUE, OWNER, SCHEDULED, ShardState
+from storage import read_log
+from tests.runtime.harness import T0, T0_US, GatedStore, add, fire_due, job, make_parts
+
+RUN_S = 2.5  # each attempt takes this long: two or three occurrences of @every 1s come due meanwhile
+
+
+class Slow:
+    """A handler that takes ``RUN_S`` on the manual clock and notes the occurrences it ran."""
+
+    def __init__(self, parts: Roles) -> None:
+        self.parts = parts
+        self.ran: list[float] = []  # scheduled_for, in seconds after T0
+        self.started: list[float] = []
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.ran.append((ctx.scheduled_for - T0).total_seconds())
+        self.started.append((self.parts.clock.now_us() - T0_US) / 1e6)
+        self.parts.clock.advance(RUN_S)
+
+
+async def run_series(parts: Roles, fires: int) -> Slow:
+    """Fire the job ``fires`` times, moving the clock to each next due time as a silo's loop would."""
+    slow = parts.transport.handlers["h"] = Slow(parts)
+    while len(slow.ran) < fires:
+        due = parts.queue.next_due()
+        assert due is not None, "the series stopped"
+        if due > parts.clock.now_us():
+            parts.clock.advance((due - parts.clock.now_us()) / 1e6)
+        parts.lease.renew(parts.clock.monotonic())
+        await fire_due(parts)
+    return slow
+
+
+async def series(policy: str, fires: int = 4) -> tuple[Roles, Slow]:
+    parts = await make_parts()
+    j = job(schedule="@every 1s", overlap=policy)
+    await add(parts, j)
+    return parts, await run_series(parts, fires)
+
+
+def overlap_counts(parts: Roles) -> tuple[int, int, int]:
+    m = parts.metrics
+    return m.overlap_skipped.value, m.overlap_buffered.value, m.overlap_cancelled.value
+
+
+async def test_allow_all_keeps_todays_rule_and_counts_nothing() -> None:
+    # Today: the next occurrence waits for the previous one to end; one due more than misfire_grace
+    # (1 s) before that end was missed, and fire_once goes on after the end.
+    parts, slow = await series("allow_all")
+    assert slow.ran == [1, 4, 7, 10]
+    assert overlap_counts(parts) == (0, 0, 0)
+
+
+async def test_skip_runs_none_that_came_due_meanwhile_and_counts_each() -> None:
+    parts, slow = await series("skip")
+    assert slow.ran == [1, 4, 7, 10]  # 2 and 3 came due while 1 ran (1 to 3.5), and so on
+    assert slow.started == [1, 4, 7, 10]
+    assert overlap_counts(parts) == (8, 0, 0)  # 2, 3, 5, 6, 8, 9, 11, 12: counted as each run ends
+
+
+async def test_buffer_one_starts_the_latest_as_the_running_one_ends() -> None:
+    parts, slow = await series("buffer_one", 5)
+    # 1 runs 1-3.5: 2 and 3 came due, 3 waits (2 skipped) and starts at 3.5; it runs to 6: 4, 5
+    # and 6 came due, 6 waits; 6 runs 6-8.5, 7 and 8 came due ... Every run after the first waited.
+    assert slow.ran == [1, 3, 6, 8, 11]
+    assert slow.started == [1, 3.5, 6, 8.5, 11]
+    assert overlap_counts(parts) == (1 + 2 + 1 + 2 + 1, 5, 0)
+
+
+async def test_buffer_all_runs_every_occurrence_back_to_back_in_order() -> None:
+    parts, slow = await series("buffer_all", 5)
+    assert slow.ran == [1, 2, 3, 4, 5]
+    assert slow.started == [1, 3.5, 6, 8.5, 11]
+    assert overlap_counts(parts) == (0, 5, 0)  # the fifth run's successor waits too
+
+
+async def test_buffer_all_skips_the_oldest_beyond_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cluster.model.occurrences as occurrences
+
+    monkeypatch.setattr(occurrences, "BUFFER_ALL_LIMIT", 2)
+    parts, slow = await series("buffer_all", 4)
+    # 1 runs 1-3.5: 2, 3 wait; 2 runs 3.5-6: 3 to 6 wait, the bound keeps the newest, 5 and 6;
+    # 5 runs 6-8.5: 6, 7, 8 wait, 6 is dropped; 7 runs 8.5-11: 8 to 11 wait, 8 and 9 are dropped.
+    assert slow.ran == [1, 2, 5, 7]
+    assert overlap_counts(parts)[0] == 2 + 1 + 2
+
+
+async def test_a_buffered_occurrence_is_durable_before_it_starts() -> None:
+    """What waits is the job's live entry in its shard log, due already: a silo that loads the
+    log after a kill finds it and runs it; nothing of it lives only in memory."""
+    parts = await make_parts()
+    j = job(schedule="@every 1s", overlap="buffer_one")
+    await add(parts, j)
+    parts.transport.handlers["h"] = Slow(parts)
+    parts.clock.advance(1)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)  # 1 ran until 3.5: 3 waits
+    queued = parts.queue.get(j.id)
+    assert queued is not None
+    due, entry = queued
+    assert entry[SCHEDULED] == datetime_to_us(T0 + timedelta(seconds=3)) and due <= parts.clock.now_us()
+    state = ShardState().replay((await read_log(parts.store, entry[OWNER].base)).records())
+    assert state.live[j.id][SCHEDULED] == entry[SCHEDULED] and state.live[j.id][DUE] == entry[DUE]
+
+
+async def test_a_skip_is_counted_once_when_its_write_is_tried_again() -> None:
+    store = GatedStore()
+    parts = await make_parts(store)
+    j = job(schedule="@every 1s", overlap="skip")
+    await add(parts, j)
+    parts.transport.handlers["h"] = Slow(parts)
+    parts.clock.advance(1)
+    parts.lease.renew(parts.clock.monotonic())
+    store.fail_next("append_block", 1)  # the outcome's first write fails; it is written again
+    await fire_due(parts)
+    assert overlap_counts(parts) == (2, 0, 0)
+    queued = parts.queue.get(j.id)
+    assert queued is not None and queued[1][SCHEDULED] == datetime_to_us(T0 + timedelta(seconds=4))
