@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from cluster.model.attempt import JobFailed, Outcome
+from cluster.model.attempt import OVERLAP_CANCELLED, JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
 from cluster.model.limits import code_allowed
 from cluster.model.occurrences import Misfire, Overlap, cap_fire_all, catch_up, next_occurrence, overlapped
@@ -137,7 +137,10 @@ class Outcomes:
                 if not run.shard.lost and not run.cancelled:
                     self._queue.push(run.job_id, run.due_us, run.entry)
                 return
-            (self._metrics.succeeded if outcome.succeeded else self._metrics.failed).inc()
+            if self._superseded(run, outcome):
+                self._metrics.overlap_cancelled.inc()
+            else:
+                (self._metrics.succeeded if outcome.succeeded else self._metrics.failed).inc()
             end = await self._until_durable(run.shard, lambda: self._record(run, outcome),
                                             done=lambda: run.cancelled, jobs=1)
         finally:
@@ -188,7 +191,9 @@ class Outcomes:
         attempts = run.number
         exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "",
                                                        timed_out=outcome.timed_out)
-        retry_at = self._decide(policy, run, outcome, exc) if (exc is not None or policy.strategy == "always") else None
+        retry = exc is not None or policy.strategy == "always"
+        # Stopped for the next occurrence, which is due: not a failure to run again.
+        retry_at = self._decide(policy, run, outcome, exc) if retry and not self._superseded(run, outcome) else None
         error = None if exc is None else f"{exc.error_type}: {exc.message}"
         if retry_at is not None:
             due_us = datetime_to_us(retry_at)
@@ -202,6 +207,11 @@ class Outcomes:
         nxt = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
         return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), None,
                           None if nxt is None else us_to_datetime(nxt), nxt is None)
+
+    @staticmethod
+    def _superseded(run: Run, outcome: Outcome) -> bool:
+        """Whether the handler stopped ``run`` as its job's next occurrence came due (cancel_other)."""
+        return bool(run.stop_us) and outcome.error_type == OVERLAP_CANCELLED
 
     def _decide(self, policy: FailurePolicy, run: Run, outcome: Outcome, exc: JobFailed | None) -> datetime | None:
         """The policy's next attempt; a policy that raises (a retry function that does not import,

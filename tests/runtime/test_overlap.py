@@ -3,6 +3,7 @@ takes 2.5 s (the handler moves the manual clock), under each policy."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from cluster.model.attempt import JobContext
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import DUE, OWNER, SCHEDULED, ShardState
+from cluster.runtime.shardlog import DUE, OWNER, RETRY, SCHEDULED, ShardState
 from storage import read_log
 from tests.runtime.harness import T0, T0_US, GatedStore, add, fire_due, job, make_parts
 
@@ -129,3 +130,76 @@ async def test_a_skip_is_counted_once_when_its_write_is_tried_again() -> None:
     assert overlap_counts(parts) == (2, 0, 0)
     queued = parts.queue.get(j.id)
     assert queued is not None and queued[1][SCHEDULED] == datetime_to_us(T0 + timedelta(seconds=4))
+
+
+# --- cancel_other: the handler stops the running attempt as the next occurrence comes due ---------
+
+
+async def settle() -> None:
+    for _ in range(100):
+        await asyncio.sleep(0)
+
+
+async def fire_now(parts: Roles) -> None:
+    """Take what is due and send it, without waiting for it to end (the handler runs on the clock)."""
+    parts.lease.renew(parts.clock.monotonic())
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    await settle()
+
+
+class Stubborn:
+    """Runs until the manual clock has moved ``RUN_S`` on: a handler slower than its schedule."""
+
+    def __init__(self, parts: Roles) -> None:
+        self.parts = parts
+        self.ran: list[float] = []
+        self.ended: list[float] = []
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.ran.append((ctx.scheduled_for - T0).total_seconds())
+        await self.parts.clock.sleep(RUN_S)
+        self.ended.append((ctx.scheduled_for - T0).total_seconds())
+
+
+async def test_cancel_other_stops_the_running_attempt_and_starts_the_next() -> None:
+    parts = await make_parts()
+    parts.transport.clock = parts.clock  # JobHandler's own batch code, on the manual clock
+    handler = parts.transport.handlers["h"] = Stubborn(parts)
+    j = job(schedule="@every 1s", overlap="cancel_other")
+    (name,) = await add(parts, j)
+    parts.clock.advance(1)
+    await fire_now(parts)
+    assert handler.ran == [1]
+    assert parts.transport.stops == [{next(iter(parts.runs.inflight.values())).run_id: (T0_US + 2_000_000) / 1e6}]
+    parts.clock.advance(0.5)
+    await settle()
+    assert parts.runs.inflight and parts.queue.get(j.id) is None  # still running; nothing due yet
+    parts.clock.advance(0.5)  # 2 comes due: the handler stops 1, and 2 is queued, due at once
+    await settle()
+    assert handler.ended == [] and not parts.runs.inflight
+    queued = parts.queue.get(j.id)
+    assert queued is not None and queued[1][SCHEDULED] == T0_US + 2_000_000
+    assert overlap_counts(parts) == (0, 1, 1)
+    assert parts.metrics.failed.value == 0 and parts.metrics.retried.value == 0  # superseded, not failed
+    assert not [op for op in (await read_log(parts.store, name)).records() if op[0] == RETRY]
+    await fire_now(parts)
+    assert handler.ran == [1, 2]
+    parts.clock.advance(1)
+    await settle()
+    assert overlap_counts(parts) == (0, 2, 2)
+
+
+async def test_cancel_other_lets_an_attempt_that_ends_in_time_succeed() -> None:
+    parts = await make_parts()
+    parts.transport.clock = parts.clock
+    handler = parts.transport.handlers["h"] = Stubborn(parts)
+    j = job(schedule="@every 5s", overlap="cancel_other")
+    await add(parts, j)
+    parts.clock.advance(1)
+    await fire_now(parts)
+    parts.clock.advance(RUN_S)
+    await settle()
+    assert handler.ended == [1] and parts.metrics.succeeded.value == 1
+    assert overlap_counts(parts) == (0, 0, 0)
+    queued = parts.queue.get(j.id)
+    assert queued is not None and queued[0] == T0_US + 6_000_000  # on its grid, not early
