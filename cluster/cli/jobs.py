@@ -239,13 +239,14 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
         "target": f"actor:{target.name}@{target.namespace}" if target.kind == "actor"
         else f"grain:{target.cls_path}/{target.key}",
         "schedule": None if job.schedule is None else job.schedule.text, "due": _time(job.due),
-        "repeats": job.repeats, "ttl": _time(job.ttl), "data": job.data, "metadata": named.metadata,
+        "repeats": job.repeats, "ttl": _time(job.ttl), "overlap": job.overlap, "data": job.data,
+        "metadata": named.metadata,
         "status": {
             "next_fire": _time(status.next_fire), "successful": status.successful, "failed": status.failed,
             "interrupted": status.interrupted, "consecutive_failures": status.consecutive_failures,
             "attempts": status.attempts, "last_attempted": _time(status.last_attempted),
             "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
-            "finished": status.finished,
+            "finished": status.finished, "overlap_skipped": status.overlap_skipped,
         },
     }
 
@@ -266,6 +267,8 @@ def _job_text(j: dict[str, Any]) -> str:
         f"  attempts      {s['successful']} succeeded, {s['failed']} failed, {s['interrupted']} interrupted, "
         f"{s['consecutive_failures']} consecutive failures",
     ]
+    if j["overlap"] != "allow_all":
+        lines.append(f"  overlap       {j['overlap']}   {s['overlap_skipped']} occurrences skipped")
     if s["current_attempt"]:
         c = s["current_attempt"]
         lines.append(f"  running       since {c['started_at']} (occurrence {c['occurrence']}, attempt {c['attempt']})")

@@ -52,6 +52,7 @@ def ended(status: JobStatus, event: AttemptEvent, end: AttemptEnd, owner: str) -
         last_attempted=None if occurrence_over else event.scheduled_for,
         next_fire=end.retry_at or end.next_occurrence,
         finished=end.finished,
+        overlap_skipped=status.overlap_skipped + end.skipped,
     )
 
 

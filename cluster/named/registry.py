@@ -185,7 +185,9 @@ class JobStatus:
     - ``current_attempt``: the attempt running now, if any; ``last_attempt``: the last that ended;
     - ``attempts`` / ``last_attempted``: Dapr's counters — attempts made at the current
       occurrence and the virtual time of the last one; back to 0 / None when an occurrence ends;
-    - ``finished``: the job has nothing left to fire (its entry stays until deleted).
+    - ``finished``: the job has nothing left to fire (its entry stays until deleted);
+    - ``overlap_skipped``: occurrences its overlap policy skipped (they came due while an earlier
+      one was in flight); counted as each occurrence ends, at most once each.
 
     Counters describe the current generation: an overwrite starts them again.
     """
@@ -200,9 +202,10 @@ class JobStatus:
     attempts: int = 0
     last_attempted: datetime | None = None
     finished: bool = False
+    overlap_skipped: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj = {
             "n": None if self.next_fire is None else datetime_to_us(self.next_fire),
             "ok": self.successful, "ko": self.failed, "int": self.interrupted, "cf": self.consecutive_failures,
             "cur": None if self.current_attempt is None else self.current_attempt.to_json(),
@@ -210,6 +213,9 @@ class JobStatus:
             "at": self.attempts, "la": None if self.last_attempted is None else datetime_to_us(self.last_attempted),
             "fin": self.finished,
         }
+        if self.overlap_skipped:  # only then: an entry of a job that skipped nothing keeps its size
+            obj["osk"] = self.overlap_skipped
+        return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> JobStatus:
@@ -218,6 +224,7 @@ class JobStatus:
             obj.get("ok", 0), obj.get("ko", 0), obj.get("int", 0), obj.get("cf", 0),
             AttemptRecord.from_json(obj.get("cur")), AttemptRecord.from_json(obj.get("last")),
             obj.get("at", 0), None if obj.get("la") is None else us_to_datetime(obj["la"]), obj.get("fin", False),
+            overlap_skipped=obj.get("osk", 0),
         )
 
 

@@ -45,6 +45,7 @@ class AttemptEnd:
     retry_at: datetime | None  # the failure policy's next attempt, None if it gave up
     next_occurrence: datetime | None  # set when the occurrence ended and the job recurs
     finished: bool  # the job has nothing left: removed from its shard
+    skipped: int = 0  # occurrences its overlap policy skipped as this one ended (they came due meanwhile)
 
 
 class SiloHooks:

@@ -204,9 +204,9 @@ class Outcomes:
             return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), retry_at, None, False)
         if exc is not None:
             log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
-        nxt = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+        nxt, skipped = await self._end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
         return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), None,
-                          None if nxt is None else us_to_datetime(nxt), nxt is None)
+                          None if nxt is None else us_to_datetime(nxt), nxt is None, skipped)
 
     @staticmethod
     def _superseded(run: Run, outcome: Outcome) -> bool:
@@ -231,6 +231,11 @@ class Outcomes:
 
     async def end_occurrence(self, run: Run, outcome: str) -> int | None:
         """The occurrence ended: remove it, or move the job to its next occurrence (returned)."""
+        nxt, _ = await self._end_occurrence(run, outcome)
+        return nxt
+
+    async def _end_occurrence(self, run: Run, outcome: str) -> tuple[int | None, int]:
+        """``end_occurrence``, and how many occurrences the job's overlap policy skipped."""
         entry = run.entry
         skipped, buffered = 0, False
         if outcome == EXPIRED:
@@ -240,7 +245,7 @@ class Outcomes:
         if nxt is None:
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
             self._count_overlap(skipped, False)
-            return None
+            return None, skipped
         add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, nxt)
         window = window_of(nxt, timedelta_to_us(self._options.shard_duration))
         if self._shards.open_for(window) is run.shard:
@@ -263,10 +268,10 @@ class Outcomes:
         self._count_overlap(skipped, buffered)
         if run.cancelled:
             await self._cancel_next(run.job_id, run.shard)
-            return None
+            return None, skipped
         if new_entry is not None:
             self._queue.push(run.job_id, nxt, new_entry)
-        return nxt
+        return nxt, skipped
 
     def _count_overlap(self, skipped: int, buffered: bool) -> None:
         if skipped:

@@ -10,6 +10,9 @@ import pytest
 
 from cluster.model.attempt import JobContext
 from cluster.model.wire import datetime_to_us
+from cluster.named.hooks import ended
+from cluster.named.registry import JobStatus
+from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import DUE, OWNER, RETRY, SCHEDULED, ShardState
 from storage import read_log
@@ -203,3 +206,30 @@ async def test_cancel_other_lets_an_attempt_that_ends_in_time_succeed() -> None:
     assert overlap_counts(parts) == (0, 0, 0)
     queued = parts.queue.get(j.id)
     assert queued is not None and queued[0] == T0_US + 6_000_000  # on its grid, not early
+
+
+# --- what a named job's status shows -----------------------------------------------------------------
+
+
+class Ends(SiloHooks):
+    def __init__(self) -> None:
+        self.ends: list[AttemptEnd] = []
+
+    async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
+        self.ends.append(end)
+
+
+async def test_the_skips_reach_the_hooks_and_a_named_jobs_status() -> None:
+    hook = Ends()
+    parts = await make_parts(hooks=[hook])
+    await add(parts, job(schedule="@every 1s", overlap="skip"))
+    await run_series(parts, 2)
+    assert [end.skipped for end in hook.ends] == [2, 2]
+    status = JobStatus()
+    event = AttemptEvent(job(), "r", 1, 1, T0, T0)
+    for end in hook.ends:
+        status = ended(status, event, end, "silo#1")
+    assert status.overlap_skipped == 4
+    assert JobStatus.from_json(status.to_json()).overlap_skipped == 4
+    assert "osk" not in JobStatus().to_json()  # a job that skipped nothing keeps its entry's size
+    assert JobStatus.from_json(JobStatus().to_json()).overlap_skipped == 0
