@@ -32,6 +32,7 @@ SCHEDULE_EXAMPLES = """examples:
   timeshard schedule db-backup --target actor:backup --schedule '@daily'
   timeshard schedule nudge --target actor:mailer@apps --due-time 2h30m --data '{"to": "x"}'
   timeshard schedule poll --target actor:poller --schedule '@every 30s' --repeats 10 --overwrite
+  timeshard schedule sync --target actor:sync --schedule '@every 1m' --overlap skip
   timeshard schedule report --target grain:myapp.grains:Report/42 --schedule '0 0 9 * * Mon'
   timeshard schedule once --target actor:mailer --due-time 2026-10-02T15:00:00Z --metadata team=ops
 """
@@ -143,7 +144,7 @@ async def _schedule(client: Any, args: argparse.Namespace) -> int:
     named = await client.jobs.put(
         args.name, target=args.target, schedule=args.schedule, due_time=args.due_time, repeats=args.repeats,
         ttl=args.ttl, data=args.data, metadata=dict(args.metadata) if args.metadata else None,
-        overwrite=args.overwrite, **_scope(args),
+        overlap=args.overlap, overwrite=args.overwrite, **_scope(args),
     )
     _show(args, named_job_to_json(named), _job_text)
     return 0
@@ -349,6 +350,8 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--due-time", help="first fire: '2h30m', 'PT2H30M' or '2026-10-02T15:00:00Z'")
     p.add_argument("--repeats", type=int, help="stop after this many occurrences (needs --schedule)")
     p.add_argument("--ttl", help="no occurrence at or after this time (same forms as --due-time)")
+    p.add_argument("--overlap", default="allow_all",
+                   help="occurrences due while one runs: allow_all (default), skip, buffer_one, buffer_all, cancel_other")
     p.add_argument("--data", type=_json_value, help="JSON payload handed to the handler")
     p.add_argument("--metadata", type=_metadata_pair, action="append", metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--overwrite", action="store_true", help="replace a job of that name (last write wins)")
