@@ -13,9 +13,10 @@ from cluster.model.wire import datetime_to_us
 from cluster.named.hooks import ended
 from cluster.named.registry import JobStatus
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks
+from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import DUE, OWNER, RETRY, SCHEDULED, ShardState
-from storage import read_log
+from storage import MemoryStore, read_log
 from tests.runtime.harness import T0, T0_US, GatedStore, add, fire_due, job, make_parts
 
 RUN_S = 2.5  # each attempt takes this long: two or three occurrences of @every 1s come due meanwhile
@@ -233,3 +234,19 @@ async def test_the_skips_reach_the_hooks_and_a_named_jobs_status() -> None:
     assert JobStatus.from_json(status.to_json()).overlap_skipped == 4
     assert "osk" not in JobStatus().to_json()  # a job that skipped nothing keeps its entry's size
     assert JobStatus.from_json(JobStatus().to_json()).overlap_skipped == 0
+
+
+async def test_a_buffered_occurrence_survives_its_silos_death() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    j = job(schedule="@every 1s", overlap="buffer_one")
+    await add(victim, j)
+    victim.transport.handlers["h"] = Slow(victim)
+    victim.clock.advance(1)
+    victim.lease.renew(victim.clock.monotonic())
+    await fire_due(victim)  # 1 ran until 3.5: 3 waits, due, in the victim's queue only ...
+    await Membership(store).declare_dead(victim.me.row, EXITED)  # ... and the victim dies before starting it
+    peer = await make_parts(store, "p", clock=victim.clock)
+    assert await peer.adoption.adopt_orphans() >= 1
+    slow = await run_series(peer, 1)
+    assert slow.ran == [3] and slow.started == [3.5]
