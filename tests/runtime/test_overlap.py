@@ -129,7 +129,8 @@ async def test_a_skip_is_counted_once_when_its_write_is_tried_again() -> None:
     parts.transport.handlers["h"] = Slow(parts)
     parts.clock.advance(1)
     parts.lease.renew(parts.clock.monotonic())
-    store.fail_next("append_block", 1)  # the outcome's first write fails; it is written again
+    # The outcome's first write fails (the append layer's own three tries); it is decided and written again.
+    store.fail_next("append_block", 3)
     await fire_due(parts)
     assert overlap_counts(parts) == (2, 0, 0)
     queued = parts.queue.get(j.id)
