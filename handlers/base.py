@@ -145,7 +145,7 @@ class JobHandler:
                 waiting.pop(batch[k][1], None)
         if pending:
             stopped: set[asyncio.Future[Any]] = set()
-            stoppers = [] if not stops else [
+            stoppers: list[asyncio.Future[None]] = [] if not stops else [
                 asyncio.ensure_future(self._timeshard_stop_at(task, stops[batch[k][1]], stopped))
                 for task, k in pending.items() if batch[k][1] in stops]
             deadline = None if timeout is None else last_start + timeout
