@@ -24,7 +24,7 @@ from cluster.model.errors import (
     ValidationError,
 )
 from cluster.model.jobs import ScheduledJob, Target
-from cluster.model.occurrences import Misfire
+from cluster.model.occurrences import Misfire, Overlap
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
 from cluster.model.schedules import Schedule
@@ -54,6 +54,7 @@ __all__ = [
     "JobStatus",
     "Misfire",
     "NamedJob",
+    "Overlap",
     "RetryPolicy",
     "Schedule",
     "ScheduleInDoubt",

@@ -30,7 +30,7 @@ from cluster.named.reminders import Reminders
 from cluster.runtime.membership import SILO_PREFIX
 
 _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire",
-                "jitter", "not_before", "not_after", "exclude")
+                "jitter", "not_before", "not_after", "exclude", "overlap")
 _MAX_HOPS = 16
 _HOP_DELAY_S, _MAX_HOP_DELAY_S = 0.2, 1.0  # between hops that found a shard's owner unchanged
 # Seconds between looks at which silos exist: new ones get calls, removed ones no longer do.
@@ -105,6 +105,7 @@ class Client:
         not_before: Any = None,
         not_after: Any = None,
         exclude: Any = None,
+        overlap: str = "allow_all",
     ) -> ScheduledJob:
         """Schedule one job; returns it once its ``add`` is durable (``job.shard`` says where).
 
@@ -115,7 +116,7 @@ class Client:
             "target": target, "name": name, "due": due, "data": data, "metadata": metadata,
             "schedule": schedule, "repeats": repeats, "ttl": ttl, "failure_policy": failure_policy,
             "misfire": misfire, "jitter": jitter, "not_before": not_before, "not_after": not_after,
-            "exclude": exclude,
+            "exclude": exclude, "overlap": overlap,
         }])
         return job
 

@@ -10,10 +10,11 @@ from collections.abc import Coroutine, Generator, Sequence
 from typing import Any
 
 from cluster.model.ahead import Ahead, lease_over, monotonic_domain, start_at
-from cluster.model.attempt import Attempt, JobContext
+from cluster.model.attempt import OVERLAP_CANCELLED, Attempt, JobContext
 
 _LEASE_EXPIRED = "the sending silo's lease had expired"
 _WITHDRAWN = "withdrawn by a cancel before it started"
+_STOPPED = "stopped: the job's next occurrence came due (overlap='cancel_other')"
 # A withdrawn run id the batch has not brought yet is remembered this long past its sender's
 # lease end (s): a batch arriving later than the lease end is refused whole anyway, and the
 # margin covers the handler's wall clock running behind the store's (max_clock_skew).
@@ -68,7 +69,7 @@ class JobHandler:
     # The method's name is ``cluster.model.attempt.DELIVER``: silos call it by that name.
     async def timeshard_deliver(
         self, batch: Sequence[Attempt], timeout: float | None, lease_end: float | None = None,
-        ahead: Sequence[Any] | None = None,
+        ahead: Sequence[Any] | None = None, stops: dict[str, float] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Run a batch of attempts, each once it is due; returns one ``Outcome``, as a plain tuple, per attempt, in order.
 
@@ -79,7 +80,9 @@ class JobHandler:
         may no longer own it, so it is refused unstarted and the silo that does own it runs it.
         ``ahead`` (an ``Ahead``) comes with a batch sent before its jobs are due: each job waits
         for its due time here, and until it starts a cancel can withdraw it (``timeshard_withdraw``).
-        Without it every job is due on arrival.
+        Without it every job is due on arrival. ``stops`` maps run ids to a wall-clock time (s)
+        at which that job, if still running, is cancelled and reported ``OverlapCancelled``: its
+        job's next occurrence is due then (``overlap="cancel_other"``).
         """
         received = self._timeshard_monotonic()
         info = None if ahead is None else Ahead(*ahead)
@@ -141,15 +144,26 @@ class JobHandler:
             for k in order[i:]:  # this call ended early (cancelled): forget what never started
                 waiting.pop(batch[k][1], None)
         if pending:
+            stopped: set[asyncio.Future[Any]] = set()
+            stoppers: list[asyncio.Future[None]] = [] if not stops else [
+                asyncio.ensure_future(self._timeshard_stop_at(task, stops[batch[k][1]], stopped))
+                for task, k in pending.items() if batch[k][1] in stops]
             deadline = None if timeout is None else last_start + timeout
             left = None if deadline is None else max(0.0, deadline - self._timeshard_monotonic())
-            _, late = await asyncio.wait(pending, timeout=left)
+            try:
+                _, late = await asyncio.wait(pending, timeout=left)
+            finally:
+                for stopper in stoppers:
+                    stopper.cancel()
             for task in late:
                 task.cancel()
             if late:
                 await asyncio.wait(late)
             for task, k in pending.items():
                 run_id = batch[k][1]
+                if task in stopped and task.cancelled():
+                    outcomes[k] = (run_id, _STOPPED, OVERLAP_CANCELLED, False, False)
+                    continue
                 if task in late:
                     outcomes[k] = (run_id, f"execute_job did not finish within {timeout} s", "TimeoutError", True, False)
                     continue
@@ -182,6 +196,21 @@ class JobHandler:
                 dropped.append(run_id)
             withdrawn[run_id] = keep_until + _WITHDRAWN_MARGIN
         return dropped
+
+    async def _timeshard_stop_at(self, task: asyncio.Future[Any], wall_stop: float,
+                                 stopped: set[asyncio.Future[Any]]) -> None:
+        """Cancel ``task`` at ``wall_stop`` (this host's wall clock) if it still runs then."""
+        while not task.done():
+            left = wall_stop - self._timeshard_wall()  # read again after each sleep: a timer may fire early
+            if left <= 0:
+                stopped.add(task)
+                task.cancel()
+                return
+            sleep = asyncio.ensure_future(self._timeshard_sleep(left))
+            try:
+                await asyncio.wait({task, sleep}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleep.cancel()
 
     def _timeshard_start(self, attempt: Attempt, memo: dict[Any, Any], outcomes: list[Any],
                          k: int, started_us: int) -> asyncio.Future[Any] | None:

@@ -32,8 +32,8 @@ class Recorder(JobHandler):
         self._batches = 0  # batches being delivered: their records are synced once at the end
 
     async def timeshard_deliver(self, batch: Sequence[Attempt], timeout: float | None,
-                                lease_end: float | None = None,
-                                ahead: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+                                lease_end: float | None = None, ahead: Sequence[Any] | None = None,
+                                stops: dict[str, float] | None = None) -> list[tuple[Any, ...]]:
         # A batch's last jobs start after every fsync before them: a drill judges what was in
         # flight at a kill by when the silo's call arrived, not by when each job started.
         now = time.time()
@@ -41,7 +41,7 @@ class Recorder(JobHandler):
             self._received[Attempt(*a).run_id] = now
         self._batches += 1
         try:
-            outcomes = await super().timeshard_deliver(batch, timeout, lease_end, ahead)
+            outcomes = await super().timeshard_deliver(batch, timeout, lease_end, ahead, stops)
         finally:
             self._batches -= 1
         await self._sync()  # once per batch, off the event loop: the next call is stamped on arrival

@@ -24,6 +24,7 @@ CLUSTER = [
     "JobStatus",
     "Misfire",
     "NamedJob",
+    "Overlap",
     "RetryPolicy",
     "Schedule",
     "ScheduleInDoubt",

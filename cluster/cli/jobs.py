@@ -33,6 +33,7 @@ SCHEDULE_EXAMPLES = """examples:
   timeshard schedule db-backup --target actor:backup --schedule '@daily'
   timeshard schedule nudge --target actor:mailer@apps --due-time 2h30m --data '{"to": "x"}'
   timeshard schedule poll --target actor:poller --schedule '@every 30s' --repeats 10 --overwrite
+  timeshard schedule sync --target actor:sync --schedule '@every 1m' --overlap skip
   timeshard schedule report --target grain:myapp.grains:Report/42 --schedule '0 0 9 * * Mon'
   timeshard schedule once --target actor:mailer --due-time 2026-10-02T15:00:00Z --metadata team=ops
   timeshard schedule standup --target actor:bot --schedule 'CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri' \
@@ -147,7 +148,7 @@ async def _schedule(client: Any, args: argparse.Namespace) -> int:
         args.name, target=args.target, schedule=args.schedule, due_time=args.due_time, repeats=args.repeats,
         ttl=args.ttl, data=args.data, metadata=dict(args.metadata) if args.metadata else None,
         jitter=args.jitter, not_before=args.not_before, not_after=args.not_after, exclude=args.exclude,
-        overwrite=args.overwrite, **_scope(args),
+        overlap=args.overlap, overwrite=args.overwrite, **_scope(args),
     )
     _show(args, named_job_to_json(named), _job_text)
     return 0
@@ -243,7 +244,8 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
         "target": f"actor:{target.name}@{target.namespace}" if target.kind == "actor"
         else f"grain:{target.cls_path}/{target.key}",
         "schedule": None if job.schedule is None else job.schedule.text, "due": _time(job.due),
-        "repeats": job.repeats, "ttl": _time(job.ttl), "data": job.data, "metadata": named.metadata,
+        "repeats": job.repeats, "ttl": _time(job.ttl), "overlap": job.overlap, "data": job.data,
+        "metadata": named.metadata,
         "jitter": format_duration(job.jitter) if job.jitter else None, "not_before": _time(job.not_before),
         "not_after": _time(job.not_after), "exclude": _exclusions(job.exclude),
         "status": {
@@ -251,7 +253,8 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
             "interrupted": status.interrupted, "consecutive_failures": status.consecutive_failures,
             "attempts": status.attempts, "last_attempted": _time(status.last_attempted),
             "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
-            "finished": status.finished, "excluded": status.excluded, "next_fires": [_time(t) for t in status.next_fires],
+            "finished": status.finished, "excluded": status.excluded, "overlap_skipped": status.overlap_skipped,
+            "next_fires": [_time(t) for t in status.next_fires],
         },
     }
 
@@ -275,6 +278,8 @@ def _job_text(j: dict[str, Any]) -> str:
         f"{s['consecutive_failures']} consecutive failures"
         + (f", {s['excluded']} occurrences excluded" if s["excluded"] else ""),
     ]
+    if j["overlap"] != "allow_all":
+        lines.append(f"  overlap       {j['overlap']}   {s['overlap_skipped']} occurrences skipped")
     if s["current_attempt"]:
         c = s["current_attempt"]
         lines.append(f"  running       since {c['started_at']} (occurrence {c['occurrence']}, attempt {c['attempt']})")
@@ -368,6 +373,8 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--due-time", help="first fire: '2h30m', 'PT2H30M' or '2026-10-02T15:00:00Z'")
     p.add_argument("--repeats", type=int, help="stop after this many occurrences (needs --schedule)")
     p.add_argument("--ttl", help="no occurrence at or after this time (same forms as --due-time)")
+    p.add_argument("--overlap", default="allow_all",
+                   help="occurrences due while one runs: allow_all (default), skip, buffer_one, buffer_all, cancel_other")
     p.add_argument("--data", type=_json_value, help="JSON payload handed to the handler")
     p.add_argument("--metadata", type=_metadata_pair, action="append", metavar="KEY=VALUE", help="repeatable")
     p.add_argument("--jitter", help="fire each occurrence up to this much after its time, never before ('30s')")

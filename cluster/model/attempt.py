@@ -16,6 +16,9 @@ from cluster.model.wire import unpack, us_to_datetime
 
 # The handler actor method a silo calls with a batch of attempts (``JobHandler`` defines it).
 DELIVER = "timeshard_deliver"
+# The error type of an attempt its handler stopped because the job's next occurrence came due
+# (``overlap="cancel_other"``): recorded as superseded, never retried.
+OVERLAP_CANCELLED = "OverlapCancelled"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from cluster.model.errors import InvalidJob, InvalidTime, UnsupportedWireVersion
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
-from cluster.model.occurrences import Misfire
+from cluster.model.occurrences import Misfire, Overlap
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy, PolicyLike
 from cluster.model.schedules import Schedule
 from cluster.model.shape import (
@@ -50,6 +50,7 @@ __all__ = ["Target", "ScheduledJob", "JobHead", "new_job_id", "grain_actor_name"
 
 DEFAULT_MAX_DATA_BYTES = 256 * 1024
 WIRE_VERSION = 1
+_OVERLAPS = frozenset(policy.value for policy in Overlap)
 _REMINDER_PERIOD = re.compile(r"\s*R\d*/", re.IGNORECASE)
 
 
@@ -153,6 +154,7 @@ class JobHead(NamedTuple):
     metadata: dict[str, str]
     recurring: bool  # has a schedule
     retry_always: bool  # its failure policy runs it again after a success too
+    overlap: str = "allow_all"  # its overlap policy (see ``Overlap``)
 
 
 _UTC_MIN_US = datetime_to_us(datetime.min.replace(tzinfo=timezone.utc))
@@ -184,6 +186,7 @@ class ScheduledJob:
     - ``jitter``: each occurrence fires up to this much after its time, never before (see
       ``cluster.model.shape``); ``not_before`` / ``not_after``: no occurrence outside them;
       ``exclude``: occurrences matching these cron expressions or dates are skipped.
+    - ``overlap``: what becomes of occurrences due while an earlier one is in flight (``Overlap``).
 
     Frozen (``data`` and ``metadata`` must not be mutated in place); hashed by ``id``.
     """
@@ -205,6 +208,7 @@ class ScheduledJob:
     not_before: datetime | None = None
     not_after: datetime | None = None
     exclude: Exclusions = NO_EXCLUSIONS
+    overlap: str = "allow_all"
     # Where the job lives (the shard log's name), set by the client once the job is durable so
     # that try_cancel_job can find it. Not part of the job's definition: not stored, not compared.
     shard: str | None = field(default=None, compare=False)
@@ -231,6 +235,7 @@ class ScheduledJob:
         not_before: datetime | str | None = None,
         not_after: datetime | str | None = None,
         exclude: Any = None,
+        overlap: Overlap | str = "allow_all",
         generation: int = 0,
         job_id: str | None = None,
         now: datetime | None = None,
@@ -244,12 +249,13 @@ class ScheduledJob:
         the schedule's first time after ``now``. An actor-reminder period ``R4/PT3S`` as the
         schedule means ``@every 3s`` with ``repeats=4``. ``repeats`` and ``ttl`` need a schedule;
         ``ttl`` must come after ``due``; ``misfire`` is ``fire_once`` (default), ``fire_all`` or
-        ``skip``. ``jitter`` (a duration up to 366 days) delays each occurrence by a
-        deterministic offset within it; ``not_before`` / ``not_after`` (times, as ``due``) bound
-        the occurrences and ``exclude`` (cron text, dates or ``YYYY-MM-DD`` text, or a list of
-        them) skips matching ones — these three need a schedule, and move ``due`` to the first
-        occurrence they allow (see ``cluster.model.shape``). The job must also meet ``limits`` (minimum period, earliest start, size of data,
-        metadata and name together — ``max_data_bytes`` overrides that one —, importable grain
+        ``skip``; ``overlap`` is ``allow_all`` (default), ``skip``, ``buffer_one``, ``buffer_all`` or
+        ``cancel_other`` (see ``Overlap``). ``jitter`` (a duration up to 366 days) delays each
+        occurrence by a deterministic offset within it; ``not_before`` / ``not_after`` (times, as
+        ``due``) bound the occurrences and ``exclude`` (cron text, dates or ``YYYY-MM-DD`` text, or
+        a list of them) skips matching ones — these three need a schedule, and move ``due`` to the
+        first occurrence they allow (see ``cluster.model.shape``). The job must also meet
+        ``limits`` (minimum period, earliest start, size of data, metadata and name together — ``max_data_bytes`` overrides that one —, importable grain
         classes and retry functions; see ``JobLimits``).
         """
         if max_data_bytes is not None:
@@ -275,10 +281,13 @@ class ScheduledJob:
             first = parsed_schedule.next_after(now)
         else:
             first = parse_time(due, now, field="due")
+        overlap_policy = Overlap.parse(overlap)
         if parsed_schedule is None:
             for field_name, value in (("repeats", repeats), ("ttl", ttl)):
                 if value is not None:
                     raise InvalidJob(field_name, "needs a schedule (a one-shot job fires once)", value)
+            if overlap_policy is not Overlap.ALLOW_ALL:
+                raise InvalidJob("overlap", "needs a schedule (a one-shot job never overlaps itself)", overlap)
         if repeats is not None and (isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1):
             raise InvalidJob("repeats", "must be None (unbounded) or an int >= 1", repeats)
         spread = timedelta(0) if jitter is None else parse_jitter(jitter)
@@ -312,6 +321,7 @@ class ScheduledJob:
             not_before=bounds.not_before,
             not_after=bounds.not_after,
             exclude=bounds.exclude,
+            overlap=overlap_policy.value,
         )
         limits.check(job, now)  # imports are checked when it is scheduled
         return job
@@ -367,13 +377,16 @@ class ScheduledJob:
             options["not_after_us"] = datetime_to_us(self.not_after)
         if self.exclude:
             options["exclude"] = self.exclude.wire
+        if self.overlap != "allow_all":
+            options["overlap"] = self.overlap
         return options or None
 
     def to_wire(self) -> list[Any]:
         """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it.
 
         Fourteen elements, and a fifteenth (a dict of short keys) only when an option differs
-        from its default: a job without options costs no byte more than before options existed.
+        from its default (jitter, bounds, exclusions, overlap): a job without options costs no
+        byte more than before options existed, and records written before them still replay.
         """
         record = [
             WIRE_VERSION,
@@ -442,9 +455,8 @@ class ScheduledJob:
         ttl_us = None if ttl is None else _checked_us(ttl)
         in_force = DEFAULT_FAILURE_POLICY if policy is None else FailurePolicy.from_wire(policy, memo)
         _checked_us(created)
-        if len(obj) > 14:
-            _options_from_wire(obj[14], memo)
-        return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always")
+        overlap = _options_from_wire(obj[14], memo)[4] if len(obj) > 14 else "allow_all"
+        return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always", overlap)
 
 
 def _check_record(obj: Any) -> None:
@@ -454,16 +466,23 @@ def _check_record(obj: Any) -> None:
                                             f"{WIRE_VERSION}: upgrade this silo to run it")
     if not isinstance(obj, (list, tuple)) or len(obj) not in (14, 15) or obj[0] != WIRE_VERSION:
         raise InvalidJob("job", f"not a job record of wire version {WIRE_VERSION}", obj)
+    if len(obj) == 15:
+        options = obj[14]
+        if not isinstance(options, dict):
+            raise InvalidJob("job", "options (the 15th element) must be a map", options)
+        if options.get("overlap", "allow_all") not in _OVERLAPS:
+            # Refused, never guessed at: a policy this version does not know is not run as another.
+            raise InvalidJob("overlap", "is not an overlap policy this version knows", options.get("overlap"),
+                             accepted=", ".join(sorted(_OVERLAPS)))
 
 
 _NO_BOUNDS = Bounds()
-_NO_OPTIONS: tuple[Any, ...] = (timedelta(0), None, None, NO_EXCLUSIONS)
-_OPTION_KEYS = frozenset({"jitter_us", "not_before_us", "not_after_us", "exclude"})
+_NO_OPTIONS: tuple[Any, ...] = (timedelta(0), None, None, NO_EXCLUSIONS, "allow_all")
 
 
 def _options_from_wire(obj: Any, memo: dict[Any, Any] | None) -> tuple[Any, ...]:
-    """``(jitter, not_before, not_after, exclude)`` from a record's 15th element (trusted, but a
-    record of another shape raises, as any malformed record does)."""
+    """``(jitter, not_before, not_after, exclude, overlap)`` from a record's 15th element (trusted,
+    but a record of another shape raises, as any malformed record does)."""
     if type(obj) is not dict:
         raise InvalidJob("job", "options of a job record must be a dict", obj)
     jitter = obj.get("jitter_us")
@@ -475,6 +494,7 @@ def _options_from_wire(obj: Any, memo: dict[Any, Any] | None) -> tuple[Any, ...]
         None if not_before is None else us_to_datetime(_checked_us(not_before)),
         None if not_after is None else us_to_datetime(_checked_us(not_after)),
         NO_EXCLUSIONS if exclude is None else memoized(memo, ("exclude", *exclude), Exclusions.from_wire, exclude, memo),
+        obj.get("overlap", "allow_all"),
     )
 
 

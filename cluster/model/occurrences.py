@@ -24,13 +24,21 @@ from cluster.model.errors import InvalidPolicy
 from cluster.model.schedules import Schedule
 from cluster.model.times import require_aware
 
-__all__ = ["FIRE_ALL_LIMIT", "CatchUp", "Misfire", "cap_fire_all", "catch_up", "first_occurrence", "next_occurrence"]
+__all__ = ["BUFFER_ALL_LIMIT", "FIRE_ALL_LIMIT", "CatchUp", "Misfire", "Overlap", "Overlapped", "cap_fire_all",
+           "catch_up", "first_occurrence", "next_occurrence", "overlapped"]
 
 # fire_all replays at most this many missed occurrences back to back: enough for any realistic
 # outage of a human-scale schedule, while a sub-second @every down for a day cannot flood its
 # handler with millions of calls. Occurrences past the limit are skipped.
 FIRE_ALL_LIMIT = 1000
 _CRON_MIN_GAP = timedelta(seconds=1)  # cron's finest field is the second
+# buffer_all keeps at most this many occurrences waiting behind a running one; older ones beyond
+# it are skipped (and counted). A handler that is always slower than its schedule falls behind
+# without bound otherwise; 100 waiting occurrences is already 100 periods of backlog.
+BUFFER_ALL_LIMIT = 100
+# Occurrences counted one by one when a cron job overlaps (an @every job is counted in O(1)):
+# a run longer than this many cron fires has its further skips counted up to here only.
+_COUNT_LIMIT = 10_000
 
 
 class Misfire(str, Enum):
@@ -50,6 +58,96 @@ class Misfire(str, Enum):
         except ValueError:
             accepted = ", ".join(repr(m.value) for m in cls)
             raise InvalidPolicy(field, "is not a misfire policy", value, accepted=accepted) from None
+
+
+class Overlap(str, Enum):
+    """What happens to occurrences of a recurring job that come due while an earlier one is in flight.
+
+    A job's occurrences never run at the same time: its next occurrence is written only once the
+    previous one ended (see ``cluster.runtime.outcomes``). The policy decides, when it ends, what
+    becomes of those that came due meanwhile (see :func:`overlapped`).
+    """
+
+    ALLOW_ALL = "allow_all"  # today's rule: misfire_grace and the misfire policy decide (default)
+    SKIP = "skip"  # none of them runs: the next occurrence after the end; each one counted
+    BUFFER_ONE = "buffer_one"  # the latest of them runs at once; the older ones are skipped
+    BUFFER_ALL = "buffer_all"  # they run back to back, oldest first, at most BUFFER_ALL_LIMIT waiting
+    CANCEL_OTHER = "cancel_other"  # the running attempt is stopped when the next comes due, which starts
+
+    @classmethod
+    def parse(cls, value: Overlap | str | None, *, field: str = "overlap") -> Overlap:
+        """The policy ``value`` names (None: the default, ALLOW_ALL); raises InvalidPolicy."""
+        if value is None:
+            return cls.ALLOW_ALL
+        try:
+            return cls(value.lower() if isinstance(value, str) else value)
+        except ValueError:
+            accepted = ", ".join(repr(m.value) for m in cls)
+            raise InvalidPolicy(field, "is not an overlap policy", value, accepted=accepted) from None
+
+
+@dataclass(frozen=True)
+class Overlapped:
+    """The outcome of :func:`overlapped`: the occurrence to queue next (None: the job has none
+    left), how many came due before the end and are skipped, and whether ``next_due`` waited."""
+
+    next_due: datetime | None
+    skipped: int
+    buffered: bool
+
+
+def overlapped(
+    policy: Overlap,
+    schedule: Schedule,
+    following: datetime,
+    ended: datetime,
+    ttl: datetime | None = None,
+) -> Overlapped:
+    """What a policy other than ``allow_all`` makes of the occurrences due by ``ended``.
+
+    ``following`` is the occurrence after the one that just ended (from ``next_occurrence``:
+    within ``repeats`` and ``ttl``); ``ended`` is when that one ended. The occurrences from
+    ``following`` up to ``ended`` (and ``ttl``) came due while it was in flight:
+
+    - ``skip``: none of them runs; the job goes on at the first occurrence after ``ended``;
+    - ``buffer_one`` and ``cancel_other``: the latest of them runs at once, the others are skipped
+      (the one that waits is always the newest: a later one replaces it);
+    - ``buffer_all``: they run back to back, oldest first; beyond the latest ``BUFFER_ALL_LIMIT``
+      the oldest are skipped.
+
+    Pure: everything follows from the grid, so the waiting occurrences need no memory of their
+    own and a replay decides the same. Skipped occurrences never ran and do not count towards
+    ``repeats``.
+    """
+    if following > ended:
+        return Overlapped(following, 0, False)
+    last = ended if ttl is None or ttl > ended else ttl
+    if policy is Overlap.SKIP:
+        due = _first_after(schedule, following, ended)
+        waiting = _count(schedule, following, last)
+        return Overlapped(None if _expired(due, ttl) else due, waiting, False)
+    keep = BUFFER_ALL_LIMIT if policy is Overlap.BUFFER_ALL else 1
+    waiting = _count(schedule, following, last)
+    if waiting <= keep:
+        return Overlapped(following, 0, True)
+    return Overlapped(_nth(schedule, following, waiting - keep), waiting - keep, True)
+
+
+def _count(schedule: Schedule, first: datetime, last: datetime) -> int:
+    """Occurrences from ``first`` (one of them) up to ``last``, inclusive; at least 1."""
+    if schedule.period is not None:
+        return (last - first) // schedule.period + 1
+    return max(1, len(_missed(schedule, first, last, _COUNT_LIMIT)))
+
+
+def _nth(schedule: Schedule, first: datetime, n: int) -> datetime:
+    """The occurrence ``n`` places after ``first`` on its grid."""
+    if schedule.period is not None:
+        return first + n * schedule.period
+    current = first
+    for _ in range(n):
+        current = schedule.next_after(current)
+    return current
 
 
 @dataclass(frozen=True)

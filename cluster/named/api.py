@@ -143,6 +143,7 @@ class NamedJobs:
         not_before: Any = None,
         not_after: Any = None,
         exclude: Any = None,
+        overlap: str = "allow_all",
         overwrite: bool = False,
         app_id: str = DEFAULT_SCOPE,
         namespace: str = DEFAULT_SCOPE,
@@ -153,11 +154,13 @@ class NamedJobs:
         Bad input raises a ``ValidationError`` naming the field and the rule, and writes nothing.
         ``schedule`` and ``failure_policy`` take what ``schedule_job`` takes (an actor-reminder
         period ``R4/PT3S`` too); ``due_time`` and ``ttl`` take what ``parse_time`` takes;
-        ``jitter``, ``not_before``, ``not_after`` and ``exclude`` what ``ScheduledJob.create`` takes.
+        ``jitter``, ``not_before``, ``not_after``, ``exclude`` and ``overlap`` (``allow_all``,
+        ``skip``, ``buffer_one``, ``buffer_all``, ``cancel_other``) what ``ScheduledJob.create`` takes.
         """
         key = _key(name, app_id, namespace)
         now = utc_now()
-        shape = {"jitter": jitter, "not_before": not_before, "not_after": not_after, "exclude": exclude}
+        shape = {"jitter": jitter, "not_before": not_before, "not_after": not_after, "exclude": exclude,
+                 "overlap": overlap}
         job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now,
                           shape)
         store = await self._store()

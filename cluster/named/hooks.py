@@ -53,6 +53,7 @@ def ended(status: JobStatus, event: AttemptEvent, end: AttemptEnd, owner: str) -
         next_fire=end.retry_at or end.next_occurrence,
         finished=end.finished,
         excluded=status.excluded + end.excluded,
+        overlap_skipped=status.overlap_skipped + end.skipped,
     )
 
 

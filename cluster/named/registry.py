@@ -189,6 +189,8 @@ class JobStatus:
     - ``excluded``: occurrences its ``exclude=`` skipped (counted as each attempt ends);
     - ``next_fires``: the next fire times (aware UTC, at most 5), honouring bounds, exclusions,
       jitter and ``ttl``: computed by ``get`` and ``list`` from the definition, never stored.
+    - ``overlap_skipped``: occurrences its overlap policy skipped (they came due while an earlier
+      one was in flight); counted as each occurrence ends, at most once each.
 
     Counters describe the current generation: an overwrite starts them again.
     """
@@ -205,9 +207,10 @@ class JobStatus:
     finished: bool = False
     excluded: int = 0
     next_fires: list[datetime] = field(default_factory=list, compare=False)
+    overlap_skipped: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj: dict[str, Any] = {
             "n": None if self.next_fire is None else datetime_to_us(self.next_fire),
             "ok": self.successful, "ko": self.failed, "int": self.interrupted, "cf": self.consecutive_failures,
             "cur": None if self.current_attempt is None else self.current_attempt.to_json(),
@@ -216,6 +219,9 @@ class JobStatus:
             "fin": self.finished,
             **({"exc": self.excluded} if self.excluded else {}),
         }
+        if self.overlap_skipped:  # only then: an entry of a job that skipped nothing keeps its size
+            obj["osk"] = self.overlap_skipped
+        return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> JobStatus:
@@ -225,6 +231,7 @@ class JobStatus:
             AttemptRecord.from_json(obj.get("cur")), AttemptRecord.from_json(obj.get("last")),
             obj.get("at", 0), None if obj.get("la") is None else us_to_datetime(obj["la"]), obj.get("fin", False),
             obj.get("exc", 0),
+            overlap_skipped=obj.get("osk", 0),
         )
 
 

@@ -29,8 +29,9 @@ from cluster.model.attempt import Outcome
 from cluster.model.clock import Clock
 from cluster.model.jobs import Target
 from cluster.model.limits import code_allowed
+from cluster.model.occurrences import next_occurrence
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import timedelta_to_us
+from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import SiloHooks, admits, call_hooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
@@ -40,7 +41,7 @@ from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, Run, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, DUE, OCCURRENCE, OWNER, remove_op
+from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, DUE, OCCURRENCE, OWNER, SCHEDULED, remove_op
 from cluster.runtime.staging import Staging
 from cluster.runtime.transport import TargetAbsent, Transport
 from storage import StorageError
@@ -342,11 +343,14 @@ class Firing:
         lease_end = self._lease.wall_end()
         started = self._clock.now_us()
         latest = started
+        stops: dict[str, float] | None = None
         for run in runs:
             due = run.due_us
             run.started_us = started if started > due else due
             if due > latest:
                 latest = due
+            if run.head.overlap == "cancel_other":
+                stops = self._stop_at(run, stops)
         self._metrics.lateness.observe_many([max(0, started - run.due_us) / 1e6 for run in runs])
         self._metrics.fired.inc(len(runs))
         ahead = None
@@ -357,12 +361,28 @@ class Firing:
             for run in runs:
                 run.sent_ahead = sent
         try:
-            outcomes = await self._transport.deliver(target, handle, [r.attempt() for r in runs], timeout, lease_end,
-                                                     ahead)
+            attempts = [r.attempt() for r in runs]
+            if stops:  # only then: transports and handlers of jobs without it are called as before
+                outcomes = await self._transport.deliver(target, handle, attempts, timeout, lease_end, ahead, stops)
+            else:
+                outcomes = await self._transport.deliver(target, handle, attempts, timeout, lease_end, ahead)
         except Exception as exc:  # a transport's own bug must not hold these runs forever
             log.exception("delivery failed", extra={"target": target.name, "jobs": len(runs)})
             outcomes = failed(runs, f"delivery failed: {exc!r}", exc)
         await self._outcomes.complete_batch(runs, outcomes)
+
+    @staticmethod
+    def _stop_at(run: Run, stops: dict[str, float] | None) -> dict[str, float] | None:
+        """Note when ``run`` (overlap cancel_other) is to be stopped: as its job's next occurrence comes due."""
+        job, entry = run.job, run.entry
+        nxt = next_occurrence(job.schedule, us_to_datetime(entry[SCHEDULED]), entry[OCCURRENCE], job.repeats, job.ttl)
+        if nxt is None:
+            return stops  # the last occurrence: nothing comes due to replace it
+        run.stop_us = datetime_to_us(nxt)
+        if stops is None:
+            stops = {}
+        stops[run.run_id] = run.stop_us / 1e6
+        return stops
 
     async def withdraw(self, run: Run) -> bool:
         """Make sure ``run``, sent to wait for its due time, does not start; True if it had not.

@@ -46,6 +46,7 @@ class AttemptEnd:
     next_occurrence: datetime | None  # set when the occurrence ended and the job recurs
     finished: bool  # the job has nothing left: removed from its shard
     excluded: int = 0  # occurrences its exclusions skipped on the way to the next one
+    skipped: int = 0  # occurrences its overlap policy skipped as this one ended (they came due meanwhile)
 
 
 class SiloHooks:

@@ -144,6 +144,12 @@ class SiloMetrics:
         self.excluded = counter("occurrences_excluded", "occurrences skipped because a job's exclude= matched them")
         self.out_of_bounds = counter("occurrences_out_of_bounds",
                                      "occurrences not fired because they fell after a job's not_after (the job ends)")
+        self.overlap_skipped = counter("occurrences_overlap_skipped",
+                                       "occurrences not run: due while an earlier one was in flight (overlap policy)")
+        self.overlap_buffered = counter("occurrences_overlap_buffered",
+                                        "occurrences that waited for an earlier one to end, then started (overlap policy)")
+        self.overlap_cancelled = counter("attempts_overlap_cancelled",
+                                         "attempts stopped because the next occurrence came due (overlap cancel_other)")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
         self.shards_quarantined = gauge("shards_quarantined", "owned shards firing in named batches after owner deaths")
@@ -163,7 +169,8 @@ class SiloMetrics:
         counters: dict[str, Any] = {
             n: getattr(self, n).value
             for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "handed_over", "unreadable",
-                      "shards_damaged", "records_lost", "lease_lapses", "excluded", "out_of_bounds")
+                      "shards_damaged", "records_lost", "lease_lapses", "excluded", "out_of_bounds", "overlap_skipped",
+                      "overlap_buffered", "overlap_cancelled")
         }
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from cluster.model.attempt import JobFailed, Outcome
+from cluster.model.attempt import OVERLAP_CANCELLED, JobFailed, Outcome
 from cluster.model.clock import Clock, now_datetime
 from cluster.model.jobs import ScheduledJob
 from cluster.model.limits import code_allowed
-from cluster.model.occurrences import Misfire, cap_fire_all, catch_up, next_occurrence
+from cluster.model.occurrences import Misfire, Overlap, cap_fire_all, catch_up, next_occurrence, overlapped
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy
 from cluster.model.shape import allowed_from
@@ -165,7 +165,10 @@ class Outcomes:
                 if not run.shard.lost and not run.cancelled:
                     self._queue.push(run.job_id, run.due_us, run.entry)
                 return
-            (self._metrics.succeeded if outcome.succeeded else self._metrics.failed).inc()
+            if self._superseded(run, outcome):
+                self._metrics.overlap_cancelled.inc()
+            else:
+                (self._metrics.succeeded if outcome.succeeded else self._metrics.failed).inc()
             end = await self._until_durable(run.shard, lambda: self._record(run, outcome),
                                             done=lambda: run.cancelled, jobs=1)
         finally:
@@ -216,7 +219,9 @@ class Outcomes:
         attempts = run.number
         exc = None if outcome.succeeded else JobFailed(outcome.error_type or "Error", outcome.error or "",
                                                        timed_out=outcome.timed_out)
-        retry_at = self._decide(policy, run, outcome, exc) if (exc is not None or policy.strategy == "always") else None
+        retry = exc is not None or policy.strategy == "always"
+        # Stopped for the next occurrence, which is due: not a failure to run again.
+        retry_at = self._decide(policy, run, outcome, exc) if retry and not self._superseded(run, outcome) else None
         error = None if exc is None else f"{exc.error_type}: {exc.message}"
         if retry_at is not None:
             due_us = datetime_to_us(retry_at)
@@ -227,9 +232,14 @@ class Outcomes:
             return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), retry_at, None, False)
         if exc is not None:
             log.warning("job failed, retries exhausted", extra={"job": run.job_id, "attempts": attempts, "error": error})
-        nxt, excluded = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
+        nxt, excluded, skipped = await self.end_occurrence(run, SUCCEEDED if outcome.succeeded else EXHAUSTED)
         return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), None,
-                          None if nxt is None else us_to_datetime(nxt), nxt is None, excluded)
+                          None if nxt is None else us_to_datetime(nxt), nxt is None, excluded, skipped)
+
+    @staticmethod
+    def _superseded(run: Run, outcome: Outcome) -> bool:
+        """Whether the handler stopped ``run`` as its job's next occurrence came due (cancel_other)."""
+        return bool(run.stop_us) and outcome.error_type == OVERLAP_CANCELLED
 
     def _decide(self, policy: FailurePolicy, run: Run, outcome: Outcome, exc: JobFailed | None) -> datetime | None:
         """The policy's next attempt; a policy that raises (a retry function that does not import,
@@ -247,14 +257,16 @@ class Outcomes:
                                                                                   "error": repr(error)})
             return DEFAULT_FAILURE_POLICY.decide(run.number, last, succeeded=outcome.succeeded, ctx=ctx, exc=exc)
 
-    async def end_occurrence(self, run: Run, outcome: str) -> tuple[int | None, int]:
+    async def end_occurrence(self, run: Run, outcome: str) -> tuple[int | None, int, int]:
         """The occurrence ended: remove it, or move the job to its next occurrence. Returns when
-        that one fires (None: the job is finished) and how many occurrences exclusions skipped."""
+        that one fires (None: the job is finished), and how many occurrences its exclusions and
+        its overlap policy skipped on the way."""
         entry = run.entry
-        times, excluded = (None, 0) if outcome == EXPIRED else self._next_time(run)
+        times, excluded, skipped, buffered = (None, 0, 0, False) if outcome == EXPIRED else self._next_time(run)
         if times is None:
             await run.shard.write([remove_op(run.job_id, entry[OCCURRENCE], outcome)])
-            return None, excluded
+            self._count_overlap(skipped, False)
+            return None, excluded, skipped
         scheduled, nxt = times
         add = add_op(run.job_id, nxt, entry[JOB], entry[OCCURRENCE] + 1, 0, scheduled)
         window = window_of(nxt, timedelta_to_us(self._options.shard_duration))
@@ -273,12 +285,21 @@ class Outcomes:
             # Queued below, once this occurrence is fully written: the next one must not start
             # while this run still counts as in flight.
             new_entry = await self._moves.settle(run.shard, run.job_id)
+        # Counted once the decision is durable: a write tried again is counted once, and a
+        # replay of the log counts nothing (the decision is already taken).
+        self._count_overlap(skipped, buffered)
         if run.cancelled:
             await self._cancel_next(run.job_id, run.shard)
-            return None, excluded
+            return None, excluded, skipped
         if new_entry is not None:
             self._queue.push(run.job_id, nxt, new_entry)
-        return nxt, excluded
+        return nxt, excluded, skipped
+
+    def _count_overlap(self, skipped: int, buffered: bool) -> None:
+        if skipped:
+            self._metrics.overlap_skipped.inc(skipped)
+        if buffered:
+            self._metrics.overlap_buffered.inc()
 
     async def expire(self, run: Run) -> None:
         """Remove a job whose ttl passed before this occurrence could start."""
@@ -299,17 +320,24 @@ class Outcomes:
             self._queue.cancel(job_id)
             await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
 
-    def _next_time(self, run: Run) -> tuple[tuple[int, int] | None, int]:
-        """``(scheduled_us, fire_us)`` of the job's next occurrence (None when it has none left),
-        and how many occurrences exclusions skipped to reach it."""
+    def _next_time(self, run: Run) -> tuple[tuple[int, int] | None, int, int, bool]:
+        """``(scheduled_us, fire_us)`` of the job's next occurrence (None when it has none left);
+        how many occurrences its exclusions skipped to reach it; how many its overlap policy
+        skipped; and whether the next one waited for this one (it is due already)."""
         job, entry = run.job, run.entry
         scheduled = us_to_datetime(entry[SCHEDULED])
         nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
         if nxt is None:
-            return None, 0
+            return None, 0, 0, False
         now = now_datetime(self._clock)
+        skipped, buffered = 0, False
         grace = self._options.misfire_grace
-        if nxt < now - grace:
+        if run.head.overlap != "allow_all" and job.schedule is not None:
+            # The policy decides for every occurrence due by now: they came due while this one
+            # was in flight (running, retrying, or waiting for a silo). See ``overlapped``.
+            plan = overlapped(Overlap(run.head.overlap), job.schedule, nxt, now, job.ttl)
+            nxt, skipped, buffered = plan.next_due, plan.skipped, plan.buffered
+        elif nxt < now - grace:
             misfire = Misfire.parse(job.misfire)
             # This fire was itself the one catch-up fire_once allows when it ran late.
             late = us_to_datetime(run.due_us) < now - grace
@@ -317,4 +345,7 @@ class Outcomes:
                 nxt = catch_up(job.schedule, nxt, now, Misfire.SKIP, entry[OCCURRENCE], job.repeats, job.ttl).next_due
             elif misfire is Misfire.FIRE_ALL and job.schedule is not None:
                 nxt = cap_fire_all(job.schedule, nxt, now)
-        return (None, 0) if nxt is None else shaped_next(job, nxt, self._metrics)
+        if nxt is None:
+            return None, 0, skipped, buffered
+        times, excluded = shaped_next(job, nxt, self._metrics)
+        return times, excluded, skipped, buffered

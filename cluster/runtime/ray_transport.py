@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -165,12 +165,17 @@ class RayTransport:
         return hasattr(handle, DELIVER) and hasattr(handle, WITHDRAW)
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float, ahead: Ahead | None = None) -> list[Outcome]:
+                      lease_end: float, ahead: Ahead | None = None,
+                      stops: Mapping[str, float] | None = None) -> list[Outcome]:
         try:
             method = getattr(handle, DELIVER)
             batch = [tuple(a) for a in attempts]
-            ref = method.remote(batch, timeout, lease_end) if ahead is None else \
-                method.remote(batch, timeout, lease_end, tuple(ahead))
+            if stops:  # only then: a handler of an older version is called as before
+                ref = method.remote(batch, timeout, lease_end, None if ahead is None else tuple(ahead), dict(stops))
+            elif ahead is None:
+                ref = method.remote(batch, timeout, lease_end)
+            else:
+                ref = method.remote(batch, timeout, lease_end, tuple(ahead))
             outcomes = await asyncio.wait_for(ref, timeout + 10 + _wait_s(attempts, ahead))
         except AttributeError:
             return await self._deliver_one_by_one(handle, attempts, timeout, lease_end)

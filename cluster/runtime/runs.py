@@ -123,6 +123,7 @@ class Run:
     _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
     finished: bool = False
     sent_ahead: tuple[Any, float] | None = None  # (handle, lease end) once sent to wait for its due time
+    stop_us: int = 0  # overlap cancel_other: its handler stops it at this time (the next occurrence's)
     _job: ScheduledJob | None = None
 
     @property

@@ -6,7 +6,7 @@ one; a test passes its own, which calls handlers in-process, so roles run withou
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
@@ -52,13 +52,16 @@ class Transport(Protocol):
         ...
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float, ahead: Ahead | None = None) -> list[Outcome]:
+                      lease_end: float, ahead: Ahead | None = None,
+                      stops: Mapping[str, float] | None = None) -> list[Outcome]:
         """Run ``attempts`` in ``handle``'s actor: one outcome per attempt, in order.
 
         A handler that does not answer within ``timeout`` (after the last due time) gives
         timed-out outcomes; a dead actor or a transport fault gives failed ones (and the handle is
         forgotten). ``lease_end`` (wall-clock seconds) lets the handler refuse work that starts
         after the sender's lease. With ``ahead``, some attempts are not due yet: the handler waits.
+        ``stops`` (given only when not empty) maps run ids to a wall-clock time (s) at which a
+        ``JobHandler`` cancels that attempt if it still runs (``overlap="cancel_other"``).
         """
         ...
 

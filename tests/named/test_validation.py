@@ -45,6 +45,8 @@ BAD_PUTS = [
     ("target.kind", InvalidJob, {"due_time": "1s", "target": Target("queue", "x")}, "unknown target kind"),
     ("metadata", InvalidJob, {"due_time": "1s", "metadata": {"timeshard.named": "x"}}, "reserved"),
     ("due_time", InvalidTime, {"due_time": "tomorrow"}, "cannot be read"),
+    ("overlap", InvalidPolicy, {"schedule": "@every 1s", "overlap": "queue"}, "'buffer_one'"),
+    ("overlap", InvalidJob, {"due_time": "1s", "overlap": "skip"}, "needs a schedule"),
 ]
 
 
@@ -117,3 +119,13 @@ async def test_bad_reminder_periods_name_the_period_argument():
     with pytest.raises(ValidationError) as info:
         await reminders.register(TARGET, "a/b", period="1s")
     assert info.value.field == "reminder_name"
+
+
+async def test_a_bad_overlap_in_a_schedule_call_names_the_field_and_sends_nothing():
+    client = Client("ns", [], ClusterOptions())  # no silo: a call that got past validation would fail otherwise
+    good = {"target": TARGET, "schedule": "@every 1s", "overlap": "skip"}
+    with pytest.raises(InvalidPolicy) as info:
+        await client.schedule_jobs([good, {**good, "overlap": "every"}])
+    assert info.value.field == "overlap" and "'cancel_other'" in str(info.value)
+    with pytest.raises(InvalidPolicy):
+        await client.schedule_job(TARGET, schedule="@every 1s", overlap="every")

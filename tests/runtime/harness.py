@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -105,6 +105,7 @@ class LocalTransport:
     clock: ManualClock | None = None
     domain: str | None = None  # the waiting handlers' monotonic_domain(); None: the silo's own (one host)
     withdraws: list[list[str]] = field(default_factory=list)  # run ids of every withdraw asked for
+    stops: list[dict[str, float]] = field(default_factory=list)  # every delivery's stops (overlap cancel_other)
     lose_withdraws: bool = False  # a withdraw gets no answer (lost, timed out)
     hold_withdraws: list[asyncio.Event] = field(default_factory=list)  # the next withdraws wait for these, in turn
     resolving: dict[str, asyncio.Event] = field(default_factory=dict)  # lookups held until set
@@ -145,11 +146,15 @@ class LocalTransport:
         return await self.waiting_handler(name).timeshard_withdraw(run_ids, lease_end)
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float, ahead: Ahead | None = None) -> list[Outcome]:
+                      lease_end: float, ahead: Ahead | None = None,
+                      stops: Mapping[str, float] | None = None) -> list[Outcome]:
         self.calls.append((target.name, list(attempts)))
+        if stops:
+            self.stops.append(dict(stops))
         if self.clock is not None:
             out = await self.waiting_handler(target.name).timeshard_deliver(
-                [tuple(a) for a in attempts], timeout, lease_end, None if ahead is None else tuple(ahead))
+                [tuple(a) for a in attempts], timeout, lease_end, None if ahead is None else tuple(ahead),
+                None if not stops else dict(stops))
             return [Outcome(*o) for o in out]
         outcomes = []
         for attempt in attempts:
