@@ -30,7 +30,7 @@ from cluster.model.clock import Clock
 from cluster.model.jobs import Target
 from cluster.model.limits import code_allowed
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import timedelta_to_us
+from cluster.model.wire import timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import SiloHooks, admits, call_hooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
@@ -64,6 +64,12 @@ def interested_hooks(hooks: Sequence[SiloHooks], run: Run) -> tuple[SiloHooks, .
     metadata = run.head.metadata
     offered = [h for h in hooks if h.metadata_keys is None or any(k in metadata for k in h.metadata_keys)]
     return tuple(h for h in offered if h.interested(run.job)) if offered else ()
+
+
+def describe_target(target: Target) -> str:
+    """``target`` as an operator reads it: ``actor mailer`` or ``actor mailer@app`` (its Ray namespace)."""
+    where = f"@{target.namespace}" if target.namespace else ""
+    return f"{target.kind} {target.name}{where}"
 
 
 def failed(runs: Sequence[Run], error: str, exc: BaseException) -> list[Outcome]:
@@ -283,7 +289,11 @@ class Firing:
             self._check_code(target)
             handle = await self._transport.resolve(target)  # off the event loop unless cached
         except TargetAbsent as exc:
+            fresh = [run for run in runs if run.hooks and not run.staged_since]
             self._staging.stage(runs, str(exc))
+            for run in fresh:  # told once per run, not on every look for its target
+                await call_hooks(run.hooks, "attempt_staged", run.event(), describe_target(target),
+                                 us_to_datetime(run.staged_since))
             return
         except Exception as exc:  # a grain class that cannot be activated: a failed attempt, not a stuck run
             log.error("target cannot be activated", extra={"target": target.name, "error": repr(exc)})

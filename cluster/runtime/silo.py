@@ -35,6 +35,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.hooks import HooksFactory, call_hooks
+from cluster.runtime.lookup import FindAnswer, Lookup
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
 from cluster.runtime.roles import wire
 from cluster.runtime.runs import JobDecoder, UnreadableJob, log_if_failed
@@ -119,6 +120,7 @@ class Silo:
                        rng=rng or random.Random())
         if on_superseded is not None:
             self._r.heartbeat.on_superseded = on_superseded
+        self._lookup = Lookup(self._store, self._r.shards)
         self._tasks: list[asyncio.Task[None]] = []
         self._check_decoder = JobDecoder()  # schedule's round-trip check: its own memo, no metrics
         self._ready = asyncio.get_running_loop().create_task(self._start())
@@ -226,6 +228,12 @@ class Silo:
         """Cancel ``job_id`` in ``shard_base``: ("cancelled" | "absent" | "moved" | "not_owner", info)."""
         await self._ready
         return await self._r.cancelling.cancel(shard_base, job_id)
+
+    async def find_job(self, shard_base: str, job_id: str) -> FindAnswer:
+        """Where ``job_id`` is, as ``shard_base`` says: ("found", packed job), ("moved", shard),
+        ("absent", None) or ("gone", None) if the shard no longer exists. Read only."""
+        await self._ready
+        return await self._lookup.find(shard_base, job_id)
 
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
         """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
