@@ -34,6 +34,7 @@ from cluster.model.errors import InvalidJob, SiloStopping, UnsupportedWireVersio
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
+from cluster.runtime.firing import describe_target
 from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.lookup import FindAnswer, Lookup
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
@@ -48,6 +49,8 @@ log = logging.getLogger("timeshard.silo")
 # Seconds before a failed start step (join, first clock reading) is tried again; doubled up to the max.
 FIRST_JOIN_RETRY = 0.2
 MAX_JOIN_RETRY = 5.0
+# Staged runs ``status()`` names one by one (it counts them all).
+STAGED_SHOWN = 20
 
 
 def _short(value: Any) -> str:
@@ -284,6 +287,7 @@ class Silo:
             "queued": len(self._r.queue),
             "inflight": len(self._r.runs.inflight),
             "staged": len(self._r.runs.staged),
+            "staged_jobs": self._staged_jobs(),
             "shards": [
                 {
                     "name": s.base,
@@ -308,6 +312,14 @@ class Silo:
             },
             "counters": self.metrics.snapshot(),
         }
+
+    def _staged_jobs(self) -> list[dict[str, Any]]:
+        """The first ``STAGED_SHOWN`` staged runs: job id and name, the absent target, since when (µs)."""
+        shown = []
+        for run in list(self._r.runs.staged.values())[:STAGED_SHOWN]:
+            shown.append({"job": run.job_id, "name": run.job.name, "target": describe_target(run.target),
+                          "since_us": run.staged_since})
+        return shown
 
     # -- background ---------------------------------------------------------------------------
 

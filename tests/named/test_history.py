@@ -151,3 +151,52 @@ def test_attempt_record_json_keeps_the_triggered_mark() -> None:
     record = AttemptRecord("r", 1, 1, T0, T0, "0#1", triggered=True)
     assert AttemptRecord.from_json(record.to_json()) == record
     assert "g" not in replace(record, triggered=False).to_json()
+
+
+def test_get_shows_history_and_staged_in_text_and_json() -> None:
+    from cluster.cli.jobs import _job_text, named_job_to_json
+    from cluster.named.api import NamedJob
+
+    job = recurring()
+    status = run_attempts(JobStatus(), job, 2, error=None)
+    trig = triggered_run(job, T0 + timedelta(seconds=25))
+    ev = AttemptEvent(trig, "trig", 1, 1, trig.due, trig.due + timedelta(seconds=0.5))
+    status = ended(started(status, ev, "0#1"), ev, AttemptEnd(False, "ValueError: boom", trig.due + timedelta(seconds=2),
+                                                              None, None, True), "0#1")
+    status = staged(status, "actor h@ns", T0 + timedelta(seconds=30))
+    assert status is not None
+    shown = named_job_to_json(NamedJob("nightly", "default", "default", 1, job, status, T0))
+    history = shown["status"]["history"]
+    assert [h["outcome"] for h in history] == ["failed", "succeeded", "succeeded"]
+    assert history[0]["triggered"] and history[0]["error"] == "ValueError: boom"
+    assert history[0]["lateness_s"] == 0.5 and history[0]["duration_s"] == 1.5
+    assert history[0]["scheduled_for"] == (T0 + timedelta(seconds=25)).isoformat() and history[0]["started"]
+    assert shown["status"]["staged"] == {"target": "actor h@ns", "since": (T0 + timedelta(seconds=30)).isoformat()}
+    json.dumps(shown)  # --json prints it
+    text = _job_text(shown)
+    assert f"staged: waiting for actor h@ns since {(T0 + timedelta(seconds=30)).isoformat()}" in text
+    assert "history       last 3, newest first" in text
+    assert "started 0.500s late, took 1.500s, failed (triggered): ValueError: boom" in text
+    assert "attempts 0" not in text
+
+
+def test_trigger_is_a_cli_command_with_examples() -> None:
+    from cluster.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["trigger", "nightly", "--app-id", "billing", "--json"])
+    assert args.name == "nightly" and args.app_id == "billing" and args.json
+    sub = next(a for a in parser._subparsers._group_actions if a.dest in ("command", "cmd") or a.choices)  # type: ignore[union-attr]
+    helptext = sub.choices["trigger"].format_help()
+    assert "examples:" in helptext and "timeshard trigger db-backup" in helptext
+
+
+def test_status_names_staged_jobs_with_their_absent_target() -> None:
+    from cluster.cli.jobs import _status_text
+
+    since_us = 1_893_456_000_000_000
+    silo = {"silo_id": "0", "owner": "0#1", "node": "n", "pid": 1, "queued": 0, "inflight": 0, "staged": 1,
+            "counters": {}, "clock": None, "shards": [], "damaged": {},
+            "staged_jobs": [{"job": "abc", "name": "nightly", "target": "actor h@ns", "since_us": since_us}]}
+    text = _status_text({"namespace": "test", "store": "memory://", "silos": [silo]})
+    assert "STAGED job nightly: waiting for actor h@ns since " in text
