@@ -20,7 +20,8 @@ from typing import Any
 import ray
 
 from cluster.flows.api import Flows
-from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, JobNotFound, SiloStopping
+from cluster.flows.model import FLOW_META
+from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, InvalidJob, JobNotFound, SiloStopping
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.routing import Router, SiloLost, SiloRefused
@@ -225,8 +226,12 @@ class Client:
         packed = await self._find(job)
         if packed is None:
             raise JobNotFound(f"job {job.id}")
-        (run,) = await self.submit_jobs([triggered_run(ScheduledJob.from_wire(unpack(packed)),
-                                                       datetime.now(timezone.utc))])
+        current = ScheduledJob.from_wire(unpack(packed))
+        if FLOW_META in current.metadata:
+            # A copy would be recorded as the step's own attempt and move its flow on.
+            raise InvalidJob("job", "is a step of a flow, which runs and retries its steps itself; "
+                                    "trigger_job runs plain and named jobs", job.id)
+        (run,) = await self.submit_jobs([triggered_run(current, datetime.now(timezone.utc))])
         return run
 
     async def _find(self, job: ScheduledJob) -> bytes | None:
