@@ -20,11 +20,13 @@ from typing import Any
 import ray
 
 from cluster.flows.api import Flows
-from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, SiloStopping
+from cluster.flows.model import FLOW_META
+from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, InvalidJob, JobNotFound, SiloStopping
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.routing import Router, SiloLost, SiloRefused
-from cluster.model.wire import datetime_to_us, pack
+from cluster.model.trigger import triggered_run
+from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.api import NamedJobs
 from cluster.named.reminders import Reminders
 from cluster.runtime.membership import SILO_PREFIX
@@ -224,6 +226,55 @@ class Client:
                     delay = min(2 * delay, _MAX_HOP_DELAY_S)
                 stuck = (shard, info)
         raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
+
+    # -- triggering ---------------------------------------------------------------------------
+
+    async def trigger_job(self, job: ScheduledJob) -> ScheduledJob:
+        """Run ``job`` once now, out of band, without moving its schedule; returns the run.
+
+        The run is a one-shot job due now carrying ``job``'s current definition under an id of
+        its own (see ``cluster.model.trigger``): durable once this returns, cancellable with
+        ``try_cancel_job(run)``. A recurring job's next occurrence stays where it was; a
+        one-shot job that has not fired yet still fires at its time too. Raises ``JobNotFound``
+        (a ``LookupError``) if ``job`` is done, cancelled or unknown.
+        """
+        if job.shard is None:
+            raise ValueError("job.shard: this job was not returned by schedule_job; cannot locate it")
+        packed = await self._find(job)
+        if packed is None:
+            raise JobNotFound(f"job {job.id}")
+        current = ScheduledJob.from_wire(unpack(packed))
+        if FLOW_META in current.metadata:
+            # A copy would be recorded as the step's own attempt and move its flow on.
+            raise InvalidJob("job", "is a step of a flow, which runs and retries its steps itself; "
+                                    "trigger_job runs plain and named jobs", job.id)
+        (run,) = await self.submit_jobs([triggered_run(current, datetime.now(timezone.utc))])
+        return run
+
+    async def _find(self, job: ScheduledJob) -> bytes | None:
+        """``job``'s packed definition as its shard holds it now, following its moves; None if gone."""
+        assert job.shard is not None
+        shard: str = job.shard
+        silo = _creator_of(shard)
+        for _ in range(_MAX_HOPS):
+            answer, info = await self._call("find_job", shard, job.id, prefer=silo)
+            if answer == "found":
+                return bytes(info)
+            if answer == "absent":
+                return None
+            if answer == "moved" and info:
+                shard, silo = info, _creator_of(info)
+                continue
+            # "gone": drained and deleted after the job moved on. Look in every shard from the
+            # job's first window on (rare: old handles of recurring jobs).
+            duration = self.options.shard_duration // timedelta(microseconds=1)
+            due = datetime_to_us(job.due)
+            for other, owner in await self._call("shards_from", due - due % duration):
+                answer, info = await self._call("find_job", other, job.id, prefer=owner.rpartition("#")[0])
+                if answer == "found":
+                    return bytes(info)
+            return None
+        raise ClusterUnavailable(f"could not follow job {job.id} in {_MAX_HOPS} hops")
 
     async def _cancel_by_search(self, job: ScheduledJob) -> bool:
         duration = self.options.shard_duration // timedelta(microseconds=1)

@@ -64,6 +64,7 @@ class Recorder(JobHandler):
             "scheduled_for": ctx.scheduled_for.timestamp(),
             "due": ctx.job.due.timestamp(),
             "started": started,
+            "ctx_started": None if ctx.started is None else ctx.started.timestamp(),  # JobContext's own
             "received": self._received.pop(ctx.run_id, started),
             "target": ctx.job.target.name,
             "pid": os.getpid(),

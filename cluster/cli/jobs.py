@@ -1,5 +1,5 @@
-"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, status,
-release-quarantine.
+"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, trigger,
+status, release-quarantine.
 
 Each connects to silos already running in a Ray namespace (``timeshard up`` starts them), acts
 through the same client a program uses, and exits 0 (ok), 1 (failure: one line on stderr, no
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, ValidationError
+from cluster.model.errors import AlreadyExists, JobNotFound, ValidationError
 from cluster.model.options import DEFAULT_NAMESPACE
 from cluster.model.times import format_duration
 from storage import StorageError
@@ -98,7 +98,8 @@ def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[
         try:
             client = _connect(args.namespace).client()
             return asyncio.run(_with_args(work, client, args))
-        except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable, StorageError, ScheduleInDoubt) as exc:
+        except (_Failure, ValidationError, AlreadyExists, JobNotFound, ClusterUnavailable, StorageError,
+                ScheduleInDoubt) as exc:
             print(f"timeshard: error: {exc}", file=sys.stderr)
             return 1
 
@@ -181,6 +182,30 @@ async def _delete(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+# -- trigger ----------------------------------------------------------------------------------
+
+TRIGGER_EXAMPLES = """examples:
+  timeshard trigger db-backup
+  timeshard trigger poll --app-id billing --json
+  timeshard trigger nightly --job-namespace prod --namespace timeshard
+
+The run is a one-shot copy of the job due now; the job's own schedule does not move. It counts
+in `timeshard get NAME` like any attempt (its history marks it "triggered").
+"""
+
+
+async def _trigger(client: Any, args: argparse.Namespace) -> int:
+    run = await client.jobs.trigger(args.name, **_scope(args))
+    _show(args, {"name": args.name, "namespace": args.job_namespace, "app_id": args.app_id, "run_job_id": run.id,
+                 "triggered_from": run.metadata.get("timeshard.triggered_from"), "due": _time(run.due),
+                 "shard": run.shard}, _trigger_text)
+    return 0
+
+
+def _trigger_text(t: dict[str, Any]) -> str:
+    return f"triggered {t['name']}: run {t['run_job_id']} due {t['due']} (shard {t['shard']})"
+
+
 # -- status -----------------------------------------------------------------------------------
 
 def _status(args: argparse.Namespace) -> int:
@@ -231,6 +256,18 @@ def _attempt(record: Any) -> dict[str, Any] | None:
         "run_id": record.run_id, "attempt": record.attempt, "occurrence": record.occurrence,
         "scheduled_for": _time(record.scheduled_for), "started_at": _time(record.started_at),
         "outcome": record.outcome, "error": record.error, "ended_at": _time(record.ended_at),
+        "triggered": record.triggered,
+    }
+
+
+def _history_row(record: Any) -> dict[str, Any]:
+    duration = record.duration
+    return {
+        "scheduled_for": _time(record.scheduled_for), "started": _time(record.started),
+        "lateness_s": record.lateness.total_seconds(),
+        "duration_s": None if duration is None else duration.total_seconds(),
+        "outcome": record.outcome, "error": record.error, "triggered": record.triggered,
+        "occurrence": record.occurrence, "attempt": record.attempt, "run_id": record.run_id, "silo": record.owner,
     }
 
 
@@ -255,6 +292,9 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
             "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
             "finished": status.finished, "excluded": status.excluded, "overlap_skipped": status.overlap_skipped,
             "next_fires": [_time(t) for t in status.next_fires],
+            "staged": None if not status.staged else {"target": status.staged_target,
+                                                      "since": _time(status.staged_since)},
+            "history": [_history_row(h) for h in status.history],
         },
     }
 
@@ -283,10 +323,20 @@ def _job_text(j: dict[str, Any]) -> str:
     if s["current_attempt"]:
         c = s["current_attempt"]
         lines.append(f"  running       since {c['started_at']} (occurrence {c['occurrence']}, attempt {c['attempt']})")
+    if s.get("staged"):
+        lines.append(f"  staged: waiting for {s['staged']['target']} since {s['staged']['since']}")
     if s["last_attempt"]:
         last = s["last_attempt"]
         error = f": {last['error']}" if last["error"] else ""
         lines.append(f"  last attempt  {last['outcome']} at {last['ended_at']}{error}")
+    if s.get("history"):
+        lines.append(f"  history       last {len(s['history'])}, newest first")
+        for h in s["history"]:
+            took = "-" if h["duration_s"] is None else f"{h['duration_s']:.3f}s"
+            kind = "triggered" if h["triggered"] else f"occurrence {h['occurrence']} attempt {h['attempt']}"
+            error = f": {h['error']}" if h["error"] else ""
+            lines.append(f"    {h['scheduled_for']}  started {h['lateness_s']:.3f}s late, took {took}, "
+                         f"{h['outcome']} ({kind}){error}")
     return "\n".join(lines)
 
 
@@ -341,6 +391,9 @@ def _status_text(report: dict[str, Any]) -> str:
             f"{c.get('lateness_mean_s', 0):.3f}s max {c.get('lateness_max_s', 0):.3f}s"
         )
         lines.append(_clock_text(silo.get("clock")))
+        for staged in silo.get("staged_jobs", ()):
+            since = datetime.fromtimestamp(staged["since_us"] / 1e6).isoformat(timespec="seconds")
+            lines.append(f"  STAGED job {staged['name'] or staged['job']}: waiting for {staged['target']} since {since}")
         for shard in silo["shards"]:
             start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
@@ -361,7 +414,7 @@ def _status_text(report: dict[str, Any]) -> str:
 # -- registration -----------------------------------------------------------------------------
 
 def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``schedule``, ``get``, ``list``, ``delete``, ``status`` and ``release-quarantine``."""
+    """Register ``schedule``, ``get``, ``trigger``, ``list``, ``delete``, ``status`` and ``release-quarantine``."""
     raw = argparse.RawDescriptionHelpFormatter
 
     p = subparsers.add_parser("schedule", help="schedule (or replace) a named job", formatter_class=raw,
@@ -392,6 +445,16 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     _common(p)
     p.set_defaults(func=_run(_get))
+
+    p = subparsers.add_parser("trigger", help="run a named job once now, without moving its schedule",
+                              formatter_class=raw,
+                              description="Run the job NAME once now, out of band: a one-shot copy of its "
+                                          "definition, durable once this returns. Its schedule does not move. "
+                                          "Exit code 1 if there is no such job.",
+                              epilog=TRIGGER_EXAMPLES)
+    p.add_argument("name")
+    _common(p)
+    p.set_defaults(func=_run(_trigger))
 
     p = subparsers.add_parser("list", help="list named jobs", formatter_class=raw,
                               description="List the jobs of one --job-namespace / --app-id, by name.",

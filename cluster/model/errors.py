@@ -99,3 +99,14 @@ class ScheduleInDoubt(RuntimeError):
 
     def __reduce__(self) -> tuple[object, ...]:  # crosses Ray: rebuilt from both arguments
         return (type(self), (self.reason, self.may_fire))
+
+
+class JobNotFound(LookupError):
+    """The job to act on does not exist: never scheduled, finished, cancelled or deleted."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"{what}: no such job (never scheduled, or already finished, cancelled or deleted)")
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses Ray: rebuilt from its argument
+        return (type(self), (self.what,))

@@ -20,6 +20,9 @@ DEFAULT_NAMESPACE = "timeshard"
 # is over; the rest is the margin for a delivery in flight when it ends (handlers refuse work past
 # the lease's end in store time).
 LEASE_FRACTION = 0.8
+# The most ended attempts a named job's status keeps: 20 of them, errors clipped, fit the 8 KiB
+# Azure allows a registry entry's metadata with room for the rest of the entry.
+MAX_HISTORY_SIZE = 20
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class ClusterOptions:
       ``{"timeshard": 1}``: silos then run only on nodes started with that resource (pinning).
     - ``max_restarts`` (-1): how often Ray restarts a crashed silo (-1: always).
     - ``min_period`` (1 s): the shortest ``@every`` period a job may have.
+    - ``history_size`` (10): how many ended attempts a named job's status keeps
+      (``status.history``, newest first), at most 20, so that its registry entry stays well
+      under Azure's 8 KiB of metadata; 0 keeps none.
     - ``allowed_code_prefixes`` (None: any): module prefixes grain classes and callable failure
       policies must come from; silos import those paths, so this is the trust boundary for
       whoever can call a silo or write to the store (see ``JobLimits``).
@@ -106,6 +112,7 @@ class ClusterOptions:
     max_restarts: int = -1
     min_period: timedelta = timedelta(seconds=1)
     allowed_code_prefixes: tuple[str, ...] | None = None
+    history_size: int = 10
 
     if TYPE_CHECKING:
         # The generated __init__, as callers may use it: durations also as text ("10s", "PT5M"),
@@ -135,6 +142,7 @@ class ClusterOptions:
             max_restarts: int = ...,
             min_period: timedelta | str = ...,
             allowed_code_prefixes: Sequence[str] | None = ...,
+            history_size: int = ...,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -162,6 +170,9 @@ class ClusterOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(name, "must be an int >= 1", value)
+        if (isinstance(self.history_size, bool) or not isinstance(self.history_size, int)
+                or not 0 <= self.history_size <= MAX_HISTORY_SIZE):
+            raise ValidationError("history_size", f"must be an int from 0 to {MAX_HISTORY_SIZE}", self.history_size)
 
         if self.placement not in PLACEMENTS:
             raise ValidationError("placement", f"must be one of {', '.join(PLACEMENTS)}", self.placement)

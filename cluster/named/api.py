@@ -9,6 +9,8 @@ shard's owner (following it through failovers) before it returns. So once ``put`
 cancel was cut short (the caller died) stays listed in the entry and is cancelled by the next
 ``put`` or ``delete`` of that name.
 
+``trigger`` runs a job once now without moving its schedule (``cluster.model.trigger``).
+
 Status (``NamedJob.status``) is written by the silos as attempts start and end (see
 ``cluster.named.hooks``).
 """
@@ -22,11 +24,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, InvalidJob, ValidationError
+from cluster.model.errors import AlreadyExists, InvalidJob, JobNotFound, ValidationError
 from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target, new_job_id
 from cluster.model.limits import DEFAULT_LIMITS
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
+from cluster.model.trigger import triggered_run
 from cluster.model.wire import datetime_to_us, pack, unpack, us_to_datetime
 from cluster.named.registry import (
     NAMED_MARK,
@@ -258,6 +261,32 @@ class NamedJobs:
             return None  # replaced meanwhile and its definition deleted: read the entry again
         return NamedJob(entry.name, namespace, app_id, entry.generation, replace(job, shard=entry.shard),
                         with_next_fires(entry.status, job, utc_now()), us_to_datetime(entry.updated_us))
+
+    # -- triggering ----------------------------------------------------------------------------
+
+    async def trigger(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> ScheduledJob:
+        """Run the job ``name`` once now, out of band; returns the run once it is durable.
+
+        Its schedule does not move (a one-shot job that has not fired yet still fires at its
+        time; one that has fired runs again), and the run counts in the name's status like any
+        attempt: ``successful`` or ``failed``, ``history`` (marked ``triggered``). It runs the
+        current generation's definition; once a ``put`` or ``delete`` of the name has returned,
+        a triggered run of an older generation does not start. Raises ``JobNotFound`` (a
+        ``LookupError``) if there is no job of that name.
+        """
+        key = _key(name, app_id, namespace)
+        store = await self._store()
+        for _ in range(_PUT_ATTEMPTS):
+            entry = await read_entry(store, key)
+            if entry is None:
+                break
+            try:
+                job = await _read_definition(store, entry.job_id)
+            except NotFound:
+                continue  # replaced meanwhile and its definition deleted: read the entry again
+            (run,) = await self.client.submit_jobs([triggered_run(job, utc_now())])
+            return run
+        raise JobNotFound(f"named job {name!r} in namespace {namespace!r}, app_id {app_id!r}")
 
     # -- deleting ------------------------------------------------------------------------------
 

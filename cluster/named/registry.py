@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cluster.model.errors import ValidationError
@@ -32,6 +32,9 @@ __all__ = [
     "MAX_NAME_CHARS",
     "AttemptRecord",
     "JobStatus",
+    "HISTORY_BYTES",
+    "HISTORY_ERROR_CHARS",
+    "with_history",
     "Entry",
     "Retired",
     "check_name",
@@ -55,6 +58,12 @@ MAX_SCOPE_CHARS = 64
 # '%2F'; 200 leaves room for that on every store.
 MAX_KEY_CHARS = 200
 MAX_ERROR_CHARS = 500
+# An error kept in ``status.history`` is clipped harder than the last attempt's, and the history
+# as a whole is held under HISTORY_BYTES of JSON (oldest dropped first), so that a job whose
+# attempts all fail with long errors in non-ASCII text (6 bytes a character once escaped) still
+# leaves its entry's metadata well under Azure's 8 KiB.
+HISTORY_ERROR_CHARS = 200
+HISTORY_BYTES = 3072
 _FORBIDDEN = set("/\\#?")
 _PLAIN = re.compile(rb"[A-Za-z0-9_-]")
 _CAS_ATTEMPTS = 20
@@ -146,7 +155,10 @@ class AttemptRecord:
     """One attempt of a named job: when it was due and started, by whom, and how it ended.
 
     ``outcome`` is ``running`` while it runs, then ``succeeded``, ``failed`` or ``interrupted``
-    (cut short by a silo crash). ``scheduled_for`` is virtual time; the others are wall clock.
+    (cut short by a silo crash). ``scheduled_for`` is the virtual time it was due; ``started``
+    and ``ended_at`` are when it started and ended by the silo's clock (the store's time).
+    ``triggered``: an extra run asked for by ``trigger`` (``client.jobs.trigger``), not an
+    occurrence of the schedule.
     """
 
     run_id: str
@@ -158,20 +170,68 @@ class AttemptRecord:
     outcome: str = "running"
     error: str | None = None
     ended_at: datetime | None = None
+    triggered: bool = False
+
+    @property
+    def started(self) -> datetime:
+        """When the attempt started (the silo's clock): ``started_at``, named as in ``JobContext``."""
+        return self.started_at
+
+    @property
+    def lateness(self) -> timedelta:
+        """How long after ``scheduled_for`` it started (never negative)."""
+        return max(self.started_at - self.scheduled_for, timedelta(0))
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long it ran, from its start to its end; None while it runs (or if its end is unknown)."""
+        return None if self.ended_at is None else max(self.ended_at - self.started_at, timedelta(0))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj = {
             "r": self.run_id, "a": self.attempt, "o": self.occurrence, "s": datetime_to_us(self.scheduled_for),
             "t": datetime_to_us(self.started_at), "w": self.owner, "x": self.outcome, "e": self.error,
             "z": None if self.ended_at is None else datetime_to_us(self.ended_at),
         }
+        if self.triggered:
+            obj["g"] = 1  # only when set: entries written before it read the same
+        return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any] | None) -> AttemptRecord | None:
         if not obj:
             return None
         return cls(obj["r"], obj["a"], obj["o"], us_to_datetime(obj["s"]), us_to_datetime(obj["t"]), obj["w"],
-                   obj["x"], obj["e"], None if obj["z"] is None else us_to_datetime(obj["z"]))
+                   obj["x"], obj["e"], None if obj["z"] is None else us_to_datetime(obj["z"]), bool(obj.get("g")))
+
+    def to_row(self) -> list[Any]:
+        """The compact form ``status.history`` keeps: a list, about 110 bytes of JSON without an error."""
+        row = [self.run_id, self.attempt, self.occurrence, datetime_to_us(self.scheduled_for),
+               datetime_to_us(self.started_at), self.owner, self.outcome, self.error,
+               None if self.ended_at is None else datetime_to_us(self.ended_at)]
+        if self.triggered:
+            row.append(1)
+        return row
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> AttemptRecord:
+        return cls(row[0], row[1], row[2], us_to_datetime(row[3]), us_to_datetime(row[4]), row[5], row[6], row[7],
+                   None if row[8] is None else us_to_datetime(row[8]), len(row) > 9 and bool(row[9]))
+
+
+def with_history(history: tuple[AttemptRecord, ...], ended: AttemptRecord, size: int) -> tuple[AttemptRecord, ...]:
+    """Return ``history`` with ``ended`` first, at most ``size`` long and ``HISTORY_BYTES`` of JSON.
+
+    The error is clipped to ``HISTORY_ERROR_CHARS``; the oldest records go first when the
+    bytes run over, so the newest always stays (one record fits: its error is clipped).
+    """
+    if size <= 0:
+        return ()
+    record = replace(ended, error=clip_error(ended.error, HISTORY_ERROR_CHARS))
+    kept = (record, *(h for h in history if h.run_id != record.run_id))[:size]
+    while len(kept) > 1 and len(_json([h.to_row() for h in kept])) > HISTORY_BYTES:
+        kept = kept[:-1]
+    return kept
 
 
 @dataclass(frozen=True)
@@ -191,8 +251,16 @@ class JobStatus:
       jitter and ``ttl``: computed by ``get`` and ``list`` from the definition, never stored.
     - ``overlap_skipped``: occurrences its overlap policy skipped (they came due while an earlier
       one was in flight); counted as each occurrence ends, at most once each.
+    - ``history``: the last attempts that ended (``ClusterOptions.history_size``, 10 by
+      default), newest first, each an ``AttemptRecord`` with ``scheduled_for``, ``started``,
+      ``lateness``, ``duration``, ``outcome`` and ``error`` (clipped to 200 characters);
+      triggered runs included. Kept in the entry, so it survives a failover;
+    - ``staged_target`` / ``staged_since``: the job is due but its target actor does not exist
+      yet; it waits (staged) since then, up to ``ClusterOptions.undeliverable_timeout``.
 
-    Counters describe the current generation: an overwrite starts them again.
+    Counters describe the current generation: an overwrite starts them again. A triggered run
+    counts in ``successful`` / ``failed`` like any attempt, but does not touch ``next_fire``,
+    ``attempts`` or ``finished``, which belong to the schedule.
     """
 
     next_fire: datetime | None = None
@@ -208,6 +276,14 @@ class JobStatus:
     excluded: int = 0
     next_fires: list[datetime] = field(default_factory=list, compare=False)
     overlap_skipped: int = 0
+    history: tuple[AttemptRecord, ...] = ()
+    staged_target: str | None = None
+    staged_since: datetime | None = None
+
+    @property
+    def staged(self) -> bool:
+        """Whether the job is due and waits for its target actor to appear."""
+        return self.staged_target is not None
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {
@@ -221,10 +297,16 @@ class JobStatus:
         }
         if self.overlap_skipped:  # only then: an entry of a job that skipped nothing keeps its size
             obj["osk"] = self.overlap_skipped
+        # Written only when set: an entry without them costs no byte more than before.
+        if self.history:
+            obj["h"] = [h.to_row() for h in self.history]
+        if self.staged_target is not None:
+            obj["st"] = [self.staged_target, None if self.staged_since is None else datetime_to_us(self.staged_since)]
         return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> JobStatus:
+        staged_target, staged_since = _staged(obj.get("st"))
         return cls(
             None if obj.get("n") is None else us_to_datetime(obj["n"]),
             obj.get("ok", 0), obj.get("ko", 0), obj.get("int", 0), obj.get("cf", 0),
@@ -232,7 +314,16 @@ class JobStatus:
             obj.get("at", 0), None if obj.get("la") is None else us_to_datetime(obj["la"]), obj.get("fin", False),
             obj.get("exc", 0),
             overlap_skipped=obj.get("osk", 0),
+            history=tuple(AttemptRecord.from_row(row) for row in obj.get("h", ())),
+            staged_target=staged_target,
+            staged_since=staged_since,
         )
+
+
+def _staged(value: Any) -> tuple[str | None, datetime | None]:
+    if not value:
+        return None, None
+    return value[0], None if value[1] is None else us_to_datetime(value[1])
 
 
 # -- entries -----------------------------------------------------------------------------------
@@ -289,11 +380,11 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=True)
 
 
-def clip_error(text: str | None) -> str | None:
-    """Return ``text`` cut to fit the entry's metadata (8 KiB for everything on Azure)."""
-    if text is None or len(text) <= MAX_ERROR_CHARS:
+def clip_error(text: str | None, limit: int = MAX_ERROR_CHARS) -> str | None:
+    """Return ``text`` cut to ``limit`` characters to fit the entry's metadata (8 KiB for everything on Azure)."""
+    if text is None or len(text) <= limit:
         return text
-    return text[: MAX_ERROR_CHARS - 1] + "\u2026"
+    return text[: limit - 1] + "\u2026"
 
 
 async def read_entry(store: Store, key: str) -> Entry | None:

@@ -67,6 +67,12 @@ def interested_hooks(hooks: Sequence[SiloHooks], run: Run) -> tuple[SiloHooks, .
     return tuple(h for h in offered if h.interested(run.job)) if offered else ()
 
 
+def describe_target(target: Target) -> str:
+    """``target`` as an operator reads it: ``actor mailer`` or ``actor mailer@app`` (its Ray namespace)."""
+    where = f"@{target.namespace}" if target.namespace else ""
+    return f"{target.kind} {target.name}{where}"
+
+
 def failed(runs: Sequence[Run], error: str, exc: BaseException) -> list[Outcome]:
     """A failed outcome for each of ``runs``: what a silo records when it could not deliver them."""
     return [Outcome(run.run_id, error, type(exc).__name__) for run in runs]
@@ -284,7 +290,11 @@ class Firing:
             self._check_code(target)
             handle = await self._transport.resolve(target)  # off the event loop unless cached
         except TargetAbsent as exc:
+            fresh = [run for run in runs if run.hooks and not run.staged_since]
             self._staging.stage(runs, str(exc))
+            for run in fresh:  # told once per run, not on every look for its target
+                await call_hooks(run.hooks, "attempt_staged", run.event(), describe_target(target),
+                                 us_to_datetime(run.staged_since))
             return
         except Exception as exc:  # a grain class that cannot be activated: a failed attempt, not a stuck run
             log.error("target cannot be activated", extra={"target": target.name, "error": repr(exc)})

@@ -77,6 +77,10 @@ class SiloHooks:
     async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
         """An attempt's outcome is durable in its shard."""
 
+    async def attempt_staged(self, event: AttemptEvent, target: str, since: datetime) -> None:
+        """An attempt is due but its target (``target``, e.g. ``actor mailer@app``) does not exist
+        yet: it waits, staged, since ``since`` (see ``cluster.runtime.staging``). Told once per run."""
+
     async def job_cancelled(self, job_id: str) -> None:
         """A job was cancelled through ``try_cancel_job``."""
 

@@ -34,7 +34,9 @@ from cluster.model.errors import InvalidJob, SiloStopping, UnsupportedWireVersio
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
+from cluster.runtime.firing import describe_target
 from cluster.runtime.hooks import HooksFactory, call_hooks
+from cluster.runtime.lookup import FindAnswer, Lookup
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
 from cluster.runtime.roles import wire
 from cluster.runtime.runs import JobDecoder, UnreadableJob, log_if_failed
@@ -47,6 +49,8 @@ log = logging.getLogger("timeshard.silo")
 # Seconds before a failed start step (join, first clock reading) is tried again; doubled up to the max.
 FIRST_JOIN_RETRY = 0.2
 MAX_JOIN_RETRY = 5.0
+# Staged runs ``status()`` names one by one (it counts them all).
+STAGED_SHOWN = 20
 
 
 def _short(value: Any) -> str:
@@ -126,6 +130,7 @@ class Silo:
                        rng=rng or random.Random())
         if on_superseded is not None:
             self._r.heartbeat.on_superseded = on_superseded
+        self._lookup = Lookup(self._store, self._r.shards)
         self._tasks: list[asyncio.Task[None]] = []
         self._check_decoder = JobDecoder()  # schedule's round-trip check: its own memo, no metrics
         self._ready = asyncio.get_running_loop().create_task(self._start())
@@ -237,6 +242,12 @@ class Silo:
         await self._ready
         return await self._r.cancelling.cancel(shard_base, job_id)
 
+    async def find_job(self, shard_base: str, job_id: str) -> FindAnswer:
+        """Where ``job_id`` is, as ``shard_base`` says: ("found", packed job), ("moved", shard),
+        ("absent", None) or ("gone", None) if the shard no longer exists. Read only."""
+        await self._ready
+        return await self._lookup.find(shard_base, job_id)
+
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
         """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
         await self._ready
@@ -286,6 +297,7 @@ class Silo:
             "queued": len(self._r.queue),
             "inflight": len(self._r.runs.inflight),
             "staged": len(self._r.runs.staged),
+            "staged_jobs": self._staged_jobs(),
             "shards": [
                 {
                     "name": s.base,
@@ -310,6 +322,14 @@ class Silo:
             },
             "counters": self.metrics.snapshot(),
         }
+
+    def _staged_jobs(self) -> list[dict[str, Any]]:
+        """The first ``STAGED_SHOWN`` staged runs: job id and name, the absent target, since when (µs)."""
+        shown = []
+        for run in list(self._r.runs.staged.values())[:STAGED_SHOWN]:
+            shown.append({"job": run.job_id, "name": run.job.name, "target": describe_target(run.target),
+                          "since_us": run.staged_since})
+        return shown
 
     # -- background ---------------------------------------------------------------------------
 

@@ -74,6 +74,15 @@ async def test_schedule_get_list_status_delete_through_the_command_line(make_clu
         assert f"{field}:" in error and len(error) < 1000, error
     assert "no job named" in one_line_error(timeshard("get", "hostile", *ns))  # nothing was written
 
+    triggered = timeshard("trigger", "nightly", "--json", *ns)
+    assert triggered.returncode == 0, triggered.stderr
+    run = json.loads(triggered.stdout)
+    assert run["triggered_from"] == job["job_id"] and run["run_job_id"] != job["job_id"]
+    await wait_for(lambda: any(r["job_id"] == run["run_job_id"] for r in executions(handle)), timeout=20)
+    shown = await wait_for(lambda: "(triggered)" in (got := timeshard("get", "nightly", *ns)).stdout and got, timeout=20)
+    assert "history       last" in shown.stdout
+    assert "no such job" in one_line_error(timeshard("trigger", "hostile", *ns))
+
     deleted = timeshard("delete", "nightly", *ns)
     assert deleted.returncode == 0 and "deleted" in deleted.stdout
     assert "no job named" in one_line_error(timeshard("get", "nightly", *ns))

@@ -124,3 +124,15 @@ def test_a_replayed_series_skips_each_occurrence_once() -> None:
         start = max(plan.next_due, start + 2.5 * s)
         ran.append(plan.next_due)
     assert len(ran) + skipped == (ran[-1] - NOW) // s + 1  # every grid point up to the last: run or skipped
+
+
+def test_a_triggered_run_starts_now_whatever_shapes_the_job() -> None:
+    from cluster.model.shape import NO_EXCLUSIONS
+    from cluster.model.trigger import triggered_run
+
+    job = recurring(overlap="skip", jitter="30s", not_after=NOW + timedelta(days=1), exclude=["2030-01-01"])
+    run = triggered_run(job, NOW)
+    assert run.due == NOW and run.schedule is None and run.first_fire == NOW  # not jittered
+    assert (run.jitter, run.not_before, run.not_after, run.exclude, run.overlap) == (
+        timedelta(0), None, None, NO_EXCLUSIONS, "allow_all")
+    assert len(run.to_wire()) == 14  # nothing of the shape travels with it
