@@ -141,6 +141,8 @@ class SiloMetrics:
         self.shards_damaged = counter("shards_damaged", "shard logs found with bad frames before whole ones")
         self.records_lost = counter("records_lost", "records in damaged stretches of shard logs")
         self.lease_lapses = counter("lease_lapses", "times the firing lease ran out before a heartbeat renewed it")
+        self.paused_occurrences = counter("occurrences_paused",
+                                          "occurrences that came due while their job was paused (counted at resume)")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
         self.shards_quarantined = gauge("shards_quarantined", "owned shards firing in named batches after owner deaths")
@@ -160,7 +162,7 @@ class SiloMetrics:
         counters: dict[str, Any] = {
             n: getattr(self, n).value
             for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "handed_over", "unreadable",
-                      "shards_damaged", "records_lost", "lease_lapses")
+                      "shards_damaged", "records_lost", "lease_lapses", "paused_occurrences")
         }
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0

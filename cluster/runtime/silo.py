@@ -36,6 +36,7 @@ from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
+from cluster.runtime.pausing import PauseAnswer
 from cluster.runtime.roles import wire
 from cluster.runtime.runs import JobDecoder, UnreadableJob, log_if_failed
 from cluster.runtime.shardlog import MAX_US, MIN_US
@@ -226,6 +227,17 @@ class Silo:
         """Cancel ``job_id`` in ``shard_base``: ("cancelled" | "absent" | "moved" | "not_owner", info)."""
         await self._ready
         return await self._r.cancelling.cancel(shard_base, job_id)
+
+    async def pause(self, shard_base: str, job_id: str, note: str | None, by: str) -> PauseAnswer:
+        """Pause ``job_id`` in ``shard_base``: ("paused" | "already_paused", the pause record
+        ``[note, by, since_us]``), or ("absent" | "moved" | "not_owner", info) as ``cancel`` answers."""
+        await self._ready
+        return await self._r.pausing.pause(shard_base, job_id, note, by)
+
+    async def resume(self, shard_base: str, job_id: str) -> PauseAnswer:
+        """Resume ``job_id`` in ``shard_base``: ("resumed" | "not_paused", None), or as ``cancel`` answers."""
+        await self._ready
+        return await self._r.pausing.resume(shard_base, job_id)
 
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
         """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
