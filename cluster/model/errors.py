@@ -99,3 +99,10 @@ class ScheduleInDoubt(RuntimeError):
 
     def __reduce__(self) -> tuple[object, ...]:  # crosses Ray: rebuilt from both arguments
         return (type(self), (self.reason, self.may_fire))
+
+
+class JobNotFound(LookupError):
+    """No job of that name, or the job has nothing left to run (finished, cancelled, deleted).
+
+    Raised by pause and resume, which act on a pending job; nothing is written.
+    """

@@ -38,6 +38,7 @@ __all__ = [
     "check_scope",
     "entry_key",
     "scope_prefix",
+    "namespace_prefix",
     "name_of",
     "definition_key",
     "read_entry",
@@ -116,6 +117,11 @@ def scope_prefix(namespace: str, app_id: str) -> str:
     return f"{REGISTRY_PREFIX}{_escape(namespace)}/{_escape(app_id)}/"
 
 
+def namespace_prefix(namespace: str) -> str:
+    """Return the store prefix of every entry of ``namespace``, whatever its app_id."""
+    return f"{REGISTRY_PREFIX}{_escape(namespace)}/"
+
+
 def entry_key(namespace: str, app_id: str, name: str) -> str:
     """Return the store name of the entry for ``name``; raises if it would be too long."""
     key = scope_prefix(namespace, app_id) + _escape(name)
@@ -185,9 +191,11 @@ class JobStatus:
     - ``current_attempt``: the attempt running now, if any; ``last_attempt``: the last that ended;
     - ``attempts`` / ``last_attempted``: Dapr's counters — attempts made at the current
       occurrence and the virtual time of the last one; back to 0 / None when an occurrence ends;
-    - ``finished``: the job has nothing left to fire (its entry stays until deleted).
+    - ``finished``: the job has nothing left to fire (its entry stays until deleted);
+    - ``paused``: an operator paused it (``client.jobs.pause``): nothing new starts until it is
+      resumed; ``paused_note``, ``paused_by`` and ``paused_since`` say why, who and since when.
 
-    Counters describe the current generation: an overwrite starts them again.
+    Counters describe the current generation: an overwrite starts them again (unpaused).
     """
 
     next_fire: datetime | None = None
@@ -200,9 +208,13 @@ class JobStatus:
     attempts: int = 0
     last_attempted: datetime | None = None
     finished: bool = False
+    paused: bool = False
+    paused_note: str | None = None
+    paused_by: str | None = None
+    paused_since: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj = {
             "n": None if self.next_fire is None else datetime_to_us(self.next_fire),
             "ok": self.successful, "ko": self.failed, "int": self.interrupted, "cf": self.consecutive_failures,
             "cur": None if self.current_attempt is None else self.current_attempt.to_json(),
@@ -210,6 +222,10 @@ class JobStatus:
             "at": self.attempts, "la": None if self.last_attempted is None else datetime_to_us(self.last_attempted),
             "fin": self.finished,
         }
+        if self.paused:  # written only when paused: an entry never paused costs no byte more
+            obj["p"] = [self.paused_note, self.paused_by,
+                        None if self.paused_since is None else datetime_to_us(self.paused_since)]
+        return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> JobStatus:
@@ -218,7 +234,15 @@ class JobStatus:
             obj.get("ok", 0), obj.get("ko", 0), obj.get("int", 0), obj.get("cf", 0),
             AttemptRecord.from_json(obj.get("cur")), AttemptRecord.from_json(obj.get("last")),
             obj.get("at", 0), None if obj.get("la") is None else us_to_datetime(obj["la"]), obj.get("fin", False),
+            *_paused_from_json(obj.get("p")),
         )
+
+
+def _paused_from_json(value: Any) -> tuple[bool, str | None, str | None, datetime | None]:
+    if not value:
+        return False, None, None, None
+    note, by, since_us = value
+    return True, note, by, None if since_us is None else us_to_datetime(since_us)
 
 
 # -- entries -----------------------------------------------------------------------------------
