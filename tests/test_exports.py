@@ -21,6 +21,7 @@ CLUSTER = [
     "InvalidPolicy",
     "InvalidSchedule",
     "InvalidTime",
+    "JobNotFound",
     "JobStatus",
     "Misfire",
     "NamedJob",

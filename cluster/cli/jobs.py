@@ -1,5 +1,5 @@
-"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, status,
-release-quarantine.
+"""The job commands of the ``timeshard`` command line: schedule, get, list, delete, pause,
+resume, status, release-quarantine.
 
 Each connects to silos already running in a Ray namespace (``timeshard up`` starts them), acts
 through the same client a program uses, and exits 0 (ok), 1 (failure: one line on stderr, no
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, ValidationError
+from cluster.model.errors import AlreadyExists, JobNotFound, ValidationError
 from cluster.model.options import DEFAULT_NAMESPACE
 from storage import StorageError
 
@@ -34,6 +34,25 @@ SCHEDULE_EXAMPLES = """examples:
   timeshard schedule poll --target actor:poller --schedule '@every 30s' --repeats 10 --overwrite
   timeshard schedule report --target grain:myapp.grains:Report/42 --schedule '0 0 9 * * Mon'
   timeshard schedule once --target actor:mailer --due-time 2026-10-02T15:00:00Z --metadata team=ops
+"""
+
+
+PAUSE_EXAMPLES = """examples:
+  timeshard pause db-backup --note 'restore in progress (INC-42)'
+  timeshard pause poll --app-id billing --json
+  timeshard pause --all --app-id billing --note 'billing freeze'
+  timeshard pause --all --whole-namespace --job-namespace tenant-7
+
+A paused job starts nothing new until resumed: an attempt already running finishes. Exit code 1
+if there is no such job (or it has nothing left to run).
+"""
+
+RESUME_EXAMPLES = """examples:
+  timeshard resume db-backup
+  timeshard resume --all --app-id billing
+
+Occurrences that came due while paused follow the job's misfire policy (skip, fire_once,
+fire_all); a one-shot job already due fires at once. Exit code 1 if there is no such job.
 """
 
 
@@ -96,6 +115,9 @@ def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[
             return asyncio.run(_with_args(work, client, args))
         except (_Failure, ValidationError, AlreadyExists, ClusterUnavailable, StorageError, ScheduleInDoubt) as exc:
             print(f"timeshard: error: {exc}", file=sys.stderr)
+            return 1
+        except JobNotFound as exc:
+            print(f"timeshard: error: {exc.args[0]}", file=sys.stderr)
             return 1
 
     return command
@@ -176,6 +198,39 @@ async def _delete(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+# -- pause / resume ---------------------------------------------------------------------------
+
+async def _pause(client: Any, args: argparse.Namespace) -> int:
+    return await _set_paused(client, args, True)
+
+
+async def _resume(client: Any, args: argparse.Namespace) -> int:
+    return await _set_paused(client, args, False)
+
+
+async def _set_paused(client: Any, args: argparse.Namespace, paused: bool) -> int:
+    verb = "paused" if paused else "resumed"
+    if args.all:
+        app_id = None if args.whole_namespace else args.app_id
+        scope = {"app_id": app_id, "namespace": args.job_namespace}
+        if paused:
+            count = await client.jobs.pause_all(note=args.note, **scope)
+        else:
+            count = await client.jobs.resume_all(**scope)
+        where = f"namespace {args.job_namespace!r}" + ("" if app_id is None else f", app_id {app_id!r}")
+        _show(args, {verb: count, "namespace": args.job_namespace, "app_id": app_id},
+              lambda _: f"{verb} {count} job(s) in {where}")
+        return 0
+    if args.whole_namespace:
+        raise _Failure("--whole-namespace goes with --all")
+    if paused:
+        named = await client.jobs.pause(args.name, note=args.note, **_scope(args))
+    else:
+        named = await client.jobs.resume(args.name, **_scope(args))
+    _show(args, named_job_to_json(named), _job_text)
+    return 0
+
+
 # -- status -----------------------------------------------------------------------------------
 
 def _status(args: argparse.Namespace) -> int:
@@ -245,7 +300,8 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
             "interrupted": status.interrupted, "consecutive_failures": status.consecutive_failures,
             "attempts": status.attempts, "last_attempted": _time(status.last_attempted),
             "current_attempt": _attempt(status.current_attempt), "last_attempt": _attempt(status.last_attempt),
-            "finished": status.finished,
+            "finished": status.finished, "paused": status.paused, "paused_note": status.paused_note,
+            "paused_by": status.paused_by, "paused_since": _time(status.paused_since),
         },
     }
 
@@ -266,6 +322,9 @@ def _job_text(j: dict[str, Any]) -> str:
         f"  attempts      {s['successful']} succeeded, {s['failed']} failed, {s['interrupted']} interrupted, "
         f"{s['consecutive_failures']} consecutive failures",
     ]
+    if s["paused"]:
+        note = f": {s['paused_note']}" if s["paused_note"] else ""
+        lines.append(f"  PAUSED        since {s['paused_since']} by {s['paused_by']}{note}")
     if s["current_attempt"]:
         c = s["current_attempt"]
         lines.append(f"  running       since {c['started_at']} (occurrence {c['occurrence']}, attempt {c['attempt']})")
@@ -282,7 +341,8 @@ def _list_text(jobs: list[dict[str, Any]]) -> str:
     rows = [("NAME", "GEN", "SCHEDULE", "NEXT FIRE", "OK", "FAILED", "INTERRUPTED")]
     for j in jobs:
         s = j["status"]
-        rows.append((j["name"], str(j["generation"]), j["schedule"] or "once", s["next_fire"] or "-",
+        rows.append((j["name"], str(j["generation"]), j["schedule"] or "once",
+                     (s["next_fire"] or "-") + (" (paused)" if s["paused"] else ""),
                      str(s["successful"]), str(s["failed"]), str(s["interrupted"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
@@ -334,7 +394,7 @@ def _status_text(report: dict[str, Any]) -> str:
 # -- registration -----------------------------------------------------------------------------
 
 def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``schedule``, ``get``, ``list``, ``delete``, ``status`` and ``release-quarantine``."""
+    """Register ``schedule``, ``get``, ``list``, ``delete``, ``pause``, ``resume``, ``status`` and ``release-quarantine``."""
     raw = argparse.RawDescriptionHelpFormatter
 
     p = subparsers.add_parser("schedule", help="schedule (or replace) a named job", formatter_class=raw,
@@ -374,6 +434,21 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix", action="store_true", help="delete every job whose name starts with NAME")
     _common(p, json_flag=False)
     p.set_defaults(func=_run(_delete))
+
+    for verb, work, examples in (("pause", _pause, PAUSE_EXAMPLES), ("resume", _resume, RESUME_EXAMPLES)):
+        p = subparsers.add_parser(
+            verb, help=f"{verb} a named job, or every job of a scope", formatter_class=raw, epilog=examples,
+            description=f"{verb.capitalize()} the job NAME (or, with --all, every job of --app-id in "
+                        f"--job-namespace); prints it. Durable: it holds across silo failures.")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("name", nargs="?", help="job name")
+        which.add_argument("--all", action="store_true", help=f"{verb} every job of --app-id in --job-namespace")
+        p.add_argument("--whole-namespace", action="store_true",
+                       help="with --all: every job of --job-namespace, whatever its app_id")
+        if verb == "pause":
+            p.add_argument("--note", help="why (at most 200 characters); shown by `timeshard get`")
+        _common(p)
+        p.set_defaults(func=_run(work))
 
     p = subparsers.add_parser("status", help="silos, shards, quarantined shards, parked jobs, lateness",
                               formatter_class=raw,

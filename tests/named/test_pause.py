@@ -4,6 +4,7 @@ in-process silo's roles, the registry shows the pause, bad input writes nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -138,3 +139,34 @@ async def test_a_plain_job_is_paused_and_resumed_through_the_client() -> None:
     assert len(recorder.ran) == 1
     with pytest.raises(JobNotFound):
         await client.pause_job(job)
+
+
+async def test_the_command_line_pauses_a_name_or_a_scope_and_get_shows_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from types import SimpleNamespace
+
+    from cluster.cli import build_parser
+    from cluster.cli.jobs import _get, _pause, _resume
+
+    parts, jobs, _ = await start()
+    await jobs.put("backup", target=TARGET, schedule="@every 1m", app_id="billing")
+    await jobs.put("report", target=TARGET, schedule="@every 1m", app_id="billing")
+    client = SimpleNamespace(jobs=jobs)
+    parse = build_parser().parse_args
+
+    assert await _pause(client, parse(["pause", "backup", "--app-id", "billing", "--note", "INC-42", "--json"])) == 0
+    shown = json.loads(capsys.readouterr().out)["status"]
+    assert shown["paused"] and shown["paused_note"] == "INC-42" and shown["paused_by"] and shown["paused_since"]
+    assert await _get(client, parse(["get", "backup", "--app-id", "billing"])) == 0
+    text = capsys.readouterr().out
+    assert "PAUSED" in text and "INC-42" in text
+    assert await _pause(client, parse(["pause", "--all", "--app-id", "billing"])) == 0
+    assert capsys.readouterr().out.strip() == "paused 1 job(s) in namespace 'default', app_id 'billing'"
+    assert await _resume(client, parse(["resume", "--all", "--whole-namespace", "--json"])) == 0
+    assert json.loads(capsys.readouterr().out) == {"resumed": 2, "namespace": "default", "app_id": None}
+    with pytest.raises(JobNotFound):  # the command turns it into one line and exit code 1
+        await _pause(client, parse(["pause", "nope"]))
+    for usage in (["pause"], ["pause", "x", "--all"], ["resume", "x", "--note", "n"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parse(usage)
+        assert exit_info.value.code == 2
+    capsys.readouterr()
