@@ -196,3 +196,22 @@ async def test_a_pause_of_a_job_in_a_dormant_shard_holds_when_the_shard_loads() 
     await fire_due(parts)
     assert recorder.ran == []
     assert pack(pause_op(j.id, None, "ops", 0))  # packs
+
+
+async def test_a_pause_survives_a_compaction_and_the_adoption_that_replays_the_new_generation() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    paused, other = job(due=timedelta(seconds=2)), job(due=timedelta(seconds=2))
+    (name, _) = await add(victim, paused, other)
+    await victim.pausing.pause(name, paused.id, "kept", "ops")
+    shard = victim.shards.get(name)
+    assert shard is not None
+    await shard.writer.rotate()  # compaction: the new generation starts with a snapshot
+    assert [op[0] for op in await records(victim, name)] == [3]  # SNAPSHOT only: the PAUSE record is gone
+    await Membership(store).declare_dead(victim.me.row, EXITED)
+    peer = await make_parts(store, "p")
+    peer.transport.handlers["h"] = recorder = Recorder()
+    assert await peer.adoption.adopt_orphans() == 1
+    await fire_for(peer, 4)
+    assert [ctx.job.id for ctx in recorder.ran] == [other.id]
+    assert peer.shards.get(name).state.paused[paused.id][0] == "kept"  # type: ignore[union-attr]
