@@ -128,6 +128,12 @@ async def test_a_plain_job_is_paused_and_resumed_through_the_client() -> None:
     assert isinstance(client, Client)
     now = datetime.now(timezone.utc)
     (job,) = await client.submit_jobs([ScheduledJob.create(TARGET, due=now, now=now)])
+    for bad in ({"note": "x" * 201}, {"by": "a\nb"}, {"by": 7}):
+        with pytest.raises(ValidationError):
+            await client.pause_job(job, **bad)
+    with pytest.raises(ValueError):  # not returned by schedule_job: cannot be located
+        await client.pause_job(ScheduledJob.create(TARGET, due=now, now=now))
+    assert await pause_records(parts) == []
     assert await client.pause_job(job, "hold") is True
     assert await client.pause_job(job) is False
     await fire_for(parts, 2)

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from cluster.model.wire import pack
+from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import PAUSE, RESUME, ShardState, add_op, pause_op, remove_op, resume_op, why_unusable
@@ -132,8 +133,19 @@ async def test_a_paused_job_can_be_cancelled_and_resume_then_finds_nothing() -> 
     assert parts.shards.get(name).state.paused == {}  # type: ignore[union-attr]
 
 
+class Starts(SiloHooks):
+    """Records every attempt the silo starts (a named job's status shows these as running)."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    async def attempt_started(self, event: AttemptEvent) -> None:
+        self.started.append(event.occurrence)
+
+
 async def test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_moves_paused() -> None:
-    parts = await make_parts()
+    starts = Starts()
+    parts = await make_parts(hooks=[starts])
     started, finish = asyncio.Event(), asyncio.Event()
     ran: list[int] = []
 
@@ -160,7 +172,7 @@ async def test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_
     target = parts.shards.get(target_name)
     assert target is not None and target.state is not None and target.state.paused[j.id][0] == "hold"
     await fire_for(parts, 6)
-    assert ran == [1]  # nothing new starts while paused
+    assert ran == [1] and starts.started == [1]  # nothing new starts while paused, nor shows as running
     assert await parts.pausing.pause(name, j.id, None, "x") == ("moved", target_name)
     assert await parts.pausing.resume(target_name, j.id) == ("resumed", None)
     await fire_due(parts)
