@@ -214,7 +214,7 @@ class JobStatus:
     paused_since: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
-        obj = {
+        obj: dict[str, Any] = {
             "n": None if self.next_fire is None else datetime_to_us(self.next_fire),
             "ok": self.successful, "ko": self.failed, "int": self.interrupted, "cf": self.consecutive_failures,
             "cur": None if self.current_attempt is None else self.current_attempt.to_json(),
