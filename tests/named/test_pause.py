@@ -176,3 +176,19 @@ async def test_the_command_line_pauses_a_name_or_a_scope_and_get_shows_it(capsys
             parse(usage)
         assert exit_info.value.code == 2
     capsys.readouterr()
+
+
+async def test_a_handle_whose_first_shard_was_deleted_finds_the_job_where_it_moved() -> None:
+    parts, jobs, recorder = await start()
+    client = jobs.client
+    assert isinstance(client, Client)
+    now = datetime.now(timezone.utc)
+    (job,) = await client.submit_jobs([ScheduledJob.create(TARGET, due=now, now=now, schedule="@every 30s")])
+    await fire_for(parts, 1)  # the first occurrence runs; the next moves to a later window's shard
+    assert len(recorder.ran) == 1
+    for _ in range(4):  # past the first window, then the drained shard is deleted
+        parts.clock.advance(10)  # type: ignore[attr-defined]
+        await parts.loading.delete_drained()
+    assert job.shard not in {head.base for head in await list_logs(parts.store, "shards/")}
+    assert await client.pause_job(job, "found by search") is True
+    assert await client.resume_job(job) is True
