@@ -378,6 +378,7 @@ def _status_text(report: dict[str, Any]) -> str:
             start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
                          f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x"
+                         + (f", {shard['paused']} paused" if shard.get("paused") else "")
                          + (f", {shard['unreadable']} UNREADABLE" if shard.get("unreadable") else ""))
             if shard.get("quarantined"):
                 lines.append(f"  QUARANTINED shard {shard['name']}: {shard['owner_deaths']} owners died while it "

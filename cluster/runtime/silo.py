@@ -273,7 +273,8 @@ class Silo:
         """What this silo holds: shards (owner, state, window, jobs, quarantine), queue, in flight, staged.
 
         ``quarantined`` names the shards firing in quarantine batches, ``parked`` the jobs held back
-        per shard (see ``cluster.runtime.quarantine``). ``unreadable`` counts per shard the records
+        per shard (see ``cluster.runtime.quarantine``); ``paused`` the jobs an operator paused in
+        each loaded shard (see ``cluster.runtime.pausing``). ``unreadable`` counts per shard the records
         and jobs that cannot be decoded (kept, never run); ``damaged`` the shards whose log had bad
         frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
         """
@@ -299,6 +300,7 @@ class Silo:
                     "adopted_count": s.meta.adopted_count,
                     **quarantine.describe(s),
                     "unreadable": len(s.unreadable) + (s.damage.unreadable if s.damage else 0),
+                    "paused": 0 if s.state is None else len(s.state.paused),
                 }
                 for s in shards
             ],

@@ -13,11 +13,12 @@ from cluster.client import _creator_of
 from tests.e2e.conftest import executions, silo_pid, wait_for
 
 
-def holder(cluster, shard: str) -> str | None:  # type: ignore[no-untyped-def]
-    """The owner tag of the live silo that has ``shard`` loaded, if one has."""
+def holder(cluster, shard: str) -> tuple[str, int] | None:  # type: ignore[no-untyped-def]
+    """(The owner tag of the live silo that has ``shard`` loaded, the jobs paused there), if one has."""
     for silo in cluster.status(timeout=5):
-        if "error" not in silo and any(s["name"] == shard and s["loaded"] for s in silo["shards"]):
-            return str(silo["owner"])
+        for row in silo.get("shards", ()):
+            if "error" not in silo and row["name"] == shard and row["loaded"]:
+                return str(silo["owner"]), row["paused"]
     return None
 
 
@@ -33,10 +34,12 @@ async def test_a_paused_job_stays_paused_across_a_silo_kill_and_fires_once_resum
 
     victim = _creator_of(put.job.shard)
     assert victim is not None
-    before = holder(cluster, put.job.shard)
+    before = holder(cluster, put.job.shard) or ("", 0)
     os.kill(silo_pid(cluster, victim), signal.SIGKILL)
     # Replayed by another incarnation: the peer that adopted it, or the victim's restart.
-    await wait_for(lambda: (h := holder(cluster, put.job.shard)) is not None and h != before, timeout=20)
+    adopted = await wait_for(lambda: (h := holder(cluster, put.job.shard)) is not None and h[0] != before[0] and h,
+                             timeout=20)
+    assert adopted[1] == 1  # replayed with its pause
     await asyncio.sleep(max(0.0, due - time.monotonic()) + 2.0)  # past two occurrences' due times
     assert [r for r in executions(handle) if r["job_id"] == put.job.id] == [], "a paused job fired"
     got = await client.jobs.get("beat")
