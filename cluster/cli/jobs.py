@@ -41,7 +41,7 @@ PAUSE_EXAMPLES = """examples:
   timeshard pause db-backup --note 'restore in progress (INC-42)'
   timeshard pause poll --app-id billing --json
   timeshard pause --all --app-id billing --note 'billing freeze'
-  timeshard pause --all --whole-namespace --job-namespace tenant-7
+  timeshard pause --all --job-namespace tenant-7        # every app_id of the namespace
 
 A paused job starts nothing new until resumed: an attempt already running finishes. Exit code 1
 if there is no such job (or it has nothing left to run).
@@ -211,7 +211,7 @@ async def _resume(client: Any, args: argparse.Namespace) -> int:
 async def _set_paused(client: Any, args: argparse.Namespace, paused: bool) -> int:
     verb = "paused" if paused else "resumed"
     if args.all:
-        app_id = None if args.whole_namespace else args.app_id
+        app_id = args.app_id  # None: every app_id of the namespace
         scope = {"app_id": app_id, "namespace": args.job_namespace}
         if paused:
             count = await client.jobs.pause_all(note=args.note, **scope)
@@ -221,12 +221,11 @@ async def _set_paused(client: Any, args: argparse.Namespace, paused: bool) -> in
         _show(args, {verb: count, "namespace": args.job_namespace, "app_id": app_id},
               lambda _: f"{verb} {count} job(s) in {where}")
         return 0
-    if args.whole_namespace:
-        raise _Failure("--whole-namespace goes with --all")
+    scope = {"app_id": args.app_id or "default", "namespace": args.job_namespace}
     if paused:
-        named = await client.jobs.pause(args.name, note=args.note, **_scope(args))
+        named = await client.jobs.pause(args.name, note=args.note, **scope)
     else:
-        named = await client.jobs.resume(args.name, **_scope(args))
+        named = await client.jobs.resume(args.name, **scope)
     _show(args, named_job_to_json(named), _job_text)
     return 0
 
@@ -439,17 +438,16 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     for verb, work, examples in (("pause", _pause, PAUSE_EXAMPLES), ("resume", _resume, RESUME_EXAMPLES)):
         p = subparsers.add_parser(
             verb, help=f"{verb} a named job, or every job of a scope", formatter_class=raw, epilog=examples,
-            description=f"{verb.capitalize()} the job NAME (or, with --all, every job of --app-id in "
-                        f"--job-namespace); prints it. Durable: it holds across silo failures.")
+            description=f"{verb.capitalize()} the job NAME (or, with --all, every job of --job-namespace, or of "
+                        f"--app-id in it); prints it. Durable: it holds across silo failures.")
         which = p.add_mutually_exclusive_group(required=True)
         which.add_argument("name", nargs="?", help="job name")
-        which.add_argument("--all", action="store_true", help=f"{verb} every job of --app-id in --job-namespace")
-        p.add_argument("--whole-namespace", action="store_true",
-                       help="with --all: every job of --job-namespace, whatever its app_id")
+        which.add_argument("--all", action="store_true",
+                           help=f"{verb} every job of --job-namespace (of --app-id only, if given)")
         if verb == "pause":
             p.add_argument("--note", help="why (at most 200 characters); shown by `timeshard get`")
         _common(p)
-        p.set_defaults(func=_run(work))
+        p.set_defaults(func=_run(work), app_id=None)  # NAME: "default"; --all: every app_id unless given
 
     p = subparsers.add_parser("status", help="silos, shards, quarantined shards, parked jobs, lateness",
                               formatter_class=raw,

@@ -279,19 +279,19 @@ class NamedJobs:
         at once. ``JobNotFound`` if there is no such job."""
         return await self._set_paused(name, app_id, namespace, False, None, None)
 
-    async def pause_all(self, *, app_id: str | None = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE,
+    async def pause_all(self, *, app_id: str | None = None, namespace: str = DEFAULT_SCOPE,
                         note: str | None = None, by: str | None = None) -> int:
-        """Pause every job of ``(namespace, app_id)``, or of the whole ``namespace`` with
-        ``app_id=None``; returns how many this call paused (jobs paused already, or with nothing
-        left to run, are left as they are)."""
+        """Pause every job of ``namespace`` (every app_id), or only those of ``app_id`` if given;
+        returns how many this call paused (jobs paused already, or with nothing left to run, are
+        left as they are)."""
         note = check_note(note)
         if by is not None:
             check_by(by)
         return await self._set_all_paused(app_id, namespace, True, note, by)
 
-    async def resume_all(self, *, app_id: str | None = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
-        """Resume every paused job of ``(namespace, app_id)``, or of ``namespace`` with ``app_id=None``;
-        returns how many this call resumed."""
+    async def resume_all(self, *, app_id: str | None = None, namespace: str = DEFAULT_SCOPE) -> int:
+        """Resume every paused job of ``namespace``, or only those of ``app_id`` if given; returns
+        how many this call resumed."""
         return await self._set_all_paused(app_id, namespace, False, None, None)
 
     async def _set_paused(self, name: str, app_id: str, namespace: str, paused: bool, note: str | None,

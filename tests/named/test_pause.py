@@ -108,8 +108,8 @@ async def test_pause_all_covers_an_app_id_or_a_whole_namespace() -> None:
         await jobs.put(name, target=TARGET, schedule="@every 1s", app_id=app)
     await jobs.put("d", target=TARGET, schedule="@every 1s", namespace="other")
     assert await jobs.pause_all(app_id="billing", note="freeze") == 2
-    assert await jobs.pause_all(app_id=None) == 1  # the rest of the namespace: c
-    assert await jobs.pause_all(app_id=None) == 0
+    assert await jobs.pause_all() == 1  # the rest of the namespace "default": c
+    assert await jobs.pause_all() == 0
     listed = await jobs.list(app_id="billing") + await jobs.list(app_id="mail")
     assert [(j.name, j.status.paused) for j in listed] == [("a", True), ("b", True), ("c", True)]
     assert not (await jobs.get("d", namespace="other")).status.paused  # type: ignore[union-attr]
@@ -167,7 +167,7 @@ async def test_the_command_line_pauses_a_name_or_a_scope_and_get_shows_it(capsys
     assert "PAUSED" in text and "INC-42" in text
     assert await _pause(client, parse(["pause", "--all", "--app-id", "billing"])) == 0
     assert capsys.readouterr().out.strip() == "paused 1 job(s) in namespace 'default', app_id 'billing'"
-    assert await _resume(client, parse(["resume", "--all", "--whole-namespace", "--json"])) == 0
+    assert await _resume(client, parse(["resume", "--all", "--json"])) == 0  # the whole namespace
     assert json.loads(capsys.readouterr().out) == {"resumed": 2, "namespace": "default", "app_id": None}
     with pytest.raises(JobNotFound):  # the command turns it into one line and exit code 1
         await _pause(client, parse(["pause", "nope"]))
