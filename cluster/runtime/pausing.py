@@ -140,11 +140,13 @@ class Pausing:
                     self._queue.push(job_id, queued[0], entry)  # not paused after all: it still fires
                 raise
         run = self._runs.find(job_id)
-        if (run is not None and run.shard is shard and run.sent_ahead is not None and not run.finished
+        if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished
                 and self.withdraw_sent is not None):
-            # Sent to its handler to wait for its due time: it must not start now. Withdrawn, its
-            # batch reports it refused, which queues it again, where firing leaves it while paused.
-            # A withdraw that fails means it started: it runs to its end, as any started attempt.
+            # Sent to its handler to wait for its due time (by this copy of the shard, or by an
+            # older one, dropped or taken back): it must not start now. Withdrawn, its batch
+            # reports it refused, which queues it again where firing leaves it while paused (or
+            # nowhere, for an older copy). A withdraw that fails means it may have started: it
+            # runs to its end, as any started attempt.
             await self.withdraw_sent(run)
         return "paused", op[2:5]
 
@@ -157,7 +159,9 @@ class Pausing:
             if job_id not in state.paused:
                 return "not_paused", None
             running = self._runs.find(job_id)
-            ours = running is not None and running.shard is shard
+            # A run of a shard we hold writes its outcome, which queues what comes next; one of a
+            # copy we no longer hold writes nothing, so the job is queued here (as queue_loaded does).
+            ours = running is not None and self._shards.holds(running.shard)
             settle, missed = (None, 0) if ours else self._catch_up(job_id, entry)
             await shard.write([resume_op(job_id)] + ([settle] if settle is not None else []))
             self._metrics.paused_occurrences.inc(missed)
