@@ -260,6 +260,7 @@ class Client:
             raise InvalidJob("job.shard", "this job was not returned by schedule_job; cannot locate it")
         shard: str = job.shard
         silo = _creator_of(shard)
+        stuck, delay = None, _HOP_DELAY_S
         for _ in range(_MAX_HOPS):
             answer, info = await self._call(method, shard, job.id, *args, prefer=silo)
             if answer == "moved" and info:
@@ -271,8 +272,11 @@ class Client:
             elif answer == "not_owner":
                 owner = info.rpartition("#")[0]
                 silo = owner if owner in self.silo_ids else None
-                if silo is None:
-                    await asyncio.sleep(0.2)  # released or being adopted: ask again shortly
+                if silo is None or (shard, info) == stuck:
+                    # Released, or its owner lost and not yet adopted: back off, as a cancel does.
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, _MAX_HOP_DELAY_S)
+                stuck = (shard, info)
             else:
                 return answer, info
         raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
