@@ -35,6 +35,7 @@ class Cancelling:
         self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
         # Per run id, the cancel of that run under way: its answer, or the error it raised.
         self._cancelling: dict[str, asyncio.Future[CancelAnswer | Exception]] = {}
+        self._jobs_cancelling: dict[str, str] = {}  # job id -> the run id whose cancel is under way
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
@@ -131,6 +132,7 @@ class Cancelling:
                 raise Unavailable(f"a cancel of {run.job_id} under way at the same time failed: {answer!r}")
             return answer
         under_way = self._cancelling[run.run_id] = asyncio.get_running_loop().create_future()
+        self._jobs_cancelling[run.job_id] = run.run_id
         outcome: CancelAnswer | Exception = Unavailable(f"the cancel of {run.job_id} was interrupted")
         try:
             outcome = await self._cancel_one_run(run)
@@ -140,7 +142,14 @@ class Cancelling:
             raise
         finally:
             del self._cancelling[run.run_id]
+            if self._jobs_cancelling.get(run.job_id) == run.run_id:
+                del self._jobs_cancelling[run.job_id]
             under_way.set_result(outcome)
+
+    def run_cancel_under_way(self, job_id: str) -> bool:
+        """Whether a cancel of a run of ``job_id`` is under way: until it ends, the job must not be
+        queued again by anyone else (its removal names the run's occurrence; see ``Pausing``)."""
+        return job_id in self._jobs_cancelling
 
     async def _cancel_one_run(self, run: Run) -> CancelAnswer:
         """Cancel a run in flight: it does not start if it has not yet, else it is waited for.

@@ -93,12 +93,7 @@ class Pausing:
                 shard = await self._adoption.claim_for_cancel(shard_base)
                 if shard is None:
                     return "not_owner", await self._cancelling.owner_of(shard_base)
-            if shard.state is not None and job_id in shard.state.pending:
-                # Moved, but not known to have landed: settle first, so the forward given is the
-                # one shard that holds the job (and the pause it carries).
-                entry = await self._moves.settle(shard, job_id)
-                if entry is not None:
-                    self._queue.push(job_id, entry[DUE], entry)
+            await self._settled(shard, job_id)
             return await act(shard)
         except LogCorrupted:
             # The shard's writer stopped for good: take it back from its log now, so that the
@@ -107,6 +102,38 @@ class Pausing:
             if held is not None:
                 await self._shards.taken_back(held)
             raise
+
+    async def _settled(self, shard: Shard, job_id: str) -> None:
+        """Make a move of ``job_id`` decided in ``shard`` land first, so the forward given is the one
+        shard that holds the job (and the pause it carries).
+
+        A run of this shard still in flight is settling that very move in its outcome, which
+        queues what lands: it is waited for, not raced (a second settle here queued the next
+        occurrence while the run's outcome queued it too: two runs of one job, found by the
+        simulation, seed 141). Otherwise the move is settled here and what lands is queued, as
+        a cancel does.
+        """
+        if shard.state is None or job_id not in shard.state.pending:
+            return
+        run = self._runs.find(job_id)
+        if run is not None and run.shard is shard:
+            await run.wait_finished()
+        if shard.lost or shard.state is None or job_id not in shard.state.pending:
+            return
+        entry = await self._moves.settle(shard, job_id)
+        if entry is not None and self._may_queue(job_id):
+            self._queue.push(job_id, entry[DUE], entry)
+
+    def _may_queue(self, job_id: str) -> bool:
+        """Whether queueing ``job_id`` is this role's to do: not while a run of a shard we hold is
+        in flight (its outcome queues what comes next), nor while a cancel of its last run is under
+        way (that cancel's removal names the run's occurrence: a job queued and run meanwhile would
+        move on past it, and the cancel would answer "cancelled" for a job that lives on; found by
+        the simulation, seed 1534)."""
+        running = self._runs.find(job_id)
+        if running is not None and self._shards.holds(running.shard):
+            return False
+        return not self._cancelling.run_cancel_under_way(job_id)
 
     async def _state(self, shard: Shard) -> ShardState:
         if shard.state is not None:
@@ -158,10 +185,9 @@ class Pausing:
                 return self._elsewhere(state, job_id)
             if job_id not in state.paused:
                 return "not_paused", None
-            running = self._runs.find(job_id)
             # A run of a shard we hold writes its outcome, which queues what comes next; one of a
             # copy we no longer hold writes nothing, so the job is queued here (as queue_loaded does).
-            ours = running is not None and self._shards.holds(running.shard)
+            ours = not self._may_queue(job_id)
             settle, missed = (None, 0) if ours else self._catch_up(job_id, entry)
             await shard.write([resume_op(job_id)] + ([settle] if settle is not None else []))
             self._metrics.paused_occurrences.inc(missed)

@@ -843,27 +843,29 @@ class World:
 
     async def _pause_then_resume(self, job_id: str, seconds: float) -> None:
         answer = await self._at_owner(job_id, "pause", None, "operator")
+        window: list[int | None] | None = None  # this hold's: [paused at, resume sent at]
         if answer is None:
-            self.hold_unknown.add(job_id)
+            self.hold_unknown.add(job_id)  # it may land later, and stay paused: not owed
         elif answer[0] == "already_paused":
             self.violate(f"pause: {job_id} was paused already, though every pause of it was resumed")
             return
         elif answer[0] == "paused":
-            self.held[job_id].append([true_now_us(self.loop), None])
+            window = [true_now_us(self.loop), None]
+            self.held[job_id].append(window)
             self.stats["operator pauses"] += 1
         else:
             return  # ended meanwhile
         await asyncio.sleep(seconds)
-        if self.held.get(job_id):
-            self.held[job_id][-1][1] = true_now_us(self.loop)  # sends are allowed again from here
+        if window is not None:
+            window[1] = true_now_us(self.loop)  # sends are allowed again from here
         answer = await self._at_owner(job_id, "resume")
         if answer is None:
             self.hold_unknown.add(job_id)  # it may stay paused: not owed
         elif answer[0] == "resumed":
             self.stats["operator resumes"] += 1
-        elif answer[0] == "not_paused" and self.held.get(job_id):
+        elif answer[0] == "not_paused" and window is not None:
             self.violate(f"pause lost: {job_id}'s resume found it not paused, though its pause returned "
-                         f"at {self.held[job_id][-1][0] - EPOCH_US} µs")  # type: ignore[operator]
+                         f"at {window[0] - EPOCH_US} µs")  # type: ignore[operator]
 
     async def _at_owner(self, job_id: str, method: str, *args: Any) -> tuple[str, Any] | None:
         """Call ``method`` for ``job_id`` as ``Client._at_owner`` does (following moves and owners);
