@@ -166,15 +166,15 @@ class Pausing:
                         and job_id not in live.paused):
                     self._queue.push(job_id, queued[0], entry)  # not paused after all: it still fires
                 raise
-        run = self._runs.find(job_id)
-        if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished
-                and self.withdraw_sent is not None):
-            # Sent to its handler to wait for its due time (by this copy of the shard, or by an
-            # older one, dropped or taken back): it must not start now. Withdrawn, its batch
-            # reports it refused, which queues it again where firing leaves it while paused (or
-            # nowhere, for an older copy). A withdraw that fails means it may have started: it
-            # runs to its end, as any started attempt.
-            await self.withdraw_sent(run)
+        for run in (self._runs.find(job_id), self._runs.displaced.get(job_id)):
+            if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished
+                    and self.withdraw_sent is not None):
+                # Sent to its handler to wait for its due time (by this copy of the shard, or by
+                # an older one, dropped or taken back): it must not start now. Withdrawn, its
+                # batch reports it refused, which queues it again where firing leaves it while
+                # paused (or nowhere, for an older copy). A withdraw that fails means it may have
+                # started: it runs to its end, as any started attempt.
+                await self.withdraw_sent(run)
         return "paused", op[2:5]
 
     async def _resume(self, shard: Shard, job_id: str) -> PauseAnswer:
