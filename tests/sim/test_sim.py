@@ -173,6 +173,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # went on after the landed move: a cancel answered "cancelled" while the move lived on (first
     # seen as seeds 3474, 3507 and 4263 before the heartbeat kept its cadence).
     (5711, "all,-operator_pauses", "undone append landed behind a lost answer", "cancel did not hold"),
+    # Operator pauses (issue 16). A pause settling a move its job's run was settling queued the
+    # next occurrence while the run's outcome queued it too: two runs of one job.
+    (141, "all", "pause queued a moved occurrence a run's outcome queued", "silo logged an unhandled AssertionError"),
+    # A resume queued a job while a cancel of its withdrawn run waited: it ran and moved on, and
+    # the cancel's removal of the old occurrence answered "cancelled".
+    (1534, "all", "resume queued a job a cancel was removing", "cancel did not hold"),
+    # A run of a dropped copy of a shard, displaced in the run table when its job started again
+    # from the fresh copy, waited in its handler; a cancel withdrew only the fresh one.
+    (1258, "all", "cancel missed a displaced run", "cancel did not hold"),
 ]
 
 
