@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
 import random
+import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -24,6 +26,7 @@ from cluster.flows.model import FLOW_META
 from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, InvalidJob, JobNotFound, SiloStopping
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
+from cluster.model.pause import PauseRecord, check_by, check_note
 from cluster.model.routing import Router, SiloLost, SiloRefused
 from cluster.model.trigger import triggered_run
 from cluster.model.wire import datetime_to_us, pack, unpack
@@ -275,6 +278,78 @@ class Client:
                     return bytes(info)
             return None
         raise ClusterUnavailable(f"could not follow job {job.id} in {_MAX_HOPS} hops")
+    # -- pausing -------------------------------------------------------------------------------
+
+    async def pause_job(self, job: ScheduledJob, note: str | None = None, *, by: str | None = None) -> bool:
+        """Pause ``job``: it does not start again until ``resume_job``, across failovers.
+
+        True if this call paused it, False if it was paused already (that pause, its note and
+        who made it, stay). An attempt already running finishes; nothing new starts. ``note``
+        (at most 200 characters) and ``by`` (who pauses; default ``user@host``) are kept with
+        the pause. ``JobNotFound`` (a ``LookupError``) if the job has nothing left to run;
+        a bad ``note`` or ``by`` raises ``ValidationError`` and writes nothing.
+        """
+        changed, _ = await self.set_paused(job, True, note=note, by=by)
+        return changed
+
+    async def resume_job(self, job: ScheduledJob) -> bool:
+        """Resume a paused ``job``; True if it was paused. Occurrences missed meanwhile follow its
+        misfire policy, and a one-shot job already due fires at once. ``JobNotFound`` if the job
+        has nothing left to run."""
+        changed, _ = await self.set_paused(job, False)
+        return changed
+
+    async def set_paused(self, job: ScheduledJob, paused: bool, *, note: str | None = None,
+                         by: str | None = None) -> tuple[bool, PauseRecord | None]:
+        """Pause or resume ``job``: (whether this call changed it, the pause now in force or None)."""
+        if paused:
+            note = check_note(note)
+            by = check_by(default_pauser() if by is None else by)
+            answer, info = await self._at_owner(job, "pause", note, by)
+        else:
+            answer, info = await self._at_owner(job, "resume")
+        if answer == "absent":
+            raise JobNotFound(f"job {job.id}")
+        if answer in ("paused", "already_paused"):
+            return answer == "paused", PauseRecord.from_wire(info)
+        return answer == "resumed", None
+
+    async def _at_owner(self, job: ScheduledJob, method: str, *args: Any) -> tuple[str, Any]:
+        """Call ``method(shard, job.id, *args)`` on the silo owning ``job``'s shard, following it as
+        ``try_cancel_job`` does; the first answer that is neither a forward nor "not the owner"."""
+        if job.shard is None:
+            raise InvalidJob("job.shard", "this job was not returned by schedule_job; cannot locate it")
+        shard: str = job.shard
+        silo = _creator_of(shard)
+        stuck, delay = None, _HOP_DELAY_S
+        for _ in range(_MAX_HOPS):
+            answer, info = await self._call(method, shard, job.id, *args, prefer=silo)
+            if answer == "moved" and info:
+                shard, silo = info, _creator_of(info)
+            elif answer == "not_owner" and info is None:
+                # The shard is gone (drained and deleted after the job moved on): look in every
+                # shard from the job's first window on, as a cancel does.
+                return await self._at_owner_by_search(job, method, *args)
+            elif answer == "not_owner":
+                owner = info.rpartition("#")[0]
+                silo = owner if owner in self.silo_ids else None
+                if silo is None or (shard, info) == stuck:
+                    # Released, or its owner lost and not yet adopted: back off, as a cancel does.
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, _MAX_HOP_DELAY_S)
+                stuck = (shard, info)
+            else:
+                return answer, info
+        raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
+
+    async def _at_owner_by_search(self, job: ScheduledJob, method: str, *args: Any) -> tuple[str, Any]:
+        duration = self.options.shard_duration // timedelta(microseconds=1)
+        due = datetime_to_us(job.due)
+        for shard, owner in await self._call("shards_from", due - due % duration):
+            answer, info = await self._call(method, shard, job.id, *args, prefer=owner.rpartition("#")[0])
+            if answer not in ("absent", "moved", "not_owner"):
+                return answer, info
+        return "absent", None
 
     async def _cancel_by_search(self, job: ScheduledJob) -> bool:
         duration = self.options.shard_duration // timedelta(microseconds=1)
@@ -327,6 +402,15 @@ class Client:
             if isinstance(exc.cause, (SiloStopping, EarlierTryUnsettled)):  # raised before doing anything
                 raise SiloRefused(f"silo {silo_id}: {exc.cause}") from exc
             raise
+
+
+def default_pauser() -> str:
+    """Who a pause is by when the caller does not say: ``user@host`` of this process."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment (a container without one)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"[:128]
 
 
 def running_silo_ids(namespace: str) -> list[str]:

@@ -1,5 +1,5 @@
 """The job commands of the ``timeshard`` command line: schedule, get, list, delete, trigger,
-status, release-quarantine.
+pause, resume, status, release-quarantine.
 
 Each connects to silos already running in a Ray namespace (``timeshard up`` starts them), acts
 through the same client a program uses, and exits 0 (ok), 1 (failure: one line on stderr, no
@@ -38,6 +38,25 @@ SCHEDULE_EXAMPLES = """examples:
   timeshard schedule once --target actor:mailer --due-time 2026-10-02T15:00:00Z --metadata team=ops
   timeshard schedule standup --target actor:bot --schedule 'CRON_TZ=Europe/Berlin 0 0 9 * * Mon-Fri' \
       --jitter 2m --exclude 2026-12-24 --exclude 2026-12-25 --not-after 2027-06-30T00:00:00Z
+"""
+
+
+PAUSE_EXAMPLES = """examples:
+  timeshard pause db-backup --note 'restore in progress (INC-42)'
+  timeshard pause poll --app-id billing --json
+  timeshard pause --all --app-id billing --note 'billing freeze'
+  timeshard pause --all --job-namespace tenant-7        # every app_id of the namespace
+
+A paused job starts nothing new until resumed: an attempt already running finishes. Exit code 1
+if there is no such job (or it has nothing left to run).
+"""
+
+RESUME_EXAMPLES = """examples:
+  timeshard resume db-backup
+  timeshard resume --all --app-id billing
+
+Occurrences that came due while paused follow the job's misfire policy (skip, fire_once,
+fire_all); a one-shot job already due fires at once. Exit code 1 if there is no such job.
 """
 
 
@@ -206,6 +225,38 @@ def _trigger_text(t: dict[str, Any]) -> str:
     return f"triggered {t['name']}: run {t['run_job_id']} due {t['due']} (shard {t['shard']})"
 
 
+# -- pause / resume ---------------------------------------------------------------------------
+
+async def _pause(client: Any, args: argparse.Namespace) -> int:
+    return await _set_paused(client, args, True)
+
+
+async def _resume(client: Any, args: argparse.Namespace) -> int:
+    return await _set_paused(client, args, False)
+
+
+async def _set_paused(client: Any, args: argparse.Namespace, paused: bool) -> int:
+    verb = "paused" if paused else "resumed"
+    if args.all:
+        app_id = args.app_id  # None: every app_id of the namespace
+        scope = {"app_id": app_id, "namespace": args.job_namespace}
+        if paused:
+            count = await client.jobs.pause_all(note=args.note, **scope)
+        else:
+            count = await client.jobs.resume_all(**scope)
+        where = f"namespace {args.job_namespace!r}" + ("" if app_id is None else f", app_id {app_id!r}")
+        _show(args, {verb: count, "namespace": args.job_namespace, "app_id": app_id},
+              lambda _: f"{verb} {count} job(s) in {where}")
+        return 0
+    scope = {"app_id": args.app_id or "default", "namespace": args.job_namespace}
+    if paused:
+        named = await client.jobs.pause(args.name, note=args.note, **scope)
+    else:
+        named = await client.jobs.resume(args.name, **scope)
+    _show(args, named_job_to_json(named), _job_text)
+    return 0
+
+
 # -- status -----------------------------------------------------------------------------------
 
 def _status(args: argparse.Namespace) -> int:
@@ -295,6 +346,8 @@ def named_job_to_json(named: Any) -> dict[str, Any]:
             "staged": None if not status.staged else {"target": status.staged_target,
                                                       "since": _time(status.staged_since)},
             "history": [_history_row(h) for h in status.history],
+            "paused": status.paused, "paused_note": status.paused_note,
+            "paused_by": status.paused_by, "paused_since": _time(status.paused_since),
         },
     }
 
@@ -320,6 +373,9 @@ def _job_text(j: dict[str, Any]) -> str:
     ]
     if j["overlap"] != "allow_all":
         lines.append(f"  overlap       {j['overlap']}   {s['overlap_skipped']} occurrences skipped")
+    if s["paused"]:
+        note = f": {s['paused_note']}" if s["paused_note"] else ""
+        lines.append(f"  PAUSED        since {s['paused_since']} by {s['paused_by']}{note}")
     if s["current_attempt"]:
         c = s["current_attempt"]
         lines.append(f"  running       since {c['started_at']} (occurrence {c['occurrence']}, attempt {c['attempt']})")
@@ -359,7 +415,8 @@ def _list_text(jobs: list[dict[str, Any]]) -> str:
     rows = [("NAME", "GEN", "SCHEDULE", "NEXT FIRE", "OK", "FAILED", "INTERRUPTED")]
     for j in jobs:
         s = j["status"]
-        rows.append((j["name"], str(j["generation"]), j["schedule"] or "once", s["next_fire"] or "-",
+        rows.append((j["name"], str(j["generation"]), j["schedule"] or "once",
+                     (s["next_fire"] or "-") + (" (paused)" if s["paused"] else ""),
                      str(s["successful"]), str(s["failed"]), str(s["interrupted"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
@@ -398,6 +455,7 @@ def _status_text(report: dict[str, Any]) -> str:
             start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
                          f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x"
+                         + (f", {shard['paused']} paused" if shard.get("paused") else "")
                          + (f", {shard['unreadable']} UNREADABLE" if shard.get("unreadable") else ""))
             if shard.get("quarantined"):
                 lines.append(f"  QUARANTINED shard {shard['name']}: {shard['owner_deaths']} owners died while it "
@@ -414,7 +472,8 @@ def _status_text(report: dict[str, Any]) -> str:
 # -- registration -----------------------------------------------------------------------------
 
 def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``schedule``, ``get``, ``trigger``, ``list``, ``delete``, ``status`` and ``release-quarantine``."""
+    """Register ``schedule``, ``get``, ``trigger``, ``list``, ``delete``, ``pause``, ``resume``, ``status`` and
+    ``release-quarantine``."""
     raw = argparse.RawDescriptionHelpFormatter
 
     p = subparsers.add_parser("schedule", help="schedule (or replace) a named job", formatter_class=raw,
@@ -471,6 +530,20 @@ def add_job_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix", action="store_true", help="delete every job whose name starts with NAME")
     _common(p, json_flag=False)
     p.set_defaults(func=_run(_delete))
+
+    for verb, work, examples in (("pause", _pause, PAUSE_EXAMPLES), ("resume", _resume, RESUME_EXAMPLES)):
+        p = subparsers.add_parser(
+            verb, help=f"{verb} a named job, or every job of a scope", formatter_class=raw, epilog=examples,
+            description=f"{verb.capitalize()} the job NAME (or, with --all, every job of --job-namespace, or of "
+                        f"--app-id in it); prints it. Durable: it holds across silo failures.")
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("name", nargs="?", help="job name")
+        which.add_argument("--all", action="store_true",
+                           help=f"{verb} every job of --job-namespace (of --app-id only, if given)")
+        if verb == "pause":
+            p.add_argument("--note", help="why (at most 200 characters); shown by `timeshard get`")
+        _common(p)
+        p.set_defaults(func=_run(work), app_id=None)  # NAME: "default"; --all: every app_id unless given
 
     p = subparsers.add_parser("status", help="silos, shards, quarantined shards, parked jobs, lateness",
                               formatter_class=raw,

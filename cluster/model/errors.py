@@ -102,7 +102,8 @@ class ScheduleInDoubt(RuntimeError):
 
 
 class JobNotFound(LookupError):
-    """The job to act on does not exist: never scheduled, finished, cancelled or deleted."""
+    """The job to act on does not exist, or has nothing left to run: never scheduled, finished,
+    cancelled or deleted. Raised by trigger, pause and resume; nothing is written."""
 
     def __init__(self, what: str) -> None:
         self.what = what

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from cluster.model.jobs import ScheduledJob, Target
+from cluster.model.pause import PauseRecord
 
 
 class JobSubmitter(Protocol):
-    """Durably adds and cancels jobs, and says which store and namespace the cluster uses."""
+    """Durably adds, cancels, pauses and resumes jobs, and says which store and namespace the cluster uses."""
 
     async def describe(self) -> dict[str, Any]:
         """At least ``store_url``: where the cluster keeps its logs."""
@@ -29,4 +30,10 @@ class JobSubmitter(Protocol):
 
     async def try_cancel_job(self, job: ScheduledJob) -> bool:
         """Cancel ``job``; True if this call stopped it from running again."""
+        ...
+
+    async def set_paused(self, job: ScheduledJob, paused: bool, *, note: str | None = None,
+                         by: str | None = None) -> tuple[bool, PauseRecord | None]:
+        """Pause or resume ``job``: (whether this call changed it, the pause now in force or None);
+        ``LookupError`` if it has nothing left to run."""
         ...

@@ -13,6 +13,11 @@ cancel was cut short (the caller died) stays listed in the entry and is cancelle
 
 Status (``NamedJob.status``) is written by the silos as attempts start and end (see
 ``cluster.named.hooks``).
+
+``pause`` and ``resume`` act on the current generation through its shard's owner, as a cancel
+does; the pause itself lives in the shard's log (so it holds across failovers), and the entry's
+status mirrors what the log answered, so ``get`` shows it without asking a silo. An overwrite
+starts a new generation, unpaused.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 from cluster.model.errors import AlreadyExists, InvalidJob, JobNotFound, ValidationError
 from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target, new_job_id
 from cluster.model.limits import DEFAULT_LIMITS
+from cluster.model.pause import PauseRecord, check_by, check_note
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
 from cluster.model.trigger import triggered_run
@@ -41,6 +47,7 @@ from cluster.named.registry import (
     check_scope,
     definition_key,
     entry_key,
+    namespace_prefix,
     read_entry,
     scope_prefix,
     update_entry,
@@ -56,6 +63,7 @@ EARLIEST_START = DEFAULT_LIMITS.earliest_start
 MIN_PERIOD = DEFAULT_LIMITS.min_period
 TARGET_FORMS = "Target.actor(...), Target.grain(...), 'actor:NAME', 'actor:NAME@RAY_NAMESPACE', 'grain:module:Class/KEY'"
 _PUT_ATTEMPTS = 8
+_PAUSES_AT_ONCE = 16  # pause_all / resume_all: jobs paused concurrently
 
 
 @dataclass(frozen=True)
@@ -259,8 +267,9 @@ class NamedJobs:
             job = await _read_definition(store, entry.job_id)
         except NotFound:
             return None  # replaced meanwhile and its definition deleted: read the entry again
-        return NamedJob(entry.name, namespace, app_id, entry.generation, replace(job, shard=entry.shard),
-                        with_next_fires(entry.status, job, utc_now()), us_to_datetime(entry.updated_us))
+        status = with_next_fires(entry.status, job, utc_now(), paused=entry.status.paused)
+        return NamedJob(entry.name, namespace, app_id, entry.generation, replace(job, shard=entry.shard), status,
+                        us_to_datetime(entry.updated_us))
 
     # -- triggering ----------------------------------------------------------------------------
 
@@ -287,6 +296,90 @@ class NamedJobs:
             (run,) = await self.client.submit_jobs([triggered_run(job, utc_now())])
             return run
         raise JobNotFound(f"named job {name!r} in namespace {namespace!r}, app_id {app_id!r}")
+
+    # -- pausing -------------------------------------------------------------------------------
+
+    async def pause(self, name: str, *, note: str | None = None, app_id: str = DEFAULT_SCOPE,
+                    namespace: str = DEFAULT_SCOPE, by: str | None = None) -> NamedJob:
+        """Pause the job ``name``: nothing of it starts until ``resume``, across failovers; returns it.
+
+        An attempt already running finishes; its next attempt or occurrence waits. A job paused
+        already keeps its pause (note, who, since). ``note`` (at most 200 characters) and ``by``
+        (default ``user@host``) show in ``status``. ``JobNotFound`` (a ``LookupError``) if there
+        is no such job or it has nothing left to run; bad input raises ``ValidationError`` and
+        writes nothing.
+        """
+        note = check_note(note)
+        if by is not None:
+            check_by(by)
+        return await self._set_paused(name, app_id, namespace, True, note, by)
+
+    async def resume(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> NamedJob:
+        """Resume the paused job ``name``; returns it. Occurrences that came due while paused follow
+        its misfire policy (``skip``, ``fire_once``, ``fire_all``); a one-shot job already due fires
+        at once. ``JobNotFound`` if there is no such job."""
+        return await self._set_paused(name, app_id, namespace, False, None, None)
+
+    async def pause_all(self, *, app_id: str | None = None, namespace: str = DEFAULT_SCOPE,
+                        note: str | None = None, by: str | None = None) -> int:
+        """Pause every job of ``namespace`` (every app_id), or only those of ``app_id`` if given;
+        returns how many this call paused (jobs paused already, or with nothing left to run, are
+        left as they are)."""
+        note = check_note(note)
+        if by is not None:
+            check_by(by)
+        return await self._set_all_paused(app_id, namespace, True, note, by)
+
+    async def resume_all(self, *, app_id: str | None = None, namespace: str = DEFAULT_SCOPE) -> int:
+        """Resume every paused job of ``namespace``, or only those of ``app_id`` if given; returns
+        how many this call resumed."""
+        return await self._set_all_paused(app_id, namespace, False, None, None)
+
+    async def _set_paused(self, name: str, app_id: str, namespace: str, paused: bool, note: str | None,
+                          by: str | None) -> NamedJob:
+        key = _key(name, app_id, namespace)
+        store = await self._store()
+        entry = await read_entry(store, key)
+        if entry is None:
+            raise JobNotFound(f"named job {name!r} in namespace {namespace!r}, app_id {app_id!r}")
+        await self._apply_pause(store, entry, paused, note, by)
+        found = await self.get(name, app_id=app_id, namespace=namespace)
+        if found is None:
+            raise JobNotFound(f"named job {name!r} (deleted meanwhile)")
+        return found
+
+    async def _apply_pause(self, store: Store, entry: Entry, paused: bool, note: str | None, by: str | None) -> bool:
+        """Pause or resume ``entry``'s generation in its shard, then mirror the answer in its status."""
+        locator = _locator(entry.job_id, entry.shard, entry.due_us)
+        try:
+            changed, record = await self.client.set_paused(locator, paused, note=note, by=by)
+        except JobNotFound:
+            if paused:
+                raise JobNotFound(f"named job {entry.name!r}") from None
+            changed, record = False, None  # nothing left to resume: a stale status is cleared below
+        await update_entry(store, entry.key, entry.job_id, lambda e: _with_pause(e, record), entry)
+        return changed
+
+    async def _set_all_paused(self, app_id: str | None, namespace: str, paused: bool, note: str | None,
+                              by: str | None) -> int:
+        check_scope(namespace, "namespace")
+        if app_id is not None:
+            check_scope(app_id, "app_id")
+        store = await self._store()
+        base = namespace_prefix(namespace) if app_id is None else scope_prefix(namespace, app_id)
+        depth = 1 if app_id is None else 0  # slashes after the prefix in an entry's key
+        entries = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in await store.list(base)
+                   if info.name[len(base):].count("/") == depth]
+        limit = asyncio.Semaphore(_PAUSES_AT_ONCE)
+
+        async def one(entry: Entry) -> bool:
+            async with limit:
+                try:
+                    return await self._apply_pause(store, entry, paused, note, by)
+                except JobNotFound:
+                    return False  # finished, or replaced meanwhile
+
+        return sum(await asyncio.gather(*(one(e) for e in entries)))
 
     # -- deleting ------------------------------------------------------------------------------
 
@@ -335,6 +428,14 @@ def with_next_fires(status: JobStatus, job: ScheduledJob, now: datetime, *, paus
         over = status.current_attempt is None and status.attempts == 0
         pending = running.occurrence + 1 if over else running.occurrence
     return replace(status, next_fires=job.next_fires(now, paused=paused, pending=pending))
+def _with_pause(entry: Entry, record: PauseRecord | None) -> Entry | None:
+    """``entry`` with its status showing ``record`` (None: not paused); None if it shows that already."""
+    status = entry.status
+    if record is None:
+        new = replace(status, paused=False, paused_note=None, paused_by=None, paused_since=None)
+    else:
+        new = replace(status, paused=True, paused_note=record.note, paused_by=record.by, paused_since=record.since)
+    return None if new == status else replace(entry, status=new)
 
 
 def _locator(job_id: str, shard: str, due_us: int) -> ScheduledJob:

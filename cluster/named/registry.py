@@ -41,6 +41,7 @@ __all__ = [
     "check_scope",
     "entry_key",
     "scope_prefix",
+    "namespace_prefix",
     "name_of",
     "definition_key",
     "read_entry",
@@ -123,6 +124,11 @@ def _unescape(text: str) -> str:
 def scope_prefix(namespace: str, app_id: str) -> str:
     """Return the store prefix of every entry of ``(namespace, app_id)``."""
     return f"{REGISTRY_PREFIX}{_escape(namespace)}/{_escape(app_id)}/"
+
+
+def namespace_prefix(namespace: str) -> str:
+    """Return the store prefix of every entry of ``namespace``, whatever its app_id."""
+    return f"{REGISTRY_PREFIX}{_escape(namespace)}/"
 
 
 def entry_key(namespace: str, app_id: str, name: str) -> str:
@@ -247,8 +253,8 @@ class JobStatus:
       occurrence and the virtual time of the last one; back to 0 / None when an occurrence ends;
     - ``finished``: the job has nothing left to fire (its entry stays until deleted);
     - ``excluded``: occurrences its ``exclude=`` skipped (counted as each attempt ends);
-    - ``next_fires``: the next fire times (aware UTC, at most 5), honouring bounds, exclusions,
-      jitter and ``ttl``: computed by ``get`` and ``list`` from the definition, never stored.
+    - ``next_fires``: the next fire times (aware UTC, at most 5), honouring pause, bounds,
+      exclusions, jitter and ``ttl``: computed by ``get`` and ``list`` from the definition, never stored.
     - ``overlap_skipped``: occurrences its overlap policy skipped (they came due while an earlier
       one was in flight); counted as each occurrence ends, at most once each.
     - ``history``: the last attempts that ended (``ClusterOptions.history_size``, 10 by
@@ -257,10 +263,12 @@ class JobStatus:
       triggered runs included. Kept in the entry, so it survives a failover;
     - ``staged_target`` / ``staged_since``: the job is due but its target actor does not exist
       yet; it waits (staged) since then, up to ``ClusterOptions.undeliverable_timeout``.
+    - ``paused``: an operator paused it (``client.jobs.pause``): nothing new starts until it is
+      resumed; ``paused_note``, ``paused_by`` and ``paused_since`` say why, who and since when.
 
-    Counters describe the current generation: an overwrite starts them again. A triggered run
-    counts in ``successful`` / ``failed`` like any attempt, but does not touch ``next_fire``,
-    ``attempts`` or ``finished``, which belong to the schedule.
+    Counters describe the current generation: an overwrite starts them again (unpaused). A
+    triggered run counts in ``successful`` / ``failed`` like any attempt, but does not touch
+    ``next_fire``, ``attempts`` or ``finished``, which belong to the schedule.
     """
 
     next_fire: datetime | None = None
@@ -279,6 +287,10 @@ class JobStatus:
     history: tuple[AttemptRecord, ...] = ()
     staged_target: str | None = None
     staged_since: datetime | None = None
+    paused: bool = False
+    paused_note: str | None = None
+    paused_by: str | None = None
+    paused_since: datetime | None = None
 
     @property
     def staged(self) -> bool:
@@ -302,11 +314,15 @@ class JobStatus:
             obj["h"] = [h.to_row() for h in self.history]
         if self.staged_target is not None:
             obj["st"] = [self.staged_target, None if self.staged_since is None else datetime_to_us(self.staged_since)]
+        if self.paused:  # written only when paused: an entry never paused costs no byte more
+            obj["p"] = [self.paused_note, self.paused_by,
+                        None if self.paused_since is None else datetime_to_us(self.paused_since)]
         return obj
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> JobStatus:
         staged_target, staged_since = _staged(obj.get("st"))
+        paused, paused_note, paused_by, paused_since = _paused_from_json(obj.get("p"))
         return cls(
             None if obj.get("n") is None else us_to_datetime(obj["n"]),
             obj.get("ok", 0), obj.get("ko", 0), obj.get("int", 0), obj.get("cf", 0),
@@ -317,6 +333,10 @@ class JobStatus:
             history=tuple(AttemptRecord.from_row(row) for row in obj.get("h", ())),
             staged_target=staged_target,
             staged_since=staged_since,
+            paused=paused,
+            paused_note=paused_note,
+            paused_by=paused_by,
+            paused_since=paused_since,
         )
 
 
@@ -324,6 +344,13 @@ def _staged(value: Any) -> tuple[str | None, datetime | None]:
     if not value:
         return None, None
     return value[0], None if value[1] is None else us_to_datetime(value[1])
+
+
+def _paused_from_json(value: Any) -> tuple[bool, str | None, str | None, datetime | None]:
+    if not value:
+        return False, None, None, None
+    note, by, since_us = value
+    return True, note, by, None if since_us is None else us_to_datetime(since_us)
 
 
 # -- entries -----------------------------------------------------------------------------------

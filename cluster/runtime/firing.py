@@ -71,6 +71,9 @@ def describe_target(target: Target) -> str:
     """``target`` as an operator reads it: ``actor mailer`` or ``actor mailer@app`` (its Ray namespace)."""
     where = f"@{target.namespace}" if target.namespace else ""
     return f"{target.kind} {target.name}{where}"
+def _paused(run: Run) -> bool:
+    state = run.shard.state
+    return state is not None and bool(state.paused) and run.job_id in state.paused
 
 
 def failed(runs: Sequence[Run], error: str, exc: BaseException) -> list[Outcome]:
@@ -144,6 +147,8 @@ class Firing:
             shard: Shard = entry[OWNER]
             if shard.lost:
                 continue
+            if shard.state is not None and shard.state.paused and job_id in shard.state.paused:
+                continue  # paused (by an operator) since it was queued: resuming queues it again
             if shard.leaving is not None:  # being handed over: its next owner starts it
                 shard.leaving.append(item)
                 continue
@@ -206,8 +211,9 @@ class Firing:
         runs: list[Run] = []
         for _, job_id, entry in batch:
             state = shard.state
-            if shard.lost or state is None or state.live.get(job_id) is not entry or self._quarantine.parked(shard, job_id):
-                continue  # lost, cancelled or replaced while it waited, or parked meanwhile
+            if (shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused
+                    or self._quarantine.parked(shard, job_id)):
+                continue  # lost, cancelled or replaced while it waited, or paused or parked meanwhile
             run = self._new_run(entry[DUE], job_id, entry)
             if run is None:
                 continue  # unreadable: kept in its shard, never run
@@ -344,6 +350,11 @@ class Firing:
             # Cancelled while it waited to be sent: it never starts (the cancel waits for this).
             self._runs.release_all(cancelled)
             runs = [run for run in runs if not run.cancelled]
+        paused = [run for run in runs if _paused(run)]
+        if paused:
+            # Paused while it waited to be sent: it does not start; resuming queues it again.
+            self._runs.release_all(paused)
+            runs = [run for run in runs if not _paused(run)]
         if not runs:
             return
         # No await between the lease check above and the call below: a silo paused here cannot

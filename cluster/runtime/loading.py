@@ -88,9 +88,10 @@ class Loading:
         now_us = self._clock.now_us()
         grace = timedelta_to_us(self._options.misfire_grace)
         settling: set[str] = set()
+        paused = shard.state.paused
         for job_id, entry in list(shard.state.live.items()):
-            if entry[DUE] >= now_us - grace or entry[ATTEMPTS]:
-                continue
+            if entry[DUE] >= now_us - grace or entry[ATTEMPTS] or job_id in paused:
+                continue  # on time, a retry, or paused: resuming settles what it missed
             job = self._decode.job_of(job_id, entry)
             if job is None or job.schedule is None or Misfire.parse(job.misfire) is not Misfire.SKIP:
                 continue  # fire_once / fire_all fire the missed occurrence now; one-shots always do
@@ -123,19 +124,19 @@ class Loading:
         """Queue the live jobs of a shard just loaded or claimed; tell the hooks.
 
         A parked job is not queued, and a suspect one only after its back-off (see quarantine);
-        nor one in ``settling`` (see ``settle_misfires``).
+        nor one in ``settling`` (see ``settle_misfires``), nor a paused one (resuming queues it).
         """
         assert shard.state is not None
         queue_at, find, holds = self._quarantine.queue_at, self._runs.find, self._shards.holds
         self._count_damage(shard)
-        live = shard.state.live
+        live, paused = shard.state.live, shard.state.paused
         # Queued as one bulk (see cluster.runtime.queue): no queue object per job.
         keys: list[str] = []
         dues: array[int] = array("q")
         entries: list[list[Any]] = []
         for job_id, entry in live.items():
-            if job_id in shard.unreadable or job_id in settling:
-                continue  # unreadable: kept, never run; settling: queued once settled
+            if job_id in shard.unreadable or job_id in settling or (paused and job_id in paused):
+                continue  # unreadable: kept, never run; settling: queued once settled; paused: on resume
             run = find(job_id)
             # A run of a shard we hold writes its outcome, which queues what comes next (also a
             # move into this shard); one of a shard we no longer hold (an older copy of this one,

@@ -150,6 +150,8 @@ class SiloMetrics:
                                         "occurrences that waited for an earlier one to end, then started (overlap policy)")
         self.overlap_cancelled = counter("attempts_overlap_cancelled",
                                          "attempts stopped because the next occurrence came due (overlap cancel_other)")
+        self.paused_occurrences = counter("occurrences_paused",
+                                          "occurrences that came due while their job was paused (counted at resume)")
         self.shards_owned = gauge("shards_owned", "shards this silo owns")
         self.shards_loaded = gauge("shards_loaded", "owned shards loaded into memory")
         self.shards_quarantined = gauge("shards_quarantined", "owned shards firing in named batches after owner deaths")
@@ -170,7 +172,7 @@ class SiloMetrics:
             n: getattr(self, n).value
             for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "handed_over", "unreadable",
                       "shards_damaged", "records_lost", "lease_lapses", "excluded", "out_of_bounds", "overlap_skipped",
-                      "overlap_buffered", "overlap_cancelled")
+                      "overlap_buffered", "overlap_cancelled", "paused_occurrences")
         }
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0

@@ -31,8 +31,9 @@ log = logging.getLogger("timeshard.silo")
 FIRST_RETRY_DELAY = 0.2  # seconds before a move is tried again after a storage error; doubles
 MAX_RETRY_DELAY = 5.0
 
-# The next occurrence a decision carries: [due_us, packed job, occurrence, attempts, scheduled_us].
-NEXT_DUE, NEXT_JOB, NEXT_OCCURRENCE, NEXT_ATTEMPTS, NEXT_SCHEDULED = range(5)
+# The next occurrence a decision carries: [due_us, packed job, occurrence, attempts, scheduled_us],
+# and the job's pause record [note, by, since_us] if it is paused.
+NEXT_DUE, NEXT_JOB, NEXT_OCCURRENCE, NEXT_ATTEMPTS, NEXT_SCHEDULED, NEXT_PAUSED = range(6)
 
 #: Claims an orphaned shard by name for this silo; None if it is not an orphan or another was faster.
 ClaimOrphan = Callable[[str], Awaitable["Shard | None"]]
@@ -128,7 +129,8 @@ class Moves:
                 if state is not None and state.holds_move(job_id, nxt[NEXT_OCCURRENCE]):
                     return True, state.live.get(job_id)
                 op = add_op(job_id, nxt[NEXT_DUE], nxt[NEXT_JOB], nxt[NEXT_OCCURRENCE], nxt[NEXT_ATTEMPTS],
-                            nxt[NEXT_SCHEDULED], source=source.base)
+                            nxt[NEXT_SCHEDULED], source=source.base,
+                            paused=nxt[NEXT_PAUSED] if len(nxt) > NEXT_PAUSED else None)
                 entries = await target.write([op])
                 return True, (entries[0] if entries else None)
         except LogFull:

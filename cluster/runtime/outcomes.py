@@ -280,7 +280,12 @@ class Outcomes:
                 # Begun under an incarnation this silo no longer is: the shard's next owner moves it.
                 raise Fenced(f"shard {run.shard.base!r} is held by an ended incarnation")
             target = await self._shards.open_shard(window)
-            decision = remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base, add[2:7])
+            nxt_entry = add[2:7]
+            state = run.shard.state
+            paused = None if state is None or not state.paused else state.paused.get(run.job_id)
+            if paused is not None:
+                nxt_entry.append(paused)  # paused while this attempt ran: the next occurrence stays paused
+            decision = remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base, nxt_entry)
             await run.shard.write([decision])
             # Queued below, once this occurrence is fully written: the next one must not start
             # while this run still counts as in flight.

@@ -25,6 +25,7 @@ from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.outcomes import Outcomes
 from cluster.runtime.ownership import ShardTable
+from cluster.runtime.pausing import Pausing
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, RunTable
@@ -64,6 +65,7 @@ class Roles:
     scheduling: Scheduling
     moves: Moves
     balance: Balance
+    pausing: Pausing
 
 
 def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, transport: Transport,
@@ -95,5 +97,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
     balance = Balance(options, clock, shards, runs, queue, quarantine, transport, metrics, heartbeat.peers)
+    pausing = Pausing(store, options, clock, queue, runs, shards, adoption, moves, cancelling, quarantine, decode, metrics)
+    pausing.withdraw_sent = firing.withdraw
     return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, quarantine, staging,
-                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves, balance)
+                 firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves, balance, pausing)

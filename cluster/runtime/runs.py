@@ -175,6 +175,9 @@ class RunTable:
         self.max_concurrency = max_concurrency
         self.inflight: dict[str, Run] = {}
         self.staged: dict[str, Run] = {}  # due, waiting for their target actor to exist
+        # A run of an older copy of a shard (dropped, or taken back from its log) whose job was
+        # queued anew and started again from the fresh copy: still in flight, out of ``inflight``.
+        self.displaced: dict[str, Run] = {}
         self.closing = False  # the silo is stopping: no new work, give up on retries at the end
         self._capacity = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
@@ -195,7 +198,11 @@ class RunTable:
         await self._capacity.wait()
 
     def start(self, run: Run) -> None:
-        self.inflight[run.job_id] = run
+        inflight = self.inflight
+        old = inflight.get(run.job_id)
+        inflight[run.job_id] = run
+        if old is not None and old is not run and not old.finished:
+            self.displaced[run.job_id] = old  # a cancel or pause must still reach it (see Cancelling)
 
     def notify_room(self) -> None:
         """Slots were freed: wake the fire loop if it waits for room."""
@@ -206,9 +213,12 @@ class RunTable:
         self.release_all((run,))
 
     def release_all(self, runs: Iterable[Run]) -> None:
+        displaced = self.displaced
         for run in runs:
             if self.inflight.get(run.job_id) is run:
                 del self.inflight[run.job_id]
+            elif displaced and displaced.get(run.job_id) is run:
+                del displaced[run.job_id]
             run.finish()
         self._capacity.set()
 

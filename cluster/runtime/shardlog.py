@@ -18,9 +18,13 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
   attempts, scheduled_us]``: the REMOVE is the one durable decision to move, and whoever owns
   this shard carries it out (see ``cluster.runtime.moves``).
 - ``[RETRY, id, due_us, attempts]`` — the attempt failed; run again at ``due_us``.
-- ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved, pending, sources]``
+- ``[PAUSE, id, note, by, since_us]`` — an operator paused the live job: it is not queued or
+  fired until a ``[RESUME, id]``. The pause belongs to the job, not to one occurrence: an ADD
+  replacing the entry keeps it, a REMOVE that ends the job drops it, and a move carries it as
+  the ADD's ninth field (the next occurrence's sixth): ``[note, by, since_us]``.
+- ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved, pending, sources, paused]``
   — the live state, written first in a new generation when a log is compacted (older snapshots
-  end after ``moved``).
+  end after ``moved``; ``paused``, job id -> ``[note, by, since_us]``, only when a job is paused).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from storage import Decoded
 
 log = logging.getLogger("timeshard.silo")
 
-ADD, REMOVE, RETRY, SNAPSHOT = 0, 1, 2, 3
+ADD, REMOVE, RETRY, SNAPSHOT, PAUSE, RESUME = 0, 1, 2, 3, 4, 5
 
 SUCCEEDED, EXHAUSTED, CANCELLED, MOVED, EXPIRED = "succeeded", "exhausted", "cancelled", "moved", "expired"
 
@@ -151,10 +155,12 @@ class ShardMeta:
 
 
 def add_op(job_id: str, due_us: int, job: bytes, occurrence: int = 1, attempts: int = 0,
-           scheduled_us: int | None = None, source: str | None = None) -> list[Any]:
+           scheduled_us: int | None = None, source: str | None = None, paused: list[Any] | None = None) -> list[Any]:
     op = [ADD, job_id, due_us, job, occurrence, attempts, due_us if scheduled_us is None else scheduled_us]
     if source is not None:
         op.append(source)
+        if paused is not None:
+            op.append(paused)  # only a move carries a pause: it always names its source
     return op
 
 
@@ -168,6 +174,14 @@ def remove_op(job_id: str, occurrence: int, outcome: str, moved_to: str | None =
 
 def retry_op(job_id: str, due_us: int, attempts: int) -> list[Any]:
     return [RETRY, job_id, due_us, attempts]
+
+
+def pause_op(job_id: str, note: str | None, by: str, since_us: int) -> list[Any]:
+    return [PAUSE, job_id, note, by, since_us]
+
+
+def resume_op(job_id: str) -> list[Any]:
+    return [RESUME, job_id]
 
 
 @contextlib.contextmanager
@@ -220,9 +234,17 @@ def _live_ok(job_id: Any, due: Any, job: Any, occurrence: Any, attempts: Any, sc
             and type(attempts) is int and _time_ok(scheduled))
 
 
+def _pause_ok(value: Any) -> bool:
+    """Whether ``value`` is a pause record: ``[note (str or None), by (str), since_us]``."""
+    return (type(value) is list and len(value) == 3 and (value[0] is None or type(value[0]) is str)
+            and type(value[1]) is str and _time_ok(value[2]))
+
+
 def _next_ok(value: Any) -> bool:
-    """Whether ``value`` is a REMOVE's next occurrence: ``[due_us, job, occurrence, attempts, scheduled_us]``."""
-    return type(value) is list and len(value) == 5 and _live_ok("", *value)
+    """Whether ``value`` is a REMOVE's next occurrence: ``[due_us, job, occurrence, attempts, scheduled_us]``,
+    and the job's pause record sixth if it is paused."""
+    return (type(value) is list and len(value) in (5, 6) and _live_ok("", *value[:5])
+            and (len(value) == 5 or _pause_ok(value[5])))
 
 
 def _pending_ok(value: Any) -> bool:
@@ -235,7 +257,8 @@ def why_unusable(op: Any) -> str | None:
         return "not a shard operation"
     kind, size = op[0], len(op)
     if kind == ADD:
-        ok = size in (7, 8) and _live_ok(*op[1:7]) and (size == 7 or type(op[7]) is str)
+        ok = (size in (7, 8, 9) and _live_ok(*op[1:7]) and (size == 7 or type(op[7]) is str)
+              and (size < 9 or _pause_ok(op[8])))
         return None if ok else "malformed ADD"
     if kind == REMOVE:
         ok = (size in (5, 6) and type(op[1]) is str and type(op[2]) is int and type(op[3]) is str
@@ -244,10 +267,15 @@ def why_unusable(op: Any) -> str | None:
     if kind == RETRY:
         return None if size == 4 and type(op[1]) is str and _time_ok(op[2]) and type(op[3]) is int else "malformed RETRY"
     if kind == SNAPSHOT:
-        ok = (3 <= size <= 5 and type(op[1]) is list and type(op[2]) is dict
+        ok = (3 <= size <= 6 and type(op[1]) is list and type(op[2]) is dict
               and all(type(k) is str and type(v) is str for k, v in op[2].items())
-              and (size < 4 or type(op[3]) is dict) and (size < 5 or type(op[4]) is list))
+              and (size < 4 or type(op[3]) is dict) and (size < 5 or type(op[4]) is list)
+              and (size < 6 or type(op[5]) is dict))
         return None if ok else "malformed SNAPSHOT"
+    if kind == PAUSE:
+        return None if size == 5 and type(op[1]) is str and _pause_ok(op[2:5]) else "malformed PAUSE"
+    if kind == RESUME:
+        return None if size == 2 and type(op[1]) is str else "malformed RESUME"
     return f"unknown operation {kind}"
 
 
@@ -260,7 +288,8 @@ class ShardState:
     that a move into this shard landed, which a redo of that move looks for. ``pending`` holds
     moves decided here and not yet known to have landed (job id -> [target, next occurrence]);
     ``sources`` the shards moves into this one came from: this log is kept while any of them
-    exists, so a move still being settled there always finds its proof here.
+    exists, so a move still being settled there always finds its proof here. ``paused`` holds
+    the live jobs an operator paused (job id -> ``[note, by, since_us]``): kept, never queued.
     """
 
     live: dict[str, LiveJob] = field(default_factory=dict)
@@ -269,6 +298,7 @@ class ShardState:
     pending: dict[str, list[Any]] = field(default_factory=dict)
     sources: set[str] = field(default_factory=set)
     unreadable: list[Unreadable] = field(default_factory=list)  # records replay left out
+    paused: dict[str, list[Any]] = field(default_factory=dict)
 
     def apply(self, op: list[Any]) -> LiveJob | None:
         """Fold one operation; returns the entry an ADD created or a RETRY changed."""
@@ -280,12 +310,16 @@ class ShardState:
             live[op[1]] = entry
             if len(op) > 7:
                 self.sources.add(op[7])
+                if len(op) > 8:
+                    self.paused[op[1]] = op[8]  # a paused job moved in: still paused here
             return entry
         if kind == REMOVE:
             entry = live.get(op[1])
             ended = entry is not None and entry[OCCURRENCE] == op[2]
             if ended:
                 del live[op[1]]
+                if self.paused:
+                    self.paused.pop(op[1], None)  # ended, or moved on carrying its pause
             if op[4] is not None:
                 self.moved[op[1]] = op[4]
                 if len(op) > 5 and op[5] is not None:
@@ -302,11 +336,19 @@ class ShardState:
                 entry[DUE] = op[2]
                 entry[ATTEMPTS] = op[3]
             return entry
+        if kind == PAUSE:
+            if op[1] in live:  # a pause of a job no longer here changes nothing
+                self.paused[op[1]] = op[2:5]
+            return None
+        if kind == RESUME:
+            self.paused.pop(op[1], None)
+            return None
         if kind == SNAPSHOT:
             live.clear()
             self.moved = dict(op[2])
             self.pending = dict(op[3]) if len(op) > 3 else {}
             self.sources = set(op[4]) if len(op) > 4 else set()
+            self.paused = dict(op[5]) if len(op) > 5 else {}
             for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
                 live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
                                 self.owner, None]
@@ -321,9 +363,10 @@ class ShardState:
             if op[0] == SNAPSHOT:
                 raise ValueError("a snapshot is written by the log writer, never undone")
             entry = self.live.get(op[1])
-            before.append((op, entry, None if entry is None else entry[:OWNER], self.moved.get(op[1]),
-                           self.pending.get(op[1])))
+            record = (op, entry, None if entry is None else entry[:OWNER], self.moved.get(op[1]),
+                      self.pending.get(op[1]), self.paused.get(op[1]))
             touched.append(self.apply(op))
+            before.append((*record, self.paused.get(op[1])))
         return touched, before
 
     def undo(self, before: list[Any], touched: list[LiveJob | None]) -> None:
@@ -332,8 +375,15 @@ class ShardState:
         An op is taken back only where the state still shows what it did: a later op on the
         same job (another write, already durable) wins.
         """
-        for (op, entry, contents, moved, pending), made in zip(reversed(before), reversed(touched), strict=True):
+        for (op, entry, contents, moved, pending, paused, made_paused), made in zip(reversed(before), reversed(touched),
+                                                                                    strict=True):
             job_id, live = op[1], self.live
+            if paused is not made_paused and self.paused.get(job_id) is made_paused:
+                # A pause or resume, or an ADD or REMOVE that carried or dropped a pause.
+                if paused is None:
+                    del self.paused[job_id]
+                else:
+                    self.paused[job_id] = paused
             if op[0] == ADD and live.get(job_id) is made:
                 if entry is None:
                     del live[job_id]
@@ -413,6 +463,7 @@ class ShardState:
         self.moved = dict(op[2])
         self.pending = {}
         self.sources = set()
+        self.paused = {}
         for item in op[1]:
             if type(item) is list and len(item) == 6 and _live_ok(*item):
                 job_id, due_us, job, occurrence, attempts, scheduled_us = item
@@ -431,11 +482,19 @@ class ShardState:
                 self.sources.add(source)
             else:
                 self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT source", None))
+        for job_id, pause in (op[5] if len(op) > 5 else {}).items():
+            if type(job_id) is str and job_id in self.live and _pause_ok(pause):
+                self.paused[job_id] = pause
+            else:
+                self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT pause", _str_or_none(job_id)))
 
     def snapshot(self) -> list[list[Any]]:
-        """The records a compacted generation starts with: every live job and forward."""
-        return [[SNAPSHOT, [[job_id, *entry[:OWNER]] for job_id, entry in self.live.items()], dict(self.moved),
-                 dict(self.pending), sorted(self.sources)]]
+        """The records a compacted generation starts with: every live job and forward, and every pause."""
+        record = [SNAPSHOT, [[job_id, *entry[:OWNER]] for job_id, entry in self.live.items()], dict(self.moved),
+                  dict(self.pending), sorted(self.sources)]
+        if self.paused:
+            record.append(dict(self.paused))  # only then: a log with no pause reads as before
+        return [record]
 
     def holds_move(self, job_id: str, occurrence: int) -> bool:
         """Whether a move of ``job_id`` to ``occurrence`` landed here: live, or ended or moved on since."""

@@ -38,6 +38,7 @@ from cluster.runtime.firing import describe_target
 from cluster.runtime.hooks import HooksFactory, call_hooks
 from cluster.runtime.lookup import FindAnswer, Lookup
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
+from cluster.runtime.pausing import PauseAnswer
 from cluster.runtime.roles import wire
 from cluster.runtime.runs import JobDecoder, UnreadableJob, log_if_failed
 from cluster.runtime.shardlog import MAX_US, MIN_US
@@ -247,6 +248,16 @@ class Silo:
         ("absent", None) or ("gone", None) if the shard no longer exists. Read only."""
         await self._ready
         return await self._lookup.find(shard_base, job_id)
+    async def pause(self, shard_base: str, job_id: str, note: str | None, by: str) -> PauseAnswer:
+        """Pause ``job_id`` in ``shard_base``: ("paused" | "already_paused", the pause record
+        ``[note, by, since_us]``), or ("absent" | "moved" | "not_owner", info) as ``cancel`` answers."""
+        await self._ready
+        return await self._r.pausing.pause(shard_base, job_id, note, by)
+
+    async def resume(self, shard_base: str, job_id: str) -> PauseAnswer:
+        """Resume ``job_id`` in ``shard_base``: ("resumed" | "not_paused", None), or as ``cancel`` answers."""
+        await self._ready
+        return await self._r.pausing.resume(shard_base, job_id)
 
     async def shards_from(self, window_us: int) -> list[tuple[str, str]]:
         """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
@@ -282,7 +293,8 @@ class Silo:
         """What this silo holds: shards (owner, state, window, jobs, quarantine), queue, in flight, staged.
 
         ``quarantined`` names the shards firing in quarantine batches, ``parked`` the jobs held back
-        per shard (see ``cluster.runtime.quarantine``). ``unreadable`` counts per shard the records
+        per shard (see ``cluster.runtime.quarantine``); ``paused`` the jobs an operator paused in
+        each loaded shard (see ``cluster.runtime.pausing``). ``unreadable`` counts per shard the records
         and jobs that cannot be decoded (kept, never run); ``damaged`` the shards whose log had bad
         frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
         """
@@ -309,6 +321,7 @@ class Silo:
                     "adopted_count": s.meta.adopted_count,
                     **quarantine.describe(s),
                     "unreadable": len(s.unreadable) + (s.damage.unreadable if s.damage else 0),
+                    "paused": 0 if s.state is None else len(s.state.paused),
                 }
                 for s in shards
             ],

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster.model.wire import pack
-from cluster.runtime.shardlog import ADD, REMOVE, RETRY, SNAPSHOT, ShardState
+from cluster.runtime.shardlog import ADD, PAUSE, REMOVE, RESUME, RETRY, SNAPSHOT, ShardState
 from storage import records
 
 IDS = ["a", "b", "c", "d"]
@@ -34,7 +34,10 @@ retry = st.builds(lambda i, due, att: [RETRY, i, due, att], ids, times, st.integ
 snapshot = st.builds(lambda entries, new: [SNAPSHOT, [[i, d, j, 1, 0, d] for i, d, j in entries], {}, *new],
                      st.lists(st.tuples(ids, times, st.binary(min_size=1, max_size=8)), max_size=3),
                      st.sampled_from([(), ({"z": ["s/next", [5, b"j", 2, 0, 5]]}, ["shards/source"])]))
-valid_op = st.one_of(add, add, moved_in, remove, move, retry, snapshot)
+pause = st.builds(lambda i, note, since: [PAUSE, i, note, "ops", since], ids, st.none() | st.text(max_size=4), times)
+resume = st.builds(lambda i: [RESUME, i], ids)
+moved_in_paused = moved_in.map(lambda op: [*op, ["note", "ops", 5]])  # a paused job's next occurrence
+valid_op = st.one_of(add, add, moved_in, remove, move, retry, snapshot, pause, resume, moved_in_paused)
 
 scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=6) | st.binary(max_size=6)
 # Records that are no ops, by construction: no list, an unknown kind, the wrong length or types.
@@ -42,7 +45,7 @@ nonsense_op = st.one_of(
     scalars,
     st.dictionaries(st.text(max_size=3), scalars, max_size=3),
     st.lists(scalars, max_size=3).map(lambda rest: ["add", *rest]),
-    st.lists(scalars, max_size=6).map(lambda rest: [4 + len(rest), *rest]),
+    st.lists(scalars, max_size=6).map(lambda rest: [6 + len(rest), *rest]),
     st.lists(scalars, max_size=5).map(lambda rest: [ADD, *rest[:5]] if len(rest) != 6 else [ADD, *rest, 0]),
     add.map(lambda op: [*op[:2], str(op[2]), *op[3:]]),  # due as text
     add.map(lambda op: [*op[:3], "not bytes", *op[4:]]),
@@ -52,6 +55,10 @@ nonsense_op = st.one_of(
     move.map(lambda op: [*op[:5], ["not", "an", "occurrence"]]),
     moved_in.map(lambda op: [*op[:7], 42]),  # source not a str
     st.just([RETRY, "a", 2**63 - 1, 1]),  # a due time no datetime holds
+    pause.map(lambda op: [*op[:3], None, op[4]]),  # no one paused it
+    pause.map(lambda op: op[:4]),
+    st.just([RESUME]),
+    moved_in_paused.map(lambda op: [*op[:8], ["note", "ops"]]),
 )
 
 
@@ -82,12 +89,16 @@ mutation = st.one_of(
 
 def is_nonsense(record: Any) -> bool:
     """Whether the test made ``record`` as one of ``nonsense_op``'s (by shape, not by replay's code)."""
-    if type(record) is not list or not record or type(record[0]) is not int or not 0 <= record[0] <= 3:
+    if type(record) is not list or not record or type(record[0]) is not int or not 0 <= record[0] <= 5:
         return True
     kind = record[0]
     if kind == ADD:
-        return (len(record) not in (7, 8) or type(record[2]) is not int or type(record[3]) is not bytes
-                or (len(record) == 8 and type(record[7]) is not str))
+        return (len(record) not in (7, 8, 9) or type(record[2]) is not int or type(record[3]) is not bytes
+                or (len(record) >= 8 and type(record[7]) is not str) or (len(record) == 9 and len(record[8]) != 3))
+    if kind == PAUSE:
+        return len(record) != 5 or type(record[3]) is not str
+    if kind == RESUME:
+        return len(record) != 2
     if kind == REMOVE:
         return type(record[1]) is not str or (len(record) == 6 and len(record[5]) != 5)
     if kind == RETRY:

@@ -4,7 +4,8 @@ faults, each checked against the README's promises (issue 12, deliverable 3).
 Every fault kind is on by default: storage errors, lost answers, kills and restarts, pauses,
 partitions from Ray, delayed and duplicated deliveries, and clock skew; and in half the seeds
 dispatch ahead, to a ``JobHandler`` that waits for due times on clocks of its own, with
-withdraws delayed, lost or overtaking their batch. The seeds below each found a bug (now
+withdraws delayed, lost or overtaking their batch; and in half an operator pausing and resuming
+jobs. The seeds below each found a bug (now
 fixed): they stay as regression seeds.
 """
 
@@ -72,6 +73,25 @@ def test_dispatch_ahead_seeds_explore_the_waiting_handler() -> None:
     assert "dispatch ahead" in first.trace[0] and first.digest == second.digest
 
 
+def test_a_seed_that_draws_no_operator_runs_as_before_operator_pauses() -> None:
+    """Operator pauses draw from a generator of their own: other seeds keep their worlds."""
+    results = [run_seed(seed) for seed in range(8)]
+    plain = [r for r in results if not any("an operator pauses" in line for line in r.trace)]
+    assert 0 < len(plain) < len(results)
+    for result in plain:
+        assert run_seed(result.seed, Faults(operator_pauses=False)).digest == result.digest
+
+
+def test_operator_seeds_pause_and_resume_jobs_under_faults() -> None:
+    """Seeds with an operator pause jobs and resume them, across kills and adoptions: nothing of a
+    paused job is sent, and everything owed fires once resumed (checked by every seed)."""
+    seen: dict[str, int] = {}
+    for seed in range(20):
+        for key, n in run_seed(seed).stats.items():
+            seen[key] = seen.get(key, 0) + n
+    assert seen.get("operator pauses", 0) > 20 and seen.get("operator resumes", 0) > 10, seen
+
+
 def test_virtual_time_costs_no_wall_time() -> None:
     import asyncio
 
@@ -95,7 +115,8 @@ def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
 
 
 # Seeds that each broke an invariant through a bug since fixed; see the module docstring. Those
-# found before handlers waited say -ahead: with it a seed may draw a waiting handler, another world.
+# found before handlers waited say -ahead: with it a seed may draw a waiting handler, another world;
+# and all say -operator_pauses, found before operators paused jobs (issue 16), for the same reason.
 FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the invariant it broke)
     (27, "latency,kills", "point 3", "two chains"),  # killed between the ADD and the REMOVE(MOVED)
     (261, "latency,pauses", "point 3", "two chains"),  # paused between them, the shard adopted meanwhile
@@ -104,54 +125,63 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     (0, "latency,partitions", "point 6", "two owners"),  # Ray said dead: adopted under a valid lease
     (137, "latency,partitions", "point 6, deliverable 2", "lost"),  # false deaths poisoned a shard
     (0, "latency,skew", "point 10", "early"),  # a silo whose clock ran ahead fired early
-    (295, "all,-ahead", "point 10: first clock reading failed", "early"),  # fired on its own clock until read
-    (72, "default,+pauses,-kills,-partitions,-skew,-ahead", "drained shard's delete failed", "lost"),
-    (1, "default,+partitions,-kills,-pauses,-skew,-ahead", "rejoin recorded proof under a valid lease",
+    (295, "all,-ahead,-operator_pauses", "point 10: first clock reading failed", "early"),  # fired on its own clock until read
+    (72, "default,+pauses,-kills,-partitions,-skew,-ahead,-operator_pauses", "drained shard's delete failed", "lost"),
+    (1, "default,+partitions,-kills,-pauses,-skew,-ahead,-operator_pauses", "rejoin recorded proof under a valid lease",
      "two owners"),  # a call retried by Ray ran beside the shard's new owner
-    (21, "default,+partitions,-kills,-pauses,-skew,-ahead", "adoption judged before a rejoin", "two owners"),
+    (21, "default,+partitions,-kills,-pauses,-skew,-ahead,-operator_pauses", "adoption judged before a rejoin", "two owners"),
     # A schedule call's append landed, a peer claimed the shard before the caller learnt it, and
     # the call wrote the job again into a fresh shard: both copies fired.
-    *((seed, "all,-ahead", "schedule written again after a fenced append", "two chains")
+    *((seed, "all,-ahead,-operator_pauses", "schedule written again after a fenced append", "two chains")
       for seed in (2261, 2927, 3230, 4683)),
     # A shard handed over (balance) was adopted; the recurring job's move named a fresh shard of
     # a past window as its target, which was deleted as drained before the move landed, and the
     # delete's answer was lost: the shard stayed held with a closed writer, the move failed for good.
-    (1926, "all,-ahead", "move target deleted while fresh, writer left closed", "lost"),
+    (1926, "all,-ahead,-operator_pauses", "move target deleted while fresh, writer left closed", "lost"),
     # Dispatch ahead (issue 15, point 2). A cancel waiting for its withdraw saw the run end, and a
     # second cancel removed the job, queued no more; the first's removal then failed and it
     # queued the job again (from a shard since deleted as drained: a send whose owner was none).
-    (161, "all", "failed cancel queued again a job another cancel removed", "cancel did not hold"),
-    (105, "all", "failed cancel queued again a job another cancel removed", "two owners"),
+    (161, "all,-operator_pauses", "failed cancel queued again a job another cancel removed", "cancel did not hold"),
+    (105, "all,-operator_pauses", "failed cancel queued again a job another cancel removed", "two owners"),
     # A withdrawn run's batch delivered again (Ray repeats a call whose answer was lost): the
     # handler had forgotten the withdraw on the first refusal, and started it.
-    (290, "all", "withdraw forgotten at the first refusal", "cancel did not hold"),
+    (290, "all,-operator_pauses", "withdraw forgotten at the first refusal", "cancel did not hold"),
     # The outcome of a recurring job moved it to its next occurrence in another shard while a
     # cancel waited for the run; its silo then lost that shard: "cancelled", yet it fired there.
-    (1939, "all", "cancel answered while the job moved on", "cancel did not hold"),
+    (1939, "all,-operator_pauses", "cancel answered while the job moved on", "cancel did not hold"),
     # The same, its outcome having cancelled the next occurrence before the target was lost: the
     # fix's first form answered "moved", the target then said "absent", and the client, never told
     # "cancelled", awaited a run that could not come.
-    (2780, "all", "cancel answered moved for a job cancelled in a lost target", "lost"),
+    (2780, "all,-operator_pauses", "cancel answered moved for a job cancelled in a lost target", "lost"),
     # A cancel found a recurring job's run in flight after its outcome had moved the job on; its
     # removal of the old occurrence then erased, in the fold, where the job had gone: "cancelled".
-    (244, "all", "stale removal hid a move's forward", "cancel did not hold"),
-    (3771, "all", "stale removal hid a move's forward", "cancel did not hold"),
+    (244, "all,-operator_pauses", "stale removal hid a move's forward", "cancel did not hold"),
+    (3771, "all,-operator_pauses", "stale removal hid a move's forward", "cancel did not hold"),
     # A silo's own write to its shard landed but its answer was lost, so it dropped the shard as
     # fenced and adopted it again; a run of the dropped copy waited in its handler, and a cancel
     # on the fresh copy answered "cancelled" without withdrawing it.
-    (4076, "all", "cancel left a dropped copy's run waiting", "cancel did not hold"),
-    (4252, "all", "cancel left a dropped copy's run waiting", "cancel did not hold"),
+    (4076, "all,-operator_pauses", "cancel left a dropped copy's run waiting", "cancel did not hold"),
+    (4252, "all,-operator_pauses", "cancel left a dropped copy's run waiting", "cancel did not hold"),
     # A shard taken back from its log (an append in doubt had landed after it was undone): the
     # move it carried out was not queued while the run that decided it still ran, and that run
     # wrote nothing, as its copy was gone; or the next occurrence was queued twice.
-    (3905, "all", "take-back left a moved occurrence unqueued", "lost"),
-    (4547, "all", "take-back left a moved occurrence unqueued", "lost"),
-    (4593, "all", "take-back queued a moved occurrence twice", "cancel did not hold"),
+    (3905, "all,-operator_pauses", "take-back left a moved occurrence unqueued", "lost"),
+    (4547, "all,-operator_pauses", "take-back left a moved occurrence unqueued", "lost"),
+    (4593, "all,-operator_pauses", "take-back queued a moved occurrence twice", "cancel did not hold"),
     # A recurring job's move was appended; the append landed, its answer was lost and the log
     # could not be read back, so the silo undid the move in memory, and its next append then
     # went on after the landed move: a cancel answered "cancelled" while the move lived on (first
     # seen as seeds 3474, 3507 and 4263 before the heartbeat kept its cadence).
-    (5711, "all", "undone append landed behind a lost answer", "cancel did not hold"),
+    (5711, "all,-operator_pauses", "undone append landed behind a lost answer", "cancel did not hold"),
+    # Operator pauses (issue 16). A pause settling a move its job's run was settling queued the
+    # next occurrence while the run's outcome queued it too: two runs of one job.
+    (141, "all", "pause queued a moved occurrence a run's outcome queued", "silo logged an unhandled AssertionError"),
+    # A resume queued a job while a cancel of its withdrawn run waited: it ran and moved on, and
+    # the cancel's removal of the old occurrence answered "cancelled".
+    (1534, "all", "resume queued a job a cancel was removing", "cancel did not hold"),
+    # A run of a dropped copy of a shard, displaced in the run table when its job started again
+    # from the fresh copy, waited in its handler; a cancel withdrew only the fresh one.
+    (1258, "all", "cancel missed a displaced run", "cancel did not hold"),
 ]
 
 

@@ -20,7 +20,9 @@ ownership invariant when the attempt left and when it starts, the due time, the 
 returned, and the sender's lease. In most seeds it starts what arrives, refusing it past the
 sender's lease as ``handlers.base.JobHandler`` does; in a share (the ``ahead`` kind) it *is* a
 ``JobHandler``, on a host and clocks of its own, and the silos send jobs ahead of their due time
-for it to wait for, and withdraw them at cancels (``tests.sim.ahead``).
+for it to wait for, and withdraw them at cancels (``tests.sim.ahead``). In another share an
+operator pauses jobs and resumes them a little later (issue 16): nothing of a job is sent between
+its pause returning and its resume being sent, a resume finds its pause, and what was owed fires.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ P_LOST_ANSWER = 0.03
 P_DELAY = 0.08  # a delivery held back up to MAX_DELAY_S (it may arrive past the sender's lease)
 MAX_DELAY_S = 6.0
 P_DUPLICATE = 0.05
+OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
 MAX_SKEW_US = 1_500_000
 
 WRITES = frozenset({"create", "set_metadata", "append_block", "delete"})
@@ -109,6 +112,9 @@ class Faults:
     # In a share of seeds the handler waits for due times (``JobHandler``), so silos dispatch
     # ahead; withdraws are then delayed, lost or overtake their batch (see ``tests.sim.ahead``).
     ahead: bool = True
+    # In a share of seeds an operator pauses jobs and resumes them a little later (issue 16):
+    # nothing of a job may be sent while it is paused, and everything owed fires once resumed.
+    operator_pauses: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -512,6 +518,13 @@ class World:
         self.cancel_true: dict[str, int] = {}  # job id -> when a cancel returned True (true µs)
         self.cancel_unknown: set[str] = set()  # a cancel without an answer: it may have landed
         self.deliveries: list[Delivery] = []
+        # The operator's pauses, drawn from a generator of their own as dispatch ahead is: seeds that
+        # draw none run as they did before pauses existed.
+        self.operator_rng = random.Random(f"operator/{seed}")
+        self.operator = faults.operator_pauses and self.operator_rng.random() < OPERATOR_SHARE
+        self.held: dict[str, list[list[int | None]]] = defaultdict(list)  # job id -> [paused at, resume sent at]
+        self.hold_unknown: set[str] = set()  # a pause or resume without an answer: it may stay paused
+        self.holding: set[str] = set()  # jobs the operator is pausing, holding or resuming now
         self.stats: dict[str, int] = defaultdict(int)
         self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
@@ -615,6 +628,11 @@ class World:
         if now_us < attempt.scheduled_for_us:
             self.violate(f"early: {job_id}#{attempt.occurrence} fired at {now_us - EPOCH_US} µs, "
                          f"due {attempt.scheduled_for_us - EPOCH_US} µs")
+        for paused_at, resume_sent in self.held.get(job_id, ()):
+            assert paused_at is not None
+            if sent_us >= paused_at and (resume_sent is None or sent_us < resume_sent):
+                self.violate(f"pause did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
+                             f"its pause returned at {paused_at - EPOCH_US} µs")
         cancelled = self.cancel_true.get(job_id)
         if cancelled is not None and sent_us >= cancelled:
             self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
@@ -805,6 +823,81 @@ class World:
             self.note(f"cancel {job_id}, timed for its wait in the handler")
             await self.cancel(job_id)
 
+    async def operate(self) -> None:
+        """An operator's pauses: a job paused, then resumed a little later (issue 16, point 1)."""
+        rng = self.operator_rng
+        while self.loop.time() < CLIENT_S:
+            await asyncio.sleep(rng.uniform(0.3, 1.5))
+            candidates = sorted(set(self.acked) - set(self.cancel_true) - self.cancel_unknown - self.hold_unknown
+                                - self.holding)
+            if candidates:
+                job_id = rng.choice(candidates)
+                self.holding.add(job_id)  # one hold of a job at a time
+                self.spawn(self._hold(job_id, rng.uniform(0.2, 4.0)))
+
+    async def _hold(self, job_id: str, seconds: float) -> None:
+        try:
+            await self._pause_then_resume(job_id, seconds)
+        finally:
+            self.holding.discard(job_id)
+
+    async def _pause_then_resume(self, job_id: str, seconds: float) -> None:
+        answer = await self._at_owner(job_id, "pause", None, "operator")
+        window: list[int | None] | None = None  # this hold's: [paused at, resume sent at]
+        if answer is None:
+            self.hold_unknown.add(job_id)  # it may land later, and stay paused: not owed
+        elif answer[0] == "already_paused":
+            self.violate(f"pause: {job_id} was paused already, though every pause of it was resumed")
+            return
+        elif answer[0] == "paused":
+            window = [true_now_us(self.loop), None]
+            self.held[job_id].append(window)
+            self.stats["operator pauses"] += 1
+        else:
+            return  # ended meanwhile
+        await asyncio.sleep(seconds)
+        if window is not None:
+            window[1] = true_now_us(self.loop)  # sends are allowed again from here
+        answer = await self._at_owner(job_id, "resume")
+        if answer is None:
+            self.hold_unknown.add(job_id)  # it may stay paused: not owed
+        elif answer[0] == "resumed":
+            self.stats["operator resumes"] += 1
+        elif answer[0] == "not_paused" and window is not None:
+            self.violate(f"pause lost: {job_id}'s resume found it not paused, though its pause returned "
+                         f"at {window[0] - EPOCH_US} µs")  # type: ignore[operator]
+
+    async def _at_owner(self, job_id: str, method: str, *args: Any) -> tuple[str, Any] | None:
+        """Call ``method`` for ``job_id`` as ``Client._at_owner`` does (following moves and owners);
+        its answer, or None if it got none (it may have landed)."""
+        rng = self.operator_rng
+        shard = self.acked[job_id]
+        prefer = shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
+        for _ in range(8):
+            proc = self.procs.get(prefer) or rng.choice(list(self.procs.values()))
+            try:
+                answer, info = await self.call(proc, method, shard, job_id, *args)
+            except Killed:
+                prefer = rng.choice(list(self.procs))
+                continue
+            except (Exception, TimeoutError) as exc:
+                self.note(f"{method} {job_id} on {proc.silo_id}: no answer ({type(exc).__name__})")
+                return None
+            self.note(f"{method} {job_id} in {shard} on {proc.silo_id}: {answer} {info}")
+            if answer == "moved" and info:
+                shard, prefer = info, info.rsplit("-", 2)[1].rsplit(".", 1)[0]
+            elif answer == "not_owner" and info is None:
+                return None  # drained and deleted after the job moved on: the client would search
+            elif answer == "not_owner":
+                owner = (info or "").rpartition("#")[0]
+                if owner not in self.procs:
+                    await asyncio.sleep(0.2)
+                    owner = rng.choice(list(self.procs))
+                prefer = owner
+            else:
+                return answer, info
+        return None
+
     # -- faults over time -------------------------------------------------------------------
 
     async def chaos(self) -> None:
@@ -892,7 +985,7 @@ class World:
         now_us = true_now_us(self.loop)
         missing = []
         for job_id in self.acked:
-            if job_id in self.cancel_true or job_id in self.cancel_unknown:
+            if job_id in self.cancel_true or job_id in self.cancel_unknown or job_id in self.hold_unknown:
                 continue
             spec = self.specs[job_id]
             for occurrence in range(1, spec.repeats + 1):
@@ -913,6 +1006,9 @@ class World:
         self.spawn(self.client())
         if self.handler is not None:
             self.spawn(self.cancel_ahead())
+        if self.operator:
+            self.note("an operator pauses and resumes jobs")
+            self.spawn(self.operate())
         await self.chaos()
         await asyncio.sleep(max(0.0, CHAOS_S - self.loop.time()))
         self.heal()

@@ -1,0 +1,229 @@
+"""Pause and resume without Ray (issue 16, point 1): a pause is a shard-log record that firing,
+replay, adoption and moves honour; resume settles what was missed per the job's misfire policy."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from cluster.model.wire import pack
+from cluster.runtime.hooks import AttemptEvent, SiloHooks
+from cluster.runtime.membership import EXITED, Membership
+from cluster.runtime.roles import Roles
+from cluster.runtime.shardlog import PAUSE, RESUME, ShardState, add_op, pause_op, remove_op, resume_op, why_unusable
+from storage import MemoryStore, StorageError, read_log
+from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
+
+
+async def fire_for(parts: Roles, seconds: int) -> None:
+    """Let ``seconds`` pass one at a time, firing whatever comes due."""
+    for _ in range(seconds):
+        parts.clock.advance(1)
+        parts.lease.renew(parts.clock.monotonic())
+        await fire_due(parts)
+
+
+async def records(parts: Roles, name: str) -> list[list]:
+    return [op for op in (await read_log(parts.store, name)).records()]
+
+
+async def test_a_paused_job_does_not_fire_and_an_overdue_one_shot_fires_at_once_on_resume() -> None:
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(parts, j)
+    answer, record = await parts.pausing.pause(name, j.id, "db migration", "ops@host")
+    assert answer == "paused" and record[:2] == ["db migration", "ops@host"]
+    assert [PAUSE, j.id, "db migration", "ops@host"] in [op[:4] for op in await records(parts, name)]
+    await fire_for(parts, 5)
+    assert recorder.ran == []
+    assert await parts.pausing.pause(name, j.id, "again", "x") == ("already_paused", record)  # the first pause holds
+    assert await parts.pausing.resume(name, j.id) == ("resumed", None)
+    assert parts.metrics.paused_occurrences.value == 1
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)  # no time passes: overdue, it fires at once
+    assert [ctx.job.id for ctx in recorder.ran] == [j.id]
+    assert await parts.pausing.resume(name, j.id) == ("absent", None)
+
+
+async def test_a_pause_holds_when_another_silo_adopts_the_shard_and_resume_there_fires_it() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(victim, j)
+    assert (await victim.pausing.pause(name, j.id, None, "ops"))[0] == "paused"
+    await Membership(store).declare_dead(victim.me.row, EXITED)
+    peer = await make_parts(store, "p")
+    peer.transport.handlers["h"] = recorder = Recorder()
+    assert await peer.adoption.adopt_orphans() == 1
+    assert peer.queue.get(j.id) is None  # replayed, paused: not queued
+    await fire_for(peer, 5)
+    assert recorder.ran == []
+    third = await make_parts(store, "t")  # a silo that does not hold it names its owner now
+    assert await third.pausing.resume(name, j.id) == ("not_owner", "p#1")
+    assert await peer.pausing.resume(name, j.id) == ("resumed", None)
+    peer.lease.renew(peer.clock.monotonic())
+    await fire_due(peer)
+    assert [ctx.job.id for ctx in recorder.ran] == [j.id]
+
+
+def test_replay_and_snapshot_keep_a_pause_and_a_removal_or_resume_ends_it() -> None:
+    ops = [add_op("a", 10, b"A"), add_op("b", 10, b"B"), pause_op("a", "n", "by", 5), pause_op("b", None, "by", 6),
+           pause_op("gone", None, "by", 7)]
+    state = ShardState().replay([list(op) for op in ops])
+    assert state.paused == {"a": ["n", "by", 5], "b": [None, "by", 6]}  # a pause of a job not here: nothing
+    again = ShardState().replay(state.snapshot())
+    assert again.paused == state.paused and set(again.live) == {"a", "b"}
+    again.replay([add_op("a", 20, b"A", 2), remove_op("b", 1, "cancelled")])  # the next occurrence stays paused
+    assert again.paused == {"a": ["n", "by", 5]}
+    again.replay([resume_op("a")])
+    assert again.paused == {} and len(again.snapshot()[0]) == 5  # no pause: the snapshot reads as before
+    for bad in ([PAUSE, "a", 3, "by", 5], [PAUSE, "a", None, None, 5], [RESUME], [PAUSE, "a", None, "by"]):
+        assert why_unusable(bad) is not None
+
+
+def test_a_failed_pause_write_is_taken_back_in_memory() -> None:
+    state = ShardState().replay([add_op("a", 10, b"A"), pause_op("b", None, "x", 1)])
+    touched, before = state.apply_undoably([pause_op("a", None, "x", 1)])
+    assert "a" in state.paused
+    state.undo(before, touched)
+    assert state.paused == {}
+    state.replay([pause_op("a", "first", "x", 1)])
+    touched, before = state.apply_undoably([resume_op("a")])
+    state.undo(before, touched)
+    assert state.paused == {"a": ["first", "x", 1]}
+
+
+@pytest.mark.parametrize(("misfire", "fired_at_resume"), [("skip", 0), ("fire_once", 1), ("fire_all", 6)])
+async def test_resume_settles_the_occurrences_missed_while_paused_per_misfire_policy(misfire: str,
+                                                                                   fired_at_resume: int) -> None:
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=2), schedule="@every 1s", misfire=misfire)
+    (name,) = await add(parts, j)
+    await parts.pausing.pause(name, j.id, None, "ops")
+    await fire_for(parts, 7)  # due at +2 .. +7 while paused: six occurrences
+    assert recorder.ran == []
+    assert await parts.pausing.resume(name, j.id) == ("resumed", None)
+    assert parts.metrics.paused_occurrences.value == 6
+    for _ in range(10):  # catch-up fires back to back, without time passing
+        parts.lease.renew(parts.clock.monotonic())
+        before = len(recorder.ran)
+        await fire_due(parts)
+        if len(recorder.ran) == before:
+            break
+    assert len(recorder.ran) == fired_at_resume
+    await fire_for(parts, 1)  # then the grid: the occurrence at +8
+    assert recorder.ran[-1].scheduled_for == j.due + timedelta(seconds=6)
+    assert len(recorder.ran) == fired_at_resume + 1
+
+
+async def test_a_paused_job_can_be_cancelled_and_resume_then_finds_nothing() -> None:
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(parts, j)
+    await parts.pausing.pause(name, j.id, None, "ops")
+    assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)
+    assert await parts.pausing.resume(name, j.id) == ("absent", None)
+    await fire_for(parts, 3)
+    assert recorder.ran == []
+    assert parts.shards.get(name).state.paused == {}  # type: ignore[union-attr]
+
+
+class Starts(SiloHooks):
+    """Records every attempt the silo starts (a named job's status shows these as running)."""
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    async def attempt_started(self, event: AttemptEvent) -> None:
+        self.started.append(event.occurrence)
+
+
+async def test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_moves_paused() -> None:
+    starts = Starts()
+    parts = await make_parts(hooks=[starts])
+    started, finish = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    async def slow(ctx):  # type: ignore[no-untyped-def]
+        ran.append(ctx.occurrence)
+        started.set()
+        await finish.wait()
+
+    parts.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
+    (name,) = await add(parts, j)
+    parts.clock.advance(9)
+    parts.lease.renew(parts.clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(parts))
+    await started.wait()
+    assert (await parts.pausing.pause(name, j.id, "hold", "ops"))[0] == "paused"
+    finish.set()
+    await firing
+    assert ran == [1]  # the running attempt finished
+    source = parts.shards.get(name)
+    assert source is not None and source.state is not None
+    target_name = source.state.moved[j.id]
+    assert target_name != name
+    target = parts.shards.get(target_name)
+    assert target is not None and target.state is not None and target.state.paused[j.id][0] == "hold"
+    await fire_for(parts, 6)
+    assert ran == [1] and starts.started == [1]  # nothing new starts while paused, nor shows as running
+    assert await parts.pausing.pause(name, j.id, None, "x") == ("moved", target_name)
+    assert await parts.pausing.resume(target_name, j.id) == ("resumed", None)
+    await fire_due(parts)
+    assert ran[-1] == 2
+
+
+async def test_a_pause_whose_write_fails_leaves_the_job_to_fire() -> None:
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(parts, j)
+    store.fail_next("append_block", 3)  # the writer tries three times
+    with pytest.raises(StorageError):
+        await parts.pausing.pause(name, j.id, None, "ops")
+    assert [op for op in await records(parts, name) if op[0] == PAUSE] == []
+    await fire_for(parts, 3)
+    assert [ctx.job.id for ctx in recorder.ran] == [j.id]
+
+
+async def test_a_pause_of_a_job_in_a_dormant_shard_holds_when_the_shard_loads() -> None:
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(hours=1))
+    (name,) = await add(parts, j)
+    assert (await parts.pausing.pause(name, j.id, None, "ops"))[0] == "paused"
+    shard = parts.shards.get(name)
+    assert shard is not None and not shard.loaded
+    parts.clock.advance(3600)
+    await parts.loading.load_due()
+    assert shard.loaded and j.id in shard.state.paused  # type: ignore[union-attr]
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert recorder.ran == []
+    assert pack(pause_op(j.id, None, "ops", 0))  # packs
+
+
+async def test_a_pause_survives_a_compaction_and_the_adoption_that_replays_the_new_generation() -> None:
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    paused, other = job(due=timedelta(seconds=2)), job(due=timedelta(seconds=2))
+    (name, _) = await add(victim, paused, other)
+    await victim.pausing.pause(name, paused.id, "kept", "ops")
+    shard = victim.shards.get(name)
+    assert shard is not None
+    await shard.writer.rotate()  # compaction: the new generation starts with a snapshot
+    assert [op[0] for op in await records(victim, name)] == [3]  # SNAPSHOT only: the PAUSE record is gone
+    await Membership(store).declare_dead(victim.me.row, EXITED)
+    peer = await make_parts(store, "p")
+    peer.transport.handlers["h"] = recorder = Recorder()
+    assert await peer.adoption.adopt_orphans() == 1
+    await fire_for(peer, 4)
+    assert [ctx.job.id for ctx in recorder.ran] == [other.id]
+    assert peer.shards.get(name).state.paused[paused.id][0] == "kept"  # type: ignore[union-attr]
