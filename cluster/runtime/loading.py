@@ -31,6 +31,7 @@ from cluster.runtime.shardlog import (
     EXPIRED,
     JOB,
     OCCURRENCE,
+    OWNER,
     QUEUED,
     SCHEDULED,
     SHARD_PREFIX,
@@ -166,7 +167,17 @@ class Loading:
         A run of a shard this silo no longer holds (dropped, or taken back from its log) writes
         no outcome, so it queues nothing next: the entry is queued anew, as ``queue_loaded``
         does (found by the simulation, seed 3905: a move carried out at a take-back was lost).
+
+        Only an entry still live: the moves of a claimed shard are settled one after another,
+        each awaited, so the entry of one settled first may have run, moved on or been
+        cancelled meanwhile (a target that already held the move hands back its current entry,
+        whose owner runs it); queued then, a cancelled occurrence ran after its cancel returned
+        (found by the simulation with operator pauses, seed 2638).
         """
+        shard: Shard = entry[OWNER]
+        state = shard.state
+        if shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused:
+            return  # gone, replaced, or paused (a paused job waits, unqueued, for its resume)
         run = self._runs.find(job_id)
         if run is None or not self._shards.holds(run.shard):
             self._queue.push(job_id, entry[DUE], entry)

@@ -40,6 +40,7 @@ from cluster.runtime.shardlog import (
     EXPIRED,
     JOB,
     OCCURRENCE,
+    OWNER,
     SCHEDULED,
     ShardState,
     add_op,
@@ -121,7 +122,9 @@ class Pausing:
         if shard.lost or shard.state is None or job_id not in shard.state.pending:
             return
         entry = await self._moves.settle(shard, job_id)
-        if entry is not None and self._may_queue(job_id):
+        landed = None if entry is None else entry[OWNER].state
+        if (entry is not None and self._may_queue(job_id)
+                and not (landed is not None and job_id in landed.paused)):  # paused: its resume queues it
             self._queue.push(job_id, entry[DUE], entry)
 
     def _may_queue(self, job_id: str) -> bool:
@@ -194,7 +197,10 @@ class Pausing:
             live = shard.state
             now = None if live is None else live.live.get(job_id)
             # A run in flight queues what comes next itself; a dormant shard queues at its load.
-            if now is not None and not ours and self._shards.holds(shard) and self._queue.get(job_id) is None:
+            # Asked again after the write: the resume is applied to the shard as the write is
+            # submitted, so a run may have started while it was made durable (seed 2128).
+            if (now is not None and self._may_queue(job_id) and self._shards.holds(shard)
+                    and self._queue.get(job_id) is None):
                 due = self._quarantine.queue_at(shard, job_id, now[DUE])
                 if due is not None:  # parked: an operator's release-quarantine queues it
                     self._queue.push(job_id, due, now)

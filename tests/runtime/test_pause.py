@@ -227,3 +227,64 @@ async def test_a_pause_survives_a_compaction_and_the_adoption_that_replays_the_n
     await fire_for(peer, 4)
     assert [ctx.job.id for ctx in recorder.ran] == [other.id]
     assert peer.shards.get(name).state.paused[paused.id][0] == "kept"  # type: ignore[union-attr]
+
+
+async def test_a_resume_in_flight_starts_nothing_and_the_next_occurrence_of_a_paused_job_runs_once() -> None:
+    # Found by the simulation, seed 2128: the outcome of an attempt paused while it ran queued
+    # the next occurrence although it was paused; the resume, applied to the shard as its write
+    # went out, let that entry start, and once durable queued it again: two runs of one occurrence.
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    started, finish = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    async def slow(ctx):  # type: ignore[no-untyped-def]
+        ran.append(ctx.occurrence)
+        started.set()
+        await finish.wait()
+
+    parts.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
+    (name,) = await add(parts, j)
+    parts.clock.advance(9)
+    parts.lease.renew(parts.clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(parts))
+    await started.wait()
+    assert (await parts.pausing.pause(name, j.id, "hold", "ops"))[0] == "paused"
+    finish.set()
+    await firing
+    source = parts.shards.get(name)
+    assert source is not None and source.state is not None
+    target_name = source.state.moved[j.id]
+    parts.clock.advance(2)  # the next occurrence (at +11 s) is due, the one after it not yet
+    parts.lease.renew(parts.clock.monotonic())
+    release = store.gate("append_block", target_name)
+    resuming = asyncio.ensure_future(parts.pausing.resume(target_name, j.id))
+    await store.reached("append_block", target_name).wait()
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))  # the fire loop's turn while the resume is written
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert ran == [1]  # not resumed until durable: nothing starts
+    release.set()
+    assert await asyncio.wait_for(resuming, 5) == ("resumed", None)
+    await asyncio.wait_for(fire_due(parts), 5)
+    await asyncio.wait_for(fire_due(parts), 5)
+    assert ran == [1, 2]  # the resumed occurrence ran once
+
+
+async def test_an_entry_cancelled_while_a_claim_settled_its_moves_is_not_queued() -> None:
+    # Found by the simulation with operator pauses, seed 2638: a claim settled its shard's moves
+    # one after another; the entry handed back for one was cancelled before it was queued, and
+    # queued anyway, it ran after its cancel had answered "cancelled".
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(parts, j)
+    shard = parts.shards.get(name)
+    assert shard is not None and shard.state is not None
+    entry = shard.state.live[j.id]
+    parts.queue.cancel(j.id)
+    assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)
+    parts.loading.queue_entry(j.id, entry)
+    await fire_for(parts, 4)
+    assert recorder.ran == []

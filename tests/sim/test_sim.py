@@ -182,6 +182,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A run of a dropped copy of a shard, displaced in the run table when its job started again
     # from the fresh copy, waited in its handler; a cancel withdrew only the fresh one.
     (1258, "all", "cancel missed a displaced run", "cancel did not hold"),
+    # An attempt's outcome queued its paused job's next occurrence; a resume, applied to the
+    # shard as its write went out, let it start, then queued it again once durable: two runs.
+    (2128, "all", "outcome queued a paused job, resume queued it again", "silo logged an unhandled AssertionError"),
+    # A claim (by a pause) settled its shard's moves one by one; the entry one handed back was
+    # cancelled meanwhile, and queued anyway it ran after "cancelled".
+    (2638, "all", "claim queued an entry cancelled while it settled moves", "cancel did not hold"),
 ]
 
 
