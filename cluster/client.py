@@ -204,31 +204,8 @@ class Client:
         already gone (done, cancelled or never known). Safe to call more than once."""
         if job.shard is None:
             raise ValueError("job.shard: this job was not returned by schedule_job; cannot locate it")
-        shard: str = job.shard
-        silo = _creator_of(shard)
-        stuck, delay = None, _HOP_DELAY_S
-        for _ in range(_MAX_HOPS):
-            answer, info = await self._call("cancel", shard, job.id, prefer=silo)
-            if answer == "cancelled":
-                return True
-            if answer == "absent":
-                return False
-            if answer == "moved" and info:
-                shard, silo = info, _creator_of(info)
-            elif answer == "not_owner" and info is None:
-                # The shard is gone: drained and deleted after the job moved on. Look in every
-                # shard from the job's first window on (rare: old handles of recurring jobs).
-                return await self._cancel_by_search(job)
-            elif answer == "not_owner":
-                owner = info.rpartition("#")[0]
-                silo = owner if owner in self.silo_ids else None
-                if silo is None or (shard, info) == stuck:
-                    # Released, or its owner lost and not yet adopted (its lease must run out
-                    # first): ask again, backing off, rather than spend every hop at once.
-                    await asyncio.sleep(delay)
-                    delay = min(2 * delay, _MAX_HOP_DELAY_S)
-                stuck = (shard, info)
-        raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
+        answer, _ = await self._at_owner(job, "cancel")
+        return answer == "cancelled"
 
     # -- triggering ---------------------------------------------------------------------------
 
@@ -315,8 +292,8 @@ class Client:
         return answer == "resumed", None
 
     async def _at_owner(self, job: ScheduledJob, method: str, *args: Any) -> tuple[str, Any]:
-        """Call ``method(shard, job.id, *args)`` on the silo owning ``job``'s shard, following it as
-        ``try_cancel_job`` does; the first answer that is neither a forward nor "not the owner"."""
+        """Call ``method(shard, job.id, *args)`` on the silo owning ``job``'s shard, following its
+        moves; the first answer that is neither a forward nor "not the owner"."""
         if job.shard is None:
             raise InvalidJob("job.shard", "this job was not returned by schedule_job; cannot locate it")
         shard: str = job.shard
@@ -327,14 +304,15 @@ class Client:
             if answer == "moved" and info:
                 shard, silo = info, _creator_of(info)
             elif answer == "not_owner" and info is None:
-                # The shard is gone (drained and deleted after the job moved on): look in every
-                # shard from the job's first window on, as a cancel does.
+                # The shard is gone: drained and deleted after the job moved on. Look in every
+                # shard from the job's first window on (rare: old handles of recurring jobs).
                 return await self._at_owner_by_search(job, method, *args)
             elif answer == "not_owner":
                 owner = info.rpartition("#")[0]
                 silo = owner if owner in self.silo_ids else None
                 if silo is None or (shard, info) == stuck:
-                    # Released, or its owner lost and not yet adopted: back off, as a cancel does.
+                    # Released, or its owner lost and not yet adopted (its lease must run out
+                    # first): ask again, backing off, rather than spend every hop at once.
                     await asyncio.sleep(delay)
                     delay = min(2 * delay, _MAX_HOP_DELAY_S)
                 stuck = (shard, info)
@@ -350,15 +328,6 @@ class Client:
             if answer not in ("absent", "moved", "not_owner"):
                 return answer, info
         return "absent", None
-
-    async def _cancel_by_search(self, job: ScheduledJob) -> bool:
-        duration = self.options.shard_duration // timedelta(microseconds=1)
-        due = datetime_to_us(job.due)
-        cancelled = False
-        for shard, owner in await self._call("shards_from", due - due % duration):
-            answer, _ = await self._call("cancel", shard, job.id, prefer=owner.rpartition("#")[0])
-            cancelled |= answer == "cancelled"
-        return cancelled
 
     # -- calling silos -------------------------------------------------------------------------
 
