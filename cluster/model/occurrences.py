@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
+from typing import TypeVar
 
 from cluster.model.errors import InvalidPolicy
 from cluster.model.schedules import Schedule
@@ -51,13 +52,7 @@ class Misfire(str, Enum):
     @classmethod
     def parse(cls, value: Misfire | str | None, *, field: str = "misfire") -> Misfire:
         """The policy ``value`` names (None: the default, FIRE_ONCE); raises InvalidPolicy."""
-        if value is None:
-            return cls.FIRE_ONCE
-        try:
-            return cls(value.lower() if isinstance(value, str) else value)
-        except ValueError:
-            accepted = ", ".join(repr(m.value) for m in cls)
-            raise InvalidPolicy(field, "is not a misfire policy", value, accepted=accepted) from None
+        return _parse_policy(cls, value, cls.FIRE_ONCE, field, "a misfire policy")
 
 
 class Overlap(str, Enum):
@@ -77,13 +72,21 @@ class Overlap(str, Enum):
     @classmethod
     def parse(cls, value: Overlap | str | None, *, field: str = "overlap") -> Overlap:
         """The policy ``value`` names (None: the default, ALLOW_ALL); raises InvalidPolicy."""
-        if value is None:
-            return cls.ALLOW_ALL
-        try:
-            return cls(value.lower() if isinstance(value, str) else value)
-        except ValueError:
-            accepted = ", ".join(repr(m.value) for m in cls)
-            raise InvalidPolicy(field, "is not an overlap policy", value, accepted=accepted) from None
+        return _parse_policy(cls, value, cls.ALLOW_ALL, field, "an overlap policy")
+
+
+_Policy = TypeVar("_Policy", Misfire, Overlap)
+
+
+def _parse_policy(cls: type[_Policy], value: object, default: _Policy, field: str, what: str) -> _Policy:
+    """``value`` as one of ``cls``'s policies, case-insensitively (None: ``default``)."""
+    if value is None:
+        return default
+    try:
+        return cls(value.lower() if isinstance(value, str) else value)
+    except ValueError:
+        accepted = ", ".join(repr(m.value) for m in cls)
+        raise InvalidPolicy(field, f"is not {what}", value, accepted=accepted) from None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHARD_PREFIX, ShardState, remove_op
-from storage import LogCorrupted, StorageError, Store, Unavailable, list_logs, read_log
+from storage import StorageError, Store, Unavailable, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
 
@@ -39,15 +39,8 @@ class Cancelling:
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
-        try:
+        async with self._shards.retaking(shard_base):
             return await self._cancel(shard_base, job_id)
-        except LogCorrupted:
-            # The shard's writer stopped for good: take the shard back from its log now, so that
-            # the caller's next try finds the job where the log says it is.
-            shard = self._shards.get(shard_base)
-            if shard is not None:
-                await self._shards.taken_back(shard)
-            raise
 
     async def _cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         shard = self._shards.get(shard_base)

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from cluster.model.clock import Clock
@@ -111,6 +111,19 @@ class ShardTable:
         if self.retake is None or self.shards.get(shard.base) is not shard:
             return self.shards.get(shard.base) is not shard
         return await self.retake(shard)
+
+    @contextlib.asynccontextmanager
+    async def retaking(self, base: str) -> AsyncIterator[None]:
+        """Around an operator's action on shard ``base``: if its writer stops for good
+        (``LogCorrupted``), take the shard back from its log before the error goes on, so that
+        the caller's next try finds the job where the log says it is."""
+        try:
+            yield
+        except LogCorrupted:
+            shard = self.shards.get(base)
+            if shard is not None:
+                await self.taken_back(shard)
+            raise
 
     def replace(self, old: Shard, new: Shard) -> bool:
         """Hold ``new``, a fresh claim of ``old``'s log by this silo, in ``old``'s place.

@@ -48,7 +48,7 @@ from cluster.runtime.shardlog import (
     remove_op,
     resume_op,
 )
-from storage import LogCorrupted, StorageError, Store, read_log
+from storage import StorageError, Store, read_log
 
 #: ("paused" | "already_paused" | "resumed" | "not_paused" | "absent" | "moved" | "not_owner", info):
 #: info is the pause record ``[note, by, since_us]`` now in force after a pause, the shard the job
@@ -88,7 +88,7 @@ class Pausing:
     async def _on_owner(self, shard_base: str, job_id: str,
                         act: Callable[[Shard], Awaitable[PauseAnswer]]) -> PauseAnswer:
         """Run ``act`` on the shard if this silo holds it (claimed first if orphaned), as a cancel does."""
-        try:
+        async with self._shards.retaking(shard_base):
             shard = self._shards.get(shard_base)
             if shard is None:
                 shard = await self._adoption.claim_for_cancel(shard_base)
@@ -96,13 +96,6 @@ class Pausing:
                     return "not_owner", await self._cancelling.owner_of(shard_base)
             await self._settled(shard, job_id)
             return await act(shard)
-        except LogCorrupted:
-            # The shard's writer stopped for good: take it back from its log now, so that the
-            # caller's next try finds the job where the log says it is.
-            held = self._shards.get(shard_base)
-            if held is not None:
-                await self._shards.taken_back(held)
-            raise
 
     async def _settled(self, shard: Shard, job_id: str) -> None:
         """Make a move of ``job_id`` decided in ``shard`` land first, so the forward given is the one

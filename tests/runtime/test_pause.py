@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import pack
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.membership import EXITED, Membership
@@ -143,9 +144,9 @@ class Starts(SiloHooks):
         self.started.append(event.occurrence)
 
 
-async def test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_moves_paused() -> None:
-    starts = Starts()
-    parts = await make_parts(hooks=[starts])
+async def paused_while_running(parts: Roles) -> tuple[ScheduledJob, str, list[int]]:
+    """A recurring job paused while its first attempt runs, that attempt then finished: the job,
+    its shard, and the occurrences its handler ran (appended as it goes on)."""
     started, finish = asyncio.Event(), asyncio.Event()
     ran: list[int] = []
 
@@ -164,6 +165,13 @@ async def test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_
     assert (await parts.pausing.pause(name, j.id, "hold", "ops"))[0] == "paused"
     finish.set()
     await firing
+    return j, name, ran
+
+
+async def test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_moves_paused() -> None:
+    starts = Starts()
+    parts = await make_parts(hooks=[starts])
+    j, name, ran = await paused_while_running(parts)
     assert ran == [1]  # the running attempt finished
     source = parts.shards.get(name)
     assert source is not None and source.state is not None
@@ -235,24 +243,7 @@ async def test_a_resume_in_flight_starts_nothing_and_the_next_occurrence_of_a_pa
     # went out, let that entry start, and once durable queued it again: two runs of one occurrence.
     store = GatedStore()
     parts = await make_parts(store)  # type: ignore[arg-type]
-    started, finish = asyncio.Event(), asyncio.Event()
-    ran: list[int] = []
-
-    async def slow(ctx):  # type: ignore[no-untyped-def]
-        ran.append(ctx.occurrence)
-        started.set()
-        await finish.wait()
-
-    parts.transport.handlers["h"] = slow
-    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
-    (name,) = await add(parts, j)
-    parts.clock.advance(9)
-    parts.lease.renew(parts.clock.monotonic())
-    firing = asyncio.ensure_future(fire_due(parts))
-    await started.wait()
-    assert (await parts.pausing.pause(name, j.id, "hold", "ops"))[0] == "paused"
-    finish.set()
-    await firing
+    j, name, ran = await paused_while_running(parts)
     source = parts.shards.get(name)
     assert source is not None and source.state is not None
     target_name = source.state.moved[j.id]
