@@ -234,6 +234,11 @@ def _run_ui(args: argparse.Namespace) -> int:
         return 1
     client = cluster.client()
     app = make_app(UiSource(status=cluster.status, jobs=client.jobs), token=token)
+
+    async def close_client(_: web.Application) -> None:
+        await client.jobs.close()
+
+    app.on_cleanup.append(close_client)
     print(f"timeshard ui: http://{args.host}:{args.port}/" + ("?token=..." if token else ""), file=sys.stderr)
     web.run_app(app, host=args.host, port=args.port, print=None)
     return 0
