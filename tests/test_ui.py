@@ -137,6 +137,16 @@ async def test_pause_calls_the_client_with_the_scope(ui: TestClient, fake_jobs: 
     assert (await ui.post("/api/jobs/job-007/delete")).status == 200 and "job-007" not in fake_jobs.jobs
 
 
+async def test_a_name_with_a_slash_reaches_the_client_whole(fake_jobs: FakeJobs) -> None:
+    fake_jobs.jobs["reports/daily"] = named("reports/daily")
+    client = await client_for(fake_jobs)
+    try:
+        assert (await client.post("/api/jobs/reports%2Fdaily/pause")).status == 200
+        assert fake_jobs.calls[-1][:2] == ("pause", "reports/daily")
+    finally:
+        await client.close()
+
+
 def test_page_loads_nothing_from_elsewhere() -> None:
     html = page()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
