@@ -80,8 +80,7 @@ def _silo_row(s: dict[str, Any]) -> dict[str, Any]:
     silo_id, _, incarnation = str(s.get("owner") or "").partition("#")
     return {
         "silo_id": s.get("silo_id"), "incarnation": incarnation or None, "node": s.get("node"),
-        # Not in Silo.status yet; shown once the silo reports it (issue 17 point 2).
-        "lease_age": s.get("lease_age"),
+        "lease_age": s.get("lease_age"), "lease_left": s.get("lease_left"),
         "queued": s.get("queued"), "inflight": s.get("inflight"), "staged": s.get("staged"),
         "shards": len(s.get("shards") or ()), "quarantined": list(s.get("quarantined") or ()),
         "damaged": sorted(s.get("damaged") or {}), "counters": s.get("counters") or {},

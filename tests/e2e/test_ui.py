@@ -76,7 +76,7 @@ async def test_ui_shows_the_cluster_and_pauses_a_job(make_cluster, recorder, ser
         async with http.get(f"{base}/api/overview", headers=auth) as r:
             silos = (await r.json())["silos"]
         assert sorted(s["silo_id"] for s in silos) == sorted(cluster.silo_ids)
-        assert all(s["error"] is None and s["incarnation"] for s in silos)
+        assert all(s["error"] is None and s["incarnation"] and s["lease_age"] is not None for s in silos)
         async with http.get(f"{base}/api/jobs?prefix=night", headers=auth) as r:
             assert [j["name"] for j in (await r.json())["items"]] == ["nightly"]
         async with http.get(f"{base}/api/shards", headers=auth) as r:
