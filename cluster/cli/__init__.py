@@ -3,6 +3,7 @@
     timeshard demo                       the main job: 3 silos, real jobs, a crash, a summary
     timeshard up --store file:///var/ts  run silos in the foreground until Ctrl-C
     timeshard bench                      run the benchmark suite (or: bench queue storage ...)
+    timeshard ui                         a web dashboard at http://127.0.0.1:8470
 
 Exit codes: 0 ok, 1 failure (one line on stderr, no traceback for a user error), 2 usage.
 """
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from cluster.cli.jobs import add_job_commands
+from cluster.cli.ui import add_ui_command
 from cluster.model.errors import ValidationError
 from cluster.model.options import DEFAULT_NAMESPACE
 from storage import StorageError
@@ -165,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_up(sub)
     add_job_commands(sub)
+    add_ui_command(sub)
     _add_drill(sub)
     _add_bench(sub)
     return parser

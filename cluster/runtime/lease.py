@@ -30,6 +30,7 @@ class Lease:
         self._clock = clock
         self._suspicion = suspicion_timeout
         self.until = 0.0
+        self.renewed_from: float | None = None  # monotonic start of the heartbeat that last renewed it
         self._renewed = asyncio.Event()
 
     @property
@@ -41,6 +42,7 @@ class Lease:
         """Extend the lease from a heartbeat that began at ``written_from``; True if it had lapsed."""
         lapsed = self._clock.monotonic() >= self.until
         self.until = lease_end(written_from, self._suspicion)
+        self.renewed_from = written_from
         self._renewed.set()
         return lapsed
 

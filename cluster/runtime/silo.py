@@ -297,9 +297,12 @@ class Silo:
         each loaded shard (see ``cluster.runtime.pausing``). ``unreadable`` counts per shard the records
         and jobs that cannot be decoded (kept, never run); ``damaged`` the shards whose log had bad
         frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
+        ``lease_age`` is the seconds since the heartbeat that last renewed this silo's lease began
+        (None before the first), ``lease_left`` the seconds until it ends (at or below 0: lapsed).
         """
         await self._ready
         quarantine = self._r.quarantine
+        lease, now = self._r.lease, self._clock.monotonic()
         shards = list(self._r.shards)
         return {
             "silo_id": self.silo_id,
@@ -310,6 +313,8 @@ class Silo:
             "inflight": len(self._r.runs.inflight),
             "staged": len(self._r.runs.staged),
             "staged_jobs": self._staged_jobs(),
+            "lease_age": None if lease.renewed_from is None else round(now - lease.renewed_from, 3),
+            "lease_left": round(lease.until - now, 3),
             "shards": [
                 {
                     "name": s.base,

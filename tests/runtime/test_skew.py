@@ -94,3 +94,18 @@ async def test_skew_within_the_bound_is_reported_without_an_error(caplog: pytest
     assert status["clock"]["exceeded"] is False
     assert status["clock"]["offset_low_s"] == pytest.approx(-0.2, abs=1e-3)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_status_shows_the_lease_age_since_the_last_renewal_and_what_is_left() -> None:
+    clock = ManualClock()
+    silo = Silo("0", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=LocalTransport(),
+                clock=clock, store=MemoryStore(clock=clock.now_us))
+    try:
+        first = await silo.status()
+        clock.advance(0.5)
+        later = await silo.status()
+    finally:
+        await silo.stop()
+    assert first["lease_age"] is not None and first["lease_left"] > 0
+    assert later["lease_age"] == pytest.approx(first["lease_age"] + 0.5, abs=1e-3)
+    assert later["lease_left"] == pytest.approx(first["lease_left"] - 0.5, abs=1e-3)

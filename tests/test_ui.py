@@ -1,0 +1,160 @@
+"""``timeshard ui``: the dashboard's JSON endpoints, token check and page, against fakes.
+
+No Ray and no browser here: the app is built over a fake ``status()`` and a fake ``client.jobs``
+(the same seams ``timeshard ui`` wires to ``Cluster.status`` and ``Client.jobs``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from cluster.cli import main
+from cluster.cli.ui import TOKEN_ENV, UiSource, make_app, page
+from cluster.model.errors import JobNotFound
+from cluster.model.jobs import ScheduledJob, Target
+from cluster.named.api import NamedJob
+from cluster.named.registry import JobStatus
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+
+
+def named(name: str, *, paused: bool = False) -> NamedJob:
+    job = ScheduledJob.create(Target.actor("h", namespace="test"), due=T0 + timedelta(minutes=5), now=T0)
+    return NamedJob(name=name, namespace="default", app_id="default", generation=1, job=job,
+                    status=replace(JobStatus(), paused=paused), updated_at=T0)
+
+
+class FakeJobs:
+    """``client.jobs`` over a dict: records each call so tests see what the UI asked for."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.jobs = {n: named(n) for n in names}
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    async def list(self, prefix: str = "", *, app_id: str = "default", namespace: str = "default") -> list[NamedJob]:
+        self.calls.append(("list", prefix, {"app_id": app_id, "namespace": namespace}))
+        return [j for n, j in self.jobs.items() if n.startswith(prefix)]
+
+    async def pause(self, name: str, **scope: str) -> NamedJob:
+        self.calls.append(("pause", name, scope))
+        if name not in self.jobs:
+            raise JobNotFound(f"no job named {name!r}")
+        self.jobs[name] = replace(self.jobs[name], status=replace(self.jobs[name].status, paused=True))
+        return self.jobs[name]
+
+    async def delete(self, name: str, **scope: str) -> bool:
+        self.calls.append(("delete", name, scope))
+        return self.jobs.pop(name, None) is not None
+
+
+SILOS: list[dict[str, Any]] = [
+    {"silo_id": "s0", "owner": "s0#3", "node": "n1", "queued": 4, "inflight": 1, "staged": 0,
+     "shards": [{"name": f"shard-{i:02d}", "state": "active", "loaded": True, "jobs": 10 - i,
+                 "window_start": i, "window_end": i + 1, "adopted_count": 0} for i in range(7)],
+     "quarantined": [], "damaged": {}, "counters": {"fired": 12}},
+    {"silo_id": "s1", "error": "RayActorError()"},
+]
+
+
+@pytest.fixture
+def fake_jobs() -> FakeJobs:
+    return FakeJobs([f"job-{i:03d}" for i in range(120)] + ["other"])
+
+
+async def client_for(fake: FakeJobs, token: str | None = None, page_size: int = 50) -> TestClient:
+    app = make_app(UiSource(status=lambda: SILOS, jobs=fake), token=token, page_size=page_size)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    return client
+
+
+@pytest.fixture
+async def ui(fake_jobs: FakeJobs) -> AsyncIterator[TestClient]:
+    client = await client_for(fake_jobs)
+    yield client
+    await client.close()
+
+
+async def test_token_refused_without_it_and_accepted_with_it(fake_jobs: FakeJobs) -> None:
+    client = await client_for(fake_jobs, token="s3cret")
+    try:
+        assert (await client.get("/api/overview")).status == 401
+        assert (await client.get("/")).status == 401
+        assert (await client.get("/api/overview", headers={"Authorization": "Bearer wrong"})).status == 401
+        assert (await client.post("/api/jobs/job-001/pause")).status == 401
+        assert "job-001" not in [c[1] for c in fake_jobs.calls]  # refused before acting
+        assert (await client.get("/api/overview", headers={"Authorization": "Bearer s3cret"})).status == 200
+        # First visit with ?token= sets a cookie; the page's later requests carry only the cookie.
+        first = await client.get("/?token=s3cret")
+        assert first.status == 200 and first.cookies["token"].value == "s3cret"
+        assert (await client.get("/api/jobs")).status == 200
+    finally:
+        await client.close()
+
+
+async def test_overview_lists_silos_with_incarnation_and_errors(ui: TestClient) -> None:
+    silos = (await (await ui.get("/api/overview")).json())["silos"]
+    assert [(s["silo_id"], s["incarnation"], s["queued"], s["inflight"], s["shards"]) for s in silos[:1]] == [
+        ("s0", "3", 4, 1, 7)]
+    assert silos[1]["error"] == "RayActorError()"
+
+
+async def test_shards_are_sorted_and_paged_on_the_server(fake_jobs: FakeJobs) -> None:
+    client = await client_for(fake_jobs, page_size=3)
+    try:
+        first = await (await client.get("/api/shards?sort=jobs")).json()
+        assert (first["total"], first["pages"]) == (7, 3)
+        assert [s["jobs"] for s in first["items"]] == [4, 5, 6]
+        last = await (await client.get("/api/shards?sort=-name&page=3")).json()
+        assert [s["name"] for s in last["items"]] == ["shard-00"]
+        assert (await client.get("/api/shards?sort=nonsense")).status == 400
+    finally:
+        await client.close()
+
+
+async def test_jobs_are_paged_and_filtered_on_the_server(ui: TestClient, fake_jobs: FakeJobs) -> None:
+    page2 = await (await ui.get("/api/jobs?prefix=job-&page=2&namespace=ns&app_id=app")).json()
+    assert (page2["total"], page2["pages"], len(page2["items"])) == (120, 3, 50)
+    assert page2["items"][0]["name"] == "job-050" and "next_fires" in page2["items"][0]["status"]
+    assert fake_jobs.calls[-1] == ("list", "job-", {"app_id": "app", "namespace": "ns"})
+    assert (await ui.get("/api/jobs?page=0")).status == 400
+
+
+async def test_pause_calls_the_client_with_the_scope(ui: TestClient, fake_jobs: FakeJobs) -> None:
+    answer = await ui.post("/api/jobs/job-007/pause?namespace=ns&app_id=app")
+    assert answer.status == 200
+    assert (await answer.json())["job"]["status"]["paused"] is True
+    assert fake_jobs.calls[-1] == ("pause", "job-007", {"namespace": "ns", "app_id": "app"})
+    assert (await ui.post("/api/jobs/nope/pause")).status == 404
+    assert (await ui.post("/api/jobs/nope/delete")).status == 404
+    assert (await ui.post("/api/jobs/job-007/delete")).status == 200 and "job-007" not in fake_jobs.jobs
+
+
+async def test_a_name_with_a_slash_reaches_the_client_whole(fake_jobs: FakeJobs) -> None:
+    fake_jobs.jobs["reports/daily"] = named("reports/daily")
+    client = await client_for(fake_jobs)
+    try:
+        assert (await client.post("/api/jobs/reports%2Fdaily/pause")).status == 200
+        assert fake_jobs.calls[-1][:2] == ("pause", "reports/daily")
+    finally:
+        await client.close()
+
+
+def test_page_loads_nothing_from_elsewhere() -> None:
+    html = page()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "confirm(" in html and "setInterval(refresh,2000)" in html
+
+
+def test_ui_on_a_public_host_without_token_exits_2(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert main(["ui", "--host", "0.0.0.0"]) == 2
+    assert "--token" in capsys.readouterr().err
