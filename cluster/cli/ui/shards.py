@@ -1,0 +1,38 @@
+"""The shards page's endpoint: every owned shard, sorted and paged on the server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from cluster.cli.ui.paging import page_of, sort_key
+from cluster.cli.ui.source import UiSource
+
+SHARD_SORTS = ("name", "owner", "state", "jobs", "window_start", "adopted_count")
+
+
+def shard_rows(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per shard a silo reports, with its owner."""
+    rows = []
+    for s in statuses:
+        for shard in s.get("shards") or ():
+            rows.append({"name": shard.get("name"), "owner": s.get("owner"), "state": shard.get("state"),
+                         "loaded": shard.get("loaded"), "jobs": shard.get("jobs"),
+                         "window_start": shard.get("window_start"), "window_end": shard.get("window_end"),
+                         "adopted_count": shard.get("adopted_count"), "paused": shard.get("paused"),
+                         "unreadable": shard.get("unreadable")})
+    return rows
+
+
+def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
+    async def shards(request: web.Request) -> web.Response:
+        sort = request.query.get("sort") or "name"
+        descending = sort.startswith("-")
+        field = sort.lstrip("-")
+        if field not in SHARD_SORTS:
+            raise web.HTTPBadRequest(text=f"sort: expected one of {', '.join(SHARD_SORTS)}, got {field!r}")
+        rows = sorted(shard_rows(await source.statuses()), key=sort_key(field), reverse=descending)
+        return web.json_response({"sort": sort, **page_of(request, rows, page_size)})
+
+    return [web.get("/api/shards", shards)]

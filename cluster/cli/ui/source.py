@@ -1,0 +1,21 @@
+"""What the dashboard reads and acts through, so tests can hand it fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class UiSource:
+    """What the dashboard reads and acts through: silo statuses (blocking, run off the loop) and
+    the named-jobs API (``client.jobs``)."""
+
+    status: Callable[[], list[dict[str, Any]]]
+    jobs: Any
+
+    async def statuses(self) -> list[dict[str, Any]]:
+        """Every silo's ``status()``; a silo that did not answer has an ``error``."""
+        return await asyncio.to_thread(self.status)
