@@ -9,10 +9,14 @@ const ts = (() => {
 
   function page(id, title, render) { pages.push({id, title, render}); }
 
-  // cols: [key, heading, optional cell renderer returning HTML]; sortable adds data-sort to headings.
-  function table(cols, rows, sortable) {
+  // cols: [key, heading, optional cell renderer returning HTML]; each cell has class=key.
+  // sortable adds data-sort to headings; rowData(r) gives a row's data-* attributes ({silo: "s0"}).
+  function table(cols, rows, sortable, rowData) {
     let h = "<table><tr>" + cols.map(c => "<th" + (sortable ? " data-sort='" + c[0] + "'" : "") + ">" + esc(c[1]) + "</th>").join("") + "</tr>";
-    for (const r of rows) h += "<tr>" + cols.map(c => "<td>" + (c[2] ? c[2](r) : esc(r[c[0]])) + "</td>").join("") + "</tr>";
+    for (const r of rows) {
+      const data = rowData ? Object.entries(rowData(r)).map(([k, v]) => " data-" + k + "='" + esc(v) + "'").join("") : "";
+      h += "<tr" + data + ">" + cols.map(c => "<td class='" + c[0] + "'>" + (c[2] ? c[2](r) : esc(r[c[0]])) + "</td>").join("") + "</tr>";
+    }
     return h + "</table>";
   }
 

@@ -30,7 +30,7 @@
       ["ok", "ok / failed", r => ts.esc(r.status.successful) + " / " + ts.esc(r.status.failed)],
       ["next", "next fires", r => ts.esc((r.status.next_fires || []).slice(0, 3).join(", "))],
       ["last", "last attempt", r => ts.esc(r.status.last_attempt ? JSON.stringify(r.status.last_attempt) : "")],
-      ["act", "", r => button(r, r.status.paused ? "resume" : "pause") + button(r, "trigger") + button(r, "delete")]], d.items);
+      ["act", "", r => button(r, r.status.paused ? "resume" : "pause") + button(r, "trigger") + button(r, "delete")]], d.items, false, r => ({job: r.name}));
     list.prepend(ts.pager(d, step => { page += step; ts.refresh(); }));
     list.querySelectorAll("button[data-action]").forEach(b => b.onclick = () => act(b.dataset.action, b.dataset.name));
   });

@@ -5,5 +5,5 @@ ts.page("overview", "Overview", async section => {
     ["silo_id", "silo"], ["incarnation", "incarnation"], ["node", "node"], ["lease_age", "lease age (s)"],
     ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
     ["quarantined", "quarantined", r => ts.esc(r.quarantined.join(", "))],
-    ["error", "error", r => "<span class=err>" + ts.esc(r.error) + "</span>"]], d.silos);
+    ["error", "error", r => "<span class=err>" + ts.esc(r.error) + "</span>"]], d.silos, false, r => ({silo: r.silo_id}));
 });
