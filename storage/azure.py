@@ -34,13 +34,16 @@ from .base import (
     Appended,
     Fetched,
     LogInfo,
+    LogPage,
     LogStat,
     RetryPolicy,
     ServerTime,
     Store,
     check_metadata,
     check_name,
+    check_page,
     check_payload,
+    page_start,
     with_retries,
 )
 from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError, Transient
@@ -53,6 +56,9 @@ _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
 _RANGE_TOTAL = re.compile(r"/(\d+)$")
 _PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _CLIENT_CACHE = 4096
+_MARKER_CACHE = 4096
+#: Blobs asked for per List Blobs call while looking for a page's start (the service's maximum).
+_SCAN_BATCH = 5000
 _SECOND_US = 1_000_000
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 
@@ -95,6 +101,9 @@ class AzureStore(Store):
         self._credential = credential
         self._retry = retry
         self._blobs: OrderedDict[str, BlobClient] = OrderedDict()
+        # (prefix, last name of a page) -> (continuation marker, exact): where List Blobs resumes
+        # for the page after it. See list_page.
+        self._markers: OrderedDict[tuple[str, str], tuple[str | None, bool]] = OrderedDict()
         self._ready = False
         self._ready_lock = asyncio.Lock()
 
@@ -196,6 +205,62 @@ class AzureStore(Store):
             ]
 
         return sorted(await self._call("list", prefix, op))
+
+    async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
+        """One page of ``list(prefix)`` after ``after``, by List Blobs' continuation markers.
+
+        Why markers: List Blobs has no documented "names after X" besides its ``marker``, which
+        is opaque (on Azure it is an encoded position, not a name; Azurite happens to use the
+        last name, which nothing promises). The newer ``startFrom`` parameter needs a service
+        version Azurite 3.35 does not implement: it ignores it silently and lists from the start
+        (checked against 3.35.0). So each page's end is remembered with the marker that resumes
+        after it, and the next page, asked with that name as ``after``, is one call reading only
+        its own blobs. ``exact``: the marker resumes right after that name; otherwise it resumes
+        at or before it (the page ended inside the service's batch) and the names up to ``after``
+        are skipped. A cursor this store has not handed out (another process, a restart) starts
+        from the prefix with ``startFrom=after`` as a hint: a service honouring it starts there,
+        one ignoring it costs a scan of the names before ``after``, 5,000 a call. Every name is
+        compared with ``after`` either way, so the hint never changes the answer.
+        """
+        check_page(prefix, after, limit)
+        after, empty = page_start(prefix, after)
+        if empty:
+            return LogPage((), None)
+        resume = None if after is None else self._markers.get((prefix, after))
+        marker, exact = resume if resume is not None else (None, after is None)
+
+        async def op() -> LogPage:
+            infos: list[LogInfo] = []
+            at, precise = marker, exact
+            while True:
+                size = limit - len(infos) if precise else _SCAN_BATCH
+                hint = after if at is None else None
+                pages: Any = self._container.list_blobs(  # AsyncPageIterator: typed without its marker
+                    name_starts_with=prefix or None, include=["metadata"], results_per_page=size, start_from=hint,
+                ).by_page(continuation_token=at)
+                batch = [LogInfo(p.name, dict(p.metadata or {}), _quoted(p.etag)) async for p in await anext(pages)]
+                following: str | None = pages.continuation_token or None
+                fresh = [info for info in batch if after is None or info.name > after]
+                room = limit - len(infos)
+                infos += fresh[:room]
+                if len(fresh) > room:  # the page ends inside this batch: resume at its start
+                    self._remember(prefix, infos[-1].name, at, False)
+                    return LogPage(tuple(infos), infos[-1].name)
+                if following is None:
+                    return LogPage(tuple(infos), None)
+                if len(infos) == limit:
+                    self._remember(prefix, infos[-1].name, following, True)
+                    return LogPage(tuple(infos), infos[-1].name)
+                # Past ``after`` now: every later name belongs to the page, so ask for no more.
+                at, precise = following, precise or bool(batch) and (after is None or batch[-1].name > after)
+
+        return await self._call("list", prefix, op)
+
+    def _remember(self, prefix: str, name: str, marker: str | None, exact: bool) -> None:
+        self._markers[(prefix, name)] = (marker, exact)
+        self._markers.move_to_end((prefix, name))
+        if len(self._markers) > _MARKER_CACHE:
+            self._markers.popitem(last=False)
 
     async def stat(self, name: str) -> LogStat:
         blob = self._blob(name)

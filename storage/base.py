@@ -6,7 +6,7 @@ import asyncio
 import random
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple, TypeVar
@@ -35,6 +35,19 @@ class LogInfo(NamedTuple):
     name: str
     metadata: dict[str, str]
     etag: str
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """One page of a listing: ``infos`` in lexical order of name, and the cursor to the next page.
+
+    ``next`` is the name to pass as ``after`` for the following page; None when no log follows
+    (on Azure a page may rarely be followed by an empty last one: the service may answer with a
+    continuation marker and nothing behind it).
+    """
+
+    infos: tuple[LogInfo, ...]
+    next: str | None
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,33 @@ def check_payload(name: str, payload: bytes) -> None:
         raise RecordTooLarge(f"append to {name!r}: {len(payload)} bytes, more than one block ({MAX_BLOCK_BYTES})")
 
 
+def check_page(prefix: str, after: str | None, limit: int) -> None:
+    """Reject a listing page that cannot be answered: ``limit`` must be an int of at least 1."""
+    if not isinstance(prefix, str):
+        raise ValueError(f"list_page prefix {prefix!r}: must be a str")
+    if after is not None and not isinstance(after, str):
+        raise ValueError(f"list_page after {after!r}: must be a str or None")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"list_page limit {limit!r}: must be an int of at least 1")
+
+
+def page_start(prefix: str, after: str | None) -> tuple[str | None, bool]:
+    """Where a page of ``prefix`` strictly after ``after`` starts: ``(after or None, empty)``.
+
+    An ``after`` before every name of the prefix is no bound at all; one past them all (it does
+    not start with the prefix and sorts after it) leaves nothing to list.
+    """
+    if after is None or after.startswith(prefix):
+        return after, False
+    return (None, False) if after < prefix else (after, True)
+
+
+def page_of(infos: Sequence[LogInfo], limit: int) -> LogPage:
+    """The page of the first ``limit`` of ``infos`` (sorted; one more shows that a next page exists)."""
+    shown = tuple(infos[:limit])
+    return LogPage(shown, shown[-1].name if len(infos) > limit else None)
+
+
 def check_name(name: str) -> str:
     """Log names are non-empty printable text of at most 1024 characters (Azure's blob limit)."""
     if not isinstance(name, str) or not name or len(name) > 1024 or not name.isprintable():
@@ -154,6 +194,20 @@ class Store(ABC):
     @abstractmethod
     async def list(self, prefix: str = "") -> list[LogInfo]:
         """Return every log whose name starts with ``prefix``, in lexical order of name."""
+
+    async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
+        """Return at most ``limit`` logs whose name starts with ``prefix`` and sorts strictly after
+        ``after``, in lexical order, with the cursor to the next page.
+
+        This default lists the whole prefix (correct for any store, at the cost of ``list``);
+        the stores override it to read only the page's metadata.
+        """
+        check_page(prefix, after, limit)
+        after, empty = page_start(prefix, after)
+        if empty:
+            return LogPage((), None)
+        infos = await self.list(prefix)
+        return page_of([i for i in infos if after is None or i.name > after], limit)
 
     @abstractmethod
     async def stat(self, name: str) -> LogStat:

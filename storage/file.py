@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import heapq
 import json
 import logging
 import os
@@ -35,12 +36,15 @@ from .base import (
     Appended,
     Fetched,
     LogInfo,
+    LogPage,
     LogStat,
     ServerTime,
     Store,
     check_metadata,
     check_name,
+    check_page,
     check_payload,
+    page_start,
 )
 from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError, Unavailable
 
@@ -169,29 +173,46 @@ class FileStore(Store):
             self._write_meta(name, meta)
             return self._etag(meta)
 
-    def _list(self, prefix: str) -> list[LogInfo]:
+    def _names(self, prefix: str) -> list[str]:
+        """The names of the logs starting with ``prefix``, from the directory alone (no file read)."""
         try:
             files = os.listdir(self.root)
         except FileNotFoundError:
             return []
-        out = []
-        for file in files:
-            if not file.endswith(".meta"):
-                continue
-            name = unquote(file[: -len(".meta")])
-            if name.startswith(prefix):
-                try:
-                    meta = self._read_meta(name)
-                except NotFound:
-                    continue  # deleted while we listed
-                except DamagedLog as exc:
-                    # One damaged log must not hide every other one; it is reported once.
-                    if name not in self._reported:
-                        self._reported.add(name)
-                        log.error("damaged log left out of listings", extra={"log": name, "error": str(exc)})
-                    continue
-                out.append(LogInfo(name, dict(meta["metadata"]), self._etag(meta)))
-        return sorted(out)
+        # quote() works character by character: a name starts with prefix iff its file does.
+        start = quote(prefix, safe=_SAFE)
+        return [unquote(file[: -len(".meta")]) for file in files if file.endswith(".meta") and file.startswith(start)]
+
+    def _info(self, name: str) -> LogInfo | None:
+        """The listing of one log; None if it was deleted meanwhile or is damaged (reported once)."""
+        try:
+            meta = self._read_meta(name)
+        except NotFound:
+            return None  # deleted while we listed
+        except DamagedLog as exc:
+            # One damaged log must not hide every other one; it is reported once.
+            if name not in self._reported:
+                self._reported.add(name)
+                log.error("damaged log left out of listings", extra={"log": name, "error": str(exc)})
+            return None
+        return LogInfo(name, dict(meta["metadata"]), self._etag(meta))
+
+    def _list(self, prefix: str) -> list[LogInfo]:
+        infos = (self._info(name) for name in self._names(prefix))
+        return sorted(info for info in infos if info is not None)
+
+    def _list_page(self, prefix: str, after: str | None, limit: int) -> LogPage:
+        # The directory is listed whole (the OS has no ordered, resumable listing) but only the
+        # page's .meta files are read: a heap hands out the smallest names one by one, so a
+        # log deleted (or damaged) meanwhile is replaced by the next name.
+        names = [name for name in self._names(prefix) if after is None or name > after]
+        heapq.heapify(names)
+        infos: list[LogInfo] = []
+        while names and len(infos) < limit:
+            info = self._info(heapq.heappop(names))
+            if info is not None:
+                infos.append(info)
+        return LogPage(tuple(infos), infos[-1].name if names and infos else None)
 
     def _set_metadata(self, name: str, metadata: dict[str, str], if_match: str | None) -> str:
         with self._locked(name, exclusive=True):
@@ -252,6 +273,13 @@ class FileStore(Store):
 
     async def list(self, prefix: str = "") -> list[LogInfo]:
         return await asyncio.to_thread(self._list, prefix)
+
+    async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
+        check_page(prefix, after, limit)
+        after, empty = page_start(prefix, after)
+        if empty:
+            return LogPage((), None)
+        return await asyncio.to_thread(self._list_page, prefix, after, limit)
 
     async def stat(self, name: str) -> LogStat:
         _encode(name)

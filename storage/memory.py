@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,12 +13,16 @@ from .base import (
     Appended,
     Fetched,
     LogInfo,
+    LogPage,
     LogStat,
     ServerTime,
     Store,
     check_metadata,
     check_name,
+    check_page,
     check_payload,
+    page_of,
+    page_start,
 )
 from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError
 
@@ -76,6 +81,17 @@ class MemoryStore(Store):
             for name, log in sorted(self._logs.items())
             if name.startswith(prefix)
         ]
+
+    async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
+        check_page(prefix, after, limit)
+        await asyncio.sleep(0)
+        after, empty = page_start(prefix, after)
+        if empty:
+            return LogPage((), None)
+        # One more than the page: it tells whether a next page exists.
+        names = heapq.nsmallest(limit + 1, (n for n in self._logs
+                                            if n.startswith(prefix) and (after is None or n > after)))
+        return page_of([LogInfo(n, dict(self._logs[n].metadata), self._logs[n].etag) for n in names], limit)
 
     async def stat(self, name: str) -> LogStat:
         await asyncio.sleep(0)
