@@ -206,6 +206,13 @@ class AzureStore(Store):
 
         return sorted(await self._call("list", prefix, op))
 
+    async def names(self, prefix: str = "") -> tuple[str, ...]:
+        async def op() -> list[str]:
+            # Without metadata: 5,000 names a call, and a far smaller answer to parse.
+            return [name async for name in self._container.list_blob_names(name_starts_with=prefix or None)]
+
+        return tuple(sorted(await self._call("list", prefix, op)))
+
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
         """One page of ``list(prefix)`` after ``after``, by List Blobs' continuation markers.
 

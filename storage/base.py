@@ -195,6 +195,13 @@ class Store(ABC):
     async def list(self, prefix: str = "") -> list[LogInfo]:
         """Return every log whose name starts with ``prefix``, in lexical order of name."""
 
+    async def names(self, prefix: str = "") -> tuple[str, ...]:
+        """Return the names of the logs starting with ``prefix``, in lexical order, without metadata.
+
+        This default lists them whole; the stores override it to skip reading metadata.
+        """
+        return tuple(info.name for info in await self.list(prefix))
+
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
         """Return at most ``limit`` logs whose name starts with ``prefix`` and sorts strictly after
         ``after``, in lexical order, with the cursor to the next page.

@@ -274,6 +274,10 @@ class FileStore(Store):
     async def list(self, prefix: str = "") -> list[LogInfo]:
         return await asyncio.to_thread(self._list, prefix)
 
+    async def names(self, prefix: str = "") -> tuple[str, ...]:
+        """The names from the directory alone: a damaged log (left out of ``list``) is named here."""
+        return tuple(sorted(await asyncio.to_thread(self._names, prefix)))
+
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
         check_page(prefix, after, limit)
         after, empty = page_start(prefix, after)

@@ -82,6 +82,10 @@ class MemoryStore(Store):
             if name.startswith(prefix)
         ]
 
+    async def names(self, prefix: str = "") -> tuple[str, ...]:
+        await asyncio.sleep(0)
+        return tuple(sorted(name for name in self._logs if name.startswith(prefix)))
+
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
         check_page(prefix, after, limit)
         await asyncio.sleep(0)

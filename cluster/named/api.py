@@ -55,7 +55,7 @@ from cluster.named.registry import (
 from storage import AlreadyExists as LogExists
 from storage import Fenced, NotFound, Store, open_store
 
-__all__ = ["NamedJob", "NamedJobs", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
+__all__ = ["NamedJob", "NamedJobPage", "NamedJobs", "MAX_PAGE", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
 
 DEFAULT_SCOPE = "default"
 #: A start time further in the past than this is a mistake, not a catch-up (every job's limit).
@@ -64,6 +64,8 @@ MIN_PERIOD = DEFAULT_LIMITS.min_period
 TARGET_FORMS = "Target.actor(...), Target.grain(...), 'actor:NAME', 'actor:NAME@RAY_NAMESPACE', 'grain:module:Class/KEY'"
 _PUT_ATTEMPTS = 8
 _PAUSES_AT_ONCE = 16  # pause_all / resume_all: jobs paused concurrently
+#: The most jobs one ``list_page`` returns: each costs one definition read.
+MAX_PAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,14 @@ class NamedJob:
     def metadata(self) -> dict[str, str]:
         """The metadata given to ``put`` (without timeshard's own keys)."""
         return {k: v for k, v in self.job.metadata.items() if not k.startswith(RESERVED_METADATA)}
+
+
+@dataclass(frozen=True)
+class NamedJobPage:
+    """One page of ``list_page``: its jobs, and ``next``, the name to pass as ``after`` (None: the end)."""
+
+    items: tuple[NamedJob, ...]
+    next: str | None
 
 
 def parse_target(value: Any) -> Target:
@@ -261,6 +271,58 @@ class NamedJobs:
                    if "/" not in info.name[len(base):]]
         found = await asyncio.gather(*(self._named(store, e, namespace, app_id) for e in entries))
         return sorted((f for f in found if f is not None), key=lambda f: f.name)
+
+    async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int = 50,
+                        app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> NamedJobPage:
+        """Return one page of ``list``: at most ``limit`` jobs after the name ``after``, reading only theirs.
+
+        Pass the page's ``next`` as ``after`` for the following page; ``next`` is None at the
+        end. Jobs come in the registry's order: by name for names of letters, digits, ``-`` and
+        ``_`` (the characters a store name keeps as they are); a name holding any other
+        character sorts as its escape (``~XX``), after those. Only the page's definitions are
+        read, so a page costs the same with 100 jobs in the scope as with 100,000 (on Azure,
+        paging forward from the first page; see ``AzureStore.list_page``). A job deleted while
+        its page is read is left out, so a page may hold fewer than ``limit`` jobs before the
+        end. ``ValidationError`` names a bad ``limit`` (1 to ``MAX_PAGE``), ``prefix`` or ``after``.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ValidationError("limit", f"must be an int from 1 to {MAX_PAGE}", limit)
+        base = _scope_of(namespace, app_id)
+        start = _key_of(namespace, app_id, prefix, "prefix") if prefix else base
+        cursor = None if after is None else _key_of(namespace, app_id, after, "after")
+        store = await self._store()
+        entries: list[Entry] = []
+        while len(entries) < limit:
+            page = await store.list_page(start, after=cursor, limit=limit - len(entries))
+            entries += [Entry.from_metadata(info.name, info.metadata, info.etag) for info in page.infos
+                        if "/" not in info.name[len(base):]]
+            cursor = page.next
+            if cursor is None:
+                break
+        found = await asyncio.gather(*(self._named_again(store, e, namespace, app_id) for e in entries))
+        return NamedJobPage(tuple(f for f in found if f is not None),
+                            None if cursor is None or not entries else entries[-1].name)
+
+    async def count(self, prefix: str = "", *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
+        """Return how many jobs ``list`` would return, from the registry's names alone.
+
+        No definition and no entry is read: one directory listing on the file store, one List
+        Blobs call per 5,000 names on Azure. It still grows with the scope, so a page asks for
+        it when its filters change, not on every refresh.
+        """
+        base = _scope_of(namespace, app_id)
+        start = _key_of(namespace, app_id, prefix, "prefix") if prefix else base
+        store = await self._store()
+        return sum(1 for name in await store.names(start) if "/" not in name[len(base):])
+
+    async def _named_again(self, store: Store, entry: Entry, namespace: str, app_id: str) -> NamedJob | None:
+        """``entry`` as a NamedJob; one replaced meanwhile is read again, one deleted meanwhile is None."""
+        found = await self._named(store, entry, namespace, app_id)
+        if found is not None:
+            return found
+        with contextlib.suppress(Fenced):  # replaced again and again: left out of this page
+            return await self.get(entry.name, app_id=app_id, namespace=namespace)
+        return None
 
     async def _named(self, store: Store, entry: Entry, namespace: str, app_id: str) -> NamedJob | None:
         try:
@@ -442,6 +504,18 @@ def _locator(job_id: str, shard: str, due_us: int) -> ScheduledJob:
     """Return a stand-in job that says only where job ``job_id`` lives: all try_cancel_job reads."""
     due = us_to_datetime(due_us)
     return ScheduledJob(job_id, None, Target("actor", "-"), due, None, {}, None, None, None, None, due, shard=shard)
+
+
+def _scope_of(namespace: str, app_id: str) -> str:
+    return scope_prefix(check_scope(namespace, "namespace"), check_scope(app_id, "app_id"))
+
+
+def _key_of(namespace: str, app_id: str, name: object, field: str) -> str:
+    """The entry key of ``name`` (a prefix or a cursor), with a bad one reported as ``field``."""
+    try:
+        return entry_key(namespace, app_id, check_name(name, field))
+    except ValidationError as exc:
+        raise ValidationError(field, exc.rule, name) from None
 
 
 def _key(name: str, app_id: str, namespace: str) -> str:

@@ -156,3 +156,10 @@ async def test_azure_pages_cost_one_call_each_and_a_foreign_cursor_gives_the_sam
             assert page.next == (expected[4] if len(expected) > 5 else None), after
         cold = await walk(fresh, "job/", 3)
         assert [i.name for p in cold for i in p.infos] == names
+
+
+async def test_names_are_the_listing_without_metadata(store: storage.Store) -> None:
+    await fill(store)
+    await store.delete("b/4", None)
+    for prefix in ("", "b/", "b", "nothing"):
+        assert await store.names(prefix) == tuple(i.name for i in await store.list(prefix)), prefix
