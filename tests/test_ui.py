@@ -17,10 +17,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from cluster.cli import main
 from cluster.cli.ui import TOKEN_ENV, UiSource, make_app, page
-from cluster.model.errors import JobNotFound
+from cluster.model.errors import JobNotFound, ValidationError
 from cluster.model.jobs import ScheduledJob, Target
-from cluster.named.api import NamedJob
-from cluster.named.registry import JobStatus
+from cluster.named.api import MAX_PAGE, NamedJob, NamedJobPage
+from cluster.named.registry import AttemptRecord, JobStatus, check_name
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 
@@ -38,9 +38,24 @@ class FakeJobs:
         self.jobs = {n: named(n) for n in names}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
 
-    async def list(self, prefix: str = "", *, app_id: str = "default", namespace: str = "default") -> list[NamedJob]:
-        self.calls.append(("list", prefix, {"app_id": app_id, "namespace": namespace}))
-        return [j for n, j in self.jobs.items() if n.startswith(prefix)]
+    async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int = 50,
+                        app_id: str = "default", namespace: str = "default") -> NamedJobPage:
+        self.calls.append(("list_page", prefix, {"after": after, "limit": limit, "app_id": app_id,
+                                                 "namespace": namespace}))
+        if prefix:
+            check_name(prefix, "prefix")
+        if not 1 <= limit <= MAX_PAGE:
+            raise ValidationError("limit", f"must be an int from 1 to {MAX_PAGE}", limit)
+        names = sorted(n for n in self.jobs if n.startswith(prefix) and (after is None or n > after))
+        return NamedJobPage(tuple(self.jobs[n] for n in names[:limit]), names[limit - 1] if len(names) > limit else None)
+
+    async def count(self, prefix: str = "", *, app_id: str = "default", namespace: str = "default") -> int:
+        self.calls.append(("count", prefix, {"app_id": app_id, "namespace": namespace}))
+        return sum(1 for n in self.jobs if n.startswith(prefix))
+
+    async def get(self, name: str, **scope: str) -> NamedJob | None:
+        self.calls.append(("get", name, scope))
+        return self.jobs.get(name)
 
     async def pause(self, name: str, **scope: str) -> NamedJob:
         self.calls.append(("pause", name, scope))
@@ -119,12 +134,48 @@ async def test_shards_are_sorted_and_paged_on_the_server(fake_jobs: FakeJobs) ->
         await client.close()
 
 
-async def test_jobs_are_paged_and_filtered_on_the_server(ui: TestClient, fake_jobs: FakeJobs) -> None:
-    page2 = await (await ui.get("/api/jobs?prefix=job-&page=2&namespace=ns&app_id=app")).json()
-    assert (page2["total"], page2["pages"], len(page2["items"])) == (120, 3, 50)
-    assert page2["items"][0]["name"] == "job-050" and "next_fires" in page2["items"][0]["status"]
-    assert fake_jobs.calls[-1] == ("list", "job-", {"app_id": "app", "namespace": "ns"})
-    assert (await ui.get("/api/jobs?page=0")).status == 400
+async def test_jobs_are_paged_by_cursor_on_the_server(ui: TestClient, fake_jobs: FakeJobs) -> None:
+    first = await (await ui.get("/api/jobs?prefix=job-&namespace=ns&app_id=app&count=1")).json()
+    assert [j["name"] for j in first["items"]] == [f"job-{i:03d}" for i in range(50)]
+    assert (first["next"], first["total"]) == ("job-049", 120)
+    assert "next_fires" in first["items"][0]["status"]
+    # Only one page is asked of the client: never the whole scope.
+    assert fake_jobs.calls[-2] == ("list_page", "job-", {"after": None, "limit": 50, "app_id": "app", "namespace": "ns"})
+    assert [c[0] for c in fake_jobs.calls] == ["list_page", "count"]
+    third = await (await ui.get("/api/jobs?prefix=job-&after=job-099")).json()
+    assert [j["name"] for j in third["items"]] == [f"job-{i:03d}" for i in range(100, 120)]
+    assert third["next"] is None and "total" not in third  # the count is asked for, not paid every refresh
+    assert fake_jobs.calls[-1][0] == "list_page"
+    big = await (await ui.get("/api/jobs?size=100000")).json()
+    assert (big["size"], len(big["items"])) == (200, 121) and fake_jobs.calls[-1][2]["limit"] == 200
+    assert (await ui.get("/api/jobs?size=0")).status == 400
+
+
+async def test_a_bad_filter_is_a_400_naming_the_field(ui: TestClient) -> None:
+    answer = await ui.get("/api/jobs?prefix=a%3Fb")
+    assert answer.status == 400 and (await answer.json())["field"] == "prefix"
+
+
+async def test_one_job_shows_its_counters_next_fires_pause_and_attempts(ui: TestClient, fake_jobs: FakeJobs) -> None:
+    attempt = AttemptRecord("r1", 1, 3, T0, T0 + timedelta(seconds=2), "s0#1", "failed", "boom",
+                            T0 + timedelta(seconds=5))
+    job = fake_jobs.jobs["job-007"]
+    fake_jobs.jobs["job-007"] = replace(job, status=replace(
+        job.status, successful=4, failed=1, history=(attempt,), next_fires=[T0 + timedelta(minutes=5)],
+        paused=True, paused_note="maintenance", paused_by="ops@host", paused_since=T0,
+        staged_target="actor:h@test", staged_since=T0))
+    answer = await ui.get("/api/jobs/job-007?namespace=ns&app_id=app")
+    assert answer.status == 200
+    status = (await answer.json())["status"]
+    assert fake_jobs.calls[-1] == ("get", "job-007", {"namespace": "ns", "app_id": "app"})
+    assert (status["successful"], status["failed"], status["paused_note"], status["paused_by"]) == (
+        4, 1, "maintenance", "ops@host")
+    assert status["next_fires"] == [(T0 + timedelta(minutes=5)).isoformat()]
+    assert status["staged"] == {"target": "actor:h@test", "since": T0.isoformat()}
+    (row,) = status["history"]
+    assert (row["scheduled_for"], row["started"], row["lateness_s"], row["duration_s"], row["outcome"], row["error"]) == (
+        T0.isoformat(), (T0 + timedelta(seconds=2)).isoformat(), 2.0, 3.0, "failed", "boom")
+    assert (await ui.get("/api/jobs/nope")).status == 404
 
 
 async def test_pause_calls_the_client_with_the_scope(ui: TestClient, fake_jobs: FakeJobs) -> None:
