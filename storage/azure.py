@@ -224,8 +224,9 @@ class AzureStore(Store):
         after it, and the next page, asked with that name as ``after``, is one call reading only
         its own blobs. ``exact``: the marker resumes right after that name; otherwise it resumes
         at or before it (the page ended inside the service's batch) and the names up to ``after``
-        are skipped. A cursor this store has not handed out (another process, a restart) starts
-        from the prefix with ``startFrom=after`` as a hint: a service honouring it starts there,
+        are skipped. A page cut inside a batch asks for that batch's names again, cut at its last
+        name, for an exact marker: one more call, after which paging on is one call a page again.
+        A cursor this store has not handed out (another process, a restart) starts from the prefix with ``startFrom=after`` as a hint: a service honouring it starts there,
         one ignoring it costs a scan of the names before ``after``, 5,000 a call. Every name is
         compared with ``after`` either way, so the hint never changes the answer.
         """
@@ -250,8 +251,16 @@ class AzureStore(Store):
                 fresh = [info for info in batch if after is None or info.name > after]
                 room = limit - len(infos)
                 infos += fresh[:room]
-                if len(fresh) > room:  # the page ends inside this batch: resume at its start
-                    self._remember(prefix, infos[-1].name, at, False)
+                if len(fresh) > room:
+                    # The page ends inside this batch: ask the same batch again, cut after the
+                    # page's last name (names only), for a marker that resumes exactly there.
+                    cut = batch.index(infos[-1]) + 1
+                    again: Any = self._container.list_blobs(
+                        name_starts_with=prefix or None, results_per_page=cut, start_from=hint,
+                    ).by_page(continuation_token=at)
+                    names = [p.name async for p in await anext(again)]
+                    exact_after = names[-1] == infos[-1].name if names else False
+                    self._remember(prefix, infos[-1].name, again.continuation_token if exact_after else at, exact_after)
                     return LogPage(tuple(infos), infos[-1].name)
                 if following is None:
                     return LogPage(tuple(infos), None)

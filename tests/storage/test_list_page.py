@@ -157,6 +157,22 @@ async def test_azure_pages_cost_one_call_each_and_a_foreign_cursor_gives_the_sam
         cold = await walk(fresh, "job/", 3)
         assert [i.name for p in cold for i in p.infos] == names
 
+    async with storage.open_store(azure_store_url) as fresh:
+        assert isinstance(fresh, azure_store.AzureStore)
+        calls.clear()
+        monkeypatch.setattr(azure_store, "_SCAN_BATCH", 5000)  # the whole prefix is one batch
+        listing = fresh._container.list_blobs
+
+        def counted_fresh(*args: Any, **kwargs: Any) -> Any:
+            calls.append(kwargs)
+            return listing(*args, **kwargs)
+
+        monkeypatch.setattr(fresh._container, "list_blobs", counted_fresh)
+        page = await fresh.list_page("job/", after="job/005", limit=3)  # cold: a scan, then the marker
+        warm = await fresh.list_page("job/", after=page.next, limit=3)
+        assert [i.name for i in warm.infos] == ["job/009", "job/010", "job/011"]
+        assert len(calls) == 3  # cold: 2 calls (page + exact marker); paging on from it: 1
+
 
 async def test_names_are_the_listing_without_metadata(store: storage.Store) -> None:
     await fill(store)
