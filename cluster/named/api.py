@@ -269,7 +269,7 @@ class NamedJobs:
         infos = await store.list(entry_key(namespace, app_id, prefix) if prefix else base)
         entries = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in infos
                    if "/" not in info.name[len(base):]]
-        found = await asyncio.gather(*(self._named(store, e, namespace, app_id) for e in entries))
+        found = await asyncio.gather(*(self._named_again(store, e, namespace, app_id) for e in entries))
         return sorted((f for f in found if f is not None), key=lambda f: f.name)
 
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int = 50,

@@ -102,7 +102,7 @@ async def test_entries_of_a_sub_scope_are_left_out_and_the_page_still_fills(jobs
     assert await jobs.count() == 4
 
 
-async def test_a_job_replaced_while_its_page_is_read_shows_its_new_generation(jobs: NamedJobs) -> None:
+async def test_a_job_replaced_while_it_is_listed_shows_its_new_generation(jobs: NamedJobs) -> None:
     store = await jobs._store()
     for name in ("a", "b", "c"):
         await seed(store, name)
@@ -119,11 +119,20 @@ async def test_a_job_replaced_while_its_page_is_read_shows_its_new_generation(jo
         infos = tuple(i._replace(metadata=entry.metadata()) if i.name == entry.key else i for i in page.infos)
         return type(page)(infos, page.next)
 
+    real_list = store.list
+
+    async def stale_list(prefix: str = "") -> Any:
+        return [i._replace(metadata=entry.metadata()) if i.name == entry.key else i for i in await real_list(prefix)]
+
     store.list_page = stale_page  # type: ignore[method-assign]
+    store.list = stale_list  # type: ignore[method-assign]
     page = await jobs.list_page(limit=10)
     assert [(j.name, j.job.id) for j in page.items if j.name == "b2"] == [("b2", newer.job_id)]
+    # list() reads it again too, rather than leaving a job that exists out of the listing.
+    assert [(j.name, j.job.id) for j in await jobs.list() if j.name == "b2"] == [("b2", newer.job_id)]
     await store.delete(newer.key, None)  # and a job deleted meanwhile is left out
     assert [j.name for j in (await jobs.list_page(limit=10)).items] == ["a", "b", "c"]
+    assert [j.name for j in await jobs.list()] == ["a", "b", "c"]
 
 
 BAD_PAGES: list[tuple[str, dict[str, Any]]] = [
