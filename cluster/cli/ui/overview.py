@@ -178,7 +178,8 @@ def alerts(statuses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         shards = {str(shard.get("name")): shard for shard in s.get("shards") or ()}
         for name in s.get("quarantined") or ():
             deaths = shards.get(name, {}).get("owner_deaths")
-            alert("quarantined", silo, f"fires in quarantine batches after {deaths} owner deaths in a row", name)
+            alert("quarantined", silo, "fires in small batches: its owners kept dying while it fired"
+                  + (f" ({deaths} in a row)" if deaths else ""), name)
         for name, parked in sorted((s.get("parked") or {}).items()):
             alert("parked", silo, f"{len(parked)} job(s) parked after killing their owners: "
                   f"{', '.join(parked[:3])}{' ...' if len(parked) > 3 else ''}; "

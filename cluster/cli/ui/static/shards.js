@@ -3,7 +3,9 @@
 (() => {
   const lists = [{id: "shards-loaded", title: "Loaded", loaded: "true", sort: "name", page: 1},
     {id: "shards-dormant", title: "Dormant", loaded: "false", sort: "name", page: 1}];
-  const COLS = [["name", "shard"], ["window_start", "window", r => ts.esc(r.window_start) + " – " + ts.esc(r.window_end)],
+  // Windows are microseconds since the epoch (UTC).
+  const when = us => us == null ? "" : new Date(us / 1000).toISOString().replace(".000Z", "Z").replace("T", " ");
+  const COLS = [["name", "shard"], ["window_start", "window", r => ts.esc(when(r.window_start)) + " – " + ts.esc(when(r.window_end))],
     ["owner", "owner"], ["state", "state"], ["jobs", "jobs", r => ts.esc(r.jobs < 0 ? "" : r.jobs)],
     ["adopted_count", "adopted"], ["generation", "generation"]];
 
