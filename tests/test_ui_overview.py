@@ -145,6 +145,9 @@ async def test_a_reading_older_than_the_interval_is_taken_again_once_for_all_wai
     await asyncio.gather(*(sampler.latest() for _ in range(5)))
     assert status.calls == 2
     assert [p.fires_per_s for p in sampler.series.points()] == [10.0]
+    # What the page's charts read: one value per svg.chart[data-metric], at t (epoch s).
+    assert sampler.series.to_json()["points"] == [
+        {"t": 1002.0, "fires_per_s": 10.0, "lateness_p50_ms": None, "lateness_p99_ms": None}]
 
 
 async def test_the_sampler_reads_on_its_own_while_the_app_runs_and_stops_with_it() -> None:

@@ -160,7 +160,11 @@ class Series:
         return [p for _, p in self._points]
 
     def to_json(self) -> dict[str, Any]:
-        return {"interval_s": self.interval, "keep_s": self.keep, "points": [asdict(p) for p in self.points()]}
+        """The kept points for the page, rounded to what a chart can show (a lighter answer)."""
+        def rounded(v: float | None) -> float | None:
+            return None if v is None else round(v, 3)
+        return {"interval_s": self.interval, "keep_s": self.keep,
+                "points": [{k: rounded(v) for k, v in asdict(p).items()} for p in self.points()]}
 
 
 def alerts(statuses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
