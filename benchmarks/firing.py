@@ -50,14 +50,20 @@ class NoopTransport:
     def exited(self, node: str, pid: int) -> bool:
         return False
 
-    def resolve(self, target: Target) -> Any:
+    async def resolve(self, target: Target) -> Any:
         return target
 
+    def waits(self, handle: Any) -> bool:
+        return False  # nothing is sent ahead: every job is due already
+
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
-                      lease_end: float) -> list[Outcome]:
+                      lease_end: float, ahead: Any = None, stops: Any = None) -> list[Outcome]:
         wire_attempts: list[tuple[Any, ...]] = [tuple(a) for a in attempts]
         answers = [(run_id, None, None, False, False) for _, run_id, *_ in wire_attempts]
         return [Outcome(*o) for o in answers]
+
+    async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
+        return []
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:
         return Ping.UNKNOWN

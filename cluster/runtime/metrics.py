@@ -5,12 +5,18 @@ more than firing a job. So the hot path only updates local numbers, and ``flush(
 once a second by the silo — hands them to the exporter (``cluster.runtime.ray_metrics`` on Ray):
 counters as one increment of the delta, lateness and append latency as a uniform sample of at
 most ``SAMPLE`` observations per flush (count, mean and max stay exact in ``snapshot()``).
+Lateness also keeps exact counts per ``LATENESS_BOUNDS`` bucket, reported cumulatively like a
+Prometheus histogram (``lateness_buckets``), so a reader of two snapshots can tell the quantiles
+of what fired between them (the dashboard's p50/p99 charts).
 """
 
 from __future__ import annotations
 
 import random
+from bisect import bisect_left
+from collections import Counter as Tally
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol
 
 LATENESS_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
@@ -67,10 +73,14 @@ class Gauge:
 
 
 class Histogram:
-    def __init__(self, exported: Exported | None) -> None:
+    def __init__(self, exported: Exported | None, bounds: Sequence[float] = ()) -> None:
         self.count = 0
         self.total = 0.0
         self.max = 0.0
+        self.bounds = tuple(bounds)
+        # Observations per bucket: [i] counts those in (bounds[i-1], bounds[i]], the last those above all.
+        self.per_bucket = [0] * (len(self.bounds) + 1)
+        self._bucket_of = partial(bisect_left, self.bounds)  # C all the way: no Python frame per value
         self._sample: list[float] = []
         self._seen = 0  # observations since the last flush, for reservoir sampling
         self._exported = exported
@@ -80,6 +90,7 @@ class Histogram:
         self.total += value
         if value > self.max:
             self.max = value
+        self.per_bucket[self._bucket_of(value)] += 1
         if self._exported is not None:
             self._keep(value)
 
@@ -102,9 +113,22 @@ class Histogram:
         top = max(values)
         if top > self.max:
             self.max = top
+        per_bucket = self.per_bucket
+        # map, bisect and Counter's tally all run in C; a batch's values mostly share a few buckets.
+        for bucket, n in Tally(map(self._bucket_of, values)).items():
+            per_bucket[bucket] += n
         if self._exported is not None:
             for value in values:
                 self._keep(value)
+
+    def cumulative(self) -> dict[str, int]:
+        """Observations at or below each bound (Prometheus' ``le``), ``+Inf`` counting them all."""
+        out, running = {}, 0
+        for bound, n in zip(self.bounds, self.per_bucket, strict=False):
+            running += n
+            out[str(bound)] = running
+        out["+Inf"] = self.count
+        return out
 
     def flush(self) -> None:
         if self._exported is not None:
@@ -128,7 +152,7 @@ class SiloMetrics:
             return Gauge(None if e is None else e.gauge(f"timeshard_{name}", description, tags))
 
         def histogram(name: str, description: str, bounds: Sequence[float]) -> Histogram:
-            return Histogram(None if e is None else e.histogram(f"timeshard_{name}", description, bounds, tags))
+            return Histogram(None if e is None else e.histogram(f"timeshard_{name}", description, bounds, tags), bounds)
 
         self.scheduled = counter("jobs_scheduled", "jobs durably added")
         self.fired = counter("jobs_fired", "attempts delivered to handlers")
@@ -177,6 +201,8 @@ class SiloMetrics:
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0
         counters["lateness_max_s"] = late.max
+        counters["lateness_count"] = late.count
+        counters["lateness_buckets"] = late.cumulative()
         counters["shards_quarantined"] = int(self.shards_quarantined.value)
         counters["jobs_parked"] = int(self.jobs_parked.value)
         return counters

@@ -298,7 +298,11 @@ class Silo:
         and jobs that cannot be decoded (kept, never run); ``damaged`` the shards whose log had bad
         frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
         ``lease_age`` is the seconds since the heartbeat that last renewed this silo's lease began
-        (None before the first), ``lease_left`` the seconds until it ends (at or below 0: lapsed).
+        (None before the first), ``lease_left`` the seconds until it ends (at or below 0: lapsed),
+        ``heartbeat_interval_s`` how often it should be renewed. Each shard's ``generation`` is the
+        generation of its log being written (compaction starts a new one). ``counters`` are
+        cumulative for this incarnation, lateness also as Prometheus-style cumulative buckets
+        (``lateness_buckets``: upper bound in seconds -> fires at or below it, ``+Inf`` all).
         """
         await self._ready
         quarantine = self._r.quarantine
@@ -315,6 +319,7 @@ class Silo:
             "staged_jobs": self._staged_jobs(),
             "lease_age": None if lease.renewed_from is None else round(now - lease.renewed_from, 3),
             "lease_left": round(lease.until - now, 3),
+            "heartbeat_interval_s": self.options.heartbeat_interval.total_seconds(),
             "shards": [
                 {
                     "name": s.base,
@@ -324,6 +329,7 @@ class Silo:
                     "window_start": s.meta.window_start,
                     "window_end": s.meta.window_end,
                     "adopted_count": s.meta.adopted_count,
+                    "generation": s.writer.generation,
                     **quarantine.describe(s),
                     "unreadable": len(s.unreadable) + (s.damage.unreadable if s.damage else 0),
                     "paused": 0 if s.state is None else len(s.state.paused),

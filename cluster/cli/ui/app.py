@@ -8,6 +8,7 @@ from aiohttp import web
 
 from cluster.cli.ui import jobs, overview, shards
 from cluster.cli.ui.auth import token_middleware
+from cluster.cli.ui.overview import KEEP, SAMPLE_INTERVAL, SAMPLER, Sampler
 from cluster.cli.ui.source import UiSource
 
 PAGE_SIZE = 50
@@ -15,9 +16,18 @@ STATIC = Path(__file__).with_name("static")
 PAGES = (overview, shards, jobs)
 
 
-def make_app(source: UiSource, *, token: str | None = None, page_size: int = PAGE_SIZE) -> web.Application:
-    """The dashboard as an aiohttp app; with ``token``, every request must carry it."""
+def make_app(source: UiSource, *, token: str | None = None, page_size: int = PAGE_SIZE,
+             interval: float = SAMPLE_INTERVAL, keep: float = KEEP) -> web.Application:
+    """The dashboard as an aiohttp app; with ``token``, every request must carry it.
+
+    While it runs, a ``Sampler`` reads the silos' statuses every ``interval`` seconds (the
+    overview's charts keep ``keep`` seconds); pages read statuses through it, so open tabs do not
+    add readings.
+    """
     app = web.Application(middlewares=[token_middleware(token)] if token else [])
+    sampler = Sampler(source.statuses, interval=interval, keep=keep)
+    app[SAMPLER] = sampler
+    app.cleanup_ctx.append(sampler.running)
 
     async def index(request: web.Request) -> web.Response:
         return web.Response(text=page(), content_type="text/html")

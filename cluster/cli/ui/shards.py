@@ -1,4 +1,4 @@
-"""The shards page's endpoint: every owned shard, sorted and paged on the server."""
+"""The shards page's endpoint: every owned shard, loaded or dormant, sorted and paged on the server."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
+from cluster.cli.ui.overview import SAMPLER
 from cluster.cli.ui.paging import page_of, sort_key
 from cluster.cli.ui.source import UiSource
 
-SHARD_SORTS = ("name", "owner", "state", "jobs", "window_start", "adopted_count")
+SHARD_SORTS = ("name", "owner", "state", "jobs", "window_start", "adopted_count", "generation")
+LOADED = {"true": True, "false": False}
 
 
 def shard_rows(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -20,19 +22,26 @@ def shard_rows(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
             rows.append({"name": shard.get("name"), "owner": s.get("owner"), "state": shard.get("state"),
                          "loaded": shard.get("loaded"), "jobs": shard.get("jobs"),
                          "window_start": shard.get("window_start"), "window_end": shard.get("window_end"),
-                         "adopted_count": shard.get("adopted_count"), "paused": shard.get("paused"),
-                         "unreadable": shard.get("unreadable")})
+                         "adopted_count": shard.get("adopted_count"), "generation": shard.get("generation"),
+                         "paused": shard.get("paused"), "unreadable": shard.get("unreadable")})
     return rows
 
 
 def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
     async def shards(request: web.Request) -> web.Response:
+        """``?loaded=true|false`` keeps loaded or dormant shards only; ``sort`` names a column (``-`` descending)."""
         sort = request.query.get("sort") or "name"
         descending = sort.startswith("-")
         field = sort.lstrip("-")
         if field not in SHARD_SORTS:
             raise web.HTTPBadRequest(text=f"sort: expected one of {', '.join(SHARD_SORTS)}, got {field!r}")
-        rows = sorted(shard_rows(await source.statuses()), key=sort_key(field), reverse=descending)
-        return web.json_response({"sort": sort, **page_of(request, rows, page_size)})
+        loaded = request.query.get("loaded")
+        if loaded is not None and loaded not in LOADED:
+            raise web.HTTPBadRequest(text=f"loaded: expected true or false, got {loaded!r}")
+        rows = shard_rows(await request.app[SAMPLER].statuses())
+        if loaded is not None:
+            rows = [r for r in rows if bool(r["loaded"]) is LOADED[loaded]]
+        rows.sort(key=sort_key(field), reverse=descending)
+        return web.json_response({"sort": sort, "loaded": loaded, **page_of(request, rows, page_size)})
 
     return [web.get("/api/shards", shards)]

@@ -1,9 +1,62 @@
 "use strict";
-ts.page("overview", "Overview", async section => {
-  const d = await ts.get("api/overview");
-  section.innerHTML = "<h2>Silos</h2>" + ts.table([
-    ["silo_id", "silo"], ["incarnation", "incarnation"], ["node", "node"], ["lease_age", "lease age (s)"],
-    ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
-    ["quarantined", "quarantined", r => ts.esc(r.quarantined.join(", "))],
-    ["error", "error", r => "<span class=err>" + ts.esc(r.error) + "</span>"]], d.silos, false, r => ({silo: r.silo_id}));
-});
+// Overview: silos, live charts of fires per second and lateness p50/p99, alerts. The page is built
+// once; every refresh rewrites the table, each chart's <svg> and the alerts list in place.
+(() => {
+  const CHARTS = [["fires_per_s", "fires / s", ""], ["lateness_p50_ms", "lateness p50", " ms"],
+    ["lateness_p99_ms", "lateness p99", " ms"]];
+  const W = 360, H = 140, L = 48, R = 8, T = 10, B = 22;  // the plot sits inside these margins
+  let parts = null;
+
+  function build(section) {
+    section.innerHTML = "<h2>Alerts</h2><ul id='alerts'></ul><h2>Activity</h2><div class='charts'>" +
+      CHARTS.map(([m, title]) => "<figure><figcaption>" + ts.esc(title) + "</figcaption><svg class='chart' data-metric='" + m +
+        "' viewBox='0 0 " + W + " " + H + "' role='img' aria-label='" + ts.esc(title) + "'></svg></figure>").join("") +
+      "</div><h2>Silos</h2><div id='silos'></div>";
+    parts = {alerts: ts.$("alerts"), silos: ts.$("silos"), charts: section.querySelectorAll("svg.chart")};
+  }
+
+  const short = v => Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
+  const span = s => s >= 90 ? Math.round(s / 60) + " min" : Math.round(s) + " s";
+
+  // One metric over time: a line broken where a point has no value, y from 0 (or the min) to the max.
+  function draw(svg, points, metric, unit, keep) {
+    const now = points.length ? points[points.length - 1].t : Date.now() / 1000;
+    const values = points.map(p => p[metric]).filter(v => v != null);
+    const lo = Math.min(0, ...values), hi = Math.max(lo + 1e-9, ...values);
+    const x = t => L + (W - L - R) * (1 - (now - t) / keep), y = v => H - B - (H - T - B) * (v - lo) / (hi - lo);
+    let d = "", pen = "M";
+    for (const p of points) {
+      const v = p[metric];
+      if (v == null || now - p.t > keep) { pen = "M"; continue; }
+      d += pen + x(p.t).toFixed(1) + " " + y(v).toFixed(1) + " "; pen = "L";
+    }
+    const first = points.length ? now - points[0].t : 0;
+    svg.innerHTML =
+      "<line class='axis' x1='" + L + "' y1='" + (H - B) + "' x2='" + (W - R) + "' y2='" + (H - B) + "'/>" +
+      "<line class='axis' x1='" + L + "' y1='" + T + "' x2='" + L + "' y2='" + (H - B) + "'/>" +
+      "<text class='max' x='" + (L - 4) + "' y='" + (T + 8) + "' text-anchor='end'>" + ts.esc(values.length ? short(hi) + unit : "–") + "</text>" +
+      "<text class='min' x='" + (L - 4) + "' y='" + (H - B) + "' text-anchor='end'>" + ts.esc(values.length ? short(lo) + unit : "") + "</text>" +
+      "<text class='span' x='" + L + "' y='" + (H - 6) + "'>−" + ts.esc(span(keep)) + "</text>" +
+      "<text class='span' x='" + (W - R) + "' y='" + (H - 6) + "' text-anchor='end'>now" +
+        (points.length ? " (data: " + ts.esc(span(first)) + ")" : ": no data yet") + "</text>" +
+      (d ? "<path class='line' d='" + d.trim() + "'/>" : "");
+  }
+
+  ts.page("overview", "Overview", async section => {
+    const d = await ts.get("api/overview");
+    if (!parts || !section.contains(parts.alerts)) build(section);
+    parts.alerts.innerHTML = d.alerts.length
+      ? d.alerts.map(a => "<li data-kind='" + ts.esc(a.kind) + "' class='err'><b>" + ts.esc(a.kind) + "</b> " +
+          ts.esc(a.silo) + (a.shard ? " · " + ts.esc(a.shard) : "") + ": " + ts.esc(a.message) + "</li>").join("")
+      : "<li class='none muted'>all is well</li>";
+    for (const svg of parts.charts) {
+      const [metric, , unit] = CHARTS.find(c => c[0] === svg.dataset.metric);
+      draw(svg, d.series.points, metric, unit, d.series.keep_s);
+    }
+    parts.silos.innerHTML = ts.table([
+      ["silo_id", "silo"], ["incarnation", "incarnation"], ["node", "node"], ["lease_age", "lease age (s)"],
+      ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
+      ["quarantined", "quarantined", r => ts.esc(r.quarantined.join(", "))],
+      ["error", "error", r => "<span class=err>" + ts.esc(r.error) + "</span>"]], d.silos, false, r => ({silo: r.silo_id}));
+  });
+})();

@@ -1,14 +1,29 @@
 "use strict";
+// Shards: loaded and dormant ones apart, each table sorted and paged on the server.
 (() => {
-  let sort = "name", page = 1;
-  ts.page("shards", "Shards", async section => {
-    const d = await ts.get("api/shards?sort=" + encodeURIComponent(sort) + "&page=" + page);
-    section.innerHTML = ts.table([["name", "shard"], ["owner", "owner"], ["state", "state"], ["loaded", "loaded"],
-      ["jobs", "jobs"], ["window_start", "window"], ["adopted_count", "adopted"]], d.items, true, r => ({shard: r.name}));
-    section.prepend(ts.pager(d, step => { page += step; ts.refresh(); }));
-    section.querySelectorAll("th[data-sort]").forEach(th => th.onclick = () => {
+  const lists = [{id: "shards-loaded", title: "Loaded", loaded: "true", sort: "name", page: 1},
+    {id: "shards-dormant", title: "Dormant", loaded: "false", sort: "name", page: 1}];
+  // Windows are microseconds since the epoch (UTC).
+  const when = us => us == null ? "" : new Date(us / 1000).toISOString().replace(".000Z", "Z").replace("T", " ");
+  const COLS = [["name", "shard"], ["window_start", "window", r => ts.esc(when(r.window_start)) + " – " + ts.esc(when(r.window_end))],
+    ["owner", "owner"], ["state", "state"], ["jobs", "jobs", r => ts.esc(r.jobs < 0 ? "" : r.jobs)],
+    ["adopted_count", "adopted"], ["generation", "generation"]];
+
+  async function fill(div, list) {
+    const d = await ts.get("api/shards?loaded=" + list.loaded + "&sort=" + encodeURIComponent(list.sort) + "&page=" + list.page);
+    div.innerHTML = "<h2>" + ts.esc(list.title) + "</h2>" + ts.table(COLS, d.items, true, r => ({shard: r.name}));
+    div.append(ts.pager(d, step => { list.page += step; ts.refresh(); }));
+    div.querySelectorAll("th[data-sort]").forEach(th => th.onclick = () => {
       const s = th.dataset.sort;
-      sort = sort === s ? "-" + s : s; page = 1; ts.refresh();
+      list.sort = list.sort === s ? "-" + s : s; list.page = 1; ts.refresh();
     });
+  }
+
+  ts.page("shards", "Shards", async section => {
+    for (const list of lists) {
+      let div = ts.$(list.id);
+      if (!div) { div = document.createElement("div"); div.id = list.id; section.append(div); }
+      await fill(div, list);
+    }
   });
 })();
