@@ -88,7 +88,9 @@ class Client:
 
     @property
     def flows(self) -> Flows:
-        """Flows (Volcano JobFlow): ``submit``, ``get``, ``cancel``, ``list``; see ``cluster.flows``."""
+        """Flows (Volcano JobFlow): ``submit``, ``get``, ``cancel``, ``list``, ``page``; see ``cluster.flows``.
+
+        Each access is a new ``Flows``; keep one to poll ``page`` cheaply (it remembers what it read)."""
         return Flows(self)
 
     # -- scheduling --------------------------------------------------------------------------

@@ -6,18 +6,106 @@ import asyncio
 import dataclasses
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.flows.log import FlowState, create_log, read_flow, update
-from cluster.flows.model import FLOW_PREFIX, TERMINAL_STEP_STATES, Flow, FlowExists, FlowPlan, FlowStatus, compile_flow
+from cluster.flows.model import (
+    FLOW_CANCELLED,
+    FLOW_HALTED,
+    FLOW_PREFIX,
+    FLOW_RUNNING,
+    FLOW_SUCCEEDED,
+    TERMINAL_STEP_STATES,
+    Flow,
+    FlowExists,
+    FlowPlan,
+    FlowStatus,
+    compile_flow,
+)
 from cluster.flows.progress import advance
 from cluster.model.clock import wall_clock_us
+from cluster.model.errors import ValidationError
 from cluster.model.jobs import ScheduledJob
 from cluster.model.ports import JobSubmitter
 from cluster.model.wire import us_to_datetime
-from storage import AlreadyExists, Store, open_store
+from storage import AlreadyExists, LogInfo, Store, open_store
 
-__all__ = ["Flows"]
+__all__ = ["FLOW_STATES", "FlowIndex", "FlowPage", "Flows"]
+
+FLOW_STATES = (FLOW_RUNNING, FLOW_SUCCEEDED, FLOW_HALTED, FLOW_CANCELLED)
+_READS_AT_ONCE = 16  # flow logs fetched concurrently by one page; enough to hide store latency
+
+
+@dataclass(frozen=True)
+class FlowPage:
+    """One page of flows in name order, and how many flows match in all."""
+
+    flows: tuple[FlowStatus, ...]
+    total: int
+
+
+class FlowIndex:
+    """Pages of flows read from a store, reading only the flow logs a page needs.
+
+    A flow log only grows, and every append changes its ETag; so a log whose ETag in the store's
+    listing is the one last read here holds the same flow, and is not fetched again. A dashboard
+    polling pages through one index fetches only the flows that moved since its last poll.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, FlowStatus]] = {}  # log name -> (ETag read, status at it)
+
+    async def page(self, store: Store, prefix: str = "", *, state: str | None = None,
+                   offset: int = 0, limit: int = 50) -> FlowPage:
+        """The flows whose name starts with ``prefix`` (and, given ``state``, whose state it is),
+        in name order, from ``offset``, at most ``limit``; ``total`` counts every match.
+
+        One listing of the store, then only the page's flow logs are read; with ``state`` every
+        listed flow's log is (a flow's state is only in its log), each at most once per change.
+        Bad arguments raise ``ValidationError`` naming the argument, before any read.
+        """
+        _check_page(prefix, state, offset, limit)
+        infos = await store.list(FLOW_PREFIX + prefix)
+        listed = {info.name for info in infos}
+        for name in [n for n in self._seen if n.startswith(FLOW_PREFIX + prefix) and n not in listed]:
+            del self._seen[name]  # gone from the store: forget it
+        if state is None:
+            read = await self._read(store, infos[offset:offset + limit])
+            return FlowPage(tuple(s for s in read if s is not None), len(infos))
+        matching = [s for s in await self._read(store, infos) if s is not None and s.state == state]
+        return FlowPage(tuple(matching[offset:offset + limit]), len(matching))
+
+    async def _read(self, store: Store, infos: Sequence[LogInfo]) -> list[FlowStatus | None]:
+        gate = asyncio.Semaphore(_READS_AT_ONCE)
+
+        async def one(info: LogInfo) -> FlowStatus | None:
+            seen = self._seen.get(info.name)
+            if seen is not None and seen[0] == info.etag:
+                return seen[1]
+            async with gate:
+                state = await read_flow(store, _flow_name(info))
+            if state is None:
+                return None  # created, its definition not appended yet
+            status = state.status()
+            self._seen[info.name] = (state.etag, status)
+            return status
+
+        return list(await asyncio.gather(*(one(info) for info in infos)))
+
+
+def _check_page(prefix: Any, state: Any, offset: Any, limit: Any) -> None:
+    if not isinstance(prefix, str):
+        raise ValidationError("prefix", "must be a string", prefix)
+    if state is not None and state not in FLOW_STATES:
+        raise ValidationError("state", f"must be one of {', '.join(FLOW_STATES)} or None", state)
+    for name, value, least in (("offset", offset, 0), ("limit", limit, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValidationError(name, f"must be an int >= {least}", value)
+
+
+def _flow_name(info: LogInfo) -> str:
+    return info.name[len(FLOW_PREFIX):].rpartition("~")[0]
 
 
 class Flows:
@@ -28,6 +116,7 @@ class Flows:
         self._client = client
         self._owner = f"client-{uuid.uuid4().hex[:8]}"
         self._store_url: str | None = None
+        self._index = FlowIndex()
 
     async def _open(self) -> Store:
         if self._store_url is None:
@@ -67,8 +156,15 @@ class Flows:
         """Every flow's status, in name order."""
         async with await self._open() as store:
             infos = await store.list(FLOW_PREFIX)
-            states = [await read_flow(store, info.name[len(FLOW_PREFIX):].rpartition("~")[0]) for info in infos]
+            states = [await read_flow(store, _flow_name(info)) for info in infos]
         return [s.status() for s in states if s is not None]
+
+    async def page(self, prefix: str = "", *, state: str | None = None, offset: int = 0, limit: int = 50) -> FlowPage:
+        """One page of flows in name order (those whose name starts with ``prefix`` and, given
+        ``state``, in that state) and how many match; reads only the flow logs the page needs,
+        and through the same ``Flows`` only those that changed since (see ``FlowIndex``)."""
+        async with await self._open() as store:
+            return await self._index.page(store, prefix, state=state, offset=offset, limit=limit)
 
     async def cancel(self, name: str) -> bool:
         """Cancel a running flow: no step starts any more, scheduled ones are cancelled (a running

@@ -90,6 +90,7 @@ class StepState:
     phase: tuple[int, int] = (0, -1)  # (attempt, 0 run | 1 retry): later facts win, late ones are ignored
     next_retry_us: int | None = None
     started_us: int | None = None
+    started_attempt: int = 0  # the attempt whose start ``started_us`` is
     ended_us: int | None = None
     error: str | None = None
     token: str | None = None  # the intent that scheduled (or is scheduling) it
@@ -159,6 +160,7 @@ class FlowState:
             for name in steps:
                 self.steps[name].token = token
                 self.steps[name].phase = (0, -1)  # a (re)scheduled job counts its attempts afresh
+                self.steps[name].started_attempt = 0
             return True
         if kind == "sched":
             _, token, placed, _ = record
@@ -188,15 +190,20 @@ class FlowState:
 
     def _step_event(self, name: str, step: StepState, record: list[Any]) -> bool:
         kind, attempt = record[0], record[2]
+        phase = (attempt, 0 if kind == "run" else 1)
+        if kind == "run" and phase < step.phase and attempt == step.phase[0] and step.started_attempt != attempt:
+            # The start of the attempt that just ended, written after its end (starts are recorded
+            # in the background): it tells when the attempt started, and changes nothing else.
+            step.started_us, step.started_attempt = record[-1], attempt
+            return True
         if step.state in TERMINAL_STEP_STATES:
             return False  # the first outcome stands; a duplicate run of the step changes nothing
-        phase = (attempt, 0 if kind == "run" else 1)
         if phase < step.phase:
-            return False  # a start written after its own end (starts are recorded in the background)
+            return False  # a start written after its own end, already known (or of an older attempt)
         step.phase, step.attempts = phase, max(step.attempts, attempt)
         at = record[-1]
         if kind == "run":
-            step.state, step.started_us, step.next_retry_us = RUNNING, at, None
+            step.state, step.started_us, step.started_attempt, step.next_retry_us = RUNNING, at, attempt, None
         elif kind == "retry":
             step.state, step.error, step.next_retry_us = RETRYING, record[3], record[4]
         elif kind == "ok":

@@ -12,12 +12,15 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 import ray
 
+from cluster import Flow, Step, Target
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.ray
@@ -87,3 +90,42 @@ async def test_ui_shows_the_cluster_and_pauses_a_job(make_cluster, recorder, ser
     got = await jobs.get("nightly")
     assert got is not None and got.status.paused
     await jobs.close()
+
+
+@pytest.mark.file_only
+async def test_ui_shows_a_running_clusters_flow_with_its_steps_and_dependencies(make_cluster, recorder, serve_ui) -> None:
+    name, _ = recorder
+    cluster = make_cluster(silos=1)
+    client = cluster.client()
+    flow = Flow("ui-flow", [Step("extract", Target.actor(name)), Step("left", Target.actor(name), depends_on=["extract"]),
+                            Step("right", Target.actor(name), depends_on=["extract"]),
+                            Step("load", Target.actor(name), depends_on=["left", "right"])])
+    await client.flows.submit(flow)
+    base, process = serve_ui(cluster.namespace)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    async with aiohttp.ClientSession() as http:
+        async def shown() -> dict[str, Any] | None:
+            if process.poll() is not None:
+                pytest.fail(f"timeshard ui exited {process.returncode}: {process.stderr.read() if process.stderr else ''}")
+            try:
+                async with http.get(f"{base}/api/flows/ui-flow", headers=auth) as r:
+                    body = await r.json() if r.status == 200 else None
+            except aiohttp.ClientConnectionError:
+                return None
+            return body if body is not None and body["state"] == "succeeded" else None
+
+        body = await wait_for(shown, timeout=60, interval=0.5)
+        steps = {s["name"]: s for s in body["steps"]}
+        assert {n: (s["state"], s["attempts"], s["depends_on"]) for n, s in steps.items()} == {
+            "extract": ("succeeded", 1, []), "left": ("succeeded", 1, ["extract"]),
+            "right": ("succeeded", 1, ["extract"]), "load": ("succeeded", 1, ["left", "right"])}
+        missing = {n: [k for k in ("started_at", "ended_at", "job_id") if not s[k]] for n, s in steps.items()}
+        assert missing == {n: [] for n in steps}, "every step shows when it started and ended, and its job"
+        at = {n: {k: datetime.fromisoformat(s[k]) for k in ("started_at", "ended_at")} for n, s in steps.items()}
+        assert at["load"]["started_at"] >= max(at["left"]["ended_at"], at["right"]["ended_at"])
+        async with http.get(f"{base}/api/flows?prefix=ui-&state=succeeded", headers=auth) as r:
+            listed = (await r.json())["items"]
+        assert [(f["name"], f["steps_done"], f["steps_total"]) for f in listed] == [("ui-flow", 4, 4)]
+        async with http.post(f"{base}/api/flows/ui-flow/cancel", headers=auth) as r:
+            assert r.status == 409, "a finished flow is not cancelled"

@@ -142,6 +142,17 @@ def test_a_start_recorded_after_its_end_does_not_undo_it():
     assert state.status().steps["a"].state == "succeeded", "the first outcome stands"
 
 
+def test_a_start_recorded_after_its_end_still_tells_when_the_attempt_started():
+    # A fast step: its hook's "ok" lands before the start, which is written in the background.
+    state = fold(["ok", "a", 1, 20], ["run", "a", 1, 15])
+    a = state.status().steps["a"]
+    assert (a.state, a.attempts, datetime_to_us(a.started_at), datetime_to_us(a.ended_at)) == ("succeeded", 1, 15, 20)
+    assert not state.apply(["run", "a", 1, 15]), "a duplicate start changes nothing"
+    state = fold(["run", "a", 1, 10], ["retry", "a", 1, "boom", 50, 20], ["ok", "a", 2, 60], ["run", "a", 2, 55])
+    a = state.status().steps["a"]
+    assert (a.state, a.attempts, datetime_to_us(a.started_at)) == ("succeeded", 2, 55), "the last attempt's start"
+
+
 def test_the_first_exhausted_step_halts_the_flow_and_is_named():
     state = fold(["ok", "a", 1, 1], ["fail", "c", 2, "x", 5], ["fail", "d", 1, "y", 6])
     status = state.status()

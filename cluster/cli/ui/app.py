@@ -6,14 +6,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from cluster.cli.ui import jobs, overview, shards
+from cluster.cli.ui import flows, jobs, overview, shards
 from cluster.cli.ui.auth import token_middleware
 from cluster.cli.ui.overview import KEEP, SAMPLE_INTERVAL, SAMPLER, Sampler
 from cluster.cli.ui.source import UiSource
 
 PAGE_SIZE = 50
 STATIC = Path(__file__).with_name("static")
-PAGES = (overview, shards, jobs)
+PAGES = (overview, shards, jobs, flows)
 
 
 def make_app(source: UiSource, *, token: str | None = None, page_size: int = PAGE_SIZE,

@@ -20,7 +20,7 @@ def add_ui_command(subparsers: argparse._SubParsersAction) -> None:
     """Register ``timeshard ui``."""
     p = subparsers.add_parser(
         "ui", help="serve a web dashboard of the running cluster",
-        description="Serve a dashboard (silos, shards, named jobs) of the silos in a Ray namespace. Binds to "
+        description="Serve a dashboard (silos, shards, named jobs, flows) of the silos in a Ray namespace. Binds to "
         f"127.0.0.1 by default; any other --host needs --token (or ${TOKEN_ENV}), which every request must "
         "then carry (Authorization: Bearer TOKEN, or open the page once with ?token=TOKEN).",
         epilog="examples:\n  timeshard ui\n  timeshard ui --namespace prod --port 9000\n"
@@ -48,7 +48,7 @@ def _run_ui(args: argparse.Namespace) -> int:
         print(f"timeshard ui: error: {exc}", file=sys.stderr)
         return 1
     client = cluster.client()
-    app = make_app(UiSource(status=cluster.status, jobs=client.jobs), token=token)
+    app = make_app(UiSource(status=cluster.status, jobs=client.jobs, flows=client.flows), token=token)
 
     async def close_client(_: web.Application) -> None:
         await client.jobs.close()

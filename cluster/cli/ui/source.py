@@ -10,11 +10,13 @@ from typing import Any
 
 @dataclass(frozen=True)
 class UiSource:
-    """What the dashboard reads and acts through: silo statuses (blocking, run off the loop) and
-    the named-jobs API (``client.jobs``)."""
+    """What the dashboard reads and acts through: silo statuses (blocking, run off the loop),
+    the named-jobs API (``client.jobs``) and the flows API (one ``client.flows``, kept so its
+    pages re-read only the flows that changed; None: the Flows page says it is not available)."""
 
     status: Callable[[], list[dict[str, Any]]]
     jobs: Any
+    flows: Any = None
 
     async def statuses(self) -> list[dict[str, Any]]:
         """Every silo's ``status()``; a silo that did not answer has an ``error``."""
