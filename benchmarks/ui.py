@@ -6,9 +6,11 @@ Starts a local Ray and a cluster of silos on a file store in a scratch folder, f
 named jobs (nightly cron jobs, through ``client.jobs.put`` with ``--concurrency`` callers; the
 fill rate is a figure too), adds one small flow and a little firing load (``--firing`` jobs every
 second), then serves the dashboard with the real ``timeshard ui`` command and opens it in
-headless Chromium. Per page it measures, ``--repeats`` times: navigation to the page's first rows
-visible, one refresh cycle (``ts.refresh()`` in the page: fetch + render), and the server's answer
-to the page's API call alone. ``--screenshot PATH`` saves the overview as a user sees it.
+headless Chromium. Per page it measures, ``--repeats`` times: the server's answer to the page's
+API call alone (no page open), navigation to the page's first rows visible, and one refresh cycle
+(``ts.refresh()`` in the page: fetch + render). A page that shows no rows within
+``--page-timeout`` is recorded as timed out and not measured again. ``--screenshot PATH`` saves
+the overview as a user sees it.
 
 Writes ``ui.json`` to ``$TIMESHARD_BENCH_DIR`` (default: a scratch folder; never the repository).
 Needs Chromium (``make test`` installs it; ``$TIMESHARD_CHROMIUM`` points at another).
@@ -57,8 +59,8 @@ class Page:
 PAGES = (
     Page("overview", "#overview tr[data-silo]", "/api/overview"),
     Page("shards", "#shards tr[data-shard]", "/api/shards"),
-    Page("jobs", "#jobs tr[data-job]", "/api/jobs"),
     Page("flows", "#flows tr[data-flow]", "/api/flows"),
+    Page("jobs", "#jobs tr[data-job]", "/api/jobs"),
 )
 
 
@@ -130,19 +132,29 @@ async def until_answers(url: str, process: subprocess.Popen[bytes], timeout: flo
     raise TimeoutError(f"timeshard ui did not answer within {timeout} s")
 
 
-async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+async def timed(call: Callable[[], Awaitable[Any]], timeout_s: float) -> float | None:
+    """Seconds ``call`` took, or None when it did not finish within ``timeout_s``."""
     started = time.perf_counter()
-    await call()
+    try:
+        await asyncio.wait_for(call(), timeout_s)
+    except (asyncio.TimeoutError, TimeoutError):
+        return None
     return time.perf_counter() - started
 
 
 async def measure(report: Report, url: str, repeats: int, timeout_s: float, screenshot: Path | None) -> dict[str, Any]:
-    """Per page: navigation -> first rows visible, one refresh cycle, and the API call alone (seconds)."""
+    """Per page, ``repeats`` times: its API call alone (no page open), navigation -> first rows
+    visible, then one refresh cycle in the page (seconds; None: not within ``timeout_s``).
+
+    The overview goes first (and its screenshot): the named-jobs page, last, can leave the server
+    busy with listings its 2 s refresh asked for.
+    """
+    from playwright.async_api import Error as PlaywrightError
+
     results: dict[str, Any] = {}
-    timeout_ms = timeout_s * 1000
-    async with chromium() as browser, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+    async with chromium() as browser, aiohttp.ClientSession() as http:
         context = await browser.new_context(viewport={"width": 1400, "height": 900})
-        context.set_default_timeout(timeout_ms)
+        context.set_default_timeout(timeout_s * 1000)
         page = await context.new_page()
         await page.goto(url + "/")
         tabs = set(await page.locator("#tabs button").evaluate_all("bs => bs.map(b => b.dataset.tab)"))
@@ -150,47 +162,55 @@ async def measure(report: Report, url: str, repeats: int, timeout_s: float, scre
             if p.tab not in tabs:
                 report.progress(f"page {p.tab}: not on this dashboard yet, skipped")
                 continue
-            runs: dict[str, list[float]] = {"render_s": [], "refresh_s": [], "api_s": []}
+            runs: dict[str, list[float | None]] = {"api_s": [], "render_s": [], "refresh_s": []}
+
+            async def api(p: Page = p) -> None:
+                async with http.get(url + p.api) as r:
+                    r.raise_for_status()
+                    await r.read()
+
+            async def render(p: Page = p) -> None:
+                await page.goto(f"{url}/#{p.tab}", wait_until="commit")
+                await page.locator(p.rows).first.wait_for(state="visible")
+
+            async def refresh() -> None:
+                await page.evaluate("async () => { await ts.refresh(); }")
+                if await page.locator("#status.err").count():
+                    raise RuntimeError(f"the dashboard shows an error: {await page.locator('#status').text_content()}")
+
             for _ in range(repeats):
-                await page.goto("about:blank")  # a real navigation each time (a hash change alone reloads nothing)
-
-                async def render(p: Page = p) -> None:
-                    await page.goto(f"{url}/#{p.tab}", wait_until="commit")
-                    await page.locator(p.rows).first.wait_for(state="visible", timeout=timeout_ms)
-
-                runs["render_s"].append(await timed(render))
-                refresh_ms = await page.evaluate("async () => { const t = performance.now(); await ts.refresh(); "
-                                                 "return performance.now() - t; }")
-                error = await page.locator("#status.err").count()
-                if error:
-                    raise RuntimeError(f"page {p.tab}: the dashboard shows an error: {await page.locator('#status').text_content()}")
-                runs["refresh_s"].append(refresh_ms / 1000)
-
-                async def api(p: Page = p) -> None:
-                    async with http.get(url + p.api) as r:
-                        r.raise_for_status()
-                        await r.read()
-
-                runs["api_s"].append(await timed(api))
+                await page.goto("about:blank")  # no page open while the API alone is timed; then a real navigation
+                runs["api_s"].append(await timed(api, timeout_s))
+                try:
+                    runs["render_s"].append(await timed(render, timeout_s))
+                except PlaywrightError:  # its own wait ran out first
+                    runs["render_s"].append(None)
+                runs["refresh_s"].append(await timed(refresh, timeout_s) if runs["render_s"][-1] is not None else None)
+                if None in runs["render_s"]:
+                    break  # a page that did not render in time is not measured again
             rows = await page.locator(p.rows).count()
-            results[p.tab] = {"rows_shown": rows, **{k: [round(v, 3) for v in vs] for k, vs in runs.items()}}
-            report.progress(f"page {p.tab}: rows shown {rows}, render {fmt(runs['render_s'])} s, "
-                            f"refresh {fmt(runs['refresh_s'])} s, api {fmt(runs['api_s'])} s")
-        if screenshot is not None:
-            await page.goto("about:blank")
-            await page.goto(f"{url}/#overview")
-            await page.locator(PAGES[0].rows).first.wait_for(state="visible")
-            # A few refresh cycles (every 2 s) so the overview's charts have points to draw.
-            await asyncio.sleep(8)
-            screenshot.parent.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(screenshot))
-            report.progress(f"screenshot of the overview: {screenshot}")
+            results[p.tab] = {"rows_shown": rows, **{k: [None if v is None else round(v, 3) for v in vs] for k, vs in runs.items()}}
+            report.progress(f"page {p.tab}: rows shown {rows}, api {fmt(runs['api_s'])} s, render {fmt(runs['render_s'])} s, "
+                            f"refresh {fmt(runs['refresh_s'])} s")
+            if p.tab == "overview" and screenshot is not None:
+                # A few refresh cycles (every 2 s) so the overview's charts have points to draw.
+                await asyncio.sleep(8)
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                await page.screenshot(path=str(screenshot))
+                report.progress(f"screenshot of the overview: {screenshot}")
         await context.close()
     return results
 
 
-def fmt(values: list[float]) -> str:
-    return " / ".join(f"{v:.2f}" for v in values)
+def fmt(values: list[float | None]) -> str:
+    return " / ".join("timed out" if v is None else f"{v:.2f}" for v in values)
+
+
+def p50(values: list[float | None]) -> str:
+    """The median of the runs that finished, and how many did not."""
+    done = [v for v in values if v is not None]
+    median = f"{percentiles(done)['p50']:.3f}" if done else "-"
+    return median + (f" ({len(values) - len(done)} timed out)" if len(done) < len(values) else "")
 
 
 async def run(args: argparse.Namespace, report: Report, scratch: Path) -> dict[str, Any]:
@@ -253,10 +273,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({fill_['concurrency']} callers)")
     rows = []
     for tab, r in results["pages"].items():
-        rows.append([tab, str(r["rows_shown"]),
-                     *(f"{percentiles(r[k])['p50']:.3f}" for k in ("render_s", "refresh_s", "api_s")),
-                     fmt(r["render_s"])])
-    report.table(["page", "rows shown", "render p50 s", "refresh p50 s", "api p50 s", "render, every run (s)"], rows)
+        rows.append([tab, str(r["rows_shown"]), *(p50(r[k]) for k in ("api_s", "render_s", "refresh_s")), fmt(r["render_s"])])
+    report.table(["page", "rows shown", "api alone p50 s", "render p50 s", "refresh p50 s", "render, every run (s)"], rows)
     data = {**report.data, "machine": machine_info(), "args": {k: str(v) for k, v in vars(args).items()}, **results,
             "seconds": round(time.perf_counter() - report.started, 1)}
     out.mkdir(parents=True, exist_ok=True)
