@@ -239,7 +239,11 @@ async def run(args: argparse.Namespace, report: Report, scratch: Path) -> dict[s
     finally:
         if process is not None:
             process.terminate()
-            process.wait(timeout=30)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # still answering a listing: aiohttp waits for it
+                process.kill()
+                process.wait(timeout=30)
         await client.jobs.close()
         ray.kill(recorder)
         cluster.shutdown(graceful=False)
