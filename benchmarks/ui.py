@@ -190,8 +190,8 @@ async def measure(report: Report, url: str, repeats: int, timeout_s: float, scre
                     break  # a page that did not render in time is not measured again
             rows = await page.locator(p.rows).count()
             results[p.tab] = {"rows_shown": rows, **{k: [None if v is None else round(v, 3) for v in vs] for k, vs in runs.items()}}
-            report.progress(f"page {p.tab}: rows shown {rows}, api {fmt(runs['api_s'])} s, render {fmt(runs['render_s'])} s, "
-                            f"refresh {fmt(runs['refresh_s'])} s")
+            report.progress(f"page {p.tab}: rows shown {rows}, seconds: api {fmt(runs['api_s'])}, render {fmt(runs['render_s'])}, "
+                            f"refresh {fmt(runs['refresh_s'])}")
             if p.tab == "overview" and screenshot is not None:
                 # A few refresh cycles (every 2 s) so the overview's charts have points to draw.
                 await asyncio.sleep(8)
