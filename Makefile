@@ -8,13 +8,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.timeshard-installed
 NPM_STAMP := node_modules/.timeshard-installed
+CHROMIUM_STAMP := $(VENV)/.timeshard-chromium
 PYTEST_ARGS ?=
 
-.PHONY: all setup test demo bench clean help
+.PHONY: all setup browser test demo bench clean help
 
 help:
 	@echo "make demo   - set up and run the timeshard demo"
-	@echo "make test   - set up and run the test suite (starts Azurite itself)"
+	@echo "make test   - set up and run the test suite (starts Azurite itself, finds or installs Chromium)"
 	@echo "make bench  - set up and run the benchmarks"
 	@echo "make clean  - remove .venv, node_modules and local state"
 
@@ -33,7 +34,11 @@ $(NPM_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-test: setup
+# The browser tests' Chromium: found on PATH or installed with apt-get once (the stamp holds its path).
+browser: | $(PY)
+	@sh tests/chromium.sh $(CHROMIUM_STAMP)
+
+test: setup browser
 	$(VENV)/bin/ruff check storage cluster handlers benchmarks tests
 	$(VENV)/bin/mypy storage cluster handlers
 	PYTHONHASHSEED=0 $(PY) -m pytest $(PYTEST_ARGS)  # the simulation replays a seed exactly only with one string hash

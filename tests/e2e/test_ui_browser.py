@@ -1,0 +1,239 @@
+"""``timeshard ui`` in a real browser: headless Chromium, driven by Playwright, against a cluster on Ray.
+
+One cluster, one ``timeshard ui`` process and one browser serve the whole module (each test opens its
+own browser context, so cookies never leak between tests). Every page's screenshot lands in
+``tests/artifacts/`` (ignored by git). Needs a Chromium: ``make test`` finds or installs one; without
+it these tests fail under CI=true and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import ray
+
+from cluster import Cluster, Flow, Step, Target
+from tests.browser import chromium, expect, require_browser
+from tests.e2e.conftest import FAST, RecorderActor, wait_for
+from tests.e2e.test_ui import TOKEN, free_port
+
+if TYPE_CHECKING:  # without Playwright the module still imports, so its tests fail (CI) or skip with the reason
+    from playwright.async_api import Browser, Dialog, Page
+
+pytestmark = [pytest.mark.ray, pytest.mark.asyncio(loop_scope="module")]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+WAIT_MS = 20_000  # every wait on the page is bounded by this
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    """The module's cluster, its recorder handler, and ``timeshard ui`` serving it at ``url``."""
+
+    cluster: Cluster
+    recorder: str
+    url: str
+
+    @property
+    def target(self) -> Target:
+        """The recorder, as a job's target."""
+        return Target.actor(self.recorder, namespace=ray.get_runtime_context().namespace)
+
+
+@pytest.fixture(scope="session")
+def browser_path() -> str:
+    """Checked before Ray starts: without a browser the module fails (CI=true) or skips at once."""
+    return require_browser()
+
+
+@pytest.fixture(scope="module")
+def ui_cluster(browser_path: str, ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, str]]:
+    """Two silos on a file store and a Recorder handler, shared by the module's tests."""
+    store = tmp_path_factory.mktemp("ui-browser") / "store"
+    cluster = Cluster.start(f"file://{store}", silos=2, namespace=f"ts-{uuid.uuid4().hex[:8]}", options=FAST)
+    recorder = f"recorder-{uuid.uuid4().hex[:8]}"
+    handle = RecorderActor.options(name=recorder, num_cpus=0).remote()
+    ray.get(handle.executions.remote(), timeout=60)
+    try:
+        yield cluster, recorder
+    finally:
+        ray.kill(handle)
+        cluster.shutdown(graceful=False)
+
+
+@pytest.fixture(scope="module")
+def ui_process(ui_cluster: tuple[Cluster, str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """The real ``timeshard ui`` command (this checkout's code) with a token, and its address."""
+    cluster, _ = ui_cluster
+    port = free_port()
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "TIMESHARD_UI_TOKEN": TOKEN,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen([sys.executable, "-m", "cluster.cli", "ui", "--namespace", cluster.namespace, "--port", str(port)],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        yield f"http://127.0.0.1:{port}", process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def dashboard(ui_cluster: tuple[Cluster, str], ui_process: tuple[str, subprocess.Popen[str]]) -> Dashboard:
+    """The module's cluster and its dashboard, once the dashboard answers."""
+    url, process = ui_process
+    async with aiohttp.ClientSession() as http:
+        async def answers() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"timeshard ui exited {process.returncode}: {process.stderr.read() if process.stderr else ''}")
+            try:
+                async with http.get(f"{url}/api/overview", headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                    return r.status == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await wait_for(answers, timeout=60, interval=0.3)
+    return Dashboard(*ui_cluster, url)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser(browser_path: str) -> AsyncIterator[Browser]:
+    async with chromium() as opened:
+        yield opened
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    """A fresh browser context (no cookies) with a wide viewport; every wait bounded by ``WAIT_MS``."""
+    context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    opened = await context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield opened
+        assert not errors, f"the page threw: {errors}"
+    finally:
+        await context.close()
+
+
+async def open_dashboard(page: Page, dashboard: Dashboard, tab: str = "overview") -> None:
+    """Open the page as a user does the first time (``?token=``), then the tab ``tab``."""
+    response = await page.goto(f"{dashboard.url}/?token={TOKEN}")
+    assert response is not None and response.status == 200
+    if tab != "overview":
+        await page.click(f"#tab-{tab}")
+    await expect(page.locator(f"section#{tab}")).to_be_visible()
+
+
+async def screenshot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / f"ui-{name}.png"), full_page=True)
+
+
+async def no_error_shown(page: Page) -> None:
+    """The status line says when the page last updated, not an error (it turns red on one)."""
+    await expect(page.locator("#status")).to_contain_text("updated")
+    await expect(page.locator("#status.err")).to_have_count(0)
+
+
+async def test_overview_shows_every_silo(page: Page, dashboard: Dashboard) -> None:
+    await open_dashboard(page, dashboard)
+    for silo_id in dashboard.cluster.silo_ids:
+        row = page.locator(f'#overview tr[data-silo="{silo_id}"]')
+        await expect(row).to_be_visible()
+        await expect(row.locator("td.error")).to_have_text("")
+    await expect(page.locator("#overview tr[data-silo]")).to_have_count(len(dashboard.cluster.silo_ids))
+    await no_error_shown(page)
+    await screenshot(page, "overview")
+
+
+async def test_shards_page_lists_the_silos_shards(page: Page, dashboard: Dashboard) -> None:
+    client = dashboard.cluster.client()
+    try:  # a silo owns shards once it holds jobs
+        await client.jobs.put(f"hourly-{uuid.uuid4().hex[:6]}", target=dashboard.target, schedule="@every 1h")
+    finally:
+        await client.jobs.close()
+    await open_dashboard(page, dashboard, "shards")
+    rows = page.locator("#shards tr[data-shard]")
+    await expect(rows.first).to_be_visible()
+    owners = {s["owner"] for s in await asyncio.to_thread(dashboard.cluster.status)}
+    shown = await rows.evaluate_all("rows => rows.map(r => [r.dataset.shard, r.querySelector('td.owner').textContent])")
+    assert shown and all(name for name, _ in shown), shown
+    assert {owner for _, owner in shown} <= owners, (shown, owners)
+    await no_error_shown(page)
+    await screenshot(page, "shards")
+
+
+async def test_named_job_paused_and_resumed_from_the_page(page: Page, dashboard: Dashboard) -> None:
+    client = dashboard.cluster.client()
+    name = f"nightly-{uuid.uuid4().hex[:6]}"
+    await client.jobs.put(name, target=dashboard.target, schedule="@every 1h")
+    asked: list[tuple[str, str]] = []
+
+    async def accept(dialog: Dialog) -> None:
+        asked.append((dialog.type, dialog.message))
+        await dialog.accept()
+
+    page.on("dialog", accept)
+    try:
+        await open_dashboard(page, dashboard, "jobs")
+        row = page.locator(f'#jobs tr[data-job="{name}"]')
+        await expect(row.locator("td.state")).to_have_text("active")
+        await no_error_shown(page)
+        await screenshot(page, "jobs")
+
+        for action, state in (("pause", "paused"), ("resume", "active")):
+            await row.locator(f'button[data-action="{action}"][data-name="{name}"]').click()
+            await wait_for(functools.partial(stored_paused, client, name, state == "paused"), timeout=WAIT_MS / 1000)
+            await expect(row.locator("td.state")).to_have_text(state)
+            assert asked[-1] == ("confirm", f"{action} {name}?")
+        assert len(asked) == 2
+    finally:
+        await client.jobs.close()
+
+
+async def stored_paused(client: Any, name: str, paused: bool) -> bool:
+    job = await client.jobs.get(name)
+    assert job is not None, f"job {name} vanished"
+    return bool(job.status.paused) == paused
+
+
+async def test_without_the_token_the_browser_gets_401_and_sees_nothing(page: Page, dashboard: Dashboard) -> None:
+    for path in ("/", "/?token=wrong", "/static/app.js", "/api/overview", "/api/jobs"):
+        response = await page.goto(dashboard.url + path)
+        assert response is not None and response.status == 401, path
+        body = await page.content()
+        assert not any(silo_id in body for silo_id in dashboard.cluster.silo_ids), body
+        assert "timeshard" not in (await page.title()), path
+    await expect(page.locator("tr[data-silo], #tabs button")).to_have_count(0)
+
+
+@pytest.mark.skip(reason="flows page not merged yet")
+async def test_flows_page_draws_a_submitted_flow(page: Page, dashboard: Dashboard) -> None:
+    client = dashboard.cluster.client()
+    target = dashboard.target
+    deps = {"extract": [], "transform": ["extract"], "load": ["transform"], "report": ["transform"]}
+    flow = Flow(f"etl-{uuid.uuid4().hex[:6]}", [Step(step, target, depends_on=d) for step, d in deps.items()])
+    await client.flows.submit(flow)
+    await open_dashboard(page, dashboard, "flows")
+    await expect(page.locator(f'#flows tr[data-flow="{flow.name}"]')).to_be_visible()
+    await page.click(f'a[data-open-flow="{flow.name}"]')
+    for step in deps:
+        await expect(page.locator(f'svg#flow-dag g.step[data-step="{step}"]')).to_have_count(1)
+    await expect(page.locator("svg#flow-dag g.step[data-state]")).to_have_count(len(deps))
+    await expect(page.locator("svg#flow-dag path.edge")).to_have_count(sum(len(d) for d in deps.values()))
+    await no_error_shown(page)
+    await screenshot(page, "flows")
