@@ -156,8 +156,29 @@ async def test_overview_shows_every_silo(page: Page, dashboard: Dashboard) -> No
         await expect(row).to_be_visible()
         await expect(row.locator("td.error")).to_have_text("")
     await expect(page.locator("#overview tr[data-silo]")).to_have_count(len(dashboard.cluster.silo_ids))
+    await expect(page.locator("#alerts li.none")).to_have_count(1)  # a healthy cluster raises no alert
+    await expect(page.locator("#alerts li[data-kind]")).to_have_count(0)
     await no_error_shown(page)
     await screenshot(page, "overview")
+
+
+async def test_overview_charts_the_fires_of_a_running_job_live(page: Page, dashboard: Dashboard) -> None:
+    client = dashboard.cluster.client()
+    name = f"ticker-{uuid.uuid4().hex[:6]}"
+    await client.jobs.put(name, target=dashboard.target, schedule="@every 1s")
+    try:
+        await open_dashboard(page, dashboard)
+        # The page is not reloaded: the sampler's next readings reach the charts by polling.
+        for metric in ("fires_per_s", "lateness_p50_ms", "lateness_p99_ms"):
+            chart = page.locator(f'svg.chart[data-metric="{metric}"]')
+            await expect(chart).to_be_visible()
+            await expect(chart.locator("path.line")).to_have_count(1)
+        top = await page.locator('svg.chart[data-metric="fires_per_s"] text.max').text_content()
+        assert top is not None and float(top.rstrip("/s ")) > 0, top  # the axis' top is the highest rate seen
+        await no_error_shown(page)
+    finally:
+        await client.jobs.delete(name)
+        await client.jobs.close()
 
 
 async def test_shards_page_lists_the_silos_shards(page: Page, dashboard: Dashboard) -> None:
@@ -169,6 +190,9 @@ async def test_shards_page_lists_the_silos_shards(page: Page, dashboard: Dashboa
     await open_dashboard(page, dashboard, "shards")
     rows = page.locator("#shards tr[data-shard]")
     await expect(rows.first).to_be_visible()
+    # An hourly job's shard is within the lookahead, so it is loaded; dormant ones are listed apart.
+    await expect(page.locator("#shards-loaded tr[data-shard]").first).to_be_visible()
+    await expect(page.locator("#shards-dormant")).to_be_attached()
     owners = {s["owner"] for s in await asyncio.to_thread(dashboard.cluster.status)}
     shown = await rows.evaluate_all("rows => rows.map(r => [r.dataset.shard, r.querySelector('td.owner').textContent])")
     assert shown and all(name for name, _ in shown), shown
@@ -201,6 +225,14 @@ async def test_named_job_paused_and_resumed_from_the_page(page: Page, dashboard:
             await expect(row.locator("td.state")).to_have_text(state)
             assert asked[-1] == ("confirm", f"{action} {name}?")
         assert len(asked) == 2
+
+        # Its detail: counters, next fire times and paused state, from the store.
+        await row.locator(f'a[data-open="{name}"]').click()
+        detail = page.locator("#job-detail")
+        await expect(detail).to_contain_text(name)
+        stored = await client.jobs.get(name)
+        assert stored is not None and stored.status.next_fires
+        await expect(detail).to_contain_text(stored.status.next_fires[0].isoformat()[:16])
     finally:
         await client.jobs.close()
 
@@ -221,7 +253,6 @@ async def test_without_the_token_the_browser_gets_401_and_sees_nothing(page: Pag
     await expect(page.locator("tr[data-silo], #tabs button")).to_have_count(0)
 
 
-@pytest.mark.skip(reason="flows page not merged yet")
 async def test_flows_page_draws_a_submitted_flow(page: Page, dashboard: Dashboard) -> None:
     client = dashboard.cluster.client()
     target = dashboard.target

@@ -14,6 +14,7 @@ from cluster.cli.ui.source import UiSource
 from cluster.model.options import DEFAULT_NAMESPACE
 
 DEFAULT_PORT = 8470
+SHUTDOWN_TIMEOUT_S = 3.0
 
 
 def add_ui_command(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +56,8 @@ def _run_ui(args: argparse.Namespace) -> int:
 
     app.on_cleanup.append(close_client)
     print(f"timeshard ui: http://{args.host}:{args.port}/" + ("?token=..." if token else ""), file=sys.stderr)
-    web.run_app(app, host=args.host, port=args.port, print=None)
+    # Ctrl-C or SIGTERM stops within seconds: a listing still in flight is cut off, not awaited.
+    web.run_app(app, host=args.host, port=args.port, print=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     return 0
 
 

@@ -48,11 +48,21 @@ const ts = (() => {
 
   function say(text, error) { $("status").textContent = text; $("status").className = error ? "err" : "muted"; }
 
+  // One refresh at a time: a tick or a click during one asks for one more right after it, so a
+  // slow server never sees requests pile up behind each other.
+  let running = false, again = false;
   async function refresh() {
+    if (running) { again = true; return; }
+    running = true;
     try {
-      await current.render($(current.id));
-      say("updated " + new Date().toLocaleTimeString());
-    } catch (e) { say(String(e), true); }
+      do {
+        again = false;
+        try {
+          await current.render($(current.id));
+          say("updated " + new Date().toLocaleTimeString());
+        } catch (e) { say(String(e), true); }
+      } while (again);
+    } finally { running = false; }
   }
 
   function show(p) {
