@@ -10,7 +10,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cluster.cli.ui import UiSource, make_app
-from cluster.flows.api import FLOW_STATES, FlowPage
+from cluster.flows.api import FLOW_STATES, DamagedFlow, FlowPage
+from cluster.flows.log import FlowLogDamaged
 from cluster.flows.model import FlowStatus, StepStatus
 from cluster.model.errors import ValidationError
 
@@ -36,6 +37,7 @@ class FakeFlows:
 
     def __init__(self, names: list[str]) -> None:
         self.flows = {n: flow(n) for n in names}
+        self.damaged: dict[str, str] = {}  # flows whose log cannot be read, and why
         self.calls: list[tuple[Any, ...]] = []
 
     async def page(self, prefix: str = "", *, state: str | None = None, offset: int = 0, limit: int = 50) -> FlowPage:
@@ -43,10 +45,13 @@ class FakeFlows:
         if state is not None and state not in FLOW_STATES:
             raise ValidationError("state", "must be a flow state", state)
         found = [f for n, f in sorted(self.flows.items()) if n.startswith(prefix) and state in (None, f.state)]
-        return FlowPage(tuple(found[offset:offset + limit]), len(found))
+        damaged = () if state else tuple(DamagedFlow(n, r) for n, r in sorted(self.damaged.items()) if n.startswith(prefix))
+        return FlowPage(tuple(found[offset:offset + limit]), len(found), damaged)
 
     async def get(self, name: str) -> FlowStatus | None:
         self.calls.append(("get", name))
+        if name in self.damaged:
+            raise FlowLogDamaged(f"flow log {name!r}: {self.damaged[name]}")
         return self.flows.get(name)
 
     async def cancel(self, name: str) -> bool:
@@ -101,6 +106,16 @@ async def test_a_flow_shows_every_step_with_its_dependencies(ui: TestClient) -> 
                           "depends_on": ["a"], "job_id": "etl-001-b"}
     assert steps["a"]["ended_at"] == "2026-11-26T12:00:03+00:00"
     assert (await ui.get("/api/flows/nope")).status == 404
+
+
+async def test_a_damaged_flow_log_is_listed_apart_and_its_detail_says_why(ui: TestClient,
+                                                                            fake_flows: FakeFlows) -> None:
+    fake_flows.damaged["etl-zz"] = "bad frame at 120"
+    listed = await (await ui.get("/api/flows?prefix=etl-&page=1")).json()
+    assert [f["name"] for f in listed["items"]] == ["etl-000", "etl-001", "etl-002", "etl-003", "etl-004"]
+    assert listed["damaged"] == [{"name": "etl-zz", "reason": "bad frame at 120"}]
+    detail = await ui.get("/api/flows/etl-zz")
+    assert detail.status == 409 and "bad frame at 120" in (await detail.json())["error"]
 
 
 async def test_cancel_calls_the_api_and_says_when_there_was_nothing_to_cancel(ui: TestClient,

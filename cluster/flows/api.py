@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.flows.log import FlowState, create_log, read_flow, update
+from cluster.flows.log import FlowLogDamaged, FlowState, create_log, read_flow, update
 from cluster.flows.model import (
     FLOW_CANCELLED,
     FLOW_HALTED,
@@ -31,18 +31,30 @@ from cluster.model.ports import JobSubmitter
 from cluster.model.wire import us_to_datetime
 from storage import AlreadyExists, LogInfo, Store, open_store
 
-__all__ = ["FLOW_STATES", "FlowIndex", "FlowPage", "Flows"]
+__all__ = ["FLOW_STATES", "DamagedFlow", "FlowIndex", "FlowPage", "Flows"]
 
 FLOW_STATES = (FLOW_RUNNING, FLOW_SUCCEEDED, FLOW_HALTED, FLOW_CANCELLED)
 _READS_AT_ONCE = 16  # flow logs fetched concurrently by one page; enough to hide store latency
 
 
 @dataclass(frozen=True)
+class DamagedFlow:
+    """A flow whose log cannot be read (torn or corrupt): its name and what is wrong."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class FlowPage:
-    """One page of flows in name order, and how many flows match in all."""
+    """One page of flows in name order, and how many flows match in all.
+
+    ``damaged`` names the page's flows whose log cannot be read: one bad log never hides the
+    others. A page filtered by state leaves them out (their state cannot be read)."""
 
     flows: tuple[FlowStatus, ...]
     total: int
+    damaged: tuple[DamagedFlow, ...] = ()
 
 
 class FlowIndex:
@@ -72,19 +84,23 @@ class FlowIndex:
             del self._seen[name]  # gone from the store: forget it
         if state is None:
             read = await self._read(store, infos[offset:offset + limit])
-            return FlowPage(tuple(s for s in read if s is not None), len(infos))
-        matching = [s for s in await self._read(store, infos) if s is not None and s.state == state]
+            return FlowPage(tuple(s for s in read if isinstance(s, FlowStatus)), len(infos),
+                            tuple(s for s in read if isinstance(s, DamagedFlow)))
+        matching = [s for s in await self._read(store, infos) if isinstance(s, FlowStatus) and s.state == state]
         return FlowPage(tuple(matching[offset:offset + limit]), len(matching))
 
-    async def _read(self, store: Store, infos: Sequence[LogInfo]) -> list[FlowStatus | None]:
+    async def _read(self, store: Store, infos: Sequence[LogInfo]) -> list[FlowStatus | DamagedFlow | None]:
         gate = asyncio.Semaphore(_READS_AT_ONCE)
 
-        async def one(info: LogInfo) -> FlowStatus | None:
+        async def one(info: LogInfo) -> FlowStatus | DamagedFlow | None:
             seen = self._seen.get(info.name)
             if seen is not None and seen[0] == info.etag:
                 return seen[1]
-            async with gate:
-                state = await read_flow(store, _flow_name(info))
+            try:
+                async with gate:
+                    state = await read_flow(store, _flow_name(info))
+            except FlowLogDamaged as exc:
+                return DamagedFlow(_flow_name(info), str(exc))
             if state is None:
                 return None  # created, its definition not appended yet
             status = state.status()

@@ -92,6 +92,16 @@ async def test_a_flow_deleted_from_the_store_leaves_the_pages(store: CountingSto
     assert "report" not in [f.name for f in page.flows] and page.total == 7
 
 
+async def test_a_damaged_flow_log_is_named_and_hides_no_other_flow(store: CountingStore) -> None:
+    info = next(i for i in await store.list("flows/etl-2"))
+    await store.append_block(info.name, b"\xff\xfe not a frame", info.etag)  # a corrupt tail
+    page = await FlowIndex().page(store, "etl-", offset=0, limit=4)
+    assert [f.name for f in page.flows] == ["etl-0", "etl-1", "etl-3"] and page.total == 7
+    assert [d.name for d in page.damaged] == ["etl-2"] and page.damaged[0].reason
+    running = await FlowIndex().page(store, state="running")  # a state filter cannot place it
+    assert "etl-2" not in [f.name for f in running.flows] and not running.damaged
+
+
 @pytest.mark.parametrize(("args", "field"), [
     ({"state": "done"}, "state"), ({"offset": -1}, "offset"), ({"limit": 0}, "limit"), ({"limit": True}, "limit"),
 ])

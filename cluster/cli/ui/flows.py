@@ -9,6 +9,7 @@ from aiohttp import web
 
 from cluster.cli.ui.paging import int_arg
 from cluster.cli.ui.source import UiSource
+from cluster.flows.log import FlowLogDamaged
 from cluster.model.errors import ValidationError
 
 
@@ -51,11 +52,15 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
             return web.json_response({"error": str(exc)}, status=400)
         return web.json_response({"page": number, "size": size, "total": found.total,
                                   "pages": max(1, -(-found.total // size)),
-                                  "items": [flow_summary(f) for f in found.flows]})
+                                  "items": [flow_summary(f) for f in found.flows],
+                                  "damaged": [{"name": d.name, "reason": d.reason} for d in found.damaged]})
 
     async def flow(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        found = await api().get(name)
+        try:
+            found = await api().get(name)
+        except FlowLogDamaged as exc:
+            return web.json_response({"error": f"flow {name!r}: its log is damaged: {exc}"}, status=409)
         if found is None:
             return web.json_response({"error": f"no flow named {name!r}"}, status=404)
         return web.json_response(flow_to_json(found))

@@ -146,6 +146,11 @@
       ["ended_at", "ended", f => ts.esc(when(f.ended_at))], ["halted_by", "halted by"],
       ["steps", "steps done", f => ts.esc(f.steps_done + " / " + f.steps_total)],
       ["act", "", cancelButton]], d.items, false, f => ({flow: f.name}));
+    if (d.damaged && d.damaged.length) {  // a flow whose log cannot be read: named, never hiding the rest
+      list.insertAdjacentHTML("beforeend", "<h2 class='err'>Damaged flow logs</h2><ul id='flows-damaged'>" +
+        d.damaged.map(f => "<li data-flow-damaged='" + ts.esc(f.name) + "'><b>" + ts.esc(f.name) + "</b> " + ts.esc(f.reason) + "</li>").join("") +
+        "</ul>");
+    }
     list.prepend(ts.pager(d, step => { page += step; ts.refresh(); }));
     wire(list);
     if (open !== null) await showFlow();
