@@ -41,7 +41,9 @@ browser: | $(PY)
 test: setup browser
 	$(VENV)/bin/ruff check storage cluster handlers benchmarks tests
 	$(VENV)/bin/mypy storage cluster handlers
-	PYTHONHASHSEED=0 $(PY) -m pytest $(PYTEST_ARGS)  # the simulation replays a seed exactly only with one string hash
+	# Two workers: the Ray tests run one after another on one (see tests/conftest.py), the rest
+	# beside them. The simulation replays a seed exactly only with one string hash.
+	PYTHONHASHSEED=0 $(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/timeshard demo

@@ -70,3 +70,20 @@ def no_silo_exceptions(request: pytest.FixtureRequest) -> Iterator[None]:
     time.sleep(0.3)  # a killed silo's last lines reach its log file
     faults = watch.faults()
     assert not faults, "a silo logged an unhandled exception:\n" + "\n".join(faults[:20])
+
+
+# -- running on two cores -------------------------------------------------------------------------
+# `make test` runs pytest-xdist with two workers and --dist loadgroup. Everything that runs Ray,
+# silos or a whole benchmark is one group, so it runs on one worker, one test after another, as
+# it would alone (one session Ray; drills that measure timings never overlap each other); the
+# rest (the simulator, unit tests, storage on Azurite) runs on the other worker meanwhile.
+_RAY_DIRS = ("e2e", "drills")
+_RAY_FILES = ("test_benchmarks.py", "test_queue_benchmark.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if ("ray_session" in getattr(item, "fixturenames", ()) or item.get_closest_marker("ray") is not None
+                or path.parent.name in _RAY_DIRS or path.name in _RAY_FILES):
+            item.add_marker(pytest.mark.xdist_group("ray"))

@@ -52,6 +52,7 @@ const ts = (() => {
   // slow server never sees requests pile up behind each other.
   let running = false, again = false;
   async function refresh() {
+    if (document.hidden) return;  // a tab in the background costs the silos nothing
     if (running) { again = true; return; }
     running = true;
     try {
@@ -86,6 +87,7 @@ const ts = (() => {
     }
     show(pages.find(p => "#" + p.id === location.hash) || pages[0]);
     setInterval(refresh, 2000);
+    document.addEventListener("visibilitychange", refresh);
   }
 
   return {$, esc, page, table, pager, get, post, say, refresh, start};
