@@ -142,7 +142,8 @@ async def timed(call: Callable[[], Awaitable[Any]], timeout_s: float) -> float |
     return time.perf_counter() - started
 
 
-async def measure(report: Report, url: str, repeats: int, timeout_s: float, screenshot: Path | None) -> dict[str, Any]:
+async def measure(report: Report, url: str, repeats: int, timeout_s: float, screenshot: Path | None,
+                  screenshot_after: float = 60.0) -> dict[str, Any]:
     """Per page, ``repeats`` times: its API call alone (no page open), navigation -> first rows
     visible, then one refresh cycle in the page (seconds; None: not within ``timeout_s``).
 
@@ -193,8 +194,10 @@ async def measure(report: Report, url: str, repeats: int, timeout_s: float, scre
             report.progress(f"page {p.tab}: rows shown {rows}, seconds: api {fmt(runs['api_s'])}, render {fmt(runs['render_s'])}, "
                             f"refresh {fmt(runs['refresh_s'])}")
             if p.tab == "overview" and screenshot is not None:
-                # A few refresh cycles (every 2 s) so the overview's charts have points to draw.
-                await asyncio.sleep(8)
+                # Enough 2 s readings for the charts to draw a line an operator would recognise.
+                for waited in range(0, int(screenshot_after), 10):
+                    report.progress(f"screenshot of the overview in {int(screenshot_after) - waited} s (charts filling)")
+                    await asyncio.sleep(min(10.0, screenshot_after - waited))
                 screenshot.parent.mkdir(parents=True, exist_ok=True)
                 await page.screenshot(path=str(screenshot))
                 report.progress(f"screenshot of the overview: {screenshot}")
@@ -233,7 +236,7 @@ async def run(args: argparse.Namespace, report: Report, scratch: Path) -> dict[s
         report.progress(f"{args.firing} jobs firing every second and flow {flow.name} submitted; serving the dashboard")
         url, process = serve(namespace)
         await until_answers(url, process)
-        pages = await measure(report, url, args.repeats, args.page_timeout, args.screenshot)
+        pages = await measure(report, url, args.repeats, args.page_timeout, args.screenshot, args.screenshot_after)
         fired = len(ray.get(recorder.executions.remote(), timeout=60))
         return {"fill": filled, "pages": pages, "fired_during_run": fired}
     finally:
@@ -258,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="measurements per page (default 3)")
     parser.add_argument("--page-timeout", type=float, default=600.0, help="seconds a page may take to show rows (default 600)")
     parser.add_argument("--screenshot", type=Path, default=None, help="save a screenshot of the overview here")
+    parser.add_argument("--screenshot-after", type=float, default=60.0,
+                        help="seconds of live charts before the screenshot (default 60)")
     args = parser.parse_args(argv)
     if args.jobs < 0 or args.concurrency < 1 or args.repeats < 1:
         parser.error("--jobs must be >= 0, --concurrency and --repeats >= 1")

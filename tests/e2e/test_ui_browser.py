@@ -183,16 +183,20 @@ async def test_overview_charts_the_fires_of_a_running_job_live(page: Page, dashb
 
 async def test_shards_page_lists_the_silos_shards(page: Page, dashboard: Dashboard) -> None:
     client = dashboard.cluster.client()
-    try:  # a silo owns shards once it holds jobs
-        await client.jobs.put(f"hourly-{uuid.uuid4().hex[:6]}", target=dashboard.target, schedule="@every 1h")
+    ticker = f"ticker-{uuid.uuid4().hex[:6]}"
+    # A silo owns shards once it holds jobs: an hourly job's shard is an hour away, far beyond the
+    # lookahead (dormant); a job due every second always has its next shard loaded.
+    await client.jobs.put(f"hourly-{uuid.uuid4().hex[:6]}", target=dashboard.target, schedule="@every 1h")
+    await client.jobs.put(ticker, target=dashboard.target, schedule="@every 1s")
+    try:
+        await open_dashboard(page, dashboard, "shards")
+        rows = page.locator("#shards tr[data-shard]")
+        await expect(rows.first).to_be_visible()
+        await expect(page.locator("#shards-loaded tr[data-shard]").first).to_be_visible(timeout=WAIT_MS)
+        await expect(page.locator("#shards-dormant tr[data-shard]").first).to_be_visible(timeout=WAIT_MS)
     finally:
+        await client.jobs.delete(ticker)
         await client.jobs.close()
-    await open_dashboard(page, dashboard, "shards")
-    rows = page.locator("#shards tr[data-shard]")
-    await expect(rows.first).to_be_visible()
-    # An hourly job's shard is within the lookahead, so it is loaded; dormant ones are listed apart.
-    await expect(page.locator("#shards-loaded tr[data-shard]").first).to_be_visible()
-    await expect(page.locator("#shards-dormant")).to_be_attached()
     owners = {s["owner"] for s in await asyncio.to_thread(dashboard.cluster.status)}
     shown = await rows.evaluate_all("rows => rows.map(r => [r.dataset.shard, r.querySelector('td.owner').textContent])")
     assert shown and all(name for name, _ in shown), shown
