@@ -23,22 +23,25 @@
     const now = points.length ? points[points.length - 1].t : Date.now() / 1000;
     const values = points.map(p => p[metric]).filter(v => v != null);
     const lo = Math.min(0, ...values), hi = Math.max(lo + 1e-9, ...values);
-    const x = t => L + (W - L - R) * (1 - (now - t) / keep), y = v => H - B - (H - T - B) * (v - lo) / (hi - lo);
+    const first = points.length ? now - points[0].t : 0;
+    // The x axis spans the data (at least a minute) until it fills the kept window: a dashboard
+    // opened a minute ago draws a line, not a dot at the right edge.
+    const width = Math.min(keep, Math.max(60, first));
+    const x = t => L + (W - L - R) * (1 - (now - t) / width), y = v => H - B - (H - T - B) * (v - lo) / (hi - lo);
     let d = "", pen = "M";
     for (const p of points) {
       const v = p[metric];
-      if (v == null || now - p.t > keep) { pen = "M"; continue; }
+      if (v == null || now - p.t > width) { pen = "M"; continue; }
       d += pen + x(p.t).toFixed(1) + " " + y(v).toFixed(1) + " "; pen = "L";
     }
-    const first = points.length ? now - points[0].t : 0;
     svg.innerHTML =
       "<line class='axis' x1='" + L + "' y1='" + (H - B) + "' x2='" + (W - R) + "' y2='" + (H - B) + "'/>" +
       "<line class='axis' x1='" + L + "' y1='" + T + "' x2='" + L + "' y2='" + (H - B) + "'/>" +
       "<text class='max' x='" + (L - 4) + "' y='" + (T + 8) + "' text-anchor='end'>" + ts.esc(values.length ? short(hi) + unit : "–") + "</text>" +
       "<text class='min' x='" + (L - 4) + "' y='" + (H - B) + "' text-anchor='end'>" + ts.esc(values.length ? short(lo) + unit : "") + "</text>" +
-      "<text class='span' x='" + L + "' y='" + (H - 6) + "'>−" + ts.esc(span(keep)) + "</text>" +
+      "<text class='span' x='" + L + "' y='" + (H - 6) + "'>−" + ts.esc(span(width)) + "</text>" +
       "<text class='span' x='" + (W - R) + "' y='" + (H - 6) + "' text-anchor='end'>now" +
-        (points.length ? " (data: " + ts.esc(span(first)) + ")" : ": no data yet") + "</text>" +
+        (points.length ? "" : ": no data yet") + "</text>" +
       (d ? "<path class='line' d='" + d.trim() + "'/>" : "");
   }
 
@@ -54,7 +57,8 @@
       draw(svg, d.series.points, metric, unit, d.series.keep_s);
     }
     parts.silos.innerHTML = ts.table([
-      ["silo_id", "silo"], ["incarnation", "incarnation"], ["node", "node"], ["lease_age", "lease age (s)"],
+      ["silo_id", "silo"], ["incarnation", "incarnation"],
+      ["node", "node", r => "<span title='" + ts.esc(r.node) + "'>" + ts.esc(String(r.node || "").slice(0, 12)) + "</span>"], ["lease_age", "lease age (s)"],
       ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
       ["quarantined", "quarantined", r => ts.esc(r.quarantined.join(", "))],
       ["error", "error", r => "<span class=err>" + ts.esc(r.error) + "</span>"]], d.silos, false, r => ({silo: r.silo_id}));
