@@ -9,6 +9,7 @@ it these tests fail under CI=true and skip elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import subprocess
@@ -162,11 +163,21 @@ async def test_overview_shows_every_silo(page: Page, dashboard: Dashboard) -> No
     await screenshot(page, "overview")
 
 
-async def test_overview_charts_the_fires_of_a_running_job_live(page: Page, dashboard: Dashboard) -> None:
+@contextlib.asynccontextmanager
+async def ticking(dashboard: Dashboard) -> AsyncIterator[Any]:
+    """A client, and a named job firing every second until the block ends."""
     client = dashboard.cluster.client()
     name = f"ticker-{uuid.uuid4().hex[:6]}"
     await client.jobs.put(name, target=dashboard.target, schedule="@every 1s")
     try:
+        yield client
+    finally:
+        await client.jobs.delete(name)
+        await client.jobs.close()
+
+
+async def test_overview_charts_the_fires_of_a_running_job_live(page: Page, dashboard: Dashboard) -> None:
+    async with ticking(dashboard):
         await open_dashboard(page, dashboard)
         # The page is not reloaded: the sampler's next readings reach the charts by polling.
         for metric in ("fires_per_s", "lateness_p50_ms", "lateness_p99_ms"):
@@ -176,27 +187,18 @@ async def test_overview_charts_the_fires_of_a_running_job_live(page: Page, dashb
         top = await page.locator('svg.chart[data-metric="fires_per_s"] text.max').text_content()
         assert top is not None and float(top.rstrip("/s ")) > 0, top  # the axis' top is the highest rate seen
         await no_error_shown(page)
-    finally:
-        await client.jobs.delete(name)
-        await client.jobs.close()
 
 
 async def test_shards_page_lists_the_silos_shards(page: Page, dashboard: Dashboard) -> None:
-    client = dashboard.cluster.client()
-    ticker = f"ticker-{uuid.uuid4().hex[:6]}"
     # A silo owns shards once it holds jobs: an hourly job's shard is an hour away, far beyond the
     # lookahead (dormant); a job due every second always has its next shard loaded.
-    await client.jobs.put(f"hourly-{uuid.uuid4().hex[:6]}", target=dashboard.target, schedule="@every 1h")
-    await client.jobs.put(ticker, target=dashboard.target, schedule="@every 1s")
-    try:
+    async with ticking(dashboard) as client:
+        await client.jobs.put(f"hourly-{uuid.uuid4().hex[:6]}", target=dashboard.target, schedule="@every 1h")
         await open_dashboard(page, dashboard, "shards")
         rows = page.locator("#shards tr[data-shard]")
         await expect(rows.first).to_be_visible()
         await expect(page.locator("#shards-loaded tr[data-shard]").first).to_be_visible(timeout=WAIT_MS)
         await expect(page.locator("#shards-dormant tr[data-shard]").first).to_be_visible(timeout=WAIT_MS)
-    finally:
-        await client.jobs.delete(ticker)
-        await client.jobs.close()
     owners = {s["owner"] for s in await asyncio.to_thread(dashboard.cluster.status)}
     shown = await rows.evaluate_all("rows => rows.map(r => [r.dataset.shard, r.querySelector('td.owner').textContent])")
     assert shown and all(name for name, _ in shown), shown
