@@ -96,6 +96,21 @@ def test_a_heartbeat_within_a_few_intervals_is_no_alert() -> None:
     assert alerts([HEALTHY]) == []
 
 
+def test_a_restart_or_lapse_seen_between_readings_stays_an_alert_for_the_kept_minutes() -> None:
+    """A rejoin or a late heartbeat is over by the next reading; the operator still sees it."""
+    series = Series(keep=60, interval=2)
+    series.add(0, 1000, [silo("a", 1, 0), silo("b", 1, 0, counters={"fired": 0, "lease_lapses": 2})])
+    series.add(2, 1002, [silo("a", 1, 0), silo("b", 1, 0, counters={"fired": 0, "lease_lapses": 2})])
+    assert series.events() == []  # a count that did not grow since the first reading is no news
+    series.add(4, 1004, [silo("a", 2, 0), silo("b", 1, 0, counters={"fired": 0, "lease_lapses": 3})])
+    found = alerts([silo("a", 2, 0), HEALTHY], series.events(), wall=1034)
+    assert [(a["kind"], a["silo"]) for a in found] == [("restarted", "a"), ("heartbeat", "b")]
+    assert "incarnation 2" in found[0]["message"] and "30 s ago" in found[0]["message"]
+    assert "1 time" in found[1]["message"]
+    series.add(66, 1066, [silo("a", 2, 0), silo("b", 1, 0, counters={"fired": 0, "lease_lapses": 3})])
+    assert series.events() == []  # older than the kept window: gone
+
+
 class Statuses:
     """A fake ``Cluster.status`` whose answers a test changes; counts its calls (from a thread)."""
 
@@ -126,6 +141,21 @@ async def test_one_reading_serves_the_sampler_and_every_request_within_the_inter
         assert status.calls == 1
         assert [a["kind"] for a in body["alerts"]] == ["quarantined"]
         assert set(body["series"]) == {"interval_s", "keep_s", "points"} and body["silos"][0]["silo_id"] == "a"
+    finally:
+        await client.close()
+
+
+async def test_the_overview_answers_a_restart_seen_between_readings_as_an_alert() -> None:
+    status = Statuses([silo("a", 1, 10)])
+    client = await started(status, interval=0.05)
+    try:
+        assert (await (await client.get("/api/overview")).json())["alerts"] == []
+        status.answer = [silo("a", 2, 0)]  # Ray restarted it, or its peers declared it dead and it rejoined
+        await asyncio.sleep(0.1)
+        status.answer = [silo("a", 2, 4)]
+        await asyncio.sleep(0.1)
+        body = await (await client.get("/api/overview")).json()
+        assert [(a["kind"], a["silo"]) for a in body["alerts"]] == [("restarted", "a")]
     finally:
         await client.close()
 

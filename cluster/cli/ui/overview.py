@@ -54,6 +54,19 @@ class Seen:
     at: float  # monotonic seconds
     fired: int
     buckets: Buckets | None  # None from a silo that does not report lateness buckets
+    lapses: int = 0  # ``lease_lapses``: times its firing lease ran out before a heartbeat renewed it
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a silo between two readings, shown as an alert while it is kept:
+    a new incarnation (restarted, or declared dead by its peers and rejoined), or lease lapses."""
+
+    at: float  # monotonic s of the reading that saw it
+    wall: float
+    kind: str
+    silo: str
+    message: str
 
 
 def buckets_of(counters: Mapping[str, Any]) -> Buckets | None:
@@ -118,6 +131,7 @@ class Series:
         self._points: deque[tuple[float, Point]] = deque(maxlen=math.ceil(keep / interval) + 1)
         self._seen: dict[str, Seen] = {}
         self._last_at: float | None = None
+        self._events: deque[Event] = deque(maxlen=100)
 
     def add(self, at: float, wall: float, statuses: Sequence[Mapping[str, Any]]) -> Point | None:
         """Take a reading made at ``at`` (monotonic s) and ``wall`` (epoch s); the point it makes.
@@ -134,9 +148,11 @@ class Series:
             if status.get("error") or not isinstance(counters, Mapping):
                 continue
             silo_id = str(status.get("silo_id"))
-            now = Seen(str(status.get("owner") or ""), at, int(counters.get("fired") or 0), buckets_of(counters))
+            now = Seen(str(status.get("owner") or ""), at, int(counters.get("fired") or 0), buckets_of(counters),
+                       int(counters.get("lease_lapses") or 0))
             before = self._seen.get(silo_id)
             self._seen[silo_id] = now
+            self._note(before, now, silo_id, wall)
             if previous_at is None:
                 continue
             fired, buckets = since(now, before)
@@ -146,6 +162,8 @@ class Series:
             if buckets is not None:
                 lateness = add_buckets(lateness, buckets)
         self._seen = {k: v for k, v in self._seen.items() if at - v.at <= self.keep}
+        while self._events and at - self._events[0].at > self.keep:
+            self._events.popleft()
         if previous_at is None:
             return None
         p50 = None if lateness is None else quantile(0.5, lateness)
@@ -155,6 +173,24 @@ class Series:
         while self._points and at - self._points[0][0] > self.keep:
             self._points.popleft()
         return point
+
+    def _note(self, before: Seen | None, now: Seen, silo_id: str, wall: float) -> None:
+        """Record what changed for one silo since its last reading: a transient miss is gone by the
+        next reading, so it is kept as an event for ``keep`` seconds rather than lost."""
+        if before is None:
+            return
+        if before.owner != now.owner:
+            incarnation = now.owner.rpartition("#")[2]
+            self._events.append(Event(now.at, wall, "restarted", silo_id,
+                                      f"now incarnation {incarnation}: restarted, or declared dead by its peers "
+                                      f"and rejoined (its shards may have moved)"))
+        elif now.lapses > before.lapses:
+            self._events.append(Event(now.at, wall, "heartbeat", silo_id,
+                                      f"firing lease lapsed {now.lapses - before.lapses} time(s): a heartbeat came late"))
+
+    def events(self) -> list[Event]:
+        """What happened to silos within the kept window, oldest first."""
+        return list(self._events)
 
     def points(self) -> list[Point]:
         return [p for _, p in self._points]
@@ -167,8 +203,10 @@ class Series:
                 "points": [{k: rounded(v) for k, v in asdict(p).items()} for p in self.points()]}
 
 
-def alerts(statuses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """What an operator should look at, each ``{kind, silo, shard?, message}``."""
+def alerts(statuses: Sequence[Mapping[str, Any]], events: Sequence[Event] = (),
+           wall: float | None = None) -> list[dict[str, Any]]:
+    """What an operator should look at, each ``{kind, silo, shard?, message}``: the trouble the
+    statuses show now, then the ``events`` of the last minutes (``wall``: now, to say how long ago)."""
     out: list[dict[str, Any]] = []
 
     def alert(kind: str, silo: Any, message: str, shard: str | None = None) -> None:
@@ -201,6 +239,10 @@ def alerts(statuses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         lapsed = heartbeat_missed(s)
         if lapsed:
             alert("heartbeat", silo, lapsed)
+    for event in events:
+        seconds = None if wall is None else max(0.0, wall - event.wall)
+        ago = "" if seconds is None else f" ({seconds:.0f} s ago)" if seconds < 90 else f" ({seconds / 60:.0f} min ago)"
+        alert(event.kind, event.silo, event.message + ago)
     return out
 
 
@@ -298,6 +340,7 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
         sampler = request.app[SAMPLER]
         reading = await sampler.latest()
         return web.json_response({"silos": [silo_row(s) for s in reading.statuses], "sampled_at": reading.wall,
-                                  "series": sampler.series.to_json(), "alerts": alerts(reading.statuses)})
+                                  "series": sampler.series.to_json(),
+                                  "alerts": alerts(reading.statuses, sampler.series.events(), reading.wall)})
 
     return [web.get("/api/overview", overview)]
