@@ -13,7 +13,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cluster.cli.ui import UiSource, make_app
-from cluster.cli.ui.overview import SAMPLER, Sampler, Series, alerts, quantile
+from cluster.cli.ui.overview import alerts
+from cluster.cli.ui.sampler import SAMPLER, Sampler, Series, quantile
 from cluster.runtime.metrics import LATENESS_BOUNDS, Histogram
 
 

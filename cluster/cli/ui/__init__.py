@@ -6,8 +6,8 @@
 The pages are static files of this package (no CDN, works offline) that poll JSON endpoints.
 Lists are paged on the server. The app sees the cluster only through a ``UiSource``: a
 ``status()`` callable (``Cluster.status``) and the public ``client.jobs`` and ``client.flows`` APIs,
-so tests hand it fakes. One module per page serves that page's endpoints: ``overview``, ``shards``,
-``jobs``, ``flows``.
+so tests hand it fakes. ``sampler`` reads the silos once per interval for every page; one module
+per page serves that page's endpoints: ``overview``, ``shards``, ``jobs``, ``flows``.
 """
 
 from cluster.cli.ui.app import make_app, page

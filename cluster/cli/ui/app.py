@@ -8,7 +8,7 @@ from aiohttp import web
 
 from cluster.cli.ui import flows, jobs, overview, shards
 from cluster.cli.ui.auth import token_middleware
-from cluster.cli.ui.overview import KEEP, SAMPLE_INTERVAL, SAMPLER, Sampler
+from cluster.cli.ui.sampler import KEEP, SAMPLE_INTERVAL, SAMPLER, Sampler
 from cluster.cli.ui.source import UiSource
 
 PAGE_SIZE = 50

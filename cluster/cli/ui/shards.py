@@ -6,8 +6,8 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.cli.ui.overview import SAMPLER
 from cluster.cli.ui.paging import page_of, sort_key
+from cluster.cli.ui.sampler import SAMPLER
 from cluster.cli.ui.source import UiSource
 
 SHARD_SORTS = ("name", "owner", "state", "jobs", "window_start", "adopted_count", "generation")
