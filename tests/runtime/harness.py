@@ -245,6 +245,20 @@ class Recorder:
             raise RuntimeError(f"job {ctx.job.id} failed on purpose")
 
 
+class Blocking:
+    """A handler whose attempts note their occurrence in ``ran``, set ``started`` and run until
+    ``finish`` is set: a job caught while it runs."""
+
+    def __init__(self) -> None:
+        self.started, self.finish = asyncio.Event(), asyncio.Event()
+        self.ran: list[int] = []
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.ran.append(ctx.occurrence)
+        self.started.set()
+        await self.finish.wait()
+
+
 async def make_parts(store: Store | None = None, silo_id: str = "0", *, clock: ManualClock | None = None,
                      transport: LocalTransport | None = None, options: ClusterOptions = OPTIONS,
                      hooks: Sequence[SiloHooks] = (), join: bool = True) -> Roles:

@@ -9,7 +9,7 @@ import pytest
 
 from cluster.runtime.shardlog import CANCELLED, REMOVE
 from storage import MemoryStore, StorageError, read_log
-from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts
 
 
 async def test_a_cancelled_job_is_removed_durably_and_never_fires() -> None:
@@ -63,12 +63,8 @@ async def test_a_cancel_whose_write_fails_leaves_the_job_to_fire() -> None:
 async def test_a_cancel_of_a_running_job_whose_write_fails_lets_the_attempt_record_its_outcome() -> None:
     store = GatedStore()
     parts = await make_parts(store)  # type: ignore[arg-type]
-    started, finish = asyncio.Event(), asyncio.Event()
-
-    async def slow(ctx):  # type: ignore[no-untyped-def]
-        started.set()
-        await finish.wait()
-
+    slow = Blocking()
+    started, finish = slow.started, slow.finish
     parts.transport.handlers["h"] = slow
     j = job()
     (name,) = await add(parts, j)
@@ -89,14 +85,8 @@ async def test_a_cancel_that_waited_for_the_shard_while_the_job_started_stops_it
     gate; the job started meanwhile, so the cancel removed it from the log while the run went
     on to add the next occurrence (or, refused, queued itself again): True did not hold."""
     parts = await make_parts()
-    started, finish = asyncio.Event(), asyncio.Event()
-    ran: list[int] = []
-
-    async def slow(ctx):  # type: ignore[no-untyped-def]
-        ran.append(ctx.occurrence)
-        started.set()
-        await finish.wait()
-
+    slow = Blocking()
+    started, finish, ran = slow.started, slow.finish, slow.ran
     parts.transport.handlers["h"] = slow
     j = job(schedule="@every 1s", repeats=3)
     (name,) = await add(parts, j)

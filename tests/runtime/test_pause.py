@@ -15,7 +15,7 @@ from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import PAUSE, RESUME, ShardState, add_op, pause_op, remove_op, resume_op, why_unusable
 from storage import MemoryStore, StorageError, read_log
-from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts
 
 
 async def fire_for(parts: Roles, seconds: int) -> None:
@@ -147,14 +147,8 @@ class Starts(SiloHooks):
 async def paused_while_running(parts: Roles) -> tuple[ScheduledJob, str, list[int]]:
     """A recurring job paused while its first attempt runs, that attempt then finished: the job,
     its shard, and the occurrences its handler ran (appended as it goes on)."""
-    started, finish = asyncio.Event(), asyncio.Event()
-    ran: list[int] = []
-
-    async def slow(ctx):  # type: ignore[no-untyped-def]
-        ran.append(ctx.occurrence)
-        started.set()
-        await finish.wait()
-
+    slow = Blocking()
+    started, finish, ran = slow.started, slow.finish, slow.ran
     parts.transport.handlers["h"] = slow
     j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
     (name,) = await add(parts, j)

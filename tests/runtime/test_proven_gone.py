@@ -15,7 +15,7 @@ from cluster.runtime.shardlog import SHARD_PREFIX
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import MemoryStore, list_logs
-from tests.runtime.harness import OPTIONS, LocalTransport, ManualClock, add, fire_due, item, job, make_parts
+from tests.runtime.harness import OPTIONS, Blocking, LocalTransport, ManualClock, add, fire_due, item, job, make_parts
 
 LEASE = OPTIONS.firing_lease.total_seconds()
 
@@ -109,12 +109,8 @@ async def test_a_paused_silo_never_fires_once_a_peer_claimed_its_shard() -> None
 
 async def test_stop_keeps_heartbeating_until_its_runs_end_then_releases_and_marks_itself_stopped() -> None:
     store, clock, transport = MemoryStore(), ManualClock(), LocalTransport()
-    started, finish = asyncio.Event(), asyncio.Event()
-
-    async def slow(ctx):  # type: ignore[no-untyped-def]
-        started.set()
-        await finish.wait()
-
+    slow = Blocking()
+    started, finish = slow.started, slow.finish
     transport.handlers["h"] = slow
     silo = Silo("s", "memory://", OPTIONS.with_(heartbeat_interval="50ms", suspicion_timeout="1s"), "test",
                 hooks=lambda _store, _view: [], transport=transport, clock=clock, store=store)
@@ -140,12 +136,8 @@ async def test_the_next_occurrence_of_a_run_that_ends_after_its_silo_rejoined_is
     recurring job does not fork into s#2's shards while the peer that took s#1's shard replays it."""
     store, clock = MemoryStore(), ManualClock()
     silo = await make_parts(store, "s", clock=clock)
-    started, finish = asyncio.Event(), asyncio.Event()
-
-    async def slow(ctx):  # type: ignore[no-untyped-def]
-        started.set()
-        await finish.wait()
-
+    slow = Blocking()
+    started, finish = slow.started, slow.finish
     silo.transport.handlers["h"] = slow
     j = job(due=timedelta(seconds=9), schedule="@every 5s")  # the next occurrence is in the next window
     (old_shard,) = await add(silo, j)
