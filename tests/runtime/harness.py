@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -294,12 +295,47 @@ async def add(parts: Roles, *jobs: ScheduledJob) -> list[str]:
     return names
 
 
+# One idle watch per loop, shared by every task waiting for idleness: two tasks that each
+# yielded until the loop had nothing else to run would keep it busy for each other forever.
+_idle_watch: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                       tuple[asyncio.Future[None], asyncio.Task[None]]] = weakref.WeakKeyDictionary()
+
+
+async def until_idle(limit: int = 100_000) -> None:
+    """Run the event loop until no callback is ready: every task waits on an event, a gate, the
+    manual clock or a timer not yet due. A check made after this sees everything that can happen
+    before a gate opens, the clock moves or a timer comes due, however many turns it takes;
+    a fixed number of yields passes a check whose event merely comes a few turns late.
+
+    Relies on the loop's ready queue (``_ready``, ``_scheduled``: asyncio's base loop, the one
+    pytest-asyncio runs): there is no public way to ask a loop whether it is idle.
+    """
+    loop = asyncio.get_running_loop()
+    if not hasattr(loop, "_ready"):
+        raise TypeError(f"until_idle needs asyncio's own event loop, not {type(loop).__name__}")
+    watch = _idle_watch.get(loop)
+    if watch is None or watch[0].done():
+        idle = loop.create_future()
+        watch = _idle_watch[loop] = idle, loop.create_task(_watch_for_idle(loop, idle, limit))
+    await asyncio.shield(watch[0])
+
+
+async def _watch_for_idle(loop: asyncio.AbstractEventLoop, idle: asyncio.Future[None], limit: int) -> None:
+    for _ in range(limit):
+        await asyncio.sleep(0)
+        ready: Sized = loop._ready  # type: ignore[attr-defined]
+        timers: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
+        if not ready and not (timers and timers[0].when() <= loop.time()):
+            idle.set_result(None)
+            return
+    idle.set_exception(AssertionError(f"the event loop still had work after {limit} turns: something spins"))
+
+
 async def fire_due(parts: Roles) -> None:
     """One turn of the fire loop, without the loop: take what is due and deliver it, to the end."""
     batch = parts.queue.pop_due(limit=parts.runs.room)
     parts.firing.dispatch(batch)
-    for _ in range(50):  # let deliveries and outcome writes run to completion
-        await asyncio.sleep(0)
+    await until_idle()  # let deliveries and outcome writes run to completion
     # Outcome writes and isolated shards' lanes end on their own; nothing to wait on but the table.
     while parts.firing.busy:  # noqa: ASYNC110
         await asyncio.sleep(0.001)

@@ -10,7 +10,7 @@ from cluster.model.jobs import ScheduledJob
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX
 from storage import MemoryStore, list_logs
-from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def _spread_over_shards(parts: Roles, jobs: list[ScheduledJob]) -> list[str]:
@@ -80,17 +80,15 @@ async def test_a_run_in_flight_ends_before_its_shard_moves_and_held_back_jobs_fi
     old.clock.advance(5)
     old.lease.renew(old.clock.monotonic())
     old.firing.dispatch(old.queue.pop_due(limit=10))  # "first" starts and waits in its handler
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await until_idle()
     assert ran == ["first"]
     shard = old.shards.get(name)
     assert shard is not None
     moving = asyncio.create_task(old.balance.release(shard))
-    await asyncio.sleep(0)  # the hand-over begins: the shard is leaving
+    await until_idle()  # the hand-over begins: the shard is leaving, and waits for the run in flight
     old.clock.advance(1)
     old.firing.dispatch(old.queue.pop_due(limit=10))  # "second" is due: held back, not started
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await until_idle()
     assert ran == ["first"] and not moving.done()
     assert (await _owners(store))[name] == "a#1"  # not released while a run is in flight
     go.set()

@@ -9,7 +9,7 @@ import pytest
 
 from cluster.runtime.shardlog import CANCELLED, REMOVE
 from storage import MemoryStore, StorageError, read_log
-from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def test_a_cancelled_job_is_removed_durably_and_never_fires() -> None:
@@ -102,7 +102,7 @@ async def test_a_cancel_that_waited_for_the_shard_while_the_job_started_stops_it
     holder = asyncio.ensure_future(writer_in_progress())
     await held.wait()
     cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
-    await asyncio.sleep(0)  # the cancel looked (no run) and now waits for the gate
+    await until_idle()  # the cancel looked (no run) and now waits for the gate
     parts.lease.renew(parts.clock.monotonic())
     parts.clock.advance(2)
     parts.firing.dispatch(parts.queue.pop_due(limit=10))

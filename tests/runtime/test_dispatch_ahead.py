@@ -18,7 +18,7 @@ from cluster.model.wire import datetime_to_us, timedelta_to_us
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, REMOVE
 from storage import MemoryStore, read_log
-from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, add, job, make_parts
+from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, add, job, make_parts, until_idle
 
 AHEAD_US = timedelta_to_us(OPTIONS.dispatch_ahead)
 SECOND = 1_000_000
@@ -42,8 +42,7 @@ class Starts:
 
 
 async def settle() -> None:
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await until_idle()
 
 
 async def send_ahead(parts: Roles) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from tests.runtime.harness import T0, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import T0, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def test_due_jobs_go_to_their_target_in_one_batch_and_nothing_early() -> None:
@@ -32,14 +32,10 @@ async def test_a_silo_whose_lease_lapsed_fires_nothing_until_a_heartbeat_renews_
     assert not parts.lease.valid
     loop = asyncio.ensure_future(parts.firing.run())
     try:
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await until_idle()
         assert parts.transport.calls == []
         parts.lease.renew(parts.clock.monotonic())
-        for _ in range(50):
-            await asyncio.sleep(0)
-            if parts.transport.calls:
-                break
+        await until_idle()
         assert len(parts.transport.calls) == 1
     finally:
         loop.cancel()
@@ -68,8 +64,6 @@ async def test_a_job_whose_ttl_passed_is_removed_without_running() -> None:
     parts.lease.renew(parts.clock.monotonic())
     parts.clock.advance(3)
     await fire_due(parts)
-    for _ in range(20):
-        await asyncio.sleep(0)
     assert recorder.ran == []
     shard = next(iter(parts.shards))
     assert shard.state is not None and j.id not in shard.state.live

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from cluster.runtime.lease import LEASE_FRACTION, Lease
-from tests.runtime.harness import ManualClock
+from tests.runtime.harness import ManualClock, until_idle
 
 
 def test_a_lease_holds_from_when_the_heartbeat_began_not_when_it_returned() -> None:
@@ -34,7 +34,7 @@ async def test_waiting_for_a_valid_lease_returns_on_the_next_renewal() -> None:
     clock = ManualClock()
     lease = Lease(clock, suspicion_timeout=5.0)
     waiter = asyncio.ensure_future(lease.wait_valid())
-    await asyncio.sleep(0)
+    await until_idle()
     assert not waiter.done()
     lease.renew(clock.monotonic())
     await asyncio.wait_for(waiter, 1.0)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.shardlog import SHARD_PREFIX
 from storage import list_logs
-from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def test_a_dormant_shard_loads_and_queues_its_jobs_once_its_window_is_within_the_lookahead() -> None:
@@ -29,8 +28,7 @@ async def test_a_recurring_job_that_missed_occurrences_while_dormant_skips_to_th
     (name,) = await add(parts, j)
     parts.clock.advance(25)  # four occurrences passed while the shard was dormant
     await parts.loading.load_due()
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await until_idle()
     shard = parts.shards.get(name)
     assert shard is not None and shard.state is not None
     due = shard.state.live[j.id][0]
@@ -95,8 +93,7 @@ async def test_a_skip_job_that_missed_occurrences_while_dormant_runs_none_of_the
     await parts.loading.load_due()
     loaded_at = parts.clock.now_us()
     for _ in range(3):
-        for _ in range(10):
-            await asyncio.sleep(0)
+        await until_idle()
         await fire_due(parts)
         parts.clock.advance(1)
         parts.lease.renew(parts.clock.monotonic())

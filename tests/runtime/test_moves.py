@@ -11,7 +11,7 @@ from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState
 from storage import MemoryStore, list_logs, read_log
-from tests.runtime.harness import GatedStore, ManualClock, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import GatedStore, ManualClock, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def live_copies(store: Any, job_id: str) -> list[tuple[str, int]]:
@@ -97,8 +97,7 @@ async def test_a_move_whose_add_landed_but_lost_its_answer_leaves_one_chain() ->
     seen_by_x.lose_answer("append_block", 1)  # the first write of the move lands, its answer is lost
     seen_by_x.fail_next("fetch", 9)  # ... and the writer cannot read back whether it landed
     firing = asyncio.ensure_future(fire(x))
-    for _ in range(100):
-        await asyncio.sleep(0)
+    await until_idle()
     await Membership(store).declare_dead(x.me.row, SILENT)  # X stalls while retrying: declared dead
     assert await y.adoption.adopt_orphans() == 1
     await fire(y)
@@ -121,8 +120,7 @@ async def test_a_move_whose_second_write_failed_in_the_store_leaves_one_chain() 
     await store.reached("append_block", name).wait()
     store.fail_next("append_block", 1)  # the write into the current shard fails: X retries later
     release.set()
-    for _ in range(100):
-        await asyncio.sleep(0)
+    await until_idle()
     await Membership(store).declare_dead(x.me.row, SILENT)
     assert await y.adoption.adopt_orphans() >= 1
     await fire(y)

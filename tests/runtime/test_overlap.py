@@ -3,7 +3,6 @@ takes 2.5 s (the handler moves the manual clock), under each policy."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
@@ -17,7 +16,7 @@ from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import DUE, OWNER, RETRY, SCHEDULED, ShardState
 from storage import MemoryStore, read_log
-from tests.runtime.harness import T0, T0_US, GatedStore, add, fire_due, job, make_parts
+from tests.runtime.harness import T0, T0_US, GatedStore, add, fire_due, job, make_parts, until_idle
 
 RUN_S = 2.5  # each attempt takes this long: two or three occurrences of @every 1s come due meanwhile
 
@@ -141,8 +140,7 @@ async def test_a_skip_is_counted_once_when_its_write_is_tried_again() -> None:
 
 
 async def settle() -> None:
-    for _ in range(100):
-        await asyncio.sleep(0)
+    await until_idle()
 
 
 async def fire_now(parts: Roles) -> None:

@@ -10,7 +10,7 @@ import pytest
 from cluster.runtime.membership import Membership
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
 from storage import StorageError, list_logs, read_log
-from tests.runtime.harness import GatedStore, add, job, make_parts
+from tests.runtime.harness import GatedStore, add, job, make_parts, until_idle
 
 
 async def test_jobs_of_one_window_share_this_silos_open_shard_tagged_with_its_incarnation() -> None:
@@ -88,8 +88,7 @@ async def test_a_shard_created_while_the_rejoin_is_under_way_is_not_held_under_t
     release_update.set()
     await store.reached("stat", "members/").wait()
     release_create.set()
-    for _ in range(50):  # let the create land and the write go on as far as it can
-        await asyncio.sleep(0)
+    await until_idle()  # let the create land and the write go on as far as it can
     assert [s.meta.owner for s in parts.shards if s.meta.owner == "s#1"] == []  # nothing held under the dead tag
     release_join.set()
     await beat

@@ -15,7 +15,7 @@ from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import PAUSE, RESUME, ShardState, add_op, pause_op, remove_op, resume_op, why_unusable
 from storage import MemoryStore, StorageError, read_log
-from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def fire_for(parts: Roles, seconds: int) -> None:
@@ -247,8 +247,7 @@ async def test_a_resume_in_flight_starts_nothing_and_the_next_occurrence_of_a_pa
     resuming = asyncio.ensure_future(parts.pausing.resume(target_name, j.id))
     await store.reached("append_block", target_name).wait()
     parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))  # the fire loop's turn while the resume is written
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await until_idle()
     assert ran == [1]  # not resumed until durable: nothing starts
     release.set()
     assert await asyncio.wait_for(resuming, 5) == ("resumed", None)

@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from cluster.model.clock import wall_clock_us
 from cluster.runtime import queue_order
 from cluster.runtime.queue import SLOT_SHIFT, JobQueue
+from tests.runtime.harness import until_idle
 
 
 class FakeClock:
@@ -276,8 +277,7 @@ async def test_an_earlier_push_into_the_ordered_head_slot_wakes_the_wait():
     q.push("late", SLOT + 100_000, "late")
     assert q.next_due() == SLOT + 100_000  # ordered: later pushes go to its arrivals
     waiter = asyncio.create_task(q.wait_due(timeout=120))
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await until_idle()  # the minute-long sleep is armed, and nothing wakes it
     assert not waiter.done()
     clock.now = SLOT + 50  # time moves on (a fake clock wakes nobody) ...
     q.push("soon", SLOT + 50, "soon")  # ... so only this push can end the minute-long sleep

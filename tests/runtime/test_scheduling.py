@@ -15,7 +15,18 @@ from cluster.model.wire import timedelta_to_us
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, format_window, window_of
 from cluster.runtime.silo import Silo
 from storage import MemoryStore, StorageError, Store, list_logs, read_log
-from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, Recorder, fire_due, item, job, make_parts
+from tests.runtime.harness import (
+    OPTIONS,
+    GatedStore,
+    LocalTransport,
+    ManualClock,
+    Recorder,
+    fire_due,
+    item,
+    job,
+    make_parts,
+    until_idle,
+)
 
 
 def restarted() -> LocalTransport:
@@ -142,3 +153,26 @@ async def test_a_job_scheduled_again_into_a_loaded_shard_runs_once_and_as_schedu
         parts.clock.advance(1)
         await fire_due(parts)
     assert parts.transport.delivered() == [first.id]
+
+
+async def test_schedule_returns_only_once_its_append_is_durable() -> None:
+    """The caller's acknowledgement is the promise: while the ADD's append is held in the store,
+    the silo's schedule call has not returned and the job is not queued (nothing may start from a
+    write that a store failure could still lose); released, the call returns and the job is queued."""
+    store = GatedStore()
+    silo = Silo("0", "memory://", OPTIONS, "test", hooks=lambda _store, _view: [], transport=LocalTransport(),
+                clock=ManualClock(), store=store)  # type: ignore[arg-type]
+    await silo.ready()
+    opened, held_job = job(due=timedelta(seconds=3)), job(due=timedelta(seconds=4))
+    (shard,) = await silo.schedule([item(opened)])  # the window's shard exists: the next append is the ADD alone
+    release = store.gate("append_block", shard)
+    call = asyncio.ensure_future(silo.schedule([item(held_job)]))
+    await asyncio.wait_for(store.reached("append_block", shard).wait(), 5)
+    await until_idle()
+    assert not call.done(), "schedule returned while its append was still held in the store"
+    assert silo._r.queue.get(held_job.id) is None
+    release.set()
+    assert await asyncio.wait_for(call, 5) == [shard]
+    assert silo._r.queue.get(held_job.id) is not None
+    assert await copies(store.inner, held_job.id) == [shard]
+    await silo.stop()

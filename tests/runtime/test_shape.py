@@ -3,7 +3,6 @@ relies on is which occurrences start, when, and what the counters say."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from cluster.model.jobs import ScheduledJob
@@ -11,7 +10,7 @@ from cluster.model.wire import datetime_to_us, timedelta_to_us
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import DUE, OCCURRENCE, SCHEDULED, ShardState
 from storage import read_log
-from tests.runtime.harness import T0, T0_US, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import T0, T0_US, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 def _entry(parts: Roles, job_id: str) -> list[object] | None:
@@ -114,8 +113,7 @@ async def test_a_missed_occurrence_skipped_on_load_resumes_at_the_next_allowed_j
     parts.clock.advance(6.5)  # occurrences 1 s ... 6 s were missed while nobody fired
     shard = next(iter(parts.shards))
     assert parts.loading.settle_misfires(shard) == {j.id}
-    for _ in range(50):
-        await asyncio.sleep(0)
+    await until_idle()  # the settling is written
     entry = _entry(parts, j.id)
     assert entry is not None
     assert entry[SCHEDULED] == T0_US + 8_000_000  # 7 s is excluded: the next allowed is 8 s

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from cluster.model.policies import FailurePolicy
-from tests.runtime.harness import Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def test_a_staged_job_holds_no_concurrency_slot_and_fails_after_the_undeliverable_timeout() -> None:
@@ -35,6 +34,5 @@ async def test_staged_jobs_go_to_their_target_together_once_it_appears() -> None
     assert len(parts.runs.staged) == 3
     parts.transport.handlers["later"] = recorder = Recorder()
     await parts.firing.retry_staged()
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await until_idle()
     assert len(parts.transport.calls) == 1 and len(recorder.ran) == 3
