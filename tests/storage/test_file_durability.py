@@ -171,19 +171,22 @@ async def test_an_append_over_a_torn_tail_is_on_disk_when_the_call_returns(tmp_p
     assert (await store.fetch("t")).data == b"keptnext"
 
 
+def replay(*calls: tuple[str, ...]) -> list[str]:
+    """What ``Disk`` reports for ``calls``: (method, path...) in order, then one acknowledgement."""
+    disk = Disk()
+    for method, *paths in calls:
+        getattr(disk, method)(*paths)
+    disk.acknowledged("the call")
+    return disk.violations
+
+
 def test_the_model_reports_each_way_of_acknowledging_early(tmp_path: Path) -> None:
     """The checker itself: each unsafe order is reported, the safe one is not."""
-    d, f = str(tmp_path), str(tmp_path / "x.meta")
-    safe = Disk()
-    safe.created(f + ".tmp"), safe.buffered(f + ".tmp"), safe.flushed(f + ".tmp"), safe.fsynced(f + ".tmp")
-    safe.replaced(f + ".tmp", f), safe.fsynced(d), safe.acknowledged("safe")
-    assert safe.violations == []
-    no_flush = Disk()
-    no_flush.buffered(f), no_flush.fsynced(f), no_flush.acknowledged("no flush")
-    assert no_flush.violations == [f"no flush acknowledged with x.meta {BUFFERED}"]
-    no_dir = Disk()
-    no_dir.written(f + ".tmp"), no_dir.fsynced(f + ".tmp"), no_dir.replaced(f + ".tmp", f), no_dir.acknowledged("no dir")
-    assert no_dir.violations == [f"no dir acknowledged with a new name in {d} not fsynced"]
-    late = Disk()
-    late.written(f + ".tmp"), late.replaced(f + ".tmp", f), late.fsynced(f), late.fsynced(d), late.acknowledged("late")
-    assert late.violations == [f"x.meta replaced by x.meta.tmp, whose data was {WRITTEN}"]
+    d, f, tmp = str(tmp_path), str(tmp_path / "x.meta"), str(tmp_path / "x.meta.tmp")
+    assert replay(("created", tmp), ("buffered", tmp), ("flushed", tmp), ("fsynced", tmp),
+                  ("replaced", tmp, f), ("fsynced", d)) == []
+    assert replay(("buffered", f), ("fsynced", f)) == [f"the call acknowledged with x.meta {BUFFERED}"]
+    assert replay(("written", tmp), ("fsynced", tmp), ("replaced", tmp, f)) == [
+        f"the call acknowledged with a new name in {d} not fsynced"]
+    assert replay(("written", tmp), ("replaced", tmp, f), ("fsynced", f), ("fsynced", d)) == [
+        f"x.meta replaced by x.meta.tmp, whose data was {WRITTEN}"]
