@@ -1,0 +1,211 @@
+"""The planted bugs (issue 24, deliverable 7), each with the smallest command that must catch it.
+
+A mutant whose catcher is the simulator names a seed range found by planting it and searching
+(``python -m tests.mutants --hunt NAME``). ``expects`` names the simulator oracle that must catch
+it but is not merged yet: until then it survives, and the table says why.
+"""
+
+from __future__ import annotations
+
+from tests.mutants.model import Mutant, Pytest, Sim
+
+EARLY = "early by 50 ms on a fault path"
+UNDURABLE = "acknowledge before durable"
+CLIENT_TRUTH_EARLY = "client-truth early check (due times from the acknowledged job, not the silo's scheduled_for)"
+DUPLICATES = "duplicate check (an occurrence succeeds twice only when a kill, pause or duplicate delivery explains it)"
+STORE_LEASE = "store-implied lease for zombies (the owner's last durable heartbeat, not the sender's lease_end)"
+FIFTY_MS = '__import__("datetime").timedelta(milliseconds=50)'
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        name="next-occurrence-early",
+        kind=EARLY,
+        path="cluster/runtime/outcomes.py",
+        old="""        nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
+        if nxt is None:
+            return None, 0, 0, False
+""",
+        new=f"""        nxt = next_occurrence(job.schedule, scheduled, entry[OCCURRENCE], job.repeats, job.ttl)
+        if nxt is None:
+            return None, 0, 0, False
+        nxt -= {FIFTY_MS}
+""",
+        catch=Sim(0, 300, "all"),
+        why="a recurring job's next occurrence starts 50 ms before the time its schedule gave the client",
+        expects=CLIENT_TRUTH_EARLY,
+    ),
+    Mutant(
+        name="catch-up-early-after-outage",
+        kind=EARLY,
+        path="cluster/runtime/loading.py",
+        old="times = None if plan.next_due is None else shaped_next(job, plan.next_due, self._metrics)[0]",
+        new=f"times = None if plan.next_due is None else shaped_next(job, plan.next_due - {FIFTY_MS}, self._metrics)[0]",
+        # The simulator schedules fire_all jobs only: no seed reaches this path (tell the model's author).
+        catch=Pytest(("tests/runtime/test_shape.py::test_a_missed_occurrence_skipped_on_load_resumes_at_the_next_allowed_jittered_one",
+                     "tests/runtime/test_loading.py")),
+        why="after an outage, a SKIP job's occurrence after the missed ones starts 50 ms early (only a load "
+            "after a failover or of a dormant shard runs this path)",
+    ),
+    Mutant(
+        name="catch-up-early-after-late-run",
+        kind=EARLY,
+        path="cluster/runtime/outcomes.py",
+        old="                nxt = cap_fire_all(job.schedule, nxt, now)\n",
+        new=f"                nxt = cap_fire_all(job.schedule, nxt, now) - {FIFTY_MS}\n",
+        catch=Sim(0, 300, "all"),
+        why="a fire_all job whose run ended past its next due time (late: an outage, a slow handler) catches up "
+            "with occurrences 50 ms early",
+        expects=CLIENT_TRUTH_EARLY,
+    ),
+    Mutant(
+        name="file-append-unsynced",
+        kind=UNDURABLE,
+        path="storage/file.py",
+        old="""                    os.ftruncate(fd, end)
+                os.fsync(fd)
+""",
+        new="""                    os.ftruncate(fd, end)
+""",
+        catch=Pytest(("tests/storage/test_file_durability.py::test_every_acknowledged_write_is_on_disk_when_the_call_returns",)),
+        why="an acknowledged append is still in the page cache: a power cut loses a job the client was told is scheduled",
+    ),
+    Mutant(
+        name="file-meta-unflushed",
+        kind=UNDURABLE,
+        path="storage/file.py",
+        old="""            f.flush()
+            os.fsync(f.fileno())
+""",
+        new="""            os.fsync(f.fileno())
+""",
+        catch=Pytest(("tests/storage/test_file_durability.py::test_every_acknowledged_write_is_on_disk_when_the_call_returns",)),
+        why="the fsync of the new .meta reaches none of it (still in Python's buffer): the rename may land on an empty file",
+    ),
+    Mutant(
+        name="file-rename-unsynced",
+        kind=UNDURABLE,
+        path="storage/file.py",
+        old="        _fsync_dir(self.root)  # the rename itself must survive a power cut\n",
+        new="",
+        catch=Pytest(("tests/storage/test_file_durability.py::test_every_acknowledged_write_is_on_disk_when_the_call_returns",)),
+        why="the .meta rename that commits an append is not durable: a power cut rolls the log back past acknowledged writes",
+    ),
+    Mutant(
+        name="schedule-acks-before-append",
+        kind=UNDURABLE,
+        path="cluster/runtime/ownership.py",
+        old="                    entries = await shard.write(ops)\n",
+        new="                    entries = []\n                    asyncio.ensure_future(shard.write(ops))\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::test_schedule_returns_only_once_its_append_is_durable",)),
+        why="schedule returns while its ADD is still being appended: a failed append loses an acknowledged job",
+    ),
+    Mutant(
+        name="cancel-queued-writes-nothing",
+        kind="a cancel that writes nothing",
+        path="cluster/runtime/cancel.py",
+        old="            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])\n",
+        new="            pass\n",
+        catch=Sim(0, 5, "all"),  # seeds 0, 2, 3
+        why="cancel answers 'cancelled' having only unqueued the job: the shard's next owner (after a kill) fires it",
+    ),
+    Mutant(
+        name="cancel-running-writes-nothing",
+        kind="a cancel that writes nothing",
+        path="cluster/runtime/cancel.py",
+        old="            await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])\n",
+        new="            pass\n",
+        catch=Sim(0, 6, "all"),  # seeds 0, 3, 5
+        why="a cancel of a job in flight answers 'cancelled' with no REMOVE: the next owner fires the occurrence again",
+    ),
+    Mutant(
+        name="lease-one-heartbeat-too-long",
+        kind="a lease one heartbeat too long",
+        path="cluster/runtime/lease.py",
+        old="        self.until = lease_end(written_from, self._suspicion)\n",
+        new="        self.until = lease_end(written_from, self._suspicion) + 1.0  # one heartbeat_interval of the tests\n",
+        catch=Sim(150, 20, "all"),  # seed 164: two owners; the zombie check cannot see it (the sender's lease_end)
+        why="a silo cut off from the store fires for a heartbeat after its peers may have adopted its shards",
+    ),
+    Mutant(
+        name="claim-before-lease-ends",
+        kind="a claim without proof",
+        path="cluster/runtime/adoption.py",
+        old="    return since is not None and now >= since\n",
+        new="    return since is not None\n",
+        catch=Sim(30, 15, "all"),  # seeds 33, 39, 42
+        why="a shard is adopted as soon as its owner is declared dead, while the owner's lease still lets it fire",
+    ),
+    Mutant(
+        name="claim-from-live-owner",
+        kind="a claim without proof",
+        path="cluster/runtime/adoption.py",
+        old="""        # that was merely slow learns it from its own failed heartbeat and stops firing.
+        return None
+""",
+        new="""        # that was merely slow learns it from its own failed heartbeat and stops firing.
+        return float("-inf")
+""",
+        catch=Sim(0, 3, "all"),
+        why="a shard is adopted from an owner never declared dead: two silos fire one shard",
+    ),
+    Mutant(
+        name="lost-remove-moved",
+        kind="a lost REMOVE(MOVED)",
+        path="cluster/runtime/outcomes.py",
+        old="            await run.shard.write([decision])\n",
+        new="            if run.shard.state is not None:\n                run.shard.state.apply_undoably([decision])\n",
+        catch=Sim(0, 9, "all"),  # seeds 1, 6, 7, 8: two chains
+        why="the move to the next window is carried out but its decision never reaches the source's log: the "
+            "source's next owner runs the occurrence again beside the moved chain",
+    ),
+    Mutant(
+        name="withdraw-drops-nothing",
+        kind="a withdraw that drops nothing",
+        path="handlers/base.py",
+        old="""            if waiting.pop(run_id, None) is not None:
+                dropped.append(run_id)
+            withdrawn[run_id] = keep_until + _WITHDRAWN_MARGIN
+""",
+        new="""            if waiting.get(run_id) is not None:
+                dropped.append(run_id)
+""",
+        catch=Sim(0, 16, "all"),  # seeds 3, 13, 15
+        why="the handler answers 'dropped' yet starts the job at its due time: it runs after cancel returned 'cancelled'",
+    ),
+    Mutant(
+        name="pause-not-written",
+        kind="a pause that isn't written",
+        path="cluster/runtime/pausing.py",
+        old="""            try:
+                await shard.write([op])
+            except StorageError:
+                live = shard.state""",
+        new="""            try:
+                if shard.state is not None:
+                    shard.state.apply_undoably([op])
+            except StorageError:
+                live = shard.state""",
+        catch=Sim(50, 20, "all"),  # seeds 56, 64, 66
+        why="pause answers 'paused' from memory alone: the shard's next owner fires the paused job",
+    ),
+    Mutant(
+        name="memory-append-unfenced",
+        kind="skip fencing",
+        path="storage/memory.py",
+        old="""        log = self._match(name, if_match)
+        if log.blocks >= self.max_blocks:""",
+        new="""        log = self._get(name)
+        if log.blocks >= self.max_blocks:""",
+        catch=Sim(55, 35, "all"),  # seeds 58, 85
+        why="an append with a stale ETag lands: a fenced (adopted-from) owner keeps writing its old shard",
+    ),
+    Mutant(
+        name="schedule-takeback-writes-nothing",
+        kind="a take-back that writes nothing",
+        path="cluster/runtime/cancel.py",
+        old="                await shard.write([remove_op(job_id, 1, CANCELLED) for job_id in job_ids if job_id not in started])\n",
+        new="                pass\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::test_a_call_whose_batch_for_one_window_fails_leaves_none_of_its_jobs",)),
+        why="a schedule call that failed leaves the batch that landed in place: a client told 'failed' gets jobs fired",
+    ),
+)
