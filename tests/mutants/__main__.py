@@ -1,4 +1,4 @@
-"""Plant each bug of the mutation table and run the command that must catch it.
+"""Plant each bug of the mutation table and run the commands that must catch it (all of them).
 
     python -m tests.mutants                 every mutant, then the table (exit 1 if any survived)
     python -m tests.mutants NAME...         only these
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -64,30 +65,35 @@ def run(catch: Catch, tree: Path, log: Path) -> tuple[bool | None, str]:
             return None, f"timed out after {catch.timeout:.0f} s"
     caught = catch.caught(done.returncode)
     lines = [line for line in log.read_text().splitlines() if line.strip()]
-    summary = next((line for line in reversed(lines) if "FAILED" in line or "failed" in line or "passed" in line
-                    or line.startswith("ran ")), lines[-1] if lines else "")
+    summary = next((line for line in lines if line.startswith("FAILED ")), None) or next(
+        (line for line in reversed(lines) if " failed" in line or " passed" in line or line.startswith("ran ")),
+        lines[-1] if lines else "")
+    summary = re.sub(r" with faults \S+", "", summary)  # the table names the faults already
     if caught is None:
         return None, f"exit {done.returncode}: {summary}"
     return caught, summary
 
 
 def judge(mutant: Mutant, tree: Path, logs: Path, baseline: dict[Catch, tuple[bool | None, str]]) -> Verdict:
+    """Plant ``mutant``, run every command that must catch it, take it out again."""
     started = time.monotonic()
     try:
         before = mutant.plant(tree)
     except ValueError as exc:
         return Verdict(mutant, "MOVED", 0.0, str(exc))
     try:
-        caught, detail = run(mutant.catch, tree, logs / f"{mutant.name}.log")
+        results = [run(catch, tree, logs / f"{mutant.name}-{i}.log") for i, catch in enumerate(mutant.catchers)]
     finally:
         (tree / mutant.path).write_text(before)
     elapsed = time.monotonic() - started
-    clean = baseline.get(mutant.catch)
-    if clean is not None and clean[0] is not False:
-        return Verdict(mutant, "INVALID", elapsed, f"fails without the mutant: {clean[1]}")
-    if caught is None:
+    detail = "; ".join(f"{c.describe()}: {d}" for c, (_, d) in zip(mutant.catchers, results, strict=True))
+    unclean = [c for c in mutant.catchers if c in baseline and baseline[c][0] is not False]
+    if unclean:
+        return Verdict(mutant, "INVALID", elapsed, "fails without the mutant: " +
+                       "; ".join(f"{c.describe()}: {baseline[c][1]}" for c in unclean))
+    if any(caught is None for caught, _ in results):
         return Verdict(mutant, "ERROR", elapsed, detail)
-    return Verdict(mutant, "CAUGHT" if caught else "SURVIVED", elapsed, detail)
+    return Verdict(mutant, "CAUGHT" if all(caught for caught, _ in results) else "SURVIVED", elapsed, detail)
 
 
 def table(verdicts: Sequence[Verdict] | None, mutants: Sequence[Mutant]) -> str:
@@ -100,7 +106,7 @@ def table(verdicts: Sequence[Verdict] | None, mutants: Sequence[Mutant]) -> str:
         elif verdict is None and mutant.expects:
             result = "expects oracle"
         seconds = "" if verdict is None else f"{verdict.seconds:.0f} s"
-        rows.append((mutant.name, mutant.kind, mutant.path, mutant.catch.describe(), result, seconds))
+        rows.append((mutant.name, mutant.kind, mutant.path, " + ".join(c.describe() for c in mutant.catchers), result, seconds))
     widths = [min(max(len(row[c]) for row in rows), 90) for c in range(len(rows[0]))]
     lines = [" | ".join(cell[:90].ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -165,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mutants = select(args.names)
         baseline: dict[Catch, tuple[bool | None, str]] = {}
         if not args.no_baseline:
-            for catch in dict.fromkeys(m.catch for m in mutants):
+            for catch in dict.fromkeys(c for m in mutants for c in m.catchers):
                 baseline[catch] = run(catch, tree, logs / "baseline.log")
                 print(f"unmutated: {catch.describe()}: {baseline[catch][1]}", flush=True)
         verdicts = []

@@ -64,9 +64,15 @@ class Mutant:
     path: str
     old: str
     new: str
-    catch: Catch
+    catch: Catch  # the smallest command that catches it
     why: str  # what a client would suffer: the promise the bug breaks
-    expects: str | None = None  # the oracle, not merged yet, that must catch it where today's checks cannot
+    # The simulator oracle, not merged yet, that must catch it where today's checks cannot (its Sim catchers).
+    expects: str | None = None
+    also: tuple[Catch, ...] = ()  # further commands that must catch it too: each one's check is held to it
+
+    @property
+    def catchers(self) -> tuple[Catch, ...]:
+        return (self.catch, *self.also)
 
     def apply(self, text: str) -> str:
         """``text`` with the bug planted; ``ValueError`` unless ``old`` occurs exactly once."""

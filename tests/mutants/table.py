@@ -1,8 +1,10 @@
 """The planted bugs (issue 24, deliverable 7), each with the smallest command that must catch it.
 
 A mutant whose catcher is the simulator names a seed range found by planting it and searching
-(``python -m tests.mutants --hunt NAME``). ``expects`` names the simulator oracle that must catch
-it but is not merged yet: until then it survives, and the table says why.
+(``python -m tests.mutants --hunt NAME``). ``also`` names further commands that must catch it as
+well (the simulator beside a unit test), so that weakening either check shows. ``expects`` names
+the simulator oracle that must catch it but is not merged yet: until then it survives, and the
+table says why.
 """
 
 from __future__ import annotations
@@ -12,8 +14,7 @@ from tests.mutants.model import Mutant, Pytest, Sim
 EARLY = "early by 50 ms on a fault path"
 UNDURABLE = "acknowledge before durable"
 CLIENT_TRUTH_EARLY = "client-truth early check (due times from the acknowledged job, not the silo's scheduled_for)"
-DUPLICATES = "duplicate check (an occurrence succeeds twice only when a kill, pause or duplicate delivery explains it)"
-STORE_LEASE = "store-implied lease for zombies (the owner's last durable heartbeat, not the sender's lease_end)"
+REAL_CLIENT = "the simulator driving the real Client (a call that failed outright fires nothing)"
 FIFTY_MS = '__import__("datetime").timedelta(milliseconds=50)'
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -97,6 +98,7 @@ MUTANTS: tuple[Mutant, ...] = (
         old="                    entries = await shard.write(ops)\n",
         new="                    entries = []\n                    asyncio.ensure_future(shard.write(ops))\n",
         catch=Pytest(("tests/runtime/test_scheduling.py::test_schedule_returns_only_once_its_append_is_durable",)),
+        also=(Sim(19, 6, "all"),),  # seeds 19, 22, 24: an acknowledged job lost
         why="schedule returns while its ADD is still being appended: a failed append loses an acknowledged job",
     ),
     Mutant(
@@ -206,6 +208,8 @@ MUTANTS: tuple[Mutant, ...] = (
         old="                await shard.write([remove_op(job_id, 1, CANCELLED) for job_id in job_ids if job_id not in started])\n",
         new="                pass\n",
         catch=Pytest(("tests/runtime/test_scheduling.py::test_a_call_whose_batch_for_one_window_fails_leaves_none_of_its_jobs",)),
+        also=(Sim(0, 300, "all"),),
         why="a schedule call that failed leaves the batch that landed in place: a client told 'failed' gets jobs fired",
+        expects=REAL_CLIENT,
     ),
 )
