@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 
+from cluster.model.attempt import JobContext
 from cluster.runtime.shardlog import CANCELLED, REMOVE
 from storage import MemoryStore, StorageError, read_log
 from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
@@ -118,3 +120,78 @@ async def test_a_cancel_that_waited_for_the_shard_while_the_job_started_stops_it
     await fire_due(parts)
     assert ran == [1]
     assert j.id not in parts.queue
+
+
+class OnItsWay:
+    """A handler whose first call is held on its way (a Ray call delayed in transit) until
+    ``arrive`` is set; ``events`` notes each attempt as it starts, and whatever else a test adds."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+        self.calls = 0
+        self.arrive = asyncio.Event()
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            await self.arrive.wait()
+        self.events.append(f"started #{ctx.occurrence}")
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    for _ in range(5000):
+        if done():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("never happened")
+
+
+@pytest.mark.parametrize(("period", "answers"), [("1s", ["cancelled"]), ("10s", ["moved", "cancelled"])],
+                         ids=["next-occurrence-in-the-shard", "next-occurrence-moved-on"])
+async def test_a_cancel_returns_only_once_a_run_of_an_older_copy_of_the_shard_can_no_longer_start(
+        period: str, answers: list[str]) -> None:
+    """Found by the simulation (seed 9159): a job's call was on its way to its handler when the
+    silo took the shard back from its log; the job ran again from the fresh copy, and that run
+    ended and queued the next occurrence (or moved the job on) while the first call still
+    travelled. A cancel then found the job queued, removed it, and answered "cancelled"; the
+    delayed call started the job after that. The caller, told "cancelled" (following a move if
+    told "moved"), must see no start of the job after it was told."""
+    events: list[str] = []
+    parts = await make_parts()
+    parts.transport.handlers["h"] = handler = OnItsWay(events)
+    j = job(schedule=f"@every {period}", repeats=3)
+    (name,) = await add(parts, j)
+    old = parts.shards.get(name)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 1)  # sent; the call has not reached the handler yet
+    # Its writer stopped (an append landed behind a lost answer, or the log was torn: see
+    # test_damage), so the silo takes the shard back from its log, which queues the job anew.
+    assert old is not None and await parts.shards.taken_back(old)
+    assert parts.shards.get(name) is not old
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: events == ["started #1"] and j.id not in parts.runs.inflight)  # ran again, and ended
+
+    heard: list[str] = []
+
+    async def cancel_as_a_client_does() -> str:
+        base: str | None = name
+        while True:
+            assert base is not None
+            answer, base = await parts.cancelling.cancel(base, j.id)
+            heard.append(answer)
+            if answer != "moved":
+                return answer
+
+    cancelling = asyncio.ensure_future(cancel_as_a_client_does())
+    cancelling.add_done_callback(lambda _: events.append("cancel returned"))
+    for _ in range(200):  # time for the cancel to answer, had it nothing to wait for
+        await asyncio.sleep(0)
+    handler.arrive.set()  # the first call reaches the handler
+    assert await asyncio.wait_for(cancelling, 5) == "cancelled"
+    assert heard == answers  # the path this case is about: the job queued here, or moved on
+    parts.clock.advance(30)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert events == ["started #1", "started #1", "cancel returned"]

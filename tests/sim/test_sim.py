@@ -188,6 +188,10 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A claim (by a pause) settled its shard's moves one by one; the entry one handed back was
     # cancelled meanwhile, and queued anyway it ran after "cancelled".
     (2638, "all", "claim queued an entry cancelled while it settled moves", "cancel did not hold"),
+    # A call of a job was on its way to its handler (delayed) when the silo took the shard back
+    # from its log; the job ran again from the fresh copy, which queued its next occurrence. A
+    # cancel removed that and answered "cancelled"; the delayed call then started the job.
+    (9159, "all", "cancel missed a displaced run on its way", "cancel did not hold"),
 ]
 
 
