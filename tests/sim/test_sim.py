@@ -188,6 +188,10 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A claim (by a pause) settled its shard's moves one by one; the entry one handed back was
     # cancelled meanwhile, and queued anyway it ran after "cancelled".
     (2638, "all", "claim queued an entry cancelled while it settled moves", "cancel did not hold"),
+    # A silo checked its lease, then was paused before its batch (sent ahead) went out; a peer,
+    # told by Ray it was gone, took its shard once that lease was over, and the handler, its
+    # clock 0.4 s behind the store's (within max_clock_skew), started the paused silo's copy.
+    (10861, "all", "lease end sent without the handler's clock skew", "two owners"),
 ]
 
 
