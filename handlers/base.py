@@ -76,7 +76,8 @@ class JobHandler:
         Plain tuples: Ray pickles a named tuple by reference to its class, 2.1 µs per job round
         trip against 0.16 for a tuple (measured with Ray's cloudpickle, 500 outcomes per batch).
         ``lease_end`` (wall clock, store time) is when the sending silo's ownership lease runs
-        out: a job due to start later comes from a silo that may have been paused or cut off and
+        out, less ``max_clock_skew``, as this host's clock may run that far behind the store's:
+        a job due to start later comes from a silo that may have been paused or cut off and
         may no longer own it, so it is refused unstarted and the silo that does own it runs it.
         ``ahead`` (an ``Ahead``) comes with a batch sent before its jobs are due: each job waits
         for its due time here, and until it starts a cancel can withdraw it (``timeshard_withdraw``).

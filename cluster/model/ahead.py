@@ -24,8 +24,9 @@ instant the silo reads ``sent_us``, store time >= ``sent_us``. It then reads its
   reading instead of the arrival, which takes transit out of lateness.
 
 The lease fences these jobs at their start, not at their arrival: the handler refuses a job
-whose sender's lease ended before it was due to start (the wall-clock ``lease_end``, bounded by
-``max_clock_skew`` as before, and on the same host also the exact monotonic ``lease_mono``).
+whose sender's lease ended before it was due to start (the wall-clock ``lease_end``, which the
+silo sends ``max_clock_skew`` early, as the handler's clock may run that far behind the store's;
+and on the same host also the exact monotonic ``lease_mono``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def start_at(ahead: Ahead, received_mono: float, domain: str, due_us: int) -> fl
 
 
 def lease_over(ahead: Ahead | None, domain: str, mono: float, wall: float, lease_end: float | None) -> bool:
-    """Whether the sender's lease has ended, by the handler's clocks at ``mono`` and ``wall`` (s)."""
-    if lease_end is not None and wall > lease_end:
+    """Whether the sender's lease has ended, by the handler's clocks at ``mono`` and ``wall`` (s).
+
+    Ended *at* ``lease_end``, as the sender's lease itself (``Lease.valid``): a peer may take
+    its shards from that instant on.
+    """
+    if lease_end is not None and wall >= lease_end:
         return True
     return ahead is not None and bool(domain) and domain == ahead.domain and mono >= ahead.lease_mono

@@ -72,7 +72,8 @@ class ClusterOptions:
       0 sends each job at its due time, as actors that do not subclass ``JobHandler`` always are.
     - ``max_clock_skew`` (500 ms): how far a silo's host clock may be off the store's before it
       is an error (logged, in ``status()`` and a metric). Silos fire by the store's clock at any
-      skew; handlers check a lease against their host's clock, which this bound stands for.
+      skew; handlers check a lease against their host's clock, which this bound stands for:
+      silos send them the lease's end this much early.
     - ``silo_num_cpus`` (0): Ray CPUs reserved per silo actor, 0 so several fit on 2 cores.
     - ``placement`` ("spread"): where new silos go. "spread" puts one on each alive node before
       any node gets a second, so losing a machine takes as few silos as possible; "pack" puts

@@ -359,9 +359,10 @@ class Firing:
             return
         # No await between the lease check above and the call below: a silo paused here cannot
         # send stale work later. The handler also refuses work past the lease's wall-clock end,
-        # which covers a pause that lands after the check, and checks it again at each start.
+        # which covers a pause that lands after the check, and checks it again at each start;
+        # the end it gets allows for its clock running behind the store's (``handler_end``).
         timeout = self._options.handler_timeout.total_seconds()
-        lease_end = self._lease.wall_end()
+        lease_end = self._lease.handler_end()
         started = self._clock.now_us()
         latest = started
         stops: dict[str, float] | None = None

@@ -6,6 +6,10 @@ lease runs from that moment for a fraction of the timeout (``LEASE_FRACTION``), 
 write was: a silo that is paused or cut off from the store stops firing before anyone may adopt
 its shards. Any other write to its row also lands after that heartbeat began, which is how a
 peer that merely *saw* the row change knows when the lease is over (``membership.Departures``).
+
+Handlers enforce it too, on their own host's wall clock, which may run behind the store's by up
+to ``max_clock_skew``: the end a silo sends them (``handler_end``) is that much earlier than the
+lease's, so what a silo sent starts nowhere once a peer may take its shards.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ def lease_end(written_from: float, suspicion_timeout: float) -> float:
 class Lease:
     """Until when (monotonic) this silo may fire, and a wait for the next renewal."""
 
-    def __init__(self, clock: Clock, suspicion_timeout: float) -> None:
+    def __init__(self, clock: Clock, suspicion_timeout: float, max_clock_skew: float) -> None:
         self._clock = clock
         self._suspicion = suspicion_timeout
+        self._skew = max_clock_skew
         self.until = 0.0
         self.renewed_from: float | None = None  # monotonic start of the heartbeat that last renewed it
         self._renewed = asyncio.Event()
@@ -57,5 +62,17 @@ class Lease:
             await self.wait_renewed()
 
     def wall_end(self) -> float:
-        """The lease's end (seconds since the epoch) on the silo's clock, the store's time, for handlers."""
+        """The lease's end (seconds since the epoch) on the silo's clock, the store's time."""
         return self._clock.now_us() / 1e6 + (self.until - self._clock.monotonic())
+
+    def handler_end(self) -> float:
+        """Until when (wall clock, s) a handler may start work this silo sends: the lease's end
+        less ``max_clock_skew``.
+
+        A handler compares this with its own host's clock, which may run that far behind the
+        store's; peers take our shards as soon as the lease is over (``Departures``), and
+        without the margin a handler could start our copy of a job beside the new owner's
+        (simulator seed 10861). A handler whose clock runs ahead refuses a little early
+        instead, and the silo sends the job again once its next heartbeat renews the lease.
+        """
+        return self.wall_end() - self._skew

@@ -78,7 +78,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     hooks: list[SiloHooks] = []
     queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
     runs = RunTable(options.max_concurrency)
-    lease = Lease(clock, options.suspicion_timeout.total_seconds())
+    lease = Lease(clock, options.suspicion_timeout.total_seconds(), options.max_clock_skew.total_seconds())
     decode = JobDecoder(metrics)
     shards = ShardTable(store, options, clock, me, queue, runs, metrics)
     moves = Moves(store, options, shards, runs)

@@ -17,6 +17,7 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.wire import datetime_to_us, timedelta_to_us
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, REMOVE
+from cluster.runtime.transport import Ping
 from storage import MemoryStore, read_log
 from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, add, job, make_parts, until_idle
 
@@ -216,6 +217,50 @@ async def test_a_lease_that_ends_during_the_wait_refuses_the_start_and_the_owner
     parts.lease.renew(clock.monotonic())
     await send_ahead(parts)
     assert [job_id for job_id, _ in starts.started] == [j.id]
+
+
+async def test_a_handler_whose_clock_runs_behind_starts_nothing_of_a_silo_whose_shard_a_peer_took() -> None:
+    """Simulator seed 10861: silo 0 sent a job ahead, then went silent; silo 1, told by Ray that
+    silo 0 was gone, took its shard once silo 0's lease was over. The handler, its wall clock
+    ``max_clock_skew`` behind the store's (the most the options allow), must not start silo 0's
+    copy after that: one live owner per shard, whatever the handler's clock within the bound."""
+    options = OPTIONS.with_(dispatch_ahead="1.9s")  # sent long before due, so the lease ends during the wait
+    lease = options.firing_lease.total_seconds()
+    skew = options.max_clock_skew.total_seconds()
+    clock = ManualClock()  # the store's and both silos': skew is not what this is about
+    handler_clock = ManualClock(T0_US - int(skew * SECOND))
+    owners: list[tuple[str, int]] = []  # (sender of each start, store time then)
+
+    async def run(ctx: JobContext) -> None:
+        owners.append((ctx.run_id.rpartition("@")[2], clock.now_us()))
+
+    store = MemoryStore(clock=clock.now_us)
+    silo0_transport = LocalTransport(handlers={"h": run}, clock=handler_clock, domain="the handler's host")
+    silo0 = await make_parts(store, "0", clock=clock, transport=silo0_transport, options=options)
+    silo1_transport = LocalTransport(handlers={"h": run}, clock=handler_clock, domain="the handler's host",
+                                     alive={"0": Ping.GONE})
+    silo1 = await make_parts(store, "1", clock=clock, transport=silo1_transport, options=options)
+    j = job(due=timedelta(seconds=lease + 0.2))  # due after silo 0's lease, which began at T0
+    await add(silo0, j)
+    assert await silo1.heartbeat.declare_peer_dead("0")  # seen dead at once: the shard is silo 1's at T0 + lease
+
+    def advance(seconds: float) -> None:
+        clock.advance(seconds)
+        handler_clock.advance(seconds)
+
+    advance(lease - 0.5)
+    await send_ahead(silo0)  # its lease holds: the job leaves, due 0.7 s later
+    assert silo0_transport.delivered() == [j.id]
+    advance(0.5)
+    silo1.lease.renew(clock.monotonic())  # silo 1's heartbeat
+    assert await silo1.adoption.adopt_orphans() == 1
+    taken_at = clock.now_us()
+    advance(0.2 + 0.001)  # the job is due: on the handler's clock silo 0's lease has not ended yet
+    await settle()
+    await send_ahead(silo1)
+    advance(0.001)
+    await settle()
+    assert [sender for sender, at in owners if at >= taken_at] == [silo1.me.owner]
 
 
 async def test_a_slow_lookup_of_one_target_does_not_hold_back_another_targets_jobs() -> None:

@@ -192,6 +192,10 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # from its log; the job ran again from the fresh copy, which queued its next occurrence. A
     # cancel removed that and answered "cancelled"; the delayed call then started the job.
     (9159, "all", "cancel missed a displaced run on its way", "cancel did not hold"),
+    # A silo checked its lease, then was paused before its batch (sent ahead) went out; a peer,
+    # told by Ray it was gone, took its shard once that lease was over, and the handler, its
+    # clock 0.4 s behind the store's (within max_clock_skew), started the paused silo's copy.
+    (10861, "all", "lease end sent without the handler's clock skew", "two owners"),
 ]
 
 
