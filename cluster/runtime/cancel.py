@@ -8,6 +8,7 @@ from typing import Any
 
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.hooks import SiloHooks, call_hooks
+from cluster.runtime.loading import Loading
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
@@ -23,7 +24,7 @@ class Cancelling:
     """Answers a client's cancel for a job in a shard this silo owns, or claims, or knows the owner of."""
 
     def __init__(self, store: Store, queue: JobQueue[list[Any]], runs: RunTable, shards: ShardTable,
-                 adoption: Adoption, hooks: list[SiloHooks], moves: Moves) -> None:
+                 adoption: Adoption, hooks: list[SiloHooks], moves: Moves, loading: Loading) -> None:
         self._store = store
         self._queue = queue
         self._runs = runs
@@ -31,6 +32,7 @@ class Cancelling:
         self._adoption = adoption
         self._hooks = hooks
         self._moves = moves
+        self._loading = loading
         # Keeps a run sent ahead of its due time from starting, if it has not (``Firing.withdraw``).
         self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
         # Per run id, the cancel of that run under way: its answer, or the error it raised.
@@ -55,7 +57,11 @@ class Cancelling:
                 # one shard that holds the job.
                 entry = await self._moves.settle(shard, job_id)
                 if entry is not None:
-                    self._queue.push(job_id, entry[0], entry)
+                    # Not pushed as is: a target that already held the move (settled meanwhile by
+                    # the adoption of this shard) hands back its current entry, which may be in
+                    # flight: queued again, it started a second run of one occurrence (found by
+                    # the simulation, seed 30091).
+                    self._loading.queue_entry(job_id, entry)
             async with shard.gate.exclusive():
                 run = self._runs.find(job_id)
                 if run is None or run.shard is not shard:

@@ -11,7 +11,7 @@ from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState
 from storage import MemoryStore, list_logs, read_log
-from tests.runtime.harness import GatedStore, ManualClock, Recorder, add, fire_due, job, make_parts, until_idle
+from tests.runtime.harness import Blocking, GatedStore, ManualClock, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def live_copies(store: Any, job_id: str) -> list[tuple[str, int]]:
@@ -126,3 +126,56 @@ async def test_a_move_whose_second_write_failed_in_the_store_leaves_one_chain() 
     await fire(y)
     await asyncio.wait_for(firing, 10)
     assert len(await live_copies(store, j.id)) == 1
+
+
+async def test_a_cancel_that_settles_a_move_whose_next_occurrence_runs_starts_no_second_run() -> None:
+    """Found by the simulation, seed 30091: a silo adopting a shard settles the moves decided in it;
+    a cancel of a moved job reaching that shard meanwhile settled the move too, found the next
+    occurrence already in its target (running there) and queued it again: the occurrence
+    started a second time while its first run went on, and the cancel was told "moved" all the same."""
+    store, clock, x, y = await two_silos()
+    slow = Blocking()
+    y.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 5s")
+    (source,) = await add(x, j)
+    clock.advance(9)
+    await fire(x)  # occurrence 1 runs on X and moves to the next window's shard
+    ((target, occurrence),) = await live_copies(store, j.id)
+    assert occurrence == 2
+    await Membership(store).declare_dead(x.me.row, SILENT)
+    there = await y.adoption.claim_for_cancel(target)  # Y adopts the target first
+    assert there is not None
+    clock.advance(5)
+    y.lease.renew(clock.monotonic())
+    y.firing.dispatch(y.queue.pop_due(limit=10))
+    await slow.started.wait()  # occurrence 2 runs on Y
+    held, free = asyncio.Event(), asyncio.Event()
+
+    async def writer_in_progress() -> None:  # holding the target, as a cancel of another of its jobs does
+        async with there.gate.exclusive():
+            held.set()
+            await free.wait()
+
+    holder = asyncio.ensure_future(writer_in_progress())
+    await held.wait()
+    claiming = asyncio.ensure_future(y.adoption.claim_for_cancel(source))  # settles its move: waits for the target
+    await until_idle()
+    here = y.shards.get(source)
+    assert here is not None and here.state is not None and j.id in here.state.pending
+    cancelling = asyncio.ensure_future(y.cancelling.cancel(source, j.id))  # a client's cancel, meanwhile
+    await until_idle()
+    free.set()
+    await holder
+    assert await claiming is here
+    assert await cancelling == ("moved", target)
+    y.firing.dispatch(y.queue.pop_due(limit=10))
+    await until_idle()
+    assert slow.ran == [2]  # one run of the occurrence at a time
+    following = asyncio.ensure_future(y.cancelling.cancel(target, j.id))  # the client follows the forward
+    await until_idle()
+    slow.finish.set()
+    assert await following == ("cancelled", None)
+    while y.runs.inflight:  # noqa: ASYNC110  the run's outcome ends on its own
+        await asyncio.sleep(0.001)
+    assert slow.ran == [2]
+    assert await live_copies(store, j.id) == []
