@@ -84,7 +84,6 @@ async def test_a_restart_storm_loses_nothing(ray_session, drill_store, tmp_path)
           f"{load.acknowledged}, in doubt {len(load.in_doubt)}, refused {load.refused}; {report.duplicates} duplicates "
           f"({report.explained_by_log} by the log, {report.explained_by_window} by the window); failover per shard "
           f"{_spread(report.failover_s)}; start to durable outcome {_spread(report.durable_s)}")
-    print("DEBUG calls", load.calls, [(e.kind, round(e.at, 3), e.owner) for e in report.events])
     # Told something the client promises, every call: acknowledged, in doubt, or refused outright.
     assert not load.unexpected, f"schedule calls failed in ways the client does not promise: {load.unexpected[:5]}"
     # Two of three silos are up at any moment and the client routes around the one being killed.
