@@ -192,9 +192,10 @@ class Observer:
         """When the store showed another owner of ``shard`` than ``owner``, which sent a fire at
         ``sent``; None if ``owner`` was the owner of record then, or the store cannot tell.
 
-        The reading before ``sent`` showed who owned it at some moment before the send. If that
-        was another owner, ``owner`` may still have claimed it between that reading and the send
-        only if the first reading begun after the send shows ``owner``: nothing else excuses it
+        The reading answered before ``sent`` showed who owned it at some moment before the send.
+        If that was another owner, ``owner`` may still have claimed it before the send only if a
+        reading answered after it, up to the first one begun after the send, shows ``owner`` (a
+        reading under way at the send shows some moment of its own span): nothing else excuses it
         (not "never seen owning", not a claim back seconds later). Can miss a fire sent within
         one reading of losing the shard, never invent one.
         """
@@ -205,9 +206,11 @@ class Observer:
         before = self.owner_at(shard, answered[i - 1])
         if before is None or before == owner:
             return None
-        after = next((t1 for t0, t1 in self.samples[i:] if t0 >= sent), None)
-        if after is not None and self.owner_at(shard, after) == owner:
-            return None  # claimed between the two readings: before or after the send, the store cannot say
+        for t0, t1 in self.samples[i:]:
+            if self.owner_at(shard, t1) == owner:
+                return None  # claimed around the send: before or after it, the store cannot say
+            if t0 >= sent:
+                break
         history = self.shard_owners.get(shard, [])
         return next((t for t, o in reversed(history) if t <= answered[i - 1] and o != owner), answered[i - 1])
 
@@ -262,6 +265,7 @@ class DrillReport:
     #: (first seen, incarnation, status): what a failed check is diagnosed from.
     shard_owners: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     member_rows: dict[str, list[tuple[float, int, str]]] = field(default_factory=dict)
+    readings: list[tuple[float, float]] = field(default_factory=list)  # the observer's (begun, answered)
     #: Re-runs explained because the log holds no outcome of the run before, and those explained
     #: only by the in-flight window (the log could not place that outcome).
     explained_by_log: int = 0
@@ -445,7 +449,9 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
                        early_examples=[(r["job_id"], round(r["started"], 3), round(told[r["job_id"]], 3))
                                        for r in early_runs[:50]],
                        shard_owners=observer.shard_owners if observer else {},
-                       member_rows=observer.rows if observer else {}, explained_by_log=by_log,
+                       member_rows=observer.rows if observer else {},
+                       readings=[(round(a, 3), round(b, 3)) for a, b in observer.samples] if observer else [],
+                       explained_by_log=by_log,
                        explained_by_window=len(by_window), window_margins=by_window, durable_s=_durable_times(observer, runs),
                        unacknowledged_fires=unacknowledged[:100])
 
