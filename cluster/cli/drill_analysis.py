@@ -39,6 +39,10 @@ from storage.generations import LogHead, list_logs
 IN_FLIGHT_S = 1.5
 #: Calls a silo sent just before it was killed or stopped may still start at the handler.
 DELIVERY_S = 0.5
+#: An append a killed silo had sent lands at most this long after the kill (the file store
+#: writes before the call returns; Azurite answers an append in milliseconds): an append the
+#: observer found absent from a read begun later than that was not the killed silo's.
+LANDED_S = 0.5
 OBSERVE_INTERVAL_S = 0.1
 #: Seconds a peer takes to claim a shard, replay it and fire its first due job, at most.
 CLAIM_S = 0.5
@@ -87,6 +91,7 @@ class Appended:
     writer: str | None
     outcomes: tuple[str, ...]  # job ids with a REMOVE or RETRY in this frame
     removes: tuple[str, ...] = ()  # the REMOVEs among them
+    after: float = 0.0  # when the read that did not find it yet began: it landed later
 
 
 @dataclass
@@ -97,6 +102,7 @@ class _Tail:
     end: int = 0
     last_seq: int = -1
     owner: str | None = None  # None: not read yet
+    read_at: float = 0.0  # when the last read began
 
 
 @dataclass
@@ -151,6 +157,7 @@ class Observer:
             if tail is not None:
                 self.gaps.add(head.base)  # what the old generation got after our last read is gone
             tail = self.tails[head.base] = _Tail(head.name)
+        began = time.time()
         try:
             fetched = await self.store.fetch(head.name, tail.end)
         except NotFound:
@@ -166,8 +173,8 @@ class Observer:
             ops = [op for op in frame.records if isinstance(op, list) and len(op) > 1 and op[0] in (REMOVE, RETRY)]
             if ops:
                 self.appends.append(Appended(head.base, frame.offset, seen, writer, tuple(str(op[1]) for op in ops),
-                                             tuple(str(op[1]) for op in ops if op[0] == REMOVE)))
-        tail.end, tail.last_seq, tail.owner = decoded.end, decoded.last_seq, owner
+                                             tuple(str(op[1]) for op in ops if op[0] == REMOVE), tail.read_at))
+        tail.end, tail.last_seq, tail.owner, tail.read_at = decoded.end, decoded.last_seq, owner, began
 
     def _failed(self, exc: BaseException) -> None:
         self.errors += 1
@@ -377,15 +384,21 @@ def acknowledged_due(job: ScheduledJob) -> float:
 class _Outcomes:
     """A job's outcomes in its shard log: who appended each (None: the store cannot say)."""
 
-    writers: list[str | None] = field(default_factory=list)
+    writers: list[str] = field(default_factory=list)  # the owners proven to have appended one
+    unplaced: list[float] = field(default_factory=list)  # outcomes of no proven writer: each one's ``after``
     removes: int = 0
     unproven: bool = False  # its shard's history was not read whole
+
+    def maybe_by(self, hit: Event) -> bool:
+        """Whether an outcome of no proven writer may be the one ``hit``'s incarnation appended:
+        a killed one appends nothing that a read begun ``LANDED_S`` after its kill did not find."""
+        return self.unproven or any(hit.kind != "kill" or after <= hit.at + LANDED_S for after in self.unplaced)
 
 
 def _log_outcomes(observer: Observer | None, runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, _Outcomes]:
     """Each job's outcomes in the log, each with its writer: proved by the store (same owner at
     the reads on both sides), else by the append itself (it holds the outcome of a job that only
-    one owner ran, and one append has one writer)."""
+    one owner ran, and one append has one writer); else when it landed, for ``maybe_by``."""
     out: dict[str, _Outcomes] = {}
     if observer is None:
         return out
@@ -397,7 +410,10 @@ def _log_outcomes(observer: Observer | None, runs: Mapping[str, list[dict[str, A
             writer = owners.pop() if len(owners) == 1 else None
         for job in a.outcomes:
             found = out.setdefault(job, _Outcomes(unproven=a.shard in observer.gaps))
-            found.writers.append(writer)
+            if writer is None:
+                found.unplaced.append(a.after)
+            else:
+                found.writers.append(writer)
         for job in a.removes:
             out[job].removes += 1
     return out
@@ -498,7 +514,7 @@ def _explain(v: list[dict[str, Any]], i: int, used: set[int], hits: list[Event],
         if hit is None or owner in found.writers:
             continue  # not in flight at a hit, or its outcome was durable: nobody should have run it again
         how: str | float = "log"
-        if None in found.writers or found.unproven:
+        if found.maybe_by(hit):
             if v[c]["started"] < hit.at - IN_FLIGHT_S:
                 continue
             how = round(hit.at - float(v[c]["started"]), 3)

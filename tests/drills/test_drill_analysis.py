@@ -12,6 +12,7 @@ import pytest
 
 from cluster.cli.drill_analysis import (
     IN_FLIGHT_S,
+    LANDED_S,
     STORM_ACK_FLOOR,
     Appended,
     DrillReport,
@@ -48,8 +49,8 @@ def observer(appends: tuple[Appended, ...] = (), **owners: list[tuple[float, str
     return seen
 
 
-def outcome(*jobs: str, writer: str | None, shard: str = "shards/a", seen: float = T) -> Appended:
-    return Appended(shard, 0, seen, writer, jobs, jobs)
+def outcome(*jobs: str, writer: str | None, shard: str = "shards/a", seen: float = T, after: float = 0.0) -> Appended:
+    return Appended(shard, 0, seen, writer, jobs, jobs, after)
 
 
 KILL = Event("kill", T + 10, "0", "0#1", ["shards/a"])
@@ -115,6 +116,24 @@ def test_an_outcome_the_log_cannot_place_is_judged_by_the_measured_in_flight_win
     report = analyse([job(0), job(1)], records, [KILL], ClusterOptions(), seen)
     assert (report.explained_by_window, report.other_duplicates) == (1, 1)
     assert report.unexplained_duplicates[0][1][1] == long_before
+
+
+def test_an_outcome_that_landed_after_its_owner_was_killed_is_not_the_killed_owners():
+    # The new owner's first append held only re-runs: no writer is proven, but the read before
+    # it began 0.9 s after the kill, when the killed silo could append nothing more.
+    records = [run(0, "0#1", T + 7.0), run(0, "1#1", T + 12)]
+    late = observer((outcome("j0", writer=None, seen=T + 11.05, after=T + 10 + LANDED_S + 0.4),),
+                    a=[(T, "0#1"), (T + 11, "1#1")])
+    report = analyse([job(0)], records, [KILL], ClusterOptions(), late)
+    assert (report.explained_by_log, report.other_duplicates) == (1, 0)
+    # Found by a read begun before the killed silo's last appends could have landed: unplaced,
+    # and its run began too long before the kill for the window.
+    early = observer((outcome("j0", writer=None, seen=T + 11.05, after=T + 10 + LANDED_S - 0.1),),
+                     a=[(T, "0#1"), (T + 11, "1#1")])
+    assert analyse([job(0)], records, [KILL], ClusterOptions(), early).other_duplicates == 1
+    # A paused silo appends again when it resumes: no time rules its outcome out.
+    pause = Event("pause", T + 10, "0", "0#1", ["shards/a"])
+    assert analyse([job(0)], records, [pause], ClusterOptions(), late).other_duplicates == 1
 
 
 def test_one_in_flight_attempt_explains_one_rerun_not_two():
