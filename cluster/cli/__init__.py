@@ -95,8 +95,8 @@ def _add_drill(sub: argparse._SubParsersAction) -> None:
         help="failover drill: load, SIGKILL silos at random, count lost / early / duplicate fires",
         description="Start silos, schedule jobs due over the next seconds into a recording handler, "
         "kill silo processes at random (and optionally pause one past the suspicion timeout), then "
-        "check lost = 0, early = 0, duplicates only from attempts in flight at a kill, no fire by a superseded "
-        "shard owner, failover time, no silo exceptions. Runs with the default cluster options. Exits 1 on any failed check.",
+        "check lost = 0, early = 0 (against the due time acknowledged), duplicates only of runs whose outcome the "
+        "shard log lacks at a kill, no fire by a superseded shard owner, failover per shard, no silo exceptions. Runs with the default cluster options. Exits 1 on any failed check.",
         epilog="examples:\n  timeshard drill --kills 3\n  timeshard drill --kills 20 --pause\n  timeshard drill --storm 20\n"
         "  timeshard drill --nodes 3                       # lose a node, scale up and down",
         formatter_class=argparse.RawDescriptionHelpFormatter,

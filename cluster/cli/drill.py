@@ -9,19 +9,27 @@ with the cluster's default options:
 
 - lost = 0: every acknowledged job executed at least once;
 - early = 0: no execution started before the time it was due;
-- every duplicate is a re-run of an attempt that was in flight when its silo was killed or paused
-  (started at most ``IN_FLIGHT_S`` before that moment, and by that incarnation); each such attempt
-  explains one re-run, no more;
-- two-owner fires = 0: no execution by an incarnation after another owner of that job's shard was
-  seen in the store, at any moment of the drill, not only at the end;
+- early = 0 is judged against the due time the client was told (the acknowledged job), never
+  the silo's own idea of when the occurrence was scheduled;
+- every duplicate is a re-run of an attempt whose silo was killed or paused after sending it and
+  whose outcome the shard log does not hold (the observer reads every append with the owner of
+  record then, and once more after the drill); where the log cannot say who appended an outcome,
+  the attempt must have reached the handler within ``IN_FLIGHT_S`` (measured) of the hit. Each
+  such attempt explains one re-run, no more;
+- two-owner fires = 0: no execution sent by an incarnation when the store's owner of record of
+  that job's shard was another (the readings on both sides of the send), at any moment;
 - zombie fires = 0: nothing fired by a killed incarnation after its kill, nor by a paused one after
   it was seen declared dead; and the paused silo is declared dead and rejoins;
-- failover: every kill whose silo held jobs still due is followed by a fire of them by another
-  silo, within ``failover_bound`` (storms excepted: kills come faster than failover);
-- no silo logged an unhandled exception (read from the Ray worker logs, killed incarnations too).
+- failover, per shard: every shard a killed silo held with jobs falling due is fired from by
+  another silo, within ``failover_bound`` (storms excepted: kills come faster than failover);
+- no silo logged an unhandled exception (read from the Ray worker logs, killed incarnations too),
+  and the observer read the store without an error.
 
 A storm (``storm_s``) kills a random silo every 1–2 s for that long while new jobs keep coming,
-and prints a status line every second.
+and prints a status line every second. Every schedule call made during it is classified:
+acknowledged, in doubt (``ScheduleInDoubt``: its jobs may fire, judged by the due time asked
+for), refused (``ClusterUnavailable``: nothing written, so none of it may fire), or unexpected,
+which fails the drill; so does acknowledging less than ``STORM_ACK_FLOOR`` of the jobs offered.
 """
 
 from __future__ import annotations
@@ -47,11 +55,13 @@ from cluster.cli.drill_analysis import (
     DrillReport,
     Event,
     Observer,
+    StormLoad,
     analyse,
     failover_bound,
     timeline,
 )
 from cluster.cli.silologs import SiloLogWatch
+from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import resolve_code_path
@@ -130,13 +140,16 @@ async def run_drill(
          if cluster.options == ClusterOptions() else f"drill: {count} jobs due over {span:.0f} s; {what}")
 
     events: list[Event] = []
-    schedule_errors: list[str] = []
+    storm_load = StormLoad() if storm_s else None
     observing = asyncio.create_task(observer.run())
     reporting = asyncio.create_task(_status_lines(progress, records_path, jobs, events, observer, time.time()))
     try:
         await asyncio.sleep(2.0)
         if storm_s:
-            loading = asyncio.create_task(_keep_scheduling(client, target, jobs, schedule_errors, storm_s))
+            assert storm_load is not None
+            storm_load.duration = storm_s
+            loading = asyncio.gather(*(_keep_scheduling(client, target, jobs, storm_load, storm_s, n)
+                                       for n in range(STORM_CALLERS)))
             await _storm(cluster, rng, events, storm_s, progress)
             await loading
         else:
@@ -171,13 +184,16 @@ async def run_drill(
         observing.cancel()
         reporting.cancel()
         await asyncio.gather(observing, reporting, return_exceptions=True)
+        await observer.observe()  # the logs read to their end: every outcome appended is seen
         await observer.store.close()
         ray.kill(recorder)
     await asyncio.sleep(0.5)  # let killed workers' last stderr lines land before reading them
     records = _read(records_path)
-    report = analyse(jobs, records, events, cluster.options, observer, storm=bool(storm_s))
+    report = analyse(jobs, records, events, cluster.options, observer, storm=bool(storm_s),
+                     in_doubt=storm_load.in_doubt if storm_load else None)
     report.silo_faults = watch.faults()
-    report.schedule_errors = len(schedule_errors)
+    report.storm_load = storm_load
+    report.schedule_errors = storm_load.offered - storm_load.acknowledged if storm_load else 0
     timeline(report, jobs, records, out_dir / "drill-timeline.png")
     (out_dir / "drill.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
@@ -211,19 +227,42 @@ async def _storm(cluster: Cluster, rng: random.Random, events: list[Event], stor
         await asyncio.sleep(rng.uniform(1.0, 2.0))
 
 
-async def _keep_scheduling(client: Any, target: Target, jobs: list[ScheduledJob], errors: list[str],
-                           duration: float) -> None:
-    """New jobs during the storm, due 1–3 s ahead; an acknowledged one joins ``jobs``."""
+#: A schedule call during the storm not answered in this long is a failure, not a refusal.
+STORM_CALL_TIMEOUT_S = 30.0
+#: Callers scheduling side by side during a storm: one call waiting on a killed silo does not
+#: stop the load.
+STORM_CALLERS = 3
+
+
+async def _keep_scheduling(client: Any, target: Target, jobs: list[ScheduledJob], load: StormLoad,
+                           duration: float, caller: int = 0) -> None:
+    """New jobs during the storm, 20 a call, each call's due 1–3 s ahead; what each call was told
+    goes into ``load``, and an acknowledged job joins ``jobs``."""
     end = time.time() + duration
-    k = 0
+    k = caller
     while time.time() < end:
-        now = datetime.now(timezone.utc)
-        specs = [{"target": target, "due": now + timedelta(seconds=1 + 2 * i / 20), "data": {"storm": k + i}} for i in range(20)]
-        k += 20
+        # One due time a call: a job in doubt is judged by the due time its call asked for.
+        due = datetime.now(timezone.utc) + timedelta(seconds=1 + 2 * (k % 8) / 8)
+        specs = [{"target": target, "due": due, "data": {"storm": f"{caller}/{20 * k + i}"}} for i in range(20)]
+        k += 1
+        load.offered += len(specs)
+        sent = time.time()
+        answer = "acknowledged"
         try:
-            jobs.extend(await asyncio.wait_for(client.schedule_jobs(specs), timeout=10))
-        except Exception as exc:  # refused while its silo was being killed: not acknowledged, not counted
-            errors.append(repr(exc))
+            acknowledged = await asyncio.wait_for(client.schedule_jobs(specs), timeout=STORM_CALL_TIMEOUT_S)
+        except ScheduleInDoubt as exc:
+            load.in_doubt.update(dict.fromkeys(exc.may_fire, due.timestamp()))
+            answer = "in doubt"
+        except ClusterUnavailable:
+            load.refused += len(specs)
+            answer = "refused"
+        except Exception as exc:  # noqa: BLE001  any other answer breaks the client's contract: counted, failing the drill
+            load.unexpected.append(repr(exc)[:300])
+            answer = type(exc).__name__
+        else:
+            jobs.extend(acknowledged)
+            load.acknowledged += len(acknowledged)
+        load.calls.append((round(sent, 3), round(time.time() - sent, 3), answer))
         await asyncio.sleep(0.25)
 
 
@@ -285,6 +324,10 @@ def run_drill_command(args: Any) -> int:
     print(report.table())
     for fault in report.silo_faults[:10]:
         print(f"  silo exception: {fault}")
+    for error in report.observer_error_examples:
+        print(f"  store watcher error: {error}")
+    for error in (report.storm_load.unexpected[:10] if report.storm_load else []):
+        print(f"  unexpected schedule error during the storm: {error}")
     print(f"timeline: {Path(args.out) / 'drill-timeline.png'}; figures: {Path(args.out) / 'drill.json'}")
     print("result: " + ("OK" if report.ok else "FAILED"))
     return 0 if report.ok else 1

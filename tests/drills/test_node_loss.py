@@ -26,17 +26,22 @@ def test_losing_a_node_and_scaling_under_load_lose_nothing(drill_store: str, tmp
     assert report_path.exists(), f"the drill wrote no report:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     report = json.loads(report_path.read_text())
     drill = report["drill"]
-    print(f"node loss: failover {drill['failover_s']} s (bound {drill['failover_bound_s']} s); scale-up "
+    print(f"node loss: failover per shard {drill['failover_s']} s (bound {drill['failover_bound_s']} s); "
+          f"{drill['duplicates']} duplicates ({drill['explained_by_log']} by the log, {drill['explained_by_window']} "
+          f"by the window); scale-up "
           f"{report['scale_up_s']} s; rebalanced {report['rebalanced_s']} s after the new silos served")
     assert report["spread_ok"], f"silos not one per worker node: {report['placement']}"
+    assert drill["observer_errors"] == 0, f"the store watcher failed: {drill['observer_error_examples']}"
     assert drill["lost"] == 0, f"{drill['lost']} acknowledged jobs never fired: {drill['lost_jobs'][:5]}"
-    assert drill["early"] == 0, f"{drill['early']} fires before their due time"
+    assert drill["early"] == 0, f"fires before the due time acknowledged: {drill['early_examples'][:5]}"
+    assert not drill["unacknowledged_fires"], drill["unacknowledged_fires"][:5]
     assert drill["other_duplicates"] == 0, drill["unexplained_duplicates"][:5]
     assert drill["two_owner_fires"] == 0, drill["two_owner_examples"][:5]
     assert drill["zombie_fires"] == 0, drill["zombie_examples"][:5]
     assert not drill["silo_faults"], drill["silo_faults"][:5]
-    assert len(drill["failover_s"]) == 1 and drill["failover_s"][0] <= drill["failover_bound_s"], (
-        f"the lost node's jobs fired elsewhere after {drill['failover_s']} s "
+    # Per shard of the lost node's silo: each fired from elsewhere within the bound.
+    assert drill["failover_s"] and not drill["unmeasured_kills"] and max(drill["failover_s"]) <= drill["failover_bound_s"], (
+        f"the lost node's shards fired elsewhere after {drill['failover_s']} s "
         f"(bound {drill['failover_bound_s']} s; never taken over: {drill['unmeasured_kills']})")
     assert report["scaled_up_to"] == 5 and len(set(report["placement_after_scale"].values())) == 3, (
         f"scaled-up silos not spread over the 3 nodes left: {report['placement_after_scale']}")

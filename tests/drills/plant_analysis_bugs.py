@@ -1,0 +1,54 @@
+"""Plant each bug in the drill's verdicts (a check of ``cluster/cli/drill_analysis.py`` reverted to
+what it was before issue 24, or weakened), run the unit test that guards it, and require that it
+fails; the file is restored after each, whatever happens. Exit status 1 if any bug went unseen.
+
+    python -m tests.drills.plant_analysis_bugs
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+P = ROOT / "cluster" / "cli" / "drill_analysis.py"
+MUTANTS = [
+    ("early judged by the silo's scheduled_for", 'r["job_id"] in told and r["started"] < told[r["job_id"]]', 'r["started"] < r["scheduled_for"]', "test_early_is_judged"),
+    ("a durable earlier outcome does not matter", 'if hit is None or owner in found.writers:', 'if hit is None:', "test_a_rerun_of_a_run_whose_outcome_was_durable"),
+    ("two removals of one job allowed", 'how = None if found.removes > 1 else', 'how = None if found.removes > 9 else', "test_two_removals"),
+    ("no writer from a job one owner ran", 'writer = owners.pop() if len(owners) == 1 else None', 'writer = None', "test_an_append_holding"),
+    ("the old 2 s window", 'if v[c]["started"] < hit.at - IN_FLIGHT_S:', 'if v[c]["started"] < hit.at - 2.0:', "test_an_outcome_the_log_cannot_place"),
+    ("never seen owning excused", '        answered = [t1 for _, t1 in self.samples]\n', '        answered = [t1 for _, t1 in self.samples]\n        if not any(o == owner for _, o in self.shard_owners.get(shard, [])):\n            return None\n', "test_an_owner_never_seen_owning"),
+    ("claim back within 0.5 s excused", '            if t0 >= sent:\n                break', '            if t0 >= sent + 0.5:\n                break', "test_a_claim_back_seen"),
+    ("only the reading begun after the send excuses", '            if self.owner_at(shard, t1) == owner:\n                return None', '            if t0 >= sent and self.owner_at(shard, t1) == owner:\n                return None', "test_a_reading_under_way"),
+    ("an unplaced outcome never the killed owner's", 'return self.unproven or any(', 'return self.unproven and any(', "test_an_outcome_that_landed_after"),
+    ("a killed owner's appends land at any time", 'after <= hit.at + LANDED_S for', 'after <= hit.at + 99 for', "test_an_outcome_that_landed_after"),
+    ("a paused owner treated as killed", 'hit.kind != "kill" or after', 'after', "test_an_outcome_that_landed_after"),
+    ("failover: first takeover over all of a silo's shards", 'failover.append(round(min(takeovers) - e.at, 3))', 'failover.append(round(min(takeovers) - e.at, 3)) if not failover else None', "test_failover_is_measured_per_shard"),
+    ("watcher errors ignored", 'and self.observer_errors == 0 and', 'and', "test_store_watcher_errors"),
+    ("storm: no rate floor", 'and self.acknowledged >= STORM_ACK_RATE * self.duration)', ')', "test_a_storm_fails"),
+    ("storm: unexpected errors ignored", 'return (not self.unexpected and self.acknowledged', 'return (self.acknowledged', "test_a_storm_fails"),
+    ("fires of jobs never acknowledged ignored", 'and not self.unacknowledged_fires', '', "test_a_fire_of_a_job_neither"),
+    ("observer: writer taken from the read that found the append", 'writer = owner if tail.owner == owner else None', 'writer = owner', "test_the_observer_names"),
+]
+def main() -> int:
+    original = P.read_text()
+    failed_to_catch: list[str] = []
+    try:
+        for name, old, new, test in MUTANTS:
+            assert original.count(old) == 1, (name, original.count(old))
+            P.write_text(original.replace(old, new))
+            done = subprocess.run([sys.executable, "-m", "pytest", "tests/drills/test_drill_analysis.py", "-q", "-p", "no:cacheprovider",
+                                   "-k", test], cwd=ROOT, capture_output=True, text=True)
+            caught = done.returncode == 1 and "failed" in done.stdout
+            print(f"{'caught ' if caught else 'MISSED '} {name:55s} by {test}")
+            if not caught:
+                failed_to_catch.append(name)
+    finally:
+        P.write_text(original)
+    return 1 if failed_to_catch else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
