@@ -70,13 +70,12 @@ class SimRay:
         try:
             answer = await self._call(silo_id, method, args)
         except (SiloLost, SiloRefused) as exc:
-            self._world.note(f"ray: {method} on {silo_id}: {type(exc).__name__} ({exc})")
+            self._world.note(f"ray: {_call_text(method, args)} on {silo_id}: {type(exc).__name__} ({exc})")
             raise
         except Exception as exc:
-            self._world.note(f"ray: {method} on {silo_id} raised {type(exc).__name__}")
+            self._world.note(f"ray: {_call_text(method, args)} on {silo_id} raised {type(exc).__name__}")
             raise
-        if method != "schedule":
-            self._world.note(f"ray: {method}{args} on {silo_id}: {answer}")
+        self._world.note(f"ray: {_call_text(method, args)} on {silo_id}: {answer}")
         return answer
 
     async def _call(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
@@ -138,6 +137,13 @@ class SimRay:
                 resumed.cancel()
         if not proc.alive(epoch):
             raise SiloLost(f"silo {proc.silo_id} was killed during {method}")
+
+
+def _call_text(method: str, args: tuple[Any, ...]) -> str:
+    """A call for the trace: a schedule call by its job ids (and suspects), others as they are."""
+    if method == "schedule":
+        return f"schedule({[item[0] for item in args[0]]}{', suspects ' + str(args[1]) if len(args) > 1 else ''})"
+    return f"{method}{args}"
 
 
 def _drop(task: asyncio.Future[Any]) -> None:
@@ -212,11 +218,13 @@ class SimClient:
         world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
 
     async def _earlier_try(self, job_id: str, shard: str) -> None:
-        """A job acknowledged by a call that lost a try after it reached a silo, which ran from
-        another shard before the acknowledgement: the retry did not find that try, so it must
-        have left no live copy (README: one more run, never two live copies)."""
+        """A job acknowledged by a call that lost a try after it reached a silo, whose first
+        occurrence ran from another shard before the acknowledgement: the retry did not find
+        that try, so it must have left no live copy (README: one more run, never two live copies)."""
         world = self._world
-        if not any(d.job_id == job_id and d.shard != shard for d in world.deliveries):
+        # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
+        # fired from another, it was added twice.
+        if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
             return
         live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
                 and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
