@@ -22,8 +22,9 @@ from tests.sim.world import Faults, Result, run_seed
 
 SEEDS = 2000
 REAL_CLIENT = "  0.000000 the client is cluster.client.Client"  # a line of the trace
+CLOCKS_JUMP = "  0.000000 clocks jump"
 # Fault kinds added after every seed of FOUND was found: off for those, so each keeps its world.
-LATER_KINDS = ",-real_client"
+LATER_KINDS = ",-real_client,-clock_jumps"
 CHUNKS = 10  # a chunk per test, so progress shows and a failure names its range
 
 
@@ -118,6 +119,23 @@ def test_real_client_seeds_see_every_answer_a_client_can_get() -> None:
         assert seen.get(key, 0) > 0, (key, seen)
     first, second = run_seed(2), run_seed(2)
     assert REAL_CLIENT in first.trace and first.digest == second.digest
+
+
+def test_a_seed_that_draws_no_clock_jumps_runs_as_before_them() -> None:
+    """Clock jumps draw from a generator of their own: other seeds keep their worlds."""
+    results = [run_seed(seed) for seed in range(8)]
+    plain = [r for r in results if CLOCKS_JUMP not in r.trace]
+    assert 0 < len(plain) < len(results)
+    for result in plain:
+        assert run_seed(result.seed, Faults(clock_jumps=False)).digest == result.digest
+
+
+def test_clock_jump_seeds_step_wall_clocks_and_suspend_vms() -> None:
+    seen: dict[str, int] = {}
+    for seed in range(20):
+        for key, n in run_seed(seed).stats.items():
+            seen[key] = seen.get(key, 0) + n
+    assert seen.get("wall clock steps", 0) > 10 and seen.get("suspends", 0) > 10, seen
 
 
 def test_virtual_time_costs_no_wall_time() -> None:

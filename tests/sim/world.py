@@ -63,6 +63,7 @@ from tests.sim.ahead import (
     SimHandler,
 )
 from tests.sim.client import SimClient, client_rng
+from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
 
 # -- what a run looks like ------------------------------------------------------------------------
@@ -118,6 +119,8 @@ class Faults:
     operator_pauses: bool = True
     # In a share of seeds the client side is ``cluster.client.Client`` itself (``tests.sim.client``).
     real_client: bool = True
+    # In a share of seeds silo hosts' clocks jump: wall clocks stepped, VMs suspended (``tests.sim.clocks``).
+    clock_jumps: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -231,6 +234,7 @@ class Process:
         self.resumed = asyncio.Event()
         self.died = asyncio.Event()  # set at the kill of the current incarnation
         self.skew_us = world.rng.randint(-MAX_SKEW_US, MAX_SKEW_US) if world.faults.skew else 0
+        self.clock = SimClock(world.loop, self.skew_us)  # its host's: it outlives each incarnation
 
     def start(self) -> None:
         self.epoch += 1
@@ -240,7 +244,7 @@ class Process:
         world = self.world
         transport = SimTransport(world, self, self.epoch)
         self.silo = Silo(self.silo_id, "memory://", world.options, "sim", hooks=feature_hooks, transport=transport,
-                         clock=SimClock(world.loop, self.skew_us), store=SimStore(world, self, self.epoch),
+                         clock=self.clock, store=SimStore(world, self, self.epoch),
                          rng=random.Random(world.rng.getrandbits(32)))
         transport.silo = self.silo
         world.note(f"start {self.silo_id} (epoch {self.epoch})")
@@ -541,6 +545,8 @@ class World:
         self.added_again: set[str] = set()
         self.client_rng = client_rng(seed)
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
+        self.jump_rng = jump_rng(seed)
+        self.jumps = draws_jumps(self)
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
 
     # -- recording --------------------------------------------------------------------------
@@ -1021,6 +1027,9 @@ class World:
                       f"{self.handler.clocks.describe()}")
         if self.sim_client is not None:
             self.note("the client is cluster.client.Client")
+        if self.jumps:
+            self.note("clocks jump")
+            self.spawn(jump_clocks(self, CHAOS_S))
         for proc in self.procs.values():
             proc.start()
         self.spawn(self.client())
