@@ -729,10 +729,15 @@ class World:
         counts as none (the call itself is not cancelled: Ray does not cancel actor calls)."""
         if proc.state == DEAD or proc.silo is None:
             raise Killed(proc.silo_id)
+        epoch = proc.epoch
         task = asyncio.ensure_future(getattr(proc.silo, method)(*args))
         done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
         if not done:
             raise TimeoutError(f"{method} on {proc.silo_id}: no answer")
+        if not proc.alive(epoch):
+            task.exception()  # retrieved: whatever it computed, a killed process answers nothing
+            self.stats["answers of killed processes dropped"] += 1
+            raise Killed(proc.silo_id)
         return task.result()
 
     def new_spec(self, n: int) -> Spec:
