@@ -164,6 +164,7 @@ class SimClient:
         # Job id -> (when the call raised, what): the call said these were not scheduled.
         self.not_scheduled: dict[str, tuple[int, str]] = {}
         self.in_doubt: set[str] = set()  # may fire or not: ScheduleInDoubt, or the caller gave up
+        self.calls = 0  # calls in progress: the run does not end before their answers are judged
 
     @classmethod
     def draw(cls, world: World) -> SimClient | None:
@@ -173,6 +174,13 @@ class SimClient:
         return None
 
     async def schedule(self, specs: Sequence[Spec]) -> None:
+        self.calls += 1
+        try:
+            await self._schedule(specs)
+        finally:
+            self.calls -= 1
+
+    async def _schedule(self, specs: Sequence[Spec]) -> None:
         world = self._world
         now = us_to_datetime(true_now_us(world.loop))
         jobs = []
@@ -243,6 +251,13 @@ class SimClient:
     async def cancel(self, job_id: str) -> None:
         """Cancel through ``Client.try_cancel_job``: True is a cancel that must hold; False ("already
         gone") leaves the job owed, unless a try of a cancel of it was lost after reaching a silo."""
+        self.calls += 1
+        try:
+            await self._cancel(job_id)
+        finally:
+            self.calls -= 1
+
+    async def _cancel(self, job_id: str) -> None:
         world = self._world
         task = asyncio.ensure_future(self.client.try_cancel_job(self.jobs[job_id]))
         done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)

@@ -1049,7 +1049,8 @@ class World:
         healed = self.loop.time()
         while self.loop.time() < healed + HEAL_MAX_S:
             await asyncio.sleep(0.5)
-            if self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed():
+            if (self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed()
+                    and (self.sim_client is None or not self.sim_client.calls)):
                 break
         await asyncio.sleep(3.0)  # let outcomes of the last attempts land
         await self.final_checks()
