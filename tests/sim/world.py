@@ -64,6 +64,7 @@ from tests.sim.ahead import (
 )
 from tests.sim.client import SimClient, client_rng
 from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
+from tests.sim.logs import Logs
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
 
 # -- what a run looks like ------------------------------------------------------------------------
@@ -121,6 +122,9 @@ class Faults:
     real_client: bool = True
     # In a share of seeds silo hosts' clocks jump: wall clocks stepped, VMs suspended (``tests.sim.clocks``).
     clock_jumps: bool = True
+    # In a share of seeds shard logs rotate every few dozen blocks and appends torn by a kill land
+    # in part (``tests.sim.logs``).
+    torn_logs: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -281,14 +285,15 @@ class SimStore(Store):
         self._proc = proc
         self._epoch = epoch
 
-    async def _call(self, method: str, name: str, op: Callable[[], Awaitable[Any]]) -> Any:
+    async def _call(self, method: str, name: str, op: Callable[[], Awaitable[Any]],
+                    torn: Callable[[], Awaitable[bool]] | None = None) -> Any:
         world, proc, epoch = self._world, self._proc, self._epoch
         await proc.gate(epoch)
         if world.faults.latency:
             await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
         if not proc.alive(epoch):
             # Killed with this call in flight: it reached the store or it did not.
-            if method in WRITES and world.rng.random() < 0.5:
+            if method in WRITES and world.rng.random() < 0.5 and not (torn is not None and await torn()):
                 await op()
                 world.landed(method, name, proc)
             await world.forever()
@@ -321,7 +326,8 @@ class SimStore(Store):
 
     async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
         return await self._call("append_block", name,  # type: ignore[no-any-return]
-                                lambda: self._world.store.append_block(name, payload, if_match))
+                                lambda: self._world.store.append_block(name, payload, if_match),
+                                lambda: self._world.logs.land_killed_append(self._world, name, payload, if_match))
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))  # type: ignore[no-any-return]
@@ -522,6 +528,8 @@ class World:
                                                                       max_skew=OPTIONS.max_clock_skew))
         self.sent: dict[str, Sent] = {}  # run id -> how it was sent, for the waiting handler's starts
         self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
+        self.logs = Logs(self)  # rotation and torn appends, in a share of seeds
+        self.logs.configure(self)
         self.injecting = True  # False once healed
         self.live = True  # False while tearing down
         self.trace: list[str] = []
@@ -1032,6 +1040,8 @@ class World:
                       f"{self.handler.clocks.describe()}")
         if self.sim_client is not None:
             self.note("the client is cluster.client.Client")
+        if self.logs.on:
+            self.note(self.logs.describe())
         if self.jumps:
             self.note("clocks jump")
             self.spawn(jump_clocks(self, CHAOS_S))

@@ -1,0 +1,77 @@
+"""Shard logs that rotate often and appends torn by a kill (the ``torn_logs`` kind).
+
+In a share of seeds (drawn from ``random.Random(f"logs/{seed}")``):
+
+- **rotation**: ``max_blocks`` is a few dozen blocks, so shard logs are compacted into new
+  generations again and again while silos fire, adopt and die (``storage.log``, ``LogWriter``'s
+  rotation), instead of never within a short run; and in a share of those the memory store's
+  own block limit is lower still, so an append meets ``LogFull`` first and the writer must
+  rotate from there (as on an append blob at 50,000 blocks).
+- **torn appends**: an append in flight when its silo is killed, which lands (half of them, as
+  before), lands only in part in a share of those: a prefix of its block, as a file store's
+  write does at a crash. Nobody was told it landed; the next owner's claim must drop the torn
+  tail (README, Damage: "a torn tail is not damage") and lose nothing acknowledged.
+
+The checks are the world's: nothing acknowledged lost, cancels that hold, one chain per job.
+A seed that draws neither runs as it did before this existed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import TYPE_CHECKING
+
+from storage import MemoryStore
+
+if TYPE_CHECKING:
+    from tests.sim.world import World
+
+#: The share of seeds whose logs rotate often, and whose killed appends may tear.
+LOG_SHARE = 0.5
+#: ``max_blocks`` of such a seed, drawn per seed: a rotation every few heartbeats of a busy shard.
+MAX_BLOCKS = (8, 16, 40)
+#: The share of those seeds in which the store's own block limit comes first.
+P_STORE_LIMIT = 0.3
+#: Per append in flight at its silo's kill that lands: the share that lands torn.
+P_TORN = 0.5
+
+
+class Logs:
+    """What this seed does to shard logs."""
+
+    def __init__(self, world: World) -> None:
+        self.rng = random.Random(f"logs/{world.seed}")
+        self.on = world.faults.torn_logs and self.rng.random() < LOG_SHARE
+        self.max_blocks = self.rng.choice(MAX_BLOCKS) if self.on else 0
+        self.store_limit = self.on and self.rng.random() < P_STORE_LIMIT
+
+    def describe(self) -> str:
+        limit = f", the store's limit {self.max_blocks // 2}" if self.store_limit else ""
+        return f"logs rotate every {self.max_blocks} blocks{limit}; appends in flight at a kill may tear"
+
+    def configure(self, world: World) -> None:
+        """Set the seed's rotation in the silos' options and the store's limit."""
+        if not self.on:
+            return
+        world.options = dataclasses.replace(world.options, max_blocks=self.max_blocks)
+        if self.store_limit:
+            world.store.max_blocks = self.max_blocks // 2
+
+    async def land_killed_append(self, world: World, name: str, payload: bytes, if_match: str) -> bool:
+        """An append in flight at its silo's kill, which lands: torn (True, done here) or whole
+        (False: the caller lands it)."""
+        if not self.on or self.rng.random() >= P_TORN:
+            return False
+        store: MemoryStore = world.store
+        log = store._logs.get(name)
+        if log is None or log.etag != if_match or log.blocks >= store.max_blocks:
+            return False  # it would not have landed at all: the whole append fails as it would
+        keep = self.rng.randint(1, max(1, len(payload) - 1))
+        log.body += payload[:keep]
+        log.blocks += 1
+        log.etag = store._etag()
+        world.stats["torn appends"] += 1
+        world.note(f"append to {name} torn at its silo's kill: {keep} of {len(payload)} bytes landed")
+        return True
+
