@@ -7,8 +7,9 @@ In a share of seeds (drawn from ``random.Random(f"logs/{seed}")``):
   rotation), instead of never within a short run; and in a share of those the memory store's
   own block limit is lower still, so an append meets ``LogFull`` first and the writer must
   rotate from there (as on an append blob at 50,000 blocks).
-- **torn appends**: an append in flight when its silo is killed, which lands (half of them, as
-  before), lands only in part in a share of those: a prefix of its block, as a file store's
+- **torn appends**: an append in flight when its silo is killed (and three in a hundred appends
+  has its silo killed as it goes out), which lands (half of them, as before), lands only in part
+  in a share of those: a prefix of its block, as a file store's
   write does at a crash. Nobody was told it landed; the next owner's claim must drop the torn
   tail (README, Damage: "a torn tail is not damage") and lose nothing acknowledged.
 
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from cluster.runtime.shardlog import SHARD_PREFIX
 from storage import MemoryStore
+from storage.generations import generation_name
 
 if TYPE_CHECKING:
-    from tests.sim.world import World
+    from tests.sim.world import Process, World
 
 #: The share of seeds whose logs rotate often, and whose killed appends may tear.
 LOG_SHARE = 0.5
@@ -34,7 +38,10 @@ MAX_BLOCKS = (8, 16, 40)
 #: The share of those seeds in which the store's own block limit comes first.
 P_STORE_LIMIT = 0.3
 #: Per append in flight at its silo's kill that lands: the share that lands torn.
-P_TORN = 0.5
+P_TORN = 0.7
+#: Per append (with kills on): its silo is killed as it sends it. Kills at random moments rarely
+#: catch an append in flight (one in 30 seeds); these do.
+P_KILL_AT_APPEND = 0.03
 
 
 class Logs:
@@ -55,8 +62,27 @@ class Logs:
         if not self.on:
             return
         world.options = dataclasses.replace(world.options, max_blocks=self.max_blocks)
+        store = world.store
         if self.store_limit:
-            world.store.max_blocks = self.max_blocks // 2
+            store.max_blocks = self.max_blocks // 2
+        create = store.create
+
+        async def counted(name: str, metadata: Mapping[str, str]) -> str:
+            etag = await create(name, metadata)
+            if name.startswith(SHARD_PREFIX) and not name.endswith(generation_name("", 0)):
+                world.stats["shard generations after the first"] += 1  # a rotation, or a claim of a torn log
+            return etag
+
+        store.create = counted  # type: ignore[method-assign]
+
+    def kill_at_append(self, world: World, proc: Process) -> None:
+        """Now and then, kill ``proc`` as it sends an append: the append is in flight at the kill."""
+        if not (self.on and world.injecting and world.faults.kills) or self.rng.random() >= P_KILL_AT_APPEND:
+            return
+        proc.kill()
+        world.stats["kills at an append"] += 1
+        world.note(f"kill {proc.silo_id} (epoch {proc.epoch}) as it appends")
+        world.spawn(world.restart_later(proc, proc.epoch, self.rng.uniform(0.5, 3.0)))
 
     async def land_killed_append(self, world: World, name: str, payload: bytes, if_match: str) -> bool:
         """An append in flight at its silo's kill, which lands: torn (True, done here) or whole

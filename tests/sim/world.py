@@ -289,6 +289,8 @@ class SimStore(Store):
                     torn: Callable[[], Awaitable[bool]] | None = None) -> Any:
         world, proc, epoch = self._world, self._proc, self._epoch
         await proc.gate(epoch)
+        if method == "append_block":
+            world.logs.kill_at_append(world, proc)
         if world.faults.latency:
             await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
         if not proc.alive(epoch):
@@ -954,7 +956,7 @@ class World:
             if event == "kill":
                 proc.kill()
                 self.note(f"kill {proc.silo_id} (epoch {proc.epoch})")
-                self.spawn(self._restart_later(proc, proc.epoch, self.rng.uniform(0.5, 6.0)))
+                self.spawn(self.restart_later(proc, proc.epoch, self.rng.uniform(0.5, 6.0)))
             elif event == "pause":
                 proc.state = PAUSED
                 proc.resumed.clear()
@@ -965,7 +967,7 @@ class World:
                 self.note(f"partition {proc.silo_id}")
                 self.spawn(self._heal_partition_later(proc, self.rng.uniform(1.0, 10.0)))
 
-    async def _restart_later(self, proc: Process, epoch: int, after: float) -> None:
+    async def restart_later(self, proc: Process, epoch: int, after: float) -> None:
         await asyncio.sleep(after)
         if proc.epoch == epoch and proc.state == DEAD:
             proc.start()
