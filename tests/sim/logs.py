@@ -13,7 +13,8 @@ In a share of seeds (drawn from ``random.Random(f"logs/{seed}")``):
   write does at a crash. Nobody was told it landed; the next owner's claim must drop the torn
   tail (README, Damage: "a torn tail is not damage") and lose nothing acknowledged.
 
-The checks are the world's: nothing acknowledged lost, cancels that hold, one chain per job.
+The checks are the world's (nothing acknowledged lost, cancels that hold, one chain per job)
+and one more: a torn tail is dropped, never taken for damage (no copy kept in ``damaged/``).
 A seed that draws neither runs as it did before this existed.
 """
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from cluster.runtime.shardlog import SHARD_PREFIX
 from storage import MemoryStore
+from storage.damage import DAMAGED_PREFIX
 from storage.generations import generation_name
 
 if TYPE_CHECKING:
@@ -83,6 +85,14 @@ class Logs:
         world.stats["kills at an append"] += 1
         world.note(f"kill {proc.silo_id} (epoch {proc.epoch}) as it appends")
         world.spawn(world.restart_later(proc, proc.epoch, self.rng.uniform(0.5, 3.0)))
+
+    async def final_checks(self, world: World) -> None:
+        """A torn tail is not damage (README, Damage): no shard log was kept as damaged, since
+        nothing here damages a whole block (and without torn appends there is nothing to tear)."""
+        kept = await world.store.list(DAMAGED_PREFIX)
+        if kept:
+            world.violate(f"torn taken for damage: {[info.name for info in kept]} kept as damaged, "
+                          f"{world.stats.get('torn appends', 0)} appends torn and no block damaged")
 
     async def land_killed_append(self, world: World, name: str, payload: bytes, if_match: str) -> bool:
         """An append in flight at its silo's kill, which lands: torn (True, done here) or whole

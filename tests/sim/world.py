@@ -1068,6 +1068,7 @@ class World:
         await self.final_checks()
         if self.sim_client is not None:
             self.sim_client.final_checks()
+        await self.logs.final_checks(self)
 
     async def final_checks(self) -> None:
         # One chain per job: at most one live copy in all shard logs, no occurrence from two shards.
