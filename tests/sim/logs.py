@@ -13,22 +13,32 @@ In a share of seeds (drawn from ``random.Random(f"logs/{seed}")``):
   write does at a crash. Nobody was told it landed; the next owner's claim must drop the torn
   tail (README, Damage: "a torn tail is not damage") and lose nothing acknowledged.
 
+- **damaged blocks**: in a share of those seeds, now and then a frame in the middle of a shard
+  log has bytes changed in the store (bit rot: its ETag stays). The README promises that such a
+  frame costs only its own records, that the shard is then *damaged* (copied byte for byte to
+  ``damaged/`` before anything compacts it away) and that the rest of the shard runs. So the jobs
+  with a record in that frame are exempt from every check (counted), every other job is held to
+  all of them, and a damaged generation claimed since must have its copy kept.
+
 The checks are the world's (nothing acknowledged lost, cancels that hold, one chain per job)
-and one more: a torn tail is dropped, never taken for damage (no copy kept in ``damaged/``).
+and two more: a torn tail is dropped, never taken for damage (nothing kept in ``damaged/`` but
+what was damaged here); a damaged generation that a claim read has its copy kept.
 A seed that draws neither runs as it did before this existed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from cluster.runtime.shardlog import SHARD_PREFIX
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, SNAPSHOT
 from storage import MemoryStore
 from storage.damage import DAMAGED_PREFIX
 from storage.generations import generation_name
+from storage.records import decode
 
 if TYPE_CHECKING:
     from tests.sim.world import Process, World
@@ -41,6 +51,9 @@ MAX_BLOCKS = (8, 16, 40)
 P_STORE_LIMIT = 0.3
 #: Per append in flight at its silo's kill that lands: the share that lands torn.
 P_TORN = 0.7
+#: The share of those seeds in which blocks are damaged, and how often (s) one is.
+P_DAMAGE = 0.3
+DAMAGE_EVERY_S = (2.0, 6.0)
 #: Per append (with kills on): its silo is killed as it sends it. Kills at random moments rarely
 #: catch an append in flight (one in 30 seeds); these do.
 P_KILL_AT_APPEND = 0.03
@@ -54,10 +67,13 @@ class Logs:
         self.on = world.faults.torn_logs and self.rng.random() < LOG_SHARE
         self.max_blocks = self.rng.choice(MAX_BLOCKS) if self.on else 0
         self.store_limit = self.on and self.rng.random() < P_STORE_LIMIT
+        self.damages = self.on and self.rng.random() < P_DAMAGE
+        self.damaged: dict[str, str | None] = {}  # generation damaged -> its owner then
 
     def describe(self) -> str:
         limit = f", the store's limit {self.max_blocks // 2}" if self.store_limit else ""
-        return f"logs rotate every {self.max_blocks} blocks{limit}; appends in flight at a kill may tear"
+        damage = "; blocks get damaged" if self.damages else ""
+        return f"logs rotate every {self.max_blocks} blocks{limit}; appends in flight at a kill may tear{damage}"
 
     def configure(self, world: World) -> None:
         """Set the seed's rotation in the silos' options and the store's limit."""
@@ -87,12 +103,44 @@ class Logs:
         world.spawn(world.restart_later(proc, proc.epoch, self.rng.uniform(0.5, 3.0)))
 
     async def final_checks(self, world: World) -> None:
-        """A torn tail is not damage (README, Damage): no shard log was kept as damaged, since
-        nothing here damages a whole block (and without torn appends there is nothing to tear)."""
-        kept = await world.store.list(DAMAGED_PREFIX)
-        if kept:
-            world.violate(f"torn taken for damage: {[info.name for info in kept]} kept as damaged, "
-                          f"{world.stats.get('torn appends', 0)} appends torn and no block damaged")
+        """A torn tail is not damage (README, Damage): nothing is kept as damaged but what was
+        damaged here. A damaged generation that was claimed since by another owner had its copy
+        kept, before the claim could compact it away."""
+        kept = {info.name[len(DAMAGED_PREFIX):] for info in await world.store.list(DAMAGED_PREFIX)}
+        if kept - set(self.damaged):
+            world.violate(f"torn taken for damage: {sorted(kept - set(self.damaged))} kept as damaged, "
+                          f"{world.stats.get('torn appends', 0)} appends torn there and no block damaged")
+        for name, owner in sorted(self.damaged.items()):
+            log = world.store._logs.get(name)
+            if log is not None and log.metadata.get("owner") not in (owner, RELEASED) and name not in kept:
+                world.violate(f"damage not kept: {name} was damaged and claimed since, no copy in {DAMAGED_PREFIX}")
+
+    async def damage_blocks(self, world: World, until: float) -> None:
+        """Until ``until`` (loop time), now and then change bytes in a frame in the middle of a
+        shard log; the jobs with a record there are exempt from the checks."""
+        rng = self.rng
+        while True:
+            await asyncio.sleep(rng.uniform(*DAMAGE_EVERY_S))
+            if world.loop.time() >= until:
+                return
+            store: MemoryStore = world.store
+            logs = [(name, log) for name, log in sorted(store._logs.items())
+                    if name.startswith(SHARD_PREFIX) and name not in self.damaged]
+            framed = [(name, log, frames) for name, log in logs if len(frames := decode(bytes(log.body)).frames) >= 3]
+            if not framed:
+                continue
+            name, log, frames = rng.choice(framed)
+            i = rng.randrange(len(frames) - 1)  # in the middle: a whole frame follows it
+            start, end = frames[i].offset, frames[i + 1].offset
+            for _ in range(rng.randint(1, 4)):
+                log.body[rng.randrange(start, end)] ^= rng.randint(1, 255)
+            jobs = sorted(_job_ids(frames[i].records))
+            self.damaged[name] = log.metadata.get("owner")
+            world.stats["damaged frames"] += 1
+            world.stats["jobs exempt: a record damaged"] += len(jobs)
+            world.note(f"damage bytes {start}-{end} of {name}: records of {jobs} lost")
+            for job_id in jobs:
+                world.exempt(job_id)
 
     async def land_killed_append(self, world: World, name: str, payload: bytes, if_match: str) -> bool:
         """An append in flight at its silo's kill, which lands: torn (True, done here) or whole
@@ -111,3 +159,14 @@ class Logs:
         world.note(f"append to {name} torn at its silo's kill: {keep} of {len(payload)} bytes landed")
         return True
 
+
+
+def _job_ids(records: Iterable[Any]) -> set[str]:
+    """The jobs a frame's records are about (a snapshot's: every job it holds)."""
+    ids: set[str] = set()
+    for op in records:
+        if op[0] == SNAPSHOT:
+            ids.update(entry[0] for entry in op[1])
+        elif len(op) > 1 and isinstance(op[1], str):
+            ids.add(op[1])
+    return ids

@@ -588,6 +588,15 @@ class World:
         self._hung.append(hung)
         await hung
 
+    def exempt(self, job_id: str) -> None:
+        """Hold ``job_id`` to no check: its records were lost to damage, as the README allows."""
+        if job_id in self.cancel_true:
+            del self.cancel_true[job_id]
+        self.cancel_unknown.add(job_id)  # not owed, and a cancel of it may not hold
+        self.held.pop(job_id, None)  # a pause of it may not hold
+        self.hold_unknown.add(job_id)
+        self.added_again.add(job_id)  # it may fire again, from another shard
+
     def owner_of_record(self, base: str) -> str | None:
         """The shard's owner in the store now: metadata of its current generation."""
         logs = self.store._logs
@@ -1044,6 +1053,8 @@ class World:
             self.note("the client is cluster.client.Client")
         if self.logs.on:
             self.note(self.logs.describe())
+        if self.logs.damages:
+            self.spawn(self.logs.damage_blocks(self, CHAOS_S))
         if self.jumps:
             self.note("clocks jump")
             self.spawn(jump_clocks(self, CHAOS_S))
