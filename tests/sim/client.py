@@ -290,7 +290,7 @@ class SimClient:
         told: set[str] = set()
         for d in world.deliveries:
             refused = self.not_scheduled.get(d.job_id)
-            if refused is not None and d.job_id not in told:
+            if refused is not None and d.job_id not in told and d.job_id not in world.exempted:
                 told.add(d.job_id)
                 at_us, why = refused
                 world.violate(f"not scheduled, yet fired: {d.job_id}#{d.occurrence} started at "
