@@ -18,15 +18,12 @@ In a share of seeds (drawn from ``random.Random(f"logs/{seed}")``):
   rot: its ETag stays). The README promises that such a
   frame costs only its own records, that the shard is then *damaged* (copied byte for byte to
   ``damaged/`` before anything compacts it away) and that the rest of the shard runs. So the jobs
-  with a record in that frame are exempt from every check (counted), every other job is held to
-  all of them, and a damaged generation claimed since must have its copy kept.
+  with a record in that frame are exempt from every check (counted), and every other job is held
+  to all of them.
 
 The checks are the world's (nothing acknowledged lost, cancels that hold, one chain per job)
-and two more: a torn tail is dropped, never taken for damage (nothing kept in ``damaged/`` but
-what was damaged here); a damaged generation read and then claimed by another owner has its
-copy kept by then (a claim keeps it before its CAS; counted only once a whole read followed the
-damage, though the claimer's own read may have come before: a copy kept by then is all the
-check asks, and a reader that came before cannot be told from one after at the store).
+and one more: a torn tail is dropped, never taken for damage (nothing kept in ``damaged/`` but
+what was damaged here).
 A seed that draws neither runs as it did before this existed.
 """
 
@@ -38,10 +35,9 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cluster.runtime.shardlog import ADD, MOVED, RELEASED, REMOVE, SHARD_PREFIX, SNAPSHOT
+from cluster.runtime.shardlog import ADD, MOVED, REMOVE, SHARD_PREFIX, SNAPSHOT
 from storage import MemoryStore
-from storage.base import Fetched
-from storage.damage import DAMAGED_PREFIX, damaged_name
+from storage.damage import DAMAGED_PREFIX
 from storage.generations import generation_name
 from storage.records import decode
 
@@ -73,8 +69,7 @@ class Logs:
         self.max_blocks = self.rng.choice(MAX_BLOCKS) if self.on else 0
         self.store_limit = self.on and self.rng.random() < P_STORE_LIMIT
         self.damages = self.on and self.rng.random() < P_DAMAGE
-        self.damaged: dict[str, str | None] = {}  # generation damaged -> its owner then
-        self.read_damaged: set[str] = set()  # damaged generations read whole since
+        self.damaged: dict[str, float] = {}  # generation damaged -> when
 
     def describe(self) -> str:
         limit = f", the store's limit {self.max_blocks // 2}" if self.store_limit else ""
@@ -98,29 +93,6 @@ class Logs:
             return etag
 
         store.create = counted  # type: ignore[method-assign]
-        fetch, set_metadata = store.fetch, store.set_metadata
-
-        async def fetched(name: str, offset: int = 0) -> Fetched:
-            if name in self.damaged and offset == 0:
-                self.read_damaged.add(name)
-            return await fetch(name, offset)
-
-        async def claimed(name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
-            before = store._logs[name].metadata.get("owner") if name in store._logs else None
-            etag = await set_metadata(name, metadata, if_match)
-            if name in self.read_damaged and metadata.get("owner") not in (before, RELEASED):
-                self.check_kept(world, name)
-            return etag
-
-        store.fetch = fetched  # type: ignore[method-assign]
-        store.set_metadata = claimed  # type: ignore[method-assign]
-
-    def check_kept(self, world: World, name: str) -> None:
-        """``name``, damaged and read since, was just claimed by another owner: a claim keeps a
-        damaged generation's copy before its CAS, so the copy is there."""
-        if damaged_name(name) not in world.store._logs:
-            world.violate(f"damage not kept: {name} was damaged, read and claimed by another owner "
-                          f"with no copy in {DAMAGED_PREFIX}")
 
     def kill_at_append(self, world: World, proc: Process) -> None:
         """Now and then, kill ``proc`` as it sends an append: the append is in flight at the kill."""
@@ -133,16 +105,12 @@ class Logs:
 
     async def final_checks(self, world: World) -> None:
         """A torn tail is not damage (README, Damage): nothing is kept as damaged but what was
-        damaged here. A damaged generation that was claimed since by another owner had its copy
-        kept, before the claim could compact it away (and ``check_kept`` at each such claim)."""
+        damaged here. (That a damaged generation's copy *is* kept is not checked: a claim whose
+        read came before the damage owes none, and the store cannot tell its read from a later one.)"""
         kept = {info.name[len(DAMAGED_PREFIX):] for info in await world.store.list(DAMAGED_PREFIX)}
         if kept - set(self.damaged):
             world.violate(f"torn taken for damage: {sorted(kept - set(self.damaged))} kept as damaged, "
                           f"{world.stats.get('torn appends', 0)} appends torn there and no block damaged")
-        for name, owner in sorted(self.damaged.items()):
-            log = world.store._logs.get(name)
-            if log is not None and log.metadata.get("owner") not in (owner, RELEASED) and name not in kept:
-                world.violate(f"damage not kept: {name} was damaged and claimed since, no copy in {DAMAGED_PREFIX}")
 
     async def damage_blocks(self, world: World, until: float) -> None:
         """Until ``until`` (loop time), now and then change bytes in a frame in the middle of a
@@ -170,7 +138,7 @@ class Logs:
             for _ in range(rng.randint(1, 4)):
                 log.body[rng.randrange(start, end)] ^= rng.randint(1, 255)
             jobs = sorted(_job_ids(frames[i].records))
-            self.damaged[name] = log.metadata.get("owner")
+            self.damaged[name] = world.loop.time()
             world.stats["damaged frames"] += 1
             world.stats["jobs exempt: a record damaged"] += len(jobs)
             world.note(f"damage bytes {start}-{end} of {name}: records of {jobs} lost")
