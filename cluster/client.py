@@ -27,7 +27,7 @@ from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, Invali
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.pause import PauseRecord, check_by, check_note
-from cluster.model.routing import Router, SiloLost, SiloRefused
+from cluster.model.routing import Router, SiloCall, SiloLost, SiloRefused
 from cluster.model.trigger import triggered_run
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.api import NamedJobs
@@ -48,15 +48,24 @@ __all__ = ["Client", "ClusterUnavailable"]
 
 
 class Client:
-    """Schedules and cancels jobs on a running cluster. See DESIGN.md for every argument."""
+    """Schedules and cancels jobs on a running cluster. See DESIGN.md for every argument.
 
-    def __init__(self, namespace: str, silo_ids: Sequence[str], options: ClusterOptions, *, attempts: int = 40) -> None:
+    ``call_silo`` stands in for Ray (a simulation's silos): it makes one call to one silo and
+    raises ``SiloRefused`` or ``SiloLost`` as Ray's failures map to them here; ``start`` is the
+    first silo of the round-robin (random otherwise). A client so made does not pickle its
+    ``call_silo``: copies elsewhere call through Ray.
+    """
+
+    def __init__(self, namespace: str, silo_ids: Sequence[str], options: ClusterOptions, *, attempts: int = 40,
+                 call_silo: SiloCall | None = None, start: int | None = None) -> None:
         self.namespace = namespace
         self.silo_ids = list(silo_ids)
         self.options = options
         self._attempts = attempts
-        start = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
-        self._router = Router(self.silo_ids, self._call_silo, attempts=attempts, start=start)
+        if start is None:
+            start = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
+        self._router = Router(self.silo_ids, call_silo or self._call_silo, attempts=attempts, start=start)
+        self._on_ray = call_silo is None  # otherwise the silos are the caller's, not Ray's named actors
         self._handles: dict[str, Any] = {}
         self._pending: list[Any] | None = None  # schedule calls waiting to share the next Ray call
         self._pending_loop: asyncio.AbstractEventLoop | None = None
@@ -346,7 +355,7 @@ class Client:
 
     def _refresh_silos(self, older_than: float) -> None:
         """Route to the silos that exist now, if the last look is ``older_than`` seconds old."""
-        if time.monotonic() - self._refreshed < older_than or not ray.is_initialized():
+        if not self._on_ray or time.monotonic() - self._refreshed < older_than or not ray.is_initialized():
             return
         self._refreshed = time.monotonic()
         try:

@@ -22,7 +22,16 @@ from typing import Any
 from .appends import append_verified, cas_metadata, landed_append
 from .base import MAX_BLOCK_BYTES, Appended, Store
 from .damage import describe_damage, keep_damaged
-from .errors import AlreadyExists, Fenced, LandedAfterFailure, LogCorrupted, LogFull, RecordTooLarge, StorageError
+from .errors import (
+    AlreadyExists,
+    Fenced,
+    LandedAfterFailure,
+    LogCorrupted,
+    LogFull,
+    NotFound,
+    RecordTooLarge,
+    StorageError,
+)
 from .generations import (
     NEXT_KEY,
     PENDING_KEY,
@@ -455,6 +464,19 @@ class LogWriter:
         self._size, self._blocks, self._last_seq = size, blocks, seq - 1
         with contextlib.suppress(StorageError):
             await store.delete(old_name, old_etag)
+
+    async def delete(self) -> None:
+        """Delete the whole log: every other generation first, then the current one at this
+        writer's ETag (``Fenced`` if another writer took it). An older generation left behind
+        (its own delete after a rotation is best effort) would point at a generation that no
+        longer exists, and the log could never be read or claimed again; so if one cannot be
+        deleted, neither is the current one, and the error is raised."""
+        for info in await self._store.list(self._base + SEPARATOR):
+            split = split_name(info.name)
+            if split and split[0] == self._base and split[1] != self._generation:
+                with contextlib.suppress(NotFound):
+                    await self._store.delete(info.name, info.etag)
+        await self._store.delete(self.name, if_match=self._etag)
 
     async def _delete_other_generations(self) -> None:
         """Remove superseded generations and ones abandoned mid-rotation (best effort: a fault

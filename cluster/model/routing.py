@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
+from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt, ValidationError
 
 # (silo id, method, arguments) -> the silo's answer; raises SiloRefused, SiloLost, or the silo's error.
 SiloCall = Callable[[str, str, tuple[Any, ...]], Awaitable[Any]]
@@ -79,8 +79,9 @@ class Router:
         """Add ``items`` through the first silo that answers; each job's shard, in order.
 
         A silo lost during the call becomes a suspect that every later try names, so the silo
-        that answers adds only what no suspect holds. If none answers after a silo was lost, the
-        jobs may or may not be scheduled: ``ScheduleInDoubt`` says so, naming every job.
+        that answers adds only what no suspect holds. If none answers after a silo was lost, or
+        the one that answers fails the call, the jobs may or may not be scheduled:
+        ``ScheduleInDoubt`` says so, naming every job.
         """
         suspects: list[str] = []
         last: BaseException | None = None
@@ -96,6 +97,16 @@ class Router:
                     last = exc
                     if silo_id not in suspects:
                         suspects.append(silo_id)
+                except ValidationError:
+                    raise  # every try checks the items first: an earlier one wrote nothing either
+                except Exception as exc:
+                    if not suspects:
+                        raise
+                    # This try failed, all or nothing; an earlier one on a lost silo may have landed.
+                    may_fire = dict.fromkeys((item[0] for item in items), None)
+                    if isinstance(exc, ScheduleInDoubt):
+                        may_fire.update(exc.may_fire)
+                    raise ScheduleInDoubt(f"a schedule call failed after losing {suspects}: {exc!r}", may_fire) from exc
             if attempt + 1 < self._attempts:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._max_delay)

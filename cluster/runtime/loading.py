@@ -224,7 +224,7 @@ class Loading:
                     self._shards.seal(shard)
                     try:
                         await shard.writer.close()
-                        await self._store.delete(shard.writer.name, if_match=shard.writer.etag)
+                        await shard.writer.delete()  # every generation: a superseded one left would dangle
                     except (Fenced, NotFound):
                         pass
                     except StorageError as exc:

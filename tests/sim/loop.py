@@ -66,17 +66,19 @@ class VirtualLoop(asyncio.BaseEventLoop):
 
 
 class SimClock:
-    """A silo's clocks on the virtual loop: monotonic = loop time, wall = epoch + loop time + skew."""
+    """A silo's clocks on the virtual loop: monotonic = loop time + its host's forward jumps,
+    wall = epoch + loop time + skew."""
 
-    def __init__(self, loop: VirtualLoop, skew_us: int = 0) -> None:
+    def __init__(self, loop: VirtualLoop, skew_us: int = 0, jumped_s: float = 0.0) -> None:
         self._loop = loop
         self.skew_us = skew_us
+        self.jumped_s = jumped_s  # how far this host's monotonic clock has jumped ahead (``tests.sim.clocks``)
 
     def now_us(self) -> int:
         return EPOCH_US + int(self._loop.time() * 1_000_000) + self.skew_us
 
     def monotonic(self) -> float:
-        return self._loop.time()
+        return self._loop.time() + self.jumped_s
 
 
 def true_now_us(loop: VirtualLoop) -> int:

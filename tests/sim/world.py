@@ -62,6 +62,9 @@ from tests.sim.ahead import (
     HandlerClocks,
     SimHandler,
 )
+from tests.sim.client import SimClient, client_rng
+from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
+from tests.sim.logs import Logs
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
 
 # -- what a run looks like ------------------------------------------------------------------------
@@ -115,6 +118,16 @@ class Faults:
     # In a share of seeds an operator pauses jobs and resumes them a little later (issue 16):
     # nothing of a job may be sent while it is paused, and everything owed fires once resumed.
     operator_pauses: bool = True
+    # In a share of seeds the client side is ``cluster.client.Client`` itself (``tests.sim.client``).
+    real_client: bool = True
+    # In a share of seeds silo hosts' clocks jump: wall clocks stepped, VMs suspended (``tests.sim.clocks``).
+    clock_jumps: bool = True
+    # In a share of seeds shard logs rotate every few dozen blocks, appends torn by a kill land in
+    # part and blocks get damaged (``tests.sim.logs``). Only with ``all`` for now: in seeds 0-1999
+    # it finds two product bugs still open (seed 349: a silo resumed from a pause answers a resume
+    # from its stale memory; seed 1829: a move settled twice around a rotation), and the seeds CI
+    # runs must pass. Default it on once they are fixed.
+    torn_logs: bool = False
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -122,8 +135,8 @@ class Faults:
 
     @classmethod
     def parse(cls, text: str) -> Faults:
-        """``"default"``, ``"all"``, ``"none"``, or a comma list of kinds (``"kills,pauses"``);
-        ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
+        """``"default"`` (every kind but ``torn_logs``), ``"all"``, ``"none"``, or a comma list
+        of kinds (``"kills,pauses"``); ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
         faults, listing = cls(), False
         for word in (w.strip() for w in text.split(",") if w.strip()):
             if word == "default":
@@ -210,6 +223,10 @@ class Killed(Exception):
     """A client call found the silo process dead (Ray's RayActorError)."""
 
 
+class AnswerLost(Exception):
+    """The silo process was killed during a client call: it may have acted; no answer comes."""
+
+
 # -- silo processes -------------------------------------------------------------------------------
 
 UP, PAUSED, DEAD = "up", "paused", "dead"
@@ -226,19 +243,26 @@ class Process:
         self.silo: Silo | None = None
         self.partitioned = False
         self.resumed = asyncio.Event()
+        self.died = asyncio.Event()  # set at the kill of the current incarnation
         self.skew_us = world.rng.randint(-MAX_SKEW_US, MAX_SKEW_US) if world.faults.skew else 0
+        self.clock = SimClock(world.loop, self.skew_us)  # its host's: it outlives each incarnation
 
     def start(self) -> None:
         self.epoch += 1
         self.state = UP
         self.resumed.set()
+        self.died = asyncio.Event()
         world = self.world
         transport = SimTransport(world, self, self.epoch)
         self.silo = Silo(self.silo_id, "memory://", world.options, "sim", hooks=feature_hooks, transport=transport,
-                         clock=SimClock(world.loop, self.skew_us), store=SimStore(world, self, self.epoch),
+                         clock=self.clock, store=SimStore(world, self, self.epoch),
                          rng=random.Random(world.rng.getrandbits(32)))
         transport.silo = self.silo
         world.note(f"start {self.silo_id} (epoch {self.epoch})")
+
+    def kill(self) -> None:
+        self.state = DEAD
+        self.died.set()
 
     def alive(self, epoch: int) -> bool:
         return self.epoch == epoch and self.state != DEAD
@@ -268,14 +292,17 @@ class SimStore(Store):
         self._proc = proc
         self._epoch = epoch
 
-    async def _call(self, method: str, name: str, op: Callable[[], Awaitable[Any]]) -> Any:
+    async def _call(self, method: str, name: str, op: Callable[[], Awaitable[Any]],
+                    torn: Callable[[], Awaitable[bool]] | None = None) -> Any:
         world, proc, epoch = self._world, self._proc, self._epoch
         await proc.gate(epoch)
+        if method == "append_block":
+            world.logs.kill_at_append(world, proc)
         if world.faults.latency:
             await asyncio.sleep(world.rng.random() * MAX_LATENCY_S)
         if not proc.alive(epoch):
             # Killed with this call in flight: it reached the store or it did not.
-            if method in WRITES and world.rng.random() < 0.5:
+            if method in WRITES and world.rng.random() < 0.5 and not (torn is not None and await torn()):
                 await op()
                 world.landed(method, name, proc)
             await world.forever()
@@ -308,7 +335,8 @@ class SimStore(Store):
 
     async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
         return await self._call("append_block", name,  # type: ignore[no-any-return]
-                                lambda: self._world.store.append_block(name, payload, if_match))
+                                lambda: self._world.store.append_block(name, payload, if_match),
+                                lambda: self._world.logs.land_killed_append(self._world, name, payload, if_match))
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))  # type: ignore[no-any-return]
@@ -509,6 +537,8 @@ class World:
                                                                       max_skew=OPTIONS.max_clock_skew))
         self.sent: dict[str, Sent] = {}  # run id -> how it was sent, for the waiting handler's starts
         self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
+        self.logs = Logs(self)  # rotation and torn appends, in a share of seeds
+        self.logs.configure(self)
         self.injecting = True  # False once healed
         self.live = True  # False while tearing down
         self.trace: list[str] = []
@@ -527,6 +557,14 @@ class World:
         self.holding: set[str] = set()  # jobs the operator is pausing, holding or resuming now
         self.stats: dict[str, int] = defaultdict(int)
         self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
+        # Jobs a retried schedule call added again after its earlier try had run and left no record
+        # (README, "Schedule calls and retries": one more run, never two live copies).
+        self.added_again: set[str] = set()
+        self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
+        self.client_rng = client_rng(seed)
+        self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
+        self.jump_rng = jump_rng(seed)
+        self.jumps = draws_jumps(self)
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
 
     # -- recording --------------------------------------------------------------------------
@@ -557,6 +595,16 @@ class World:
         hung = self.loop.create_future()
         self._hung.append(hung)
         await hung
+
+    def exempt(self, job_id: str) -> None:
+        """Hold ``job_id`` to no check: its records were lost to damage, as the README allows."""
+        self.exempted.add(job_id)
+        if job_id in self.cancel_true:
+            del self.cancel_true[job_id]
+        self.cancel_unknown.add(job_id)  # not owed, and a cancel of it may not hold
+        self.held.pop(job_id, None)  # a pause of it may not hold
+        self.hold_unknown.add(job_id)
+        self.added_again.add(job_id)  # it may fire again, from another shard
 
     def owner_of_record(self, base: str) -> str | None:
         """The shard's owner in the store now: metadata of its current generation."""
@@ -709,10 +757,15 @@ class World:
         counts as none (the call itself is not cancelled: Ray does not cancel actor calls)."""
         if proc.state == DEAD or proc.silo is None:
             raise Killed(proc.silo_id)
+        epoch = proc.epoch
         task = asyncio.ensure_future(getattr(proc.silo, method)(*args))
         done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
         if not done:
             raise TimeoutError(f"{method} on {proc.silo_id}: no answer")
+        if not proc.alive(epoch):
+            task.exception()  # retrieved: whatever it computed, a killed process answers nothing
+            self.stats["answers of killed processes dropped"] += 1
+            raise AnswerLost(f"{method} on {proc.silo_id}: killed during the call")
         return task.result()
 
     def new_spec(self, n: int) -> Spec:
@@ -726,6 +779,8 @@ class World:
         return Spec(f"j{n}", due, fail_first=fail_first)
 
     async def schedule(self, specs: list[Spec]) -> None:
+        if self.sim_client is not None:
+            return await self.sim_client.schedule(specs)
         proc = self.rng.choice(list(self.procs.values()))
         now = us_to_datetime(true_now_us(self.loop))
         items = []
@@ -751,6 +806,8 @@ class World:
 
     async def cancel(self, job_id: str) -> None:
         """Cancel as ``Client.try_cancel_job`` does: ask the shard's creator, follow moves and owners."""
+        if self.sim_client is not None:
+            return await self.sim_client.cancel(job_id)
         shard = self.acked[job_id]
         prefer = shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
         for _ in range(8):
@@ -846,7 +903,7 @@ class World:
         window: list[int | None] | None = None  # this hold's: [paused at, resume sent at]
         if answer is None:
             self.hold_unknown.add(job_id)  # it may land later, and stay paused: not owed
-        elif answer[0] == "already_paused":
+        elif answer[0] == "already_paused" and job_id not in self.exempted:
             self.violate(f"pause: {job_id} was paused already, though every pause of it was resumed")
             return
         elif answer[0] == "paused":
@@ -863,7 +920,7 @@ class World:
             self.hold_unknown.add(job_id)  # it may stay paused: not owed
         elif answer[0] == "resumed":
             self.stats["operator resumes"] += 1
-        elif answer[0] == "not_paused" and window is not None:
+        elif answer[0] == "not_paused" and window is not None and job_id not in self.exempted:
             self.violate(f"pause lost: {job_id}'s resume found it not paused, though its pause returned "
                          f"at {window[0] - EPOCH_US} µs")  # type: ignore[operator]
 
@@ -915,9 +972,9 @@ class World:
             if proc.state != UP:
                 continue
             if event == "kill":
-                proc.state = DEAD
+                proc.kill()
                 self.note(f"kill {proc.silo_id} (epoch {proc.epoch})")
-                self.spawn(self._restart_later(proc, proc.epoch, self.rng.uniform(0.5, 6.0)))
+                self.spawn(self.restart_later(proc, proc.epoch, self.rng.uniform(0.5, 6.0)))
             elif event == "pause":
                 proc.state = PAUSED
                 proc.resumed.clear()
@@ -928,7 +985,7 @@ class World:
                 self.note(f"partition {proc.silo_id}")
                 self.spawn(self._heal_partition_later(proc, self.rng.uniform(1.0, 10.0)))
 
-    async def _restart_later(self, proc: Process, epoch: int, after: float) -> None:
+    async def restart_later(self, proc: Process, epoch: int, after: float) -> None:
         await asyncio.sleep(after)
         if proc.epoch == epoch and proc.state == DEAD:
             proc.start()
@@ -961,7 +1018,7 @@ class World:
             elif proc.broken:
                 self.note(f"{proc.silo_id} never joined: restarted")
                 self.stats["broken"] += 1
-                proc.state = DEAD
+                proc.kill()
                 proc.start()
 
     def spawn(self, coro: Awaitable[Any]) -> None:
@@ -1001,6 +1058,15 @@ class World:
         if self.handler is not None:
             self.note(f"dispatch ahead {self.options.dispatch_ahead.total_seconds()} s to a waiting handler "
                       f"{self.handler.clocks.describe()}")
+        if self.sim_client is not None:
+            self.note("the client is cluster.client.Client")
+        if self.logs.on:
+            self.note(self.logs.describe())
+        if self.logs.damages:
+            self.spawn(self.logs.damage_blocks(self, CHAOS_S))
+        if self.jumps:
+            self.note("clocks jump")
+            self.spawn(jump_clocks(self, CHAOS_S))
         for proc in self.procs.values():
             proc.start()
         self.spawn(self.client())
@@ -1015,10 +1081,14 @@ class World:
         healed = self.loop.time()
         while self.loop.time() < healed + HEAL_MAX_S:
             await asyncio.sleep(0.5)
-            if self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed():
+            if (self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed()
+                    and (self.sim_client is None or not self.sim_client.calls)):
                 break
         await asyncio.sleep(3.0)  # let outcomes of the last attempts land
         await self.final_checks()
+        if self.sim_client is not None:
+            self.sim_client.final_checks()
+        await self.logs.final_checks(self)
 
     async def final_checks(self) -> None:
         # One chain per job: at most one live copy in all shard logs, no occurrence from two shards.
@@ -1045,7 +1115,7 @@ class World:
         for d in self.deliveries:
             shards_of[(d.job_id, d.occurrence)].add(d.shard)
         for (job_id, occurrence), shards in sorted(shards_of.items()):
-            if len(shards) > 1:
+            if len(shards) > 1 and job_id not in self.added_again:
                 self.violate(f"two chains: {job_id}#{occurrence} fired from {sorted(shards)}")
 
 

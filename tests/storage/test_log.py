@@ -218,3 +218,33 @@ async def test_a_generation_abandoned_mid_rotation_is_ignored_then_removed(store
     claimed = await LogWriter.claim(store, state, {"owner": "b"})
     assert [i.name for i in await store.list("g~")] == [claimed.name]
     assert [h.base for h in await storage.list_logs(store)] == ["g"]
+
+
+class _OldGenerationKept(storage.MemoryStore):
+    """Refuses to delete generation 0 while ``keep`` is set: a rotation's best-effort delete of
+    the superseded generation that failed."""
+
+    keep = True
+
+    async def delete(self, name: str, if_match: str | None) -> None:
+        if self.keep and name == generation_name("rot", 0):
+            raise storage.Unavailable("injected: delete failed")
+        await super().delete(name, if_match)
+
+
+async def test_deleting_a_log_deletes_a_superseded_generation_left_behind() -> None:
+    """Found by the simulation (torn_logs, seed 39): a drained shard deleted only its current
+    generation; the one before, whose delete after the rotation had failed, still pointed at it,
+    and the log could neither be read nor claimed again ("kept rotating under 5 reads")."""
+    store = _OldGenerationKept()
+    state = State()
+    writer = await LogWriter.create(store, "rot", {}, snapshot=state.snapshot, options=LogOptions(rotate_blocks=2))
+    for i in range(3):
+        await state.add(writer, i)
+    assert writer.generation == 1 and len(await store.list("rot")) == 2
+    with pytest.raises(storage.Unavailable):
+        await writer.delete()  # the current generation stays: the log is still whole
+    assert sorted(await replayed(store, "rot")) == [0, 1, 2]
+    store.keep = False
+    await writer.delete()
+    assert await store.list("rot") == []

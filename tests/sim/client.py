@@ -1,0 +1,305 @@
+"""The real ``cluster.client.Client`` on the simulated silo processes, as Ray would carry its calls.
+
+In a share of seeds (the ``real_client`` kind) the world schedules and cancels through
+``Client.submit_jobs`` and ``Client.try_cancel_job``: its routing, its retries naming lost silos
+as suspects, its hops after moved jobs and owners, and the errors it raises are the product's.
+Only its one Ray call per silo is the simulation's (``SimRay``), failing as Ray fails:
+
+- a process that is dead (killed, or Ray restarting it) fails the call as ``RayActorError``
+  does (``SiloLost``: the client cannot tell whether it got there);
+- a process killed while the call runs fails it the same way at once, and never answers: a
+  killed process returns nothing, whatever its coroutine still computes;
+- a paused process takes the call when it resumes, and answers only then;
+- a process Ray lost (partitioned) fails the call: one sent since does not reach it, one it was
+  running when Ray lost it runs on there, its answer lost;
+- ``SiloStopping`` and ``EarlierTryUnsettled`` refuse it (``SiloRefused``), as ``_call_silo`` maps them.
+
+What each call raised is recorded and judged against what it told its caller:
+
+- acknowledged (the jobs came back with shards): every occurrence owed must fire (the world's
+  ``owed``);
+- ``ScheduleInDoubt``: the jobs of ``may_fire`` may fire or not (counted, not owed); every other
+  job of the call is not scheduled;
+- any other error (``ClusterUnavailable``, a storage error, ...): the call is all or nothing
+  (README, "Schedule calls and retries"), so none of its jobs may ever start;
+- no answer within ``CALL_TIMEOUT_S`` (the caller gave up): in doubt, counted.
+
+Everything random here is drawn from ``random.Random(f"client/{seed}")``: a seed that does not
+draw the real client draws what it drew before this existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from cluster.client import Client
+from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
+from cluster.model.jobs import ScheduledJob
+from cluster.model.policies import FailurePolicy
+from cluster.model.routing import SiloLost, SiloRefused
+from cluster.model.wire import us_to_datetime
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from storage.generations import list_logs, read_log
+from tests.runtime.harness import job
+from tests.sim.loop import EPOCH_US, true_now_us
+
+if TYPE_CHECKING:
+    from tests.sim.world import Process, Spec, World
+
+#: The share of seeds whose client is ``cluster.client.Client`` (with the ``real_client`` kind on).
+CLIENT_SHARE = 0.5
+#: How long the simulated caller waits for a ``Client`` call before it gives up on it (in doubt).
+#: Long enough for the client's own retries (about 35 s, README) to end in an answer mostly.
+CALL_TIMEOUT_S = 60.0
+
+
+class SimRay:
+    """The ``SiloCall`` of a real ``Client`` in the simulation: one call to one silo process."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        # Jobs a cancel call reached and then lost its answer on (killed, partitioned): it may
+        # have cancelled them, so the client's retry may rightly find them "absent".
+        self.cancel_maybe_acted: set[str] = set()
+        self.schedule_maybe_acted: set[str] = set()  # the same, for jobs of schedule calls
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        try:
+            answer = await self._call(silo_id, method, args)
+        except (SiloLost, SiloRefused) as exc:
+            self._world.note(f"ray: {_call_text(method, args)} on {silo_id}: {type(exc).__name__} ({exc})")
+            raise
+        except Exception as exc:
+            self._world.note(f"ray: {_call_text(method, args)} on {silo_id} raised {type(exc).__name__}")
+            raise
+        self._world.note(f"ray: {_call_text(method, args)} on {silo_id}: {answer}")
+        return answer
+
+    async def _call(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        world = self._world
+        proc = world.procs.get(silo_id)
+        if proc is None:
+            raise SiloRefused(f"silo {silo_id} is not registered")
+        if proc.silo is None or proc.state == "dead":
+            raise SiloLost(f"silo {silo_id} is dead or restarting (RayActorError)")
+        epoch, silo = proc.epoch, proc.silo
+        rng = world.client_rng
+        if world.faults.latency:
+            await asyncio.sleep(rng.random() * 0.05)
+        await self._taken(proc, epoch, method)
+        if proc.partitioned:
+            raise SiloLost(f"silo {silo_id}: Ray lost its node; {method} did not reach it")
+        task = asyncio.ensure_future(getattr(silo, method)(*args))
+        died = asyncio.ensure_future(proc.died.wait())
+        try:
+            await asyncio.wait({task, died}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            died.cancel()
+        if not task.done():
+            # Killed mid-call: its coroutine runs on (its store calls hang), but nothing comes back.
+            task.add_done_callback(_drop)
+            self._maybe_acted(method, args)
+            raise SiloLost(f"silo {silo_id} was killed during {method}")
+        try:
+            await self._taken(proc, epoch, method)  # a paused process answers at resume
+        except SiloLost:
+            _drop(task)
+            self._maybe_acted(method, args)
+            raise
+        if proc.partitioned:
+            _drop(task)
+            self._maybe_acted(method, args)
+            raise SiloLost(f"silo {silo_id}: Ray lost its node during {method}; it may have acted")
+        try:
+            return task.result()
+        except (SiloStopping, EarlierTryUnsettled) as exc:
+            raise SiloRefused(f"silo {silo_id}: {exc}") from exc
+
+    def _maybe_acted(self, method: str, args: tuple[Any, ...]) -> None:
+        if method == "cancel":
+            self.cancel_maybe_acted.add(args[1])
+        elif method == "schedule":
+            self.schedule_maybe_acted.update(item[0] for item in args[0])
+
+    @staticmethod
+    async def _taken(proc: Process, epoch: int, method: str) -> None:
+        """Return once ``proc`` of ``epoch`` runs; ``SiloLost`` if it is killed first."""
+        while proc.state == "paused" and proc.epoch == epoch:
+            died = asyncio.ensure_future(proc.died.wait())
+            resumed = asyncio.ensure_future(proc.resumed.wait())
+            try:
+                await asyncio.wait({died, resumed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                died.cancel()
+                resumed.cancel()
+        if not proc.alive(epoch):
+            raise SiloLost(f"silo {proc.silo_id} was killed during {method}")
+
+
+def _call_text(method: str, args: tuple[Any, ...]) -> str:
+    """A call for the trace: a schedule call by its job ids (and suspects), others as they are."""
+    if method == "schedule":
+        return f"schedule({[item[0] for item in args[0]]}{', suspects ' + str(args[1]) if len(args) > 1 else ''})"
+    return f"{method}{args}"
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    """Retrieve a dropped answer's exception, so the loop does not report it as never retrieved."""
+    if task.done() and not task.cancelled():
+        task.exception()
+
+
+class SimClient:
+    """The world's client side when it is ``cluster.client.Client``; what each call told its caller."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self.ray = SimRay(world)
+        self.client = Client("sim", list(world.procs), world.options, call_silo=self.ray,
+                             start=world.client_rng.randrange(len(world.procs)))
+        self.jobs: dict[str, ScheduledJob] = {}  # acknowledged: as the client returned them
+        # Job id -> (when the call raised, what): the call said these were not scheduled.
+        self.not_scheduled: dict[str, tuple[int, str]] = {}
+        self.in_doubt: set[str] = set()  # may fire or not: ScheduleInDoubt, or the caller gave up
+        self.calls = 0  # calls in progress: the run does not end before their answers are judged
+
+    @classmethod
+    def draw(cls, world: World) -> SimClient | None:
+        """The real client for a share of seeds (drawn from the world's ``client_rng``)."""
+        if world.faults.real_client and world.client_rng.random() < CLIENT_SHARE:
+            return cls(world)
+        return None
+
+    async def schedule(self, specs: Sequence[Spec]) -> None:
+        self.calls += 1
+        try:
+            await self._schedule(specs)
+        finally:
+            self.calls -= 1
+
+    async def _schedule(self, specs: Sequence[Spec]) -> None:
+        world = self._world
+        now = us_to_datetime(true_now_us(world.loop))
+        jobs = []
+        for spec in specs:
+            world.specs[spec.id] = spec
+            policy = FailurePolicy.constant("1s", max_retries=3) if spec.fail_first else None
+            if spec.period_s:
+                jobs.append(job(due=us_to_datetime(spec.due_us), now=now, job_id=spec.id,
+                                schedule=f"@every {spec.period_s}s", repeats=spec.repeats, misfire="fire_all",
+                                failure_policy=policy))
+            else:
+                jobs.append(job(due=us_to_datetime(spec.due_us), now=now, job_id=spec.id, failure_policy=policy))
+        ids = [s.id for s in specs]
+        task = asyncio.ensure_future(self.client.submit_jobs(jobs))
+        done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
+        if not done:
+            task.add_done_callback(_drop)
+            self.in_doubt.update(ids)
+            world.stats["client: schedule without an answer"] += 1
+            world.note(f"client schedule {ids}: no answer within {CALL_TIMEOUT_S} s (in doubt)")
+            return
+        try:
+            scheduled = task.result()
+        except ScheduleInDoubt as exc:
+            may_fire = exc.may_fire
+            self.in_doubt.update(i for i in ids if i in may_fire)
+            self._refused(sorted(set(ids) - set(may_fire)), f"ScheduleInDoubt without them: {exc}")
+            world.stats["client: schedule in doubt"] += 1
+            world.note(f"client schedule {ids}: ScheduleInDoubt, may fire {sorted(may_fire)}")
+            return
+        except Exception as exc:
+            self._refused(ids, f"{type(exc).__name__}: {exc}")
+            world.stats["client: schedule failed"] += 1
+            world.note(f"client schedule {ids}: not scheduled ({type(exc).__name__}: {exc})")
+            return
+        for scheduled_job in scheduled:
+            assert scheduled_job.shard is not None
+            self.jobs[scheduled_job.id] = scheduled_job
+            world.acked[scheduled_job.id] = scheduled_job.shard
+            if scheduled_job.id in self.ray.schedule_maybe_acted:
+                await self._earlier_try(scheduled_job.id, scheduled_job.shard)
+        world.stats["acked"] += len(scheduled)
+        world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
+
+    async def _earlier_try(self, job_id: str, shard: str) -> None:
+        """A job acknowledged by a call that lost a try after it reached a silo, whose first
+        occurrence ran from another shard before the acknowledgement: the retry did not find
+        that try, so it must have left no live copy (README: one more run, never two live copies)."""
+        world = self._world
+        # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
+        # fired from another, it was added twice.
+        if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
+            return
+        live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
+                and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
+        if live:
+            world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
+            return
+        world.added_again.add(job_id)
+        world.stats["client: added again after its earlier try ran"] += 1
+        world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; added again in {shard}")
+
+    def _refused(self, ids: Sequence[str], why: str) -> None:
+        now_us = true_now_us(self._world.loop)
+        for job_id in ids:
+            self.not_scheduled.setdefault(job_id, (now_us, why))
+
+    async def cancel(self, job_id: str) -> None:
+        """Cancel through ``Client.try_cancel_job``: True is a cancel that must hold; False ("already
+        gone") leaves the job owed, unless a try of a cancel of it was lost after reaching a silo."""
+        self.calls += 1
+        try:
+            await self._cancel(job_id)
+        finally:
+            self.calls -= 1
+
+    async def _cancel(self, job_id: str) -> None:
+        world = self._world
+        task = asyncio.ensure_future(self.client.try_cancel_job(self.jobs[job_id]))
+        done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
+        if not done:
+            task.add_done_callback(_drop)
+            world.cancel_unknown.add(job_id)
+            world.stats["client: cancel without an answer"] += 1
+            world.note(f"client cancel {job_id}: no answer within {CALL_TIMEOUT_S} s")
+            return
+        try:
+            cancelled = task.result()
+        except Exception as exc:
+            world.cancel_unknown.add(job_id)  # it may have landed
+            world.stats["client: cancel failed"] += 1
+            world.note(f"client cancel {job_id}: raised {type(exc).__name__}: {exc}")
+            return
+        world.note(f"client cancel {job_id}: {cancelled}")
+        if not cancelled and job_id in self.ray.cancel_maybe_acted:
+            # "Already gone": perhaps by a try of this call, or of another cancel of this job, whose
+            # answer was lost.
+            world.cancel_unknown.add(job_id)
+            world.stats["client: cancel False after a try in doubt"] += 1
+        if cancelled:
+            world.stats["client: cancelled"] += 1
+            world.cancel_true.setdefault(job_id, true_now_us(world.loop))
+
+    def final_checks(self) -> None:
+        """Nothing of a call that said "not scheduled" ever started."""
+        world = self._world
+        told: set[str] = set()
+        for d in world.deliveries:
+            refused = self.not_scheduled.get(d.job_id)
+            if refused is not None and d.job_id not in told and d.job_id not in world.exempted:
+                told.add(d.job_id)
+                at_us, why = refused
+                world.violate(f"not scheduled, yet fired: {d.job_id}#{d.occurrence} started at "
+                              f"{d.at_us - EPOCH_US} µs; its schedule call raised at {at_us - EPOCH_US} µs "
+                              f"({why})")
+        world.stats["client: in doubt"] = len(self.in_doubt)
+        world.stats["client: in doubt, fired"] = len(self.in_doubt & {d.job_id for d in world.deliveries})
+
+
+def client_rng(seed: int) -> random.Random:
+    """The generator of everything the real client's seeds draw."""
+    return random.Random(f"client/{seed}")
