@@ -157,10 +157,18 @@ class Pausing:
             try:
                 await shard.write([op])
             except StorageError:
+                # Not paused after all: it still fires. The pause was applied as its write went
+                # out, so firing may have released the job from a batch about to leave meanwhile
+                # ("resuming queues it"): queued again unless a run or a cancel of it holds it
+                # (found by the simulation, seed 1700: live, not paused, never queued again).
                 live = shard.state
-                if (queued is not None and queued[1] is entry and live is not None and live.live.get(job_id) is entry
-                        and job_id not in live.paused):
-                    self._queue.push(job_id, queued[0], entry)  # not paused after all: it still fires
+                now = None if live is None else live.live.get(job_id)
+                if (live is not None and now is not None and job_id not in live.paused and self._shards.holds(shard)
+                        and self._queue.get(job_id) is None and self._may_queue(job_id)):
+                    due = (queued[0] if queued is not None and queued[1] is now
+                           else self._quarantine.queue_at(shard, job_id, now[DUE]))
+                    if due is not None:  # parked: an operator's release-quarantine queues it
+                        self._queue.push(job_id, due, now)
                 raise
         for run in (self._runs.find(job_id), self._runs.displaced.get(job_id)):
             if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished

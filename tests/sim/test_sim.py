@@ -26,6 +26,30 @@ CLOCKS_JUMP = "  0.000000 clocks jump"
 # Fault kinds added after every seed of FOUND was found: off for those, so each keeps its world.
 LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs"
 CHUNKS = 10  # a chunk per test, so progress shows and a failure names its range
+# What every chunk of 200 seeds must at least do, so that "kept every invariant" means something: a
+# chunk whose schedule calls mostly fail, or that never kills, adopts or cancels, proves little.
+# About half the least a chunk of seeds 0-1999 did (issue 24, measured with every fault on:
+# acked 5161, kills 357, SIGSTOPs 341, partitions 292, shards taken over 1497, cancels answered
+# "cancelled" 811, operator pauses 546).
+FLOORS = {
+    "acked": 2500,  # jobs whose schedule call was acknowledged
+    "kills": 175,
+    "pauses": 170,  # SIGSTOP of a silo process
+    "partitions": 145,
+    "shards taken over": 750,  # a shard's owner of record changed: adopted, or taken back by a new incarnation
+    "cancels answered cancelled": 400,
+    "operator pauses": 270,
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_string_hash() -> None:
+    """A seed means its world only with one string hash (silo code iterates sets of strings):
+    without it every seed here runs some other world, and a kept seed proves nothing. Failing
+    says so; re-running pytest in a subprocess would hide which interpreter ran what."""
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        pytest.fail("the simulation needs PYTHONHASHSEED=0 (make test sets it); run "
+                    "PYTHONHASHSEED=0 python -m pytest tests/sim", pytrace=False)
 
 
 def _explain(failures: list[Result]) -> str:
@@ -39,8 +63,12 @@ def _explain(failures: list[Result]) -> str:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_every_seed_keeps_every_invariant(chunk: int) -> None:
     size = SEEDS // CHUNKS
-    failures = [r for r in (run_seed(seed) for seed in range(chunk * size, (chunk + 1) * size)) if not r.ok]
+    results = [run_seed(seed) for seed in range(chunk * size, (chunk + 1) * size)]
+    failures = [r for r in results if not r.ok]
     assert not failures, _explain(failures)
+    done = {key: sum(r.stats.get(key, 0) for r in results) for key in FLOORS}
+    short = {key: (done[key], floor) for key, floor in FLOORS.items() if done[key] < floor}
+    assert not short, f"seeds {chunk * size}-{(chunk + 1) * size - 1} did too little (done, floor): {short}"
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -265,13 +293,19 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A cancel of a moved job reached a shard whose adopter was still settling its moves, settled
     # the move itself and queued the entry its target handed back, already running there: two runs.
     (30091, "all", "cancel queued a moved occurrence that ran", "silo logged an unhandled AssertionError"),
+    # A pause, applied to the shard as its write went out, made firing release the job from a
+    # batch about to leave; the write failed and was undone, and nothing queued the job again:
+    # live, not paused, never fired. Hidden until a pause without an answer was settled after
+    # healing instead of exempting the job from the lost check (issue 24).
+    (1700, "all", "failed pause left its job released from a leaving batch", "lost"),
 ]
 
 
-@pytest.mark.parametrize(("seed", "kinds", "invariant"), [
-    pytest.param(seed, kinds, invariant, id=f"{bug}-{seed}") for seed, kinds, bug, invariant in FOUND
+@pytest.mark.parametrize("seed, kinds", [
+    pytest.param(seed, kinds, id=f"{bug}-{seed}-{invariant}") for seed, kinds, bug, invariant in FOUND
 ])
-def test_a_seed_that_found_a_bug_keeps_it(seed: int, kinds: str, invariant: str) -> None:
+def test_a_seed_that_found_a_bug_keeps_it(seed: int, kinds: str) -> None:
+    """The whole result, not only the invariant the seed was named for: most of these run fault
+    kinds or seeds the chunks above never cover, so nothing else checks their worlds."""
     result = run_seed(seed, Faults.parse(kinds + LATER_KINDS))
-    broken = [v for v in result.violations if f" {invariant}: " in v]
-    assert not broken, _explain([result])
+    assert result.ok, _explain([result])

@@ -45,13 +45,15 @@ from cluster.model.attempt import Attempt, Outcome
 from cluster.model.jobs import Target
 from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
+from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
 from cluster.runtime.runs import Run
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.runtime.shardlog import CANCELLED, MOVED, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
 from storage.generations import current_head, list_logs, read_log
+from storage.records import decode
 from tests.runtime.harness import OPTIONS, item, job
 from tests.sim.ahead import (
     AHEAD_SHARE,
@@ -79,6 +81,7 @@ MAX_DUE_S = 6.0  # a job falls due at most this long after it is scheduled
 HEAL_MAX_S = 120.0  # after healing, everything due must fire within this
 MAX_LATENCY_S = 0.05  # per store / transport call
 CALL_TIMEOUT_S = 10.0  # a client call without an answer by then is not acknowledged
+SETTLE_TRIES = 8  # after healing, a call without an answer is made again until answered, at most this often
 
 P_STORE_ERROR = 0.03
 P_LOST_ANSWER = 0.03
@@ -87,6 +90,8 @@ MAX_DELAY_S = 6.0
 P_DUPLICATE = 0.05
 OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
 MAX_SKEW_US = 1_500_000
+# A lease end crosses µs and float seconds on its way to a handler: a rounding, not a margin.
+LEASE_ROUNDING_US = 2
 
 WRITES = frozenset({"create", "set_metadata", "append_block", "delete"})
 # What a retried write answers on Azure when its first try landed and the answer was lost.
@@ -187,6 +192,8 @@ class Delivery:
     sender: str  # the incarnation's owner tag
     shard: str
     succeeded: bool
+    run_id: str = ""
+    duplicate: bool = False  # a second delivery of one call (Ray retried it)
 
 
 @dataclass(frozen=True)
@@ -293,7 +300,7 @@ class SimStore(Store):
         self._epoch = epoch
 
     async def _call(self, method: str, name: str, op: Callable[[], Awaitable[Any]],
-                    torn: Callable[[], Awaitable[bool]] | None = None) -> Any:
+                    torn: Callable[[], Awaitable[bool]] | None = None, payload: bytes = b"") -> Any:
         world, proc, epoch = self._world, self._proc, self._epoch
         await proc.gate(epoch)
         if method == "append_block":
@@ -304,14 +311,14 @@ class SimStore(Store):
             # Killed with this call in flight: it reached the store or it did not.
             if method in WRITES and world.rng.random() < 0.5 and not (torn is not None and await torn()):
                 await op()
-                world.landed(method, name, proc)
+                world.landed(method, name, proc, payload)
             await world.forever()
         await proc.gate(epoch)  # paused meanwhile: the call goes out at resume
         if world.injecting and world.faults.storage_errors and world.rng.random() < P_STORE_ERROR:
             raise Unavailable(f"injected: {method} {name} failed")
         result = await op()
         if method in WRITES:
-            world.landed(method, name, proc)
+            world.landed(method, name, proc, payload)
             if world.injecting and world.faults.lost_answers and world.rng.random() < P_LOST_ANSWER:
                 error = world.rng.choice(LOST_ANSWER_ERRORS[method])
                 world.note(f"lost answer {proc.silo_id} {method} {name} -> {error.__name__}")
@@ -336,7 +343,8 @@ class SimStore(Store):
     async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
         return await self._call("append_block", name,  # type: ignore[no-any-return]
                                 lambda: self._world.store.append_block(name, payload, if_match),
-                                lambda: self._world.logs.land_killed_append(self._world, name, payload, if_match))
+                                lambda: self._world.logs.land_killed_append(self._world, name, payload, if_match),
+                                payload)
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))  # type: ignore[no-any-return]
@@ -486,6 +494,9 @@ def node_of(silo_id: str, epoch: int) -> str:
 # -- the world ------------------------------------------------------------------------------------
 
 
+TAKEN_BACK = "shard log corrupted under its writer: taken back"  # what ``Adoption.taken_back`` logs
+
+
 class _Capture(logging.Handler):
     """Silo log records with an exception attached that is not a storage fault: bugs."""
 
@@ -497,6 +508,9 @@ class _Capture(logging.Handler):
         if self._world.verbose and self._world.live:
             extra = {k: v for k, v in record.__dict__.items() if k in ("silo", "shard", "why", "error", "job", "owner")}
             self._world.say(f"log {record.levelname} {record.getMessage()} {extra}")
+        if record.getMessage() == TAKEN_BACK and self._world.live:
+            # Its runs in flight write into a fenced writer; the fresh copy runs them again.
+            self._world.owners[str(getattr(record, "shard", ""))].append((true_now_us(self._world.loop), "taken back"))
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and not isinstance(exc, StorageError) and self._world.live:
             self._world.violate(f"silo logged an unhandled {type(exc).__name__}: {record.getMessage()}: {exc!r}")
@@ -556,6 +570,21 @@ class World:
         self.hold_unknown: set[str] = set()  # a pause or resume without an answer: it may stay paused
         self.holding: set[str] = set()  # jobs the operator is pausing, holding or resuming now
         self.stats: dict[str, int] = defaultdict(int)
+        # What the store made durable, recorded as each write lands (true µs): the checks judge
+        # by these and by what the client was told, never by what a silo says it did.
+        self.renewals: dict[str, list[int]] = defaultdict(list)  # owner tag -> its own row writes that landed
+        self.cancel_landed: dict[str, tuple[int, int]] = {}  # job id -> (first REMOVE(cancelled) landed, its occurrence)
+        self.outcome_landed: dict[tuple[str, int], int] = {}  # (job, occurrence) -> its success's REMOVE landed
+        # shard -> (when, owner) of claims, and of its owner taking it back from its log
+        self.owners: dict[str, list[tuple[int, str | None]]] = defaultdict(list)
+        self._shard_md: dict[str, dict[str, str]] = {}
+        self.faulted: dict[str, list[tuple[int, str]]] = defaultdict(list)  # silo id -> (when, kill/pause/partition)
+        self.redelivered: set[str] = set()  # run ids whose call reached the handler twice (Ray retried it)
+        self.cancel_sent: set[str] = set()  # jobs the client sent a cancel for
+        self.cancelling: list[str] = []  # jobs whose client cancels await their answer, one entry a call
+        self.settling: set[str] = set()
+        self.settle_tried: set[str] = set()  # jobs whose unanswered call the world is settling after healing
+        self.settle_rng = random.Random(f"settle/{seed}")  # its own: the draws of other seeds stay theirs
         self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
         # Jobs a retried schedule call added again after its earlier try had run and left no record
         # (README, "Schedule calls and retries": one more run, never two live copies).
@@ -613,11 +642,52 @@ class World:
         head = current_head(base, infos)
         return None if head is None else head.metadata.get("owner")
 
-    def landed(self, method: str, name: str, proc: Process) -> None:
+    def landed(self, method: str, name: str, proc: Process, payload: bytes = b"") -> None:
         self.stats["writes"] += 1
+        now_us = true_now_us(self.loop)
         if name.startswith(SHARD_PREFIX) and method in ("create", "set_metadata"):
             base = name.rpartition("~")[0]
-            self.note(f"owner {base} = {self.owner_of_record(base)} ({method} by {proc.silo_id})")
+            owner = self.owner_of_record(base)
+            md = {k: v for k, v in self.store._logs[name].metadata.items() if k not in ("firing", "deaths", "suspects")}
+            owners = self.owners[base]
+            if owners and owner not in (None, owners[-1][1]):
+                self.stats["shards taken over"] += 1
+            if method == "set_metadata" and md != self._shard_md.get(base):
+                owners.append((now_us, owner))  # claimed, released or sealed: not a firing mark
+            self._shard_md[base] = md
+            self.note(f"owner {base} = {owner} ({method} by {proc.silo_id})")
+        elif name.startswith(MEMBER_PREFIX) and method in ("create", "set_metadata"):
+            row = Member.from_metadata(self.store._logs[name].metadata, "")
+            if row.silo_id == proc.silo_id and row.status == ACTIVE:
+                self.renewals[row.owner].append(now_us)  # a join or heartbeat: its lease runs from before this
+        elif method == "append_block" and name.startswith(SHARD_PREFIX):
+            for op in decode(payload).records():
+                if op[0] == REMOVE and op[3] == CANCELLED:
+                    self.cancel_landed.setdefault(op[1], (now_us, op[2]))
+                elif op[0] == REMOVE and op[3] in (SUCCEEDED, MOVED):
+                    self.outcome_landed.setdefault((op[1], op[2]), now_us)
+
+    def store_lease_end_us(self, sender: str, by_us: int) -> int | None:
+        """When ``sender``'s lease ends by the store: its last own row write landed by ``by_us``
+        plus the firing lease. A heartbeat renews from when its write began, earlier than it
+        landed, so no lease the sender may hold at ``by_us`` ends later; None: no write yet."""
+        landed = [t for t in self.renewals.get(sender, ()) if t <= by_us]
+        return max(landed) + int(self.options.firing_lease.total_seconds() * 1e6) if landed else None
+
+    def lease_claimed(self, attempts: Sequence[Attempt], where: Sequence[tuple[str, str, str | None]],
+                      lease_end: float, sent_us: int) -> None:
+        """The lease end a batch carries is earlier than the store gives its sender by the most a
+        handler's clock may run behind (``Lease.handler_end``): checked as it arrives, before any
+        handler refuses anything by it (a handler trusts what it carries)."""
+        sender = attempts[0].run_id.rpartition("@")[2]
+        store_end = self.store_lease_end_us(sender, sent_us)
+        skew_us = int(self.options.max_clock_skew.total_seconds() * 1e6)
+        if store_end is None or lease_end * 1e6 > store_end - skew_us + LEASE_ROUNDING_US:
+            names = [f"{job_id}#{a.occurrence}" for a, (job_id, _, _) in zip(attempts, where, strict=True)]
+            self.violate(f"zombie: {sender} sent {names} with a lease to {int(lease_end * 1e6) - EPOCH_US} µs; "
+                         f"by its last durable heartbeat it ends at "
+                         f"{'(no heartbeat)' if store_end is None else store_end - EPOCH_US} µs, "
+                         f"less {skew_us} µs for a handler's clock")
 
     # -- the handler ------------------------------------------------------------------------
 
@@ -626,6 +696,9 @@ class World:
         """Run a batch as a ``JobHandler`` does when every job is due: refuse it past the sender's
         lease, check each one (``fired``)."""
         now_us = true_now_us(self.loop)
+        self.lease_claimed(attempts, where, lease_end, sent_us)
+        if duplicate:
+            self.redelivered.update(a.run_id for a in attempts)
         outcomes = []
         for attempt, (job_id, shard, owner_at_send) in zip(attempts, where, strict=True):
             sender = attempt.run_id.rpartition("@")[2]
@@ -649,8 +722,9 @@ class World:
         as issue 12 allows for those only ("two *live* incarnations"). Early: it starts before
         its due time, in store time. Cancels: it was sent, or starts, after a cancel of its job
         returned "cancelled" (an attempt in flight at its sender's kill excepted: nobody is left
-        to withdraw it). Zombie: it starts past its sender's lease, by more than the handler's
-        wall clock may be off the store's.
+        to withdraw it). Zombie: it starts past its sender's lease as the store implies it (its
+        last durable heartbeat when it sent): with no margin, as the end a silo sends allows for
+        the handler's clock running behind (``lease_claimed``).
         """
         attempt, job_id, shard, sent_us = sent.attempt, sent.job_id, sent.shard, sent.sent_us
         now_us = true_now_us(self.loop)
@@ -658,7 +732,7 @@ class World:
         spec = self.specs[job_id]
         succeeded = attempt.dequeue_count > spec.fail_first
         self.deliveries.append(Delivery(job_id, attempt.occurrence, attempt.dequeue_count, sent_us, now_us,
-                                        sender, shard, succeeded))
+                                        sender, shard, succeeded, attempt.run_id, sent.duplicate))
         self.stats["deliveries"] += 1
         self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
                   f"{' (duplicate)' if sent.duplicate else ''}{'' if succeeded else ' -> fails'}")
@@ -673,9 +747,14 @@ class World:
         elif owner != sender:
             self.violate(f"two owners: {sender} fired {job_id}#{attempt.occurrence} from {shard}, "
                          f"whose owner of record is {owner}")
-        if now_us < attempt.scheduled_for_us:
+        # Due by what the client was told (the job's due time and period), never by the
+        # attempt's own scheduled_for: a silo that computed an occurrence early says so there too.
+        due_us = spec.occurrence_due_us(attempt.occurrence)
+        if not 1 <= attempt.occurrence <= spec.repeats:
+            self.violate(f"beyond repeats: {job_id}#{attempt.occurrence} fired; it was scheduled for {spec.repeats}")
+        elif now_us < due_us:
             self.violate(f"early: {job_id}#{attempt.occurrence} fired at {now_us - EPOCH_US} µs, "
-                         f"due {attempt.scheduled_for_us - EPOCH_US} µs")
+                         f"due {due_us - EPOCH_US} µs by its schedule")
         for paused_at, resume_sent in self.held.get(job_id, ()):
             assert paused_at is not None
             if sent_us >= paused_at and (resume_sent is None or sent_us < resume_sent):
@@ -691,9 +770,10 @@ class World:
         elif cancelled is not None and now_us >= cancelled:
             self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} started at {now_us - EPOCH_US} µs, "
                          f"its cancel returned True at {cancelled - EPOCH_US} µs")
-        if now_us > (sent.lease_end + self.options.max_clock_skew.total_seconds()) * 1e6:
+        store_end = self.store_lease_end_us(sender, sent_us)
+        if store_end is not None and now_us > store_end:
             self.violate(f"zombie: {job_id}#{attempt.occurrence} started at {now_us - EPOCH_US} µs, past the lease "
-                         f"of {sender}, which ended at {int(sent.lease_end * 1e6) - EPOCH_US} µs")
+                         f"of {sender}, which by the store ended at {store_end - EPOCH_US} µs")
         return succeeded
 
     async def hand_over(self, handler: SimHandler, attempts: Sequence[Attempt],
@@ -702,6 +782,9 @@ class World:
                         duplicate: bool = False) -> list[Outcome]:
         """Run a batch in the ``JobHandler`` of a dispatch-ahead seed: it waits for each job's due
         time, checks the lease at each start, and calls ``started`` for each job it starts."""
+        self.lease_claimed(attempts, where, lease_end, sent_us)
+        if duplicate:
+            self.redelivered.update(a.run_id for a in attempts)
         for attempt, (job_id, shard, owner_at_send) in zip(attempts, where, strict=True):
             self.sent[attempt.run_id] = Sent(attempt, job_id, shard, owner_at_send, sent_us, lease_end, sender_alive,
                                              duplicate)
@@ -806,8 +889,19 @@ class World:
 
     async def cancel(self, job_id: str) -> None:
         """Cancel as ``Client.try_cancel_job`` does: ask the shard's creator, follow moves and owners."""
-        if self.sim_client is not None:
-            return await self.sim_client.cancel(job_id)
+        self.cancel_sent.add(job_id)
+        self.cancelling.append(job_id)
+        try:
+            if self.sim_client is not None:
+                await self.sim_client.cancel(job_id)
+            else:
+                await self._cancel(job_id)
+        finally:
+            self.cancelling.remove(job_id)
+            if job_id in self.cancel_true:
+                self.cancel_unknown.discard(job_id)  # another cancel of it returned True: known
+
+    async def _cancel(self, job_id: str) -> None:
         shard = self.acked[job_id]
         prefer = shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
         for _ in range(8):
@@ -824,6 +918,7 @@ class World:
             self.note(f"cancel {job_id} in {shard} on {proc.silo_id}: {answer} {info}")
             if answer == "cancelled":
                 self.cancel_true.setdefault(job_id, true_now_us(self.loop))
+                self.stats["cancels answered cancelled"] += 1
                 return
             if answer == "absent":
                 return
@@ -924,11 +1019,13 @@ class World:
             self.violate(f"pause lost: {job_id}'s resume found it not paused, though its pause returned "
                          f"at {window[0] - EPOCH_US} µs")  # type: ignore[operator]
 
-    async def _at_owner(self, job_id: str, method: str, *args: Any) -> tuple[str, Any] | None:
-        """Call ``method`` for ``job_id`` as ``Client._at_owner`` does (following moves and owners);
-        its answer, or None if it got none (it may have landed)."""
-        rng = self.operator_rng
-        shard = self.acked[job_id]
+    async def _at_owner(self, job_id: str, method: str, *args: Any, rng: random.Random | None = None,
+                        shard: str | None = None) -> tuple[str, Any] | None:
+        """Call ``method`` for ``job_id`` as ``Client._at_owner`` does (following moves and owners),
+        from ``shard`` (the one its schedule returned); its answer, or None if it got none (it may
+        have landed)."""
+        rng = rng or self.operator_rng
+        shard = shard or self.acked[job_id]
         prefer = shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
         for _ in range(8):
             proc = self.procs.get(prefer) or rng.choice(list(self.procs.values()))
@@ -969,8 +1066,10 @@ class World:
                 return
             event = self.rng.choice(events)
             proc = self.rng.choice(list(self.procs.values()))
-            if proc.state != UP:
+            if proc.state != UP or (event == "partition" and proc.partitioned):
                 continue
+            self.faulted[proc.silo_id].append((true_now_us(self.loop), event))
+            self.stats[f"{event}s"] += 1
             if event == "kill":
                 proc.kill()
                 self.note(f"kill {proc.silo_id} (epoch {proc.epoch})")
@@ -1004,6 +1103,7 @@ class World:
         await asyncio.sleep(after)
         if proc.partitioned:
             proc.partitioned = False
+            self.faulted[proc.silo_id].append((true_now_us(self.loop), "partition healed"))
             self.note(f"partition of {proc.silo_id} healed")
 
     def heal(self) -> None:
@@ -1011,6 +1111,8 @@ class World:
         self.injecting = False
         self.note("heal")
         for proc in self.procs.values():
+            if proc.partitioned:
+                self.faulted[proc.silo_id].append((true_now_us(self.loop), "partition healed"))
             proc.partitioned = False
             self.resume(proc, proc.epoch)
             if proc.state == DEAD:
@@ -1030,8 +1132,61 @@ class World:
 
     # -- the run ----------------------------------------------------------------------------
 
+    def unsettled(self) -> list[str]:
+        """Jobs with a cancel, pause or resume that got no answer and is not settled yet."""
+        return sorted((self.cancel_unknown | self.hold_unknown) - self.exempted)  # damaged: no final state to ask
+
+    def settle(self) -> None:
+        """After healing, ask again until answered what got no answer (issue 24, deliverable 1): a
+        cancel is sent again, a pause resumed, so each job's final state is known, not exempted."""
+        for job_id in self.unsettled():
+            if job_id not in self.settle_tried and job_id not in self.holding:  # the operator's hold ends first
+                self.settle_tried.add(job_id)
+                self.settling.add(job_id)
+                self.spawn(self._settle(job_id))
+
+    async def _live_in(self, job_id: str) -> str | None:
+        """A shard whose log in the store holds ``job_id`` live (read as the store is, no faults)."""
+        for head in await list_logs(self.store, SHARD_PREFIX):
+            if job_id in ShardState().replay((await read_log(self.store, head.base)).records()).live:
+                return head.base
+        return None
+
+    async def _settle(self, job_id: str) -> None:
+        shard: str | None = None  # where the store says it is, once its schedule's shard was no help
+        for _ in range(SETTLE_TRIES):
+            if job_id in self.cancel_unknown:
+                answer = await self._at_owner(job_id, "cancel", rng=self.settle_rng, shard=shard)
+                if answer is None and (shard := await self._live_in(job_id)) is None:
+                    answer = ("absent", "no shard holds it")  # its shard drained and deleted: a client's search finds none
+                if answer is not None and answer[0] in ("cancelled", "absent"):
+                    self.cancel_unknown.discard(job_id)
+                    # Cancelled now: from here on it must hold like any cancel that returned True.
+                    if answer[0] == "cancelled":
+                        self.cancel_true.setdefault(job_id, true_now_us(self.loop))
+                    self.stats[f"settled: cancel without an answer, then {answer[0]}"] += 1
+            elif job_id in self.hold_unknown:
+                answer = await self._at_owner(job_id, "resume", rng=self.settle_rng, shard=shard)
+                if answer is None and (shard := await self._live_in(job_id)) is None:
+                    answer = ("absent", "no shard holds it")
+                if answer is not None:  # resumed, not paused, or absent: not paused now
+                    self.hold_unknown.discard(job_id)
+                    self.stats[f"settled: pause or resume without an answer, then {answer[0]}"] += 1
+            if job_id not in self.cancel_unknown and job_id not in self.hold_unknown:
+                self.settling.discard(job_id)
+                self.settle_tried.discard(job_id)  # a call of it still under way may leave it unknown again
+                return
+            await asyncio.sleep(1.0)
+        self.settling.discard(job_id)
+
     def owed(self) -> list[str]:
-        """Occurrences of acknowledged jobs due by now that have not succeeded yet."""
+        """Occurrences of acknowledged jobs due by now that have not succeeded yet.
+
+        A cancelled job owes what came before its cancel took effect, as the store says: the
+        occurrences before the one its first REMOVE(cancelled) ended (one of the same job cannot
+        end before its predecessor succeeded). Its call's answer says only that it took effect by
+        then, and a cancel without an answer is settled after healing (``settle``).
+        """
         if not hasattr(self, "_succeeded"):
             self._succeeded: set[tuple[str, int]] = set()
             self._seen = 0
@@ -1042,10 +1197,12 @@ class World:
         now_us = true_now_us(self.loop)
         missing = []
         for job_id in self.acked:
-            if job_id in self.cancel_true or job_id in self.cancel_unknown or job_id in self.hold_unknown:
-                continue
+            if job_id in self.cancel_unknown or job_id in self.hold_unknown:
+                continue  # unsettled: ``final_checks`` fails the seed if it stays so
             spec = self.specs[job_id]
-            for occurrence in range(1, spec.repeats + 1):
+            cancelled = self.cancel_landed.get(job_id) if job_id in self.cancel_sent else None
+            last = spec.repeats if cancelled is None else min(spec.repeats, cancelled[1] - 1)
+            for occurrence in range(1, last + 1):
                 if spec.occurrence_due_us(occurrence) <= now_us and (job_id, occurrence) not in self._succeeded:
                     missing.append(f"{job_id}#{occurrence}")
         return missing
@@ -1081,7 +1238,9 @@ class World:
         healed = self.loop.time()
         while self.loop.time() < healed + HEAL_MAX_S:
             await asyncio.sleep(0.5)
+            self.settle()
             if (self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed()
+                    and not self.settling and not self.holding and not self.cancelling
                     and (self.sim_client is None or not self.sim_client.calls)):
                 break
         await asyncio.sleep(3.0)  # let outcomes of the last attempts land
@@ -1089,6 +1248,62 @@ class World:
         if self.sim_client is not None:
             self.sim_client.final_checks()
         await self.logs.final_checks(self)
+
+    def check_duplicates(self) -> None:
+        """An occurrence succeeds once, unless its first success's outcome was not durable when the
+        next attempt left, and something concrete kept it from being written (issue 24, deliverable 2).
+
+        The first success's REMOVE in the shard log is what tells every later owner the occurrence
+        is done: once it landed, nothing may send the occurrence again. Before it landed, a second
+        success is the at-least-once the README allows only through one of: Ray delivering one call
+        twice; the first attempt's sender killed, paused or cut off from Ray; its shard claimed or
+        taken back from its log (the first's outcome then goes to a fenced writer, and the log's
+        copy runs it again: ``Adoption.taken_back``); the first attempt reaching its handler after
+        its sender gave up waiting.
+        """
+        successes: dict[tuple[str, int], list[Delivery]] = defaultdict(list)
+        for d in self.deliveries:
+            if d.succeeded:
+                successes[(d.job_id, d.occurrence)].append(d)
+        for (job_id, occurrence), runs in sorted(successes.items()):
+            if job_id in self.exempted:
+                continue  # its records were damaged: held to no check (``exempt``)
+            first = runs[0]
+            durable_us = self.outcome_landed.get((job_id, occurrence))
+            for again in runs[1:]:
+                if again.run_id == first.run_id:
+                    why: tuple[str, str] | None = ("redelivered", "Ray delivered its call twice")
+                elif durable_us is not None and durable_us <= max(first.sent_us, again.sent_us):
+                    why = None  # the log said it was done before the second left
+                else:
+                    why = self._why_again(first, again)
+                if why is None:
+                    durable = "never" if durable_us is None else f"at {durable_us - EPOCH_US} µs"
+                    self.violate(f"duplicate: {job_id}#{occurrence} succeeded at {first.at_us - EPOCH_US} µs from "
+                                 f"{first.sender} and again at {again.at_us - EPOCH_US} µs from {again.sender} "
+                                 f"(sent at {again.sent_us - EPOCH_US} µs); its outcome was durable {durable}")
+                else:
+                    self.stats[f"succeeded twice: {why[0]}"] += 1
+                    self.note(f"{job_id}#{occurrence} succeeded again: {why[1]}")
+
+    def _why_again(self, first: Delivery, again: Delivery) -> tuple[str, str] | None:
+        """What kept ``first``'s success from becoming durable before ``again`` left: (stats key, why)."""
+        if first.run_id in self.redelivered:
+            # Its sender got the second delivery's answer (a refusal), so it sent the job again.
+            return "redelivered", f"Ray delivered {first.sender}'s call twice"
+        left, right = sorted((first.sent_us, again.sent_us))  # a run sent earlier may start later
+        fault = _faulted_between(self, first.sender.rpartition("#")[0], left, right)
+        if fault is not None:
+            return fault, f"its first sender {first.sender} met a {fault}"
+        if any(left <= at_us <= right for at_us, _ in self.owners.get(first.shard, ())):
+            return "claimed or taken back", f"{first.shard} was claimed or taken back from its log"
+        timeout_us = int(self.options.handler_timeout.total_seconds() * 1e6)
+        if first.at_us - first.sent_us > timeout_us:
+            return "arrived after its sender gave up", "the first reached its handler after its sender's timeout"
+        if first.job_id in self.added_again and first.shard != again.shard:
+            # The README's "one more run": a retried schedule call added it again after a lost try ran.
+            return "added again by a retry", f"a retried schedule call added {first.job_id} again in {again.shard}"
+        return None
 
     async def final_checks(self) -> None:
         # One chain per job: at most one live copy in all shard logs, no occurrence from two shards.
@@ -1108,6 +1323,18 @@ class World:
                               f"quarantined {st['quarantined']} parked {st['parked']} shards {[(s['name'], s['loaded']) for s in st['shards']]}")
         for missing in self.owed():
             self.violate(f"lost: acknowledged {missing} never succeeded")
+        for job_id in self.unsettled():
+            self.violate(f"unsettled: {job_id}'s cancel, pause or resume got no answer, nor did it after healing")
+        for job_id, (landed_us, occurrence) in sorted(self.cancel_landed.items()):
+            if job_id not in self.acked:
+                continue  # a schedule call that failed takes its write back so
+            if job_id not in self.cancel_sent:
+                self.violate(f"cancelled unasked: a REMOVE(cancelled) of {job_id}#{occurrence} landed at "
+                             f"{landed_us - EPOCH_US} µs; no cancel of it was sent")
+            else:
+                spec = self.specs[job_id]
+                self.stats["occurrences cancelled (by the store)"] += max(0, spec.repeats - occurrence + 1)
+        self.check_duplicates()
         for job_id, shards in sorted(copies.items()):
             if len(shards) > 1:
                 self.violate(f"two chains: {job_id} is live in {shards}")
@@ -1117,6 +1344,23 @@ class World:
         for (job_id, occurrence), shards in sorted(shards_of.items()):
             if len(shards) > 1 and job_id not in self.added_again:
                 self.violate(f"two chains: {job_id}#{occurrence} fired from {sorted(shards)}")
+
+
+def _faulted_between(world: World, silo_id: str, start_us: int, end_us: int) -> str | None:
+    """What was done to ``silo_id``'s process between the two times, if anything: a kill or pause
+    (it sent at ``start_us``, so it was neither dead nor paused then), or a partition from Ray
+    under way at any time between (a partitioned silo fires on while peers take its shards)."""
+    cut_from: int | None = None
+    for at_us, kind in world.faulted.get(silo_id, ()):
+        if kind in ("kill", "pause") and start_us <= at_us <= end_us:
+            return kind
+        if kind == "partition":
+            cut_from = at_us
+        elif kind == "partition healed" and cut_from is not None:
+            if cut_from <= end_us and at_us >= start_us:
+                return "partition"
+            cut_from = None
+    return "partition" if cut_from is not None and cut_from <= end_us else None
 
 
 def run_seed(seed: int, faults: Faults | None = None, *, verbose: bool = False) -> Result:
