@@ -254,6 +254,10 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A claim (by a pause) settled its shard's moves one by one; the entry one handed back was
     # cancelled meanwhile, and queued anyway it ran after "cancelled".
     (2638, "all", "claim queued an entry cancelled while it settled moves", "cancel did not hold"),
+    # A silo SIGSTOPped past its lease, whose shard was adopted meanwhile (the job moved on from
+    # it and was paused there), was asked to resume the job on SIGCONT before its heartbeat learnt
+    # it was declared dead: it answered "not_paused" from what it held, and the job stayed paused.
+    (349, "all", "resume answered from a lost shard's memory", "pause lost"),
 ]
 
 
