@@ -18,13 +18,14 @@ from typing import Any
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us as us
+from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import DUE, OWNER, RELEASED, ShardMeta, landed_ids, shard_name
-from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, read_log
+from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, list_logs, read_log
 
 log = logging.getLogger("timeshard.silo")
 
@@ -64,6 +65,29 @@ class ShardTable:
     def holds(self, shard: Shard) -> bool:
         """Whether ``shard`` is held by this incarnation: not lost, not released, not of an older one."""
         return not shard.lost and shard.meta.owner == self._me.owner
+
+    async def answers_for(self, shard: Shard, lease: Lease) -> bool:
+        """Whether this silo's memory of ``shard``, which it holds, may answer a caller now.
+
+        Under a valid lease no peer can have claimed the shard (``cluster.runtime.lease``), so
+        memory is the truth. Past it (the silo was paused, or cut off from the store, and has
+        not yet heard that it was declared dead) a peer may own the shard and have changed its
+        log since, while memory still shows what was true before: a job paused there since
+        would read "not paused", and a resume would leave it paused for good (found by the
+        simulation, seed 349). Memory then answers only if the log still names this
+        incarnation as its owner, read now; a log that names another owner, or is gone, proves
+        the shard lost, and it is dropped as a fenced write drops it.
+        """
+        if lease.valid and self.holds(shard):
+            return True
+        heads = [head for head in await list_logs(self._store, shard.base) if head.base == shard.base]
+        owner = heads[0].metadata.get("owner") if heads else None
+        if self.shards.get(shard.base) is not shard or not self.holds(shard):
+            return False  # dropped or replaced while we read: whoever asks looks again
+        if owner == self._me.owner:
+            return True
+        self.drop(shard, f"owned by {owner or 'nobody (its log is gone)'}, found after this silo's lease lapsed")
+        return False
 
     async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
         """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded."""

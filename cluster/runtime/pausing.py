@@ -27,6 +27,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
+from cluster.runtime.lease import Lease
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
@@ -61,7 +62,7 @@ class Pausing:
 
     def __init__(self, store: Store, options: ClusterOptions, clock: Clock, queue: JobQueue[list[Any]], runs: RunTable,
                  shards: ShardTable, adoption: Adoption, moves: Moves, cancelling: Cancelling, quarantine: Quarantine,
-                 decode: JobDecoder, metrics: SiloMetrics) -> None:
+                 decode: JobDecoder, metrics: SiloMetrics, lease: Lease) -> None:
         self._store = store
         self._options = options
         self._clock = clock
@@ -74,6 +75,7 @@ class Pausing:
         self._quarantine = quarantine
         self._decode = decode
         self._metrics = metrics
+        self._lease = lease
         # Keeps a run sent ahead of its due time from starting, if it has not (``Firing.withdraw``).
         self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
 
@@ -87,9 +89,15 @@ class Pausing:
 
     async def _on_owner(self, shard_base: str, job_id: str,
                         act: Callable[[Shard], Awaitable[PauseAnswer]]) -> PauseAnswer:
-        """Run ``act`` on the shard if this silo holds it (claimed first if orphaned), as a cancel does."""
+        """Run ``act`` on the shard if this silo holds it (claimed first if orphaned), as a cancel does.
+
+        Held means provably still ours (``ShardTable.answers_for``): a pause or resume answers
+        "already_paused" or "not_paused" from memory, with no write that a lost shard would fence.
+        """
         async with self._shards.retaking(shard_base):
             shard = self._shards.get(shard_base)
+            if shard is not None and not await self._shards.answers_for(shard, self._lease):
+                shard = None
             if shard is None:
                 shard = await self._adoption.claim_for_cancel(shard_base)
                 if shard is None:

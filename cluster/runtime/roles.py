@@ -97,7 +97,8 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
     balance = Balance(options, clock, shards, runs, queue, quarantine, transport, metrics, heartbeat.peers)
-    pausing = Pausing(store, options, clock, queue, runs, shards, adoption, moves, cancelling, quarantine, decode, metrics)
+    pausing = Pausing(store, options, clock, queue, runs, shards, adoption, moves, cancelling, quarantine, decode, metrics,
+                      lease)
     pausing.withdraw_sent = firing.withdraw
     return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, quarantine, staging,
                  firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves, balance, pausing)

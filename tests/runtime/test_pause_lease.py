@@ -1,0 +1,79 @@
+"""A pause or resume answered by a silo whose lease has lapsed (paused by SIGSTOP, cut off from the
+store): what a client was told by the shard's real owner holds (simulation, seed 349)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cluster.runtime.lease import LEASE_FRACTION
+from cluster.runtime.membership import SILENT, Membership
+from cluster.runtime.roles import Roles
+from storage import MemoryStore
+from tests.runtime.harness import OPTIONS, GatedStore, Recorder, add, fire_due, job, make_parts
+
+LEASE_S = LEASE_FRACTION * OPTIONS.suspicion_timeout.total_seconds()
+
+
+def lapse(parts: Roles) -> None:
+    """Let ``parts``'s lease run out with no heartbeat: the silo was frozen meanwhile."""
+    parts.clock.advance(LEASE_S + 0.5)  # type: ignore[attr-defined]
+    assert not parts.lease.valid
+
+
+async def test_a_silo_frozen_past_its_lease_sends_a_resume_to_the_owner_that_holds_the_pause() -> None:
+    store = MemoryStore()
+    frozen = await make_parts(store, "f")
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(frozen, j)
+    lapse(frozen)  # SIGSTOP: no heartbeat, and the row stays unchanged until a peer declares it dead
+    assert await Membership(store).declare_dead(frozen.me.row, SILENT)
+    owner = await make_parts(store, "o")
+    owner.transport.handlers["h"] = recorder = Recorder()
+    assert await owner.adoption.adopt_orphans() == 1
+    paused, record = await owner.pausing.pause(name, j.id, "INC-42", "ops")
+    assert paused == "paused"
+
+    # SIGCONT: a resume reaches the frozen silo before its heartbeat learns it was declared dead.
+    # Its memory still shows the job unpaused; answering "not_paused" from it left the job
+    # paused for good, though the client was told its pause took.
+    answer = await frozen.pausing.resume(name, j.id)
+    assert answer == ("not_owner", owner.me.owner)
+    assert frozen.shards.get(name) is None and frozen.queue.get(j.id) is None  # lost: dropped, fires nothing
+    assert await frozen.pausing.pause(name, j.id, None, "ops") == ("not_owner", owner.me.owner)
+
+    assert await owner.pausing.pause(name, j.id, None, "ops") == ("already_paused", record)  # the pause held
+    assert await owner.pausing.resume(name, j.id) == ("resumed", None)
+    owner.clock.advance(2)  # type: ignore[attr-defined]
+    owner.lease.renew(owner.clock.monotonic())
+    await fire_due(owner)
+    assert [ctx.job.id for ctx in recorder.ran] == [j.id]
+
+
+async def test_a_silo_past_its_lease_that_still_owns_the_shard_answers_from_memory() -> None:
+    # Cut off for a while, but not declared dead: nobody else may have written the shard, so
+    # what memory says is still the truth, and the very copy held stays held and queued (not
+    # claimed afresh, which would fence the outcomes of its runs in flight: run again).
+    parts = await make_parts()
+    j = job(due=timedelta(seconds=8))  # loaded: its window has begun
+    (name,) = await add(parts, j)
+    held = parts.shards.get(name)
+    assert await parts.pausing.pause(name, j.id, None, "ops") == ("paused", [None, "ops", parts.clock.now_us()])
+    lapse(parts)
+    assert (await parts.pausing.pause(name, j.id, "again", "ops"))[0] == "already_paused"
+    assert await parts.pausing.resume(name, j.id) == ("resumed", None)
+    assert await parts.pausing.resume(name, j.id) == ("not_paused", None)
+    assert parts.shards.get(name) is held and parts.queue.get(j.id) is not None
+
+
+async def test_under_a_valid_lease_a_pause_or_resume_reads_nothing_to_answer() -> None:
+    # The common case costs no store call: the lease is the proof that memory is the truth.
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    j = job(due=timedelta(seconds=8))  # loaded: its window has begun
+    (name,) = await add(parts, j)
+    await parts.pausing.pause(name, j.id, None, "ops")
+    store.fail_next("list", 1_000)
+    store.fail_next("fetch", 1_000)
+    assert (await parts.pausing.pause(name, j.id, None, "ops"))[0] == "already_paused"
+    assert await parts.pausing.resume(name, j.id) == ("resumed", None)
+    assert await parts.pausing.resume(name, j.id) == ("not_paused", None)
