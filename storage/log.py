@@ -133,6 +133,9 @@ class LogWriter:
         self._must_rotate = False
         self._uncertain: _Uncertain | None = None
         self._disowned = False  # the callers of the append in doubt took back what it carried
+        # A committed rotation's last steps, owed when they failed: the new generation's final
+        # metadata (that very dict, so a CAS that landed unseen is recognised) and the old one's delete.
+        self._unfinished: tuple[dict[str, str], str, str] | None = None
         self.rotations = 0
         self.blocks_written = 0
 
@@ -309,6 +312,8 @@ class LogWriter:
             self._task = None
 
     async def _flush_once(self) -> None:
+        if self._unfinished is not None:
+            await self._finish_rotation()  # before any write: its ETag is the one to write under
         if self._uncertain is not None:
             await self._settle_uncertain()
         head = self._queue[0]
@@ -421,8 +426,29 @@ class LogWriter:
             raise
         self._must_rotate = False
         self.rotations += 1
-        for sub in covered:
-            self._complete(sub)
+        try:
+            await self._finish_rotation()
+        except Fenced:
+            raise
+        except StorageError:
+            pass  # finished before the next write instead
+        finally:
+            for sub in covered:
+                self._complete(sub)  # durable since the commit, whatever the last step did
+
+    async def _finish_rotation(self) -> None:
+        """Clear the committed generation's pending mark, then delete the one it replaced.
+
+        Only in this order: the old generation's pointer is what makes a pending one current.
+        ``Fenced`` when a claimer took the new generation first (it cleared the mark itself).
+        """
+        assert self._unfinished is not None
+        final, old_name, old_etag = self._unfinished
+        self._etag = await cas_metadata(self._store, self.name, final, self._etag)
+        self._raw = final
+        self._unfinished = None
+        with contextlib.suppress(StorageError):
+            await self._store.delete(old_name, old_etag)
 
     async def _switch_to_new_generation(self, packed: list[bytes]) -> None:
         store, old_name = self._store, self.name
@@ -458,12 +484,13 @@ class LogWriter:
             with contextlib.suppress(StorageError):
                 await store.delete(new_name, etag)
             raise
-        final = claim_metadata(user)
-        etag = await cas_metadata(store, new_name, final, etag)
-        self._generation, self._raw, self._etag = generation, final, etag
+        # Committed: readers and claimers find the new generation, snapshot and all, so the
+        # records it covers are durable whatever fails next. Failing them here made their
+        # callers take back what the log holds (found by the simulation, seed 1829: a move
+        # decided again in a rotation that failed after this point was carried out twice).
+        self._generation, self._raw, self._etag = generation, pending, etag
         self._size, self._blocks, self._last_seq = size, blocks, seq - 1
-        with contextlib.suppress(StorageError):
-            await store.delete(old_name, old_etag)
+        self._unfinished = (claim_metadata(user), old_name, old_etag)
 
     async def delete(self) -> None:
         """Delete the whole log: every other generation first, then the current one at this

@@ -57,21 +57,27 @@ class Moves:
         lost meanwhile (its new owner settles the move).
         """
         delay = FIRST_RETRY_DELAY
+        # Targets found not to hold the move: never written into after. A decision to go elsewhere
+        # that failed may have landed (its answer lost), and then the log says elsewhere while
+        # memory still names the old target: going back there would make a second chain.
+        abandoned: set[str] = set()
         while not source.lost and source.state is not None:
             pending = source.state.pending.get(job_id)
             if pending is None:
                 return None
             target_base, nxt = pending
             try:
-                target = await self._fenced_target(target_base, job_id, nxt[NEXT_OCCURRENCE])
-                if isinstance(target, Shard):
-                    took, entry = await self._add(target, source, job_id, nxt)
-                    if took:
+                if target_base not in abandoned:
+                    target = await self._fenced_target(target_base, job_id, nxt[NEXT_OCCURRENCE])
+                    if isinstance(target, Shard):
+                        took, entry = await self._add(target, source, job_id, nxt)
+                        if took:
+                            self._resolved(source, job_id, target_base)
+                            return entry
+                    elif target:
                         self._resolved(source, job_id, target_base)
-                        return entry
-                elif target:
-                    self._resolved(source, job_id, target_base)
-                    return None
+                        return None
+                    abandoned.add(target_base)
                 await self._retarget(source, job_id, nxt)
             except Fenced:
                 continue  # the target was taken meanwhile: look again
@@ -144,7 +150,17 @@ class Moves:
             raise
 
     async def _retarget(self, source: Shard, job_id: str, nxt: list[Any]) -> None:
-        """Decide again, in ``source``: the named target is proven not to hold the move."""
+        """Decide again, in ``source``: the named target is proven not to hold the move.
+
+        Where ``source``'s own log cannot take it, the source is let go (fenced) or taken back
+        from its log (its writer stopped): either way its next holder settles what the log says.
+        """
         target = await self._shards.open_shard(window_of(nxt[NEXT_DUE], self._duration))
-        await source.write([remove_op(job_id, nxt[NEXT_OCCURRENCE] - 1, MOVED, target.base, nxt)])
+        try:
+            await source.write([remove_op(job_id, nxt[NEXT_OCCURRENCE] - 1, MOVED, target.base, nxt)])
+        except Fenced:
+            self._shards.drop(source, "fenced while moving a recurring job")
+        except LogCorrupted:
+            if not await self._shards.taken_back(source):
+                raise
 

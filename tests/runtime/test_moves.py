@@ -4,14 +4,29 @@ failover in the middle of it leaves exactly one chain, and a cancel that returne
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
+from cluster.model.wire import timedelta_to_us
 from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState
+from cluster.runtime.shardlog import JOB, MOVED, OCCURRENCE, SHARD_PREFIX, ShardState, remove_op, window_of
 from storage import MemoryStore, list_logs, read_log
-from tests.runtime.harness import Blocking, GatedStore, ManualClock, Recorder, add, fire_due, job, make_parts, until_idle
+from storage.generations import generation_name
+from tests.runtime.harness import (
+    OPTIONS,
+    T0_US,
+    Blocking,
+    GatedStore,
+    ManualClock,
+    Recorder,
+    add,
+    fire_due,
+    job,
+    make_parts,
+    until_idle,
+)
 
 
 async def live_copies(store: Any, job_id: str) -> list[tuple[str, int]]:
@@ -179,3 +194,74 @@ async def test_a_cancel_that_settles_a_move_whose_next_occurrence_runs_starts_no
         await asyncio.sleep(0.001)
     assert slow.ran == [2]
     assert await live_copies(store, j.id) == []
+
+
+async def test_a_move_decided_again_in_a_rotation_that_failed_after_its_commit_leaves_one_chain() -> None:
+    """Found by the simulation (torn_logs, seed 1829). The source's log rotates with the write
+    that decides the move again, away from a target proven not to hold it; the rotation commits,
+    then its last step fails. Its write was reported failed and taken back from memory although
+    the new generation held it, so the owner carried out the old decision, into the first target
+    (its own by then), and whoever took the source over next carried out the new one too."""
+    inner, clock = MemoryStore(), ManualClock()
+    store = GatedStore(inner)
+    options = dataclasses.replace(OPTIONS, max_blocks=2)  # the source's third write rotates its log
+    x, y, z = [await make_parts(store, silo, clock=clock, options=options) for silo in "xyz"]
+    for parts in (x, y, z):
+        parts.transport.handlers["h"] = Recorder()
+    j = job(due=timedelta(seconds=1), schedule="@every 12s")
+    (name,) = await add(y, j)
+    source = y.shards.get(name)
+    assert source is not None and source.state is not None
+    entry = source.state.live[j.id]
+    nxt_due = T0_US + 13_000_000
+    first = await x.shards.open_shard(window_of(nxt_due, timedelta_to_us(OPTIONS.shard_duration)))
+    nxt = [nxt_due, entry[JOB], 2, 0, nxt_due]
+    # What X would have decided had it run the job: the decision stands, its ADD never written.
+    await source.write([remove_op(j.id, 1, MOVED, first.base, nxt)])
+    clock.advance(6)  # the next window is within the lookahead: adoption takes X's shard there
+    finish = generation_name(name, 1)
+    release = store.gate("set_metadata", finish)
+    settling = asyncio.ensure_future(y.moves.settle(source, j.id))  # X alive: FIRST is read, not claimed
+    await store.reached("set_metadata", finish).wait()  # the rotation committed; its last step waits
+    await Membership(store).declare_dead(x.me.row, SILENT)
+    assert await y.adoption.adopt_orphans() == 1  # Y takes X's shard, FIRST among it
+    store.fail_next("set_metadata", 1, finish)
+    release.set()
+    await asyncio.wait_for(settling, 10)
+    await Membership(store).declare_dead(y.me.row, SILENT)
+    assert await z.adoption.adopt_orphans() >= 1  # Z takes the source over and settles what its log says
+    copies = await live_copies(store, j.id)
+    assert len(copies) == 1 and copies[0][0] != first.base, copies
+
+
+async def test_a_move_decided_again_in_a_write_in_doubt_never_goes_back_to_the_first_target() -> None:
+    """The write deciding the move again lands but loses its answer, and its writer cannot read
+    back whether it landed: the decision is taken back from memory, which names the first target
+    again though the log names the new one. Going back there (its own by then) made two chains."""
+    inner, clock = MemoryStore(), ManualClock()
+    store = GatedStore(inner)
+    x, y, z = [await make_parts(store, silo, clock=clock) for silo in "xyz"]
+    for parts in (x, y, z):
+        parts.transport.handlers["h"] = Recorder()
+    j = job(due=timedelta(seconds=1), schedule="@every 12s")
+    (name,) = await add(y, j)
+    source = y.shards.get(name)
+    assert source is not None and source.state is not None
+    nxt_due = T0_US + 13_000_000
+    first = await x.shards.open_shard(window_of(nxt_due, timedelta_to_us(OPTIONS.shard_duration)))
+    await source.write([remove_op(j.id, 1, MOVED, first.base, [nxt_due, source.state.live[j.id][JOB], 2, 0, nxt_due])])
+    clock.advance(6)
+    release = store.gate("append_block", name)
+    settling = asyncio.ensure_future(y.moves.settle(source, j.id))  # X alive: FIRST is read, not claimed
+    await store.reached("append_block", name).wait()  # the decision to go elsewhere, on its way
+    await Membership(store).declare_dead(x.me.row, SILENT)
+    assert await y.adoption.adopt_orphans() == 1  # Y takes X's shard, FIRST among it
+    store.lose_answer("append_block", 1)
+    store.fail_next("fetch", 1, name)  # ... and its writer cannot read back that it landed
+    release.set()
+    await asyncio.wait_for(settling, 10)
+    assert y.shards.get(name) is not source  # the writer learnt it had landed: Y took the source back
+    await Membership(store).declare_dead(y.me.row, SILENT)
+    await z.adoption.adopt_orphans()  # whoever holds the source next settles what its log says
+    copies = await live_copies(store, j.id)
+    assert len(copies) == 1 and copies[0][0] != first.base, copies
