@@ -30,6 +30,15 @@ from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Sto
 log = logging.getLogger("timeshard.silo")
 
 
+class AddFailed(Exception):
+    """Adding jobs failed with ``error``; ``shard`` is the shard the last try wrote into."""
+
+    def __init__(self, error: Exception, shard: Shard) -> None:
+        super().__init__(f"adding to {shard.base} failed: {error!r}")
+        self.error = error
+        self.shard = shard
+
+
 class ShardTable:
     """This silo's shards by name, and its open shard per due-time window."""
 
@@ -90,31 +99,47 @@ class ShardTable:
         return False
 
     async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
-        """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded."""
+        """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded.
+
+        ``AddFailed`` if they may not be durable: it names the shard they went into last, which
+        may hold them all the same (an append whose answer was lost and whose log could not be
+        read back), so the caller knows where to take them back from, even once that shard is
+        no longer held here.
+        """
         while True:
             shard = await self.open_shard(window)
             try:
-                async with shard.gate.shared():
-                    if shard.lost or self.shards.get(shard.base) is not shard:
-                        continue  # drained and deleted (or lost) while we waited: open a fresh one
-                    started = time.perf_counter()
-                    entries = await shard.write(ops)
-                    self._metrics.append_latency.observe(time.perf_counter() - started)
-                    # Not strict: a dormant shard returns no entries, and nothing is queued then.
-                    for op, entry in zip(ops, entries if queue else (), strict=False):
-                        self._queue.push(op[1], entry[DUE], entry)
-                return shard
-            except LogFull:
-                self.seal(shard)  # full while dormant: later adds go to a fresh shard
-            except Fenced:
-                self.drop(shard, "fenced while adding jobs")
-                if await self._landed(shard, ops):
-                    return shard  # durable there, its new owner fires them: writing again would fork
-            except LogCorrupted:
-                # Not acknowledged (the caller takes back what may have landed, from the shard
-                # taken back); the next call writes again instead of failing for good.
-                await self.taken_back(shard)
-                raise
+                if await self._write_into(shard, ops, queue=queue):
+                    return shard
+            except Exception as exc:  # whatever it was, the caller must know where the ops went
+                raise AddFailed(exc, shard) from exc
+
+    async def _write_into(self, shard: Shard, ops: list[list[Any]], *, queue: bool) -> bool:
+        """Append ``ops`` to ``shard``: True once durable there, False if they are surely not
+        there and belong in a fresh shard; raises ``StorageError`` when that is not known."""
+        try:
+            async with shard.gate.shared():
+                if shard.lost or self.shards.get(shard.base) is not shard:
+                    return False  # drained and deleted (or lost) while we waited: open a fresh one
+                started = time.perf_counter()
+                entries = await shard.write(ops)
+                self._metrics.append_latency.observe(time.perf_counter() - started)
+                # Not strict: a dormant shard returns no entries, and nothing is queued then.
+                for op, entry in zip(ops, entries if queue else (), strict=False):
+                    self._queue.push(op[1], entry[DUE], entry)
+            return True
+        except LogFull:
+            self.seal(shard)  # full while dormant: later adds go to a fresh shard
+            return False
+        except Fenced:
+            self.drop(shard, "fenced while adding jobs")
+            # Durable there, its new owner fires them: writing again would fork.
+            return await self._landed(shard, ops)
+        except LogCorrupted:
+            # Not acknowledged (the caller takes back what may have landed, from the shard
+            # taken back); the next call writes again instead of failing for good.
+            await self.taken_back(shard)
+            raise
 
     async def _landed(self, shard: Shard, ops: list[list[Any]]) -> bool:
         """Whether ``ops`` (one append: all or none) landed in ``shard`` before another silo took it.

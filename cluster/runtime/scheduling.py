@@ -27,7 +27,7 @@ from cluster.model.wire import timedelta_to_us
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.membership import Identity, Member
-from cluster.runtime.ownership import ShardTable
+from cluster.runtime.ownership import AddFailed, ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
@@ -112,18 +112,21 @@ class Scheduling:
         if failure is None:
             return [r for r in results if isinstance(r, Shard)]
         # A failed batch may still land (its writer settles the doubt before the next append), so
-        # it is taken back too, from the shard it was going into.
-        targets = [(r if isinstance(r, Shard) else self._shards.open_for(w), [item[0] for item in items])
-                   for (w, items), r in zip(batches.items(), results, strict=True)]
+        # it is taken back too, from the shard it went into: even one no longer held here (found
+        # by the simulation, seed 8846: dropped while its append was in doubt, it was not taken
+        # back, and the caller was told "not scheduled" of jobs its next owner fired).
         may_fire: dict[str, str | None] = {}
-        for shard, job_ids in targets:
-            if shard is not None:
-                may_fire.update(await self._withdraw(shard, job_ids))
+        for r, items in zip(results, batches.values(), strict=True):
+            shard = r if isinstance(r, Shard) else r.shard if isinstance(r, AddFailed) else None
+            if shard is not None:  # None: it failed before anything was written
+                may_fire.update(await self._withdraw(self._shards.get(shard.base) or shard,
+                                                     [item[0] for item in items]))
+        error = failure.error if isinstance(failure, AddFailed) else failure
         if may_fire:
             log.error("schedule call failed and could not take back all it wrote",
-                      extra={"jobs": len(may_fire), "error": repr(failure)})
-            raise ScheduleInDoubt(f"schedule failed: {failure!r}", may_fire) from failure
-        raise failure
+                      extra={"jobs": len(may_fire), "error": repr(error)})
+            raise ScheduleInDoubt(f"schedule failed: {error!r}", may_fire) from error
+        raise error
 
     async def _withdraw(self, shard: Shard, job_ids: list[str]) -> dict[str, str | None]:
         """Take back ``job_ids`` from ``shard``, retried; returns the ones that may still fire."""

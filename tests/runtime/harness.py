@@ -19,6 +19,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
 from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.metrics import SiloMetrics
+from cluster.runtime.ownership import AddFailed
 from cluster.runtime.roles import Roles, wire
 from cluster.runtime.shardlog import add_op, window_of
 from cluster.runtime.transport import Ping, TargetAbsent
@@ -290,7 +291,10 @@ async def add(parts: Roles, *jobs: ScheduledJob) -> list[str]:
     for j in jobs:
         jid, due_us, packed = item(j)
         window = window_of(due_us, timedelta_to_us(OPTIONS.shard_duration))
-        shard = await parts.shards.write_to_window(window, [add_op(jid, due_us, packed, 1, 0, datetime_to_us(j.due))])
+        try:
+            shard = await parts.shards.write_to_window(window, [add_op(jid, due_us, packed, 1, 0, datetime_to_us(j.due))])
+        except AddFailed as failed:
+            raise failed.error from failed  # what Silo.schedule raises
         names.append(shard.base)
     return names
 

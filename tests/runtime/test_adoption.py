@@ -10,8 +10,8 @@ import pytest
 from cluster.model.policies import FailurePolicy
 from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, is_orphan, next_budget
 from cluster.runtime.membership import ACTIVE, DEAD, EXITED, LEAVING, REPORTED, SILENT, STOPPED, Departures, Member, Membership
-from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta
-from storage import MemoryStore, list_logs
+from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta, ShardState
+from storage import MemoryStore, list_logs, read_log
 from tests.runtime.harness import OPTIONS, GatedStore, add, fire_due, job, make_parts
 
 ALIVE = {"a": Member("a", 2, ACTIVE, 0, ended_through=0)}
@@ -167,6 +167,36 @@ async def test_a_claim_whose_cleanup_of_old_generations_fails_still_holds_the_sh
     release.set()
     assert await adopting == 1
     assert peer.shards.get(name) is not None and peer.queue.get(j.id) is not None
+
+
+async def test_a_claim_stalled_after_its_cas_deletes_no_generation_that_a_later_owner_wrote() -> None:
+    """Found by the simulation, seed 7838 (torn_logs): a silo's claim landed, then the silo stalled
+    (paused) before it removed the log's other generations. Declared dead meanwhile, it
+    lost the shard to a peer, whose claim rewrote the log (it had a damaged frame) into a new
+    generation and deleted the old one. Resumed, the stalled claim listed the log, took the
+    peer's current generation for a leftover and deleted it: every job in the shard was gone."""
+    store = MemoryStore()
+    victim = await make_parts(store, "v")
+    j = job(due=timedelta(seconds=2))
+    (name,) = await add(victim, j)
+    await Membership(store).declare_dead(victim.me.row, EXITED)
+    stalling = GatedStore(store)
+    stalled = await make_parts(stalling, "p")  # type: ignore[arg-type]
+    cas = stalling.gate("set_metadata", name)
+    adopting = asyncio.ensure_future(stalled.adoption.adopt_orphans())
+    await stalling.reached("set_metadata", name).wait()
+    cleanup = stalling.gate("list", name)  # the claim's look for other generations, after its CAS
+    cas.set()
+    await stalling.reached("list", name).wait()
+    await Membership(store).declare_dead(stalled.me.row, EXITED)
+    peer = await make_parts(store, "q")
+    assert await peer.adoption.adopt_orphans() == 1
+    taken = peer.shards.get(name)
+    assert taken is not None
+    await taken.writer.rotate()  # as a claim of a damaged or torn log does, or a full log's writer
+    cleanup.set()
+    await adopting
+    assert j.id in ShardState().replay((await read_log(store, name)).records()).live
 
 
 async def test_a_silo_that_rejoins_during_an_adoption_round_takes_its_old_shards_only_as_proven_orphans() -> None:

@@ -176,3 +176,58 @@ async def test_schedule_returns_only_once_its_append_is_durable() -> None:
     assert silo._r.queue.get(held_job.id) is not None
     assert await copies(store.inner, held_job.id) == [shard]
     await silo.stop()
+
+
+@pytest.mark.parametrize("due", [timedelta(seconds=1), timedelta(hours=1)], ids=["loaded", "dormant"])
+async def test_a_call_whose_shard_was_dropped_while_its_append_was_in_doubt_takes_it_back_from_there(due: timedelta) -> None:
+    """Found by the simulation, seed 8846: the silo learned it was declared dead (and dropped its
+    shards) while a schedule call's append was in flight; the append landed, its answer was lost
+    and reading the log back failed. The take-back looked for the window's open shard, found none,
+    and the call raised plain ``Unavailable``: "not scheduled", yet the log held the jobs and the
+    silo that adopted it fired them. Taken back from the shard it went into, through that shard's
+    writer: a loaded shard's writer stops on learning that an append its callers took back from
+    memory landed (in doubt); a dormant shard's writer appends the removal (then truly failed)."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    opened, j = job(due=due), job(due=due)
+    (shard,) = await parts.scheduling.schedule([item(opened)])
+    held = store.gate("append_block", shard)
+    call = asyncio.ensure_future(parts.scheduling.schedule([item(j)]))
+    await store.reached("append_block", shard).wait()
+    parts.shards.drop_all("declared dead")  # as the heartbeat does on finding its row taken
+    store.lose_answer("append_block")  # the append lands; its answer is lost
+    store.fail_next("fetch", 1, prefix=shard)  # and the look at the log's tail fails
+    held.set()
+    if due < OPTIONS.lookahead:
+        with pytest.raises(ScheduleInDoubt) as raised:
+            await call
+        assert raised.value.may_fire == {j.id: shard}
+        assert await copies(store.inner, j.id) == [shard]
+    else:
+        with pytest.raises(StorageError) as failed:
+            await call
+        assert not isinstance(failed.value, ScheduleInDoubt)
+        assert await copies(store.inner, j.id) == [], "told it failed, yet the job is live in a log"
+
+
+async def test_a_call_fenced_while_its_append_was_in_doubt_and_unable_to_read_the_log_is_told_in_doubt() -> None:
+    """The same with the shard fenced: the append landed (its answer lost), another silo claimed
+    the shard before the writer looked, and reading the log to learn whether the append had
+    landed failed. The claim replayed the jobs; the caller must not be told they are not there."""
+    store = GatedStore()
+    first = await make_parts(store, "a")  # type: ignore[arg-type]
+    opened, j = job(due=timedelta(hours=1)), job(due=timedelta(hours=1))
+    (shard,) = await first.scheduling.schedule([item(opened)])
+    looking = store.gate("stat", shard)  # the writer's look after the lost answer
+    store.lose_answer("append_block")
+    call = asyncio.ensure_future(first.scheduling.schedule([item(j)]))
+    await store.reached("stat", shard).wait()
+    await make_parts(store, "a", transport=restarted())  # type: ignore[arg-type]  # "a" was paused, declared dead, restarted
+    second = await make_parts(store, "b")  # type: ignore[arg-type]
+    assert await second.adoption.claim_for_cancel(shard) is not None
+    store.fail_next("fetch", 1, prefix=shard)  # reading the log back fails
+    looking.set()
+    with pytest.raises(ScheduleInDoubt) as raised:
+        await call
+    assert raised.value.may_fire == {j.id: shard}
+    assert await copies(store.inner, j.id) == [shard]

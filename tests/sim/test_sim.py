@@ -310,6 +310,19 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # and the source's next owner the new one from the log: two chains.
     (1829, "all,+real_client,+clock_jumps,+torn_logs", "rotation failed after its commit, move decided again",
      "two chains"),
+    # Real client, clock jumps. A silo learnt it was declared dead (and dropped its shards) while
+    # a schedule call's append was in flight; the append landed, its answer was lost and reading
+    # the log back failed. The take-back looked for the window's open shard, found none, and the
+    # call failed plainly ("not scheduled"); the shard's next owner fired the jobs.
+    (8846, "all,+real_client,+clock_jumps,-torn_logs", "failed call's batch not taken back from a dropped shard",
+     "not scheduled, yet fired"),
+    # Torn logs (a damaged frame), clock jumps. A claim landed, then its silo (paused)
+    # stalled before removing the log's other generations; a peer took the shard from it, its
+    # claim rewrote the damaged log into a new generation, and the stalled claim, resumed,
+    # deleted that as a leftover: every job of the shard gone, none with a damaged record.
+    (7838, "all,+clock_jumps,+torn_logs,-real_client", "stale claim deleted the new owner's generation", "lost"),
+    # The same with a torn tail (all kinds): the shard's log gone, its adopter fired from memory.
+    (7402, "all,+real_client,+clock_jumps,+torn_logs", "stale claim deleted the new owner's generation", "two owners"),
 ]
 
 

@@ -220,6 +220,21 @@ async def test_a_generation_abandoned_mid_rotation_is_ignored_then_removed(store
     assert [h.base for h in await storage.list_logs(store)] == ["g"]
 
 
+async def test_a_writer_that_lost_its_log_deletes_none_of_the_new_owners_generations(store: storage.Store) -> None:
+    """Found by the simulation, seed 7838: a writer that had lost its log without knowing it (it
+    stalled while another claimed the log and rotated it) took the new owner's generation for a
+    leftover of its own and deleted it, and the log with it."""
+    old = await LogWriter.create(store, "lost", {"owner": "a"})
+    await old.append("kept")
+    state = await read_log(store, "lost")
+    new = await LogWriter.claim(store, state, {"owner": "b"}, snapshot=lambda: list(state.records()))
+    await new.rotate()
+    with pytest.raises(storage.Fenced):
+        await old.delete()  # a drained shard's delete, by the writer that no longer holds it
+    await new.append("after")
+    assert await replayed(store, "lost") == ["kept", "after"]
+
+
 class _OldGenerationKept(storage.MemoryStore):
     """Refuses to delete generation 0 while ``keep`` is set: a rotation's best-effort delete of
     the superseded generation that failed."""
