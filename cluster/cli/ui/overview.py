@@ -75,14 +75,14 @@ def heartbeat_missed(s: Mapping[str, Any]) -> str | None:
 
 
 def silo_row(s: dict[str, Any]) -> dict[str, Any]:
-    """What the overview shows of one silo's ``status()``."""
+    """What the overview's table shows of one silo's ``status()`` (its damage and counters reach the page
+    as alerts and charts)."""
     silo_id, _, incarnation = str(s.get("owner") or "").partition("#")
     return {
         "silo_id": s.get("silo_id"), "incarnation": incarnation or None, "node": s.get("node"),
         "lease_age": s.get("lease_age"), "lease_left": s.get("lease_left"),
         "queued": s.get("queued"), "inflight": s.get("inflight"), "staged": s.get("staged"),
         "shards": len(s.get("shards") or ()), "quarantined": list(s.get("quarantined") or ()),
-        "damaged": sorted(s.get("damaged") or {}), "counters": s.get("counters") or {},
         "error": s.get("error"),
     }
 

@@ -15,15 +15,14 @@ LOADED = {"true": True, "false": False}
 
 
 def shard_rows(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per shard a silo reports, with its owner."""
+    """One row per shard a silo reports, with its owner: the columns the page shows."""
     rows = []
     for s in statuses:
         for shard in s.get("shards") or ():
             rows.append({"name": shard.get("name"), "owner": s.get("owner"), "state": shard.get("state"),
                          "loaded": shard.get("loaded"), "jobs": shard.get("jobs"),
                          "window_start": shard.get("window_start"), "window_end": shard.get("window_end"),
-                         "adopted_count": shard.get("adopted_count"), "generation": shard.get("generation"),
-                         "paused": shard.get("paused"), "unreadable": shard.get("unreadable")})
+                         "adopted_count": shard.get("adopted_count"), "generation": shard.get("generation")})
     return rows
 
 

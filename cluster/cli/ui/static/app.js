@@ -1,24 +1,54 @@
 "use strict";
 // The dashboard's core: tabs, tables, pagers, fetch and the refresh loop. Each page's script
 // registers itself with ts.page(id, title, render); render() fills the page's <section>.
+//
+// Markup is built only with the html`...` template: every value it interpolates is escaped unless
+// it is itself markup that html`...` built. ts.render(element, markup) is the one place markup
+// reaches the document, and it refuses anything else (a string built by hand), so a name such as
+// <img src=x onerror=...> renders as text by construction, not by remembering to escape it.
 const ts = (() => {
   const pages = [];
   let current = null;
   const $ = id => document.getElementById(id);
-  const esc = v => String(v == null ? "" : v).replace(/[&<>"']/g, c => "&#" + c.charCodeAt(0) + ";");
+  const TIMEOUT_MS = 10000;  // a cluster that does not answer in this long is shown as such
+  const csrf = (document.querySelector("meta[name='timeshard-csrf']") || {}).content || "";
+
+  const esc = v => String(v == null ? "" : v).replace(/[&<>"'`=]/g, c => "&#" + c.charCodeAt(0) + ";");
+  // Markup html`...` built; only this module can make one.
+  // Joining markup with + would turn it into a string (and escape it): that mistake throws at once.
+  class Html {
+    constructor(text) { this.text = text; Object.freeze(this); }
+    toString() { throw new TypeError("markup joined with +: put it inside html`...` instead"); }
+  }
+  const piece = v => v instanceof Html ? v.text : Array.isArray(v) ? v.map(piece).join("") : esc(v);
+  function html(strings, ...values) {
+    let out = strings[0];
+    values.forEach((v, i) => { out += piece(v) + strings[i + 1]; });
+    return new Html(out);
+  }
+  function render(element, markup) {
+    if (!(markup instanceof Html)) throw new TypeError("ts.render takes markup built by html`...`, not " + typeof markup);
+    element.innerHTML = markup.text;
+  }
+  function append(element, markup) {
+    if (!(markup instanceof Html)) throw new TypeError("ts.append takes markup built by html`...`");
+    element.insertAdjacentHTML("beforeend", markup.text);
+  }
 
   function page(id, title, render) { pages.push({id, title, render}); }
 
-  // cols: [key, heading, optional cell renderer returning HTML]; each cell has class=key.
+  // cols: [key, heading, optional cell renderer returning html`...` or a value]; each cell has class=key.
   // sortable adds data-sort to headings; rowData(r) gives a row's data-* attributes ({silo: "s0"}).
   function table(cols, rows, sortable, rowData) {
-    let h = "<table><tr>" + cols.map(c => "<th" + (sortable ? " data-sort='" + c[0] + "'" : "") + ">" + esc(c[1]) + "</th>").join("") + "</tr>";
-    for (const r of rows) {
-      const data = rowData ? Object.entries(rowData(r)).map(([k, v]) => " data-" + k + "='" + esc(v) + "'").join("") : "";
-      h += "<tr" + data + ">" + cols.map(c => "<td class='" + c[0] + "'>" + (c[2] ? c[2](r) : esc(r[c[0]])) + "</td>").join("") + "</tr>";
-    }
-    return h + "</table>";
+    const head = cols.map(c => sortable ? html`<th data-sort='${c[0]}'>${c[1]}</th>` : html`<th>${c[1]}</th>`);
+    const body = rows.map(r => {
+      const data = rowData ? Object.entries(rowData(r)).map(([k, v]) => html` data-${attr(k)}='${v}'`) : [];
+      return html`<tr${data}>${cols.map(c => html`<td class='${c[0]}'>${c[2] ? c[2](r) : r[c[0]]}</td>`)}</tr>`;
+    });
+    return html`<table><tr>${head}</tr>${body}</table>`;
   }
+  // A data-* attribute's name: letters, digits and dashes only (the names are ours, never a user's).
+  const attr = name => { if (!/^[a-z][a-z0-9-]*$/.test(name)) throw new Error("bad attribute " + name); return new Html(name); };
 
   // A pager for a server page {page, pages, total}; its buttons call move(-1) / move(1).
   function pager(p, move) {
@@ -35,15 +65,35 @@ const ts = (() => {
     return nav;
   }
 
+  // A request that gives up after TIMEOUT_MS: a dead cluster must not look alive.
+  async function call(url, options) {
+    try {
+      return await fetch(url, {credentials: "same-origin", signal: AbortSignal.timeout(TIMEOUT_MS), ...options});
+    } catch (e) {
+      if (e.name === "TimeoutError" || e.name === "AbortError") throw new Error("no answer within " + TIMEOUT_MS / 1000 + " s");
+      throw new Error("cannot reach the dashboard: " + e.message);
+    }
+  }
+
+  // An error's reason: the server says it in {"error": ...}.
+  async function reason(r) {
+    const text = await r.text();
+    try { return r.status + " " + (JSON.parse(text).error || text); } catch (e) { return r.status + " " + text; }
+  }
+
   async function get(url) {
-    const r = await fetch(url, {credentials: "same-origin"});
-    if (!r.ok) throw new Error(r.status + " " + await r.text());
+    const r = await call(url, {});
+    if (!r.ok) throw new Error(await reason(r));
     return r.json();
   }
 
-  async function post(url) {
-    const r = await fetch(url, {method: "POST", credentials: "same-origin"});
-    return {ok: r.ok, body: r.ok ? await r.json() : await r.text()};
+  // A state-changing request: the anti-forgery header proves it comes from this page; note says why.
+  async function post(url, note) {
+    try {
+      const r = await call(url, {method: "POST", headers: {"Content-Type": "application/json", "X-Timeshard-CSRF": csrf},
+                                 body: JSON.stringify(note ? {note} : {})});
+      return {ok: r.ok, body: r.ok ? await r.json() : await reason(r)};
+    } catch (e) { return {ok: false, body: e.message}; }
   }
 
   function say(text, error) { $("status").textContent = text; $("status").className = error ? "err" : "muted"; }
@@ -90,5 +140,5 @@ const ts = (() => {
     document.addEventListener("visibilitychange", refresh);
   }
 
-  return {$, esc, page, table, pager, get, post, say, refresh, start};
+  return {$, html, render, append, page, table, pager, get, post, say, refresh, start};
 })();

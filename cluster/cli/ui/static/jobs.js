@@ -47,9 +47,15 @@
     return nav;
   }
 
+  // Pause asks why (the note shows with the pause); the others ask for confirmation. Both are
+  // recorded by the server with who acted.
   async function act(action, name) {
-    if (!confirm(action + " " + name + "?")) return;
-    const r = await ts.post("api/jobs/" + encodeURIComponent(name) + "/" + action + "?" + scope());
+    let note = null;
+    if (action === "pause") {
+      note = prompt("pause " + name + "? Why (shown with the pause, optional):", "");
+      if (note === null) return;
+    } else if (!confirm(action + " " + name + "?")) return;
+    const r = await ts.post("api/jobs/" + encodeURIComponent(name) + "/" + action + "?" + scope(), note);
     ts.say(action + " " + name + ": " + (r.ok ? "done" : r.body), !r.ok);
     if (action === "delete" && r.ok && opened === name) opened = null;
     if (action === "delete") wantCount = true;
@@ -57,27 +63,24 @@
   }
 
   function showDetail(j) {
-    const s = j.status;
+    const s = j.status, html = ts.html;
     const counters = [["successful", s.successful], ["failed", s.failed], ["interrupted", s.interrupted],
       ["consecutive failures", s.consecutive_failures], ["attempts at this occurrence", s.attempts],
       ["excluded", s.excluded], ["overlap skipped", s.overlap_skipped]];
-    let h = "<h2>" + ts.esc(j.name) + " <button data-close>close</button></h2>";
-    h += "<p class='muted'>" + ts.esc(j.target) + " · " + ts.esc(j.schedule || "one-shot at " + j.due) +
-         " · generation " + ts.esc(j.generation) + " · put " + ts.esc(j.updated_at) + "</p>";
-    if (s.paused) h += "<p class='paused'>paused since " + ts.esc(s.paused_since) + " by " + ts.esc(s.paused_by) +
-                       (s.paused_note ? ": " + ts.esc(s.paused_note) : "") + "</p>";
-    if (s.staged) h += "<p class='staged'>staged since " + ts.esc(s.staged.since) + ": waiting for " + ts.esc(s.staged.target) + "</p>";
-    if (s.finished) h += "<p class='finished'>finished: nothing left to fire</p>";
-    h += ts.table([["counter", "counter"], ["value", "value"]], counters.map(([k, v]) => ({counter: k, value: v})), false,
-                  r => ({counter: r.counter}));
-    h += "<h2>next fire times</h2><ul class='next-fires'>" +
-         ((s.next_fires || []).map(t => "<li>" + ts.esc(t) + "</li>").join("") || "<li class='none'>none</li>") + "</ul>";
-    if (s.current_attempt) h += "<p>running: attempt " + ts.esc(s.current_attempt.attempt) + " since " + ts.esc(s.current_attempt.started_at) + "</p>";
-    h += "<h2>recent attempts</h2>" + ts.table([["scheduled_for", "scheduled for"], ["started", "started"],
-      ["lateness", "lateness", r => secs(r.lateness_s)], ["duration", "duration", r => secs(r.duration_s)],
-      ["outcome", "outcome", r => ts.esc(r.outcome + (r.triggered ? " (triggered)" : ""))], ["error", "error"]],
-      s.history || [], false, r => ({run: r.run_id}));
-    detail.innerHTML = h;
+    const fires = (s.next_fires || []).map(t => html`<li>${t}</li>`);
+    ts.render(detail, html`<h2>${j.name} <button data-close>close</button></h2>
+      <p class='muted'>${j.target} · ${j.schedule || "one-shot at " + j.due} · generation ${j.generation} · put ${j.updated_at}</p>
+      ${s.paused ? html`<p class='paused'>paused since ${s.paused_since} by ${s.paused_by}${s.paused_note ? ": " + s.paused_note : ""}</p>` : ""}
+      ${s.staged ? html`<p class='staged'>staged since ${s.staged.since}: waiting for ${s.staged.target}</p>` : ""}
+      ${s.finished ? html`<p class='finished'>finished: nothing left to fire</p>` : ""}
+      ${ts.table([["counter", "counter"], ["value", "value"]], counters.map(([k, v]) => ({counter: k, value: v})), false,
+                 r => ({counter: r.counter}))}
+      <h2>next fire times</h2><ul class='next-fires'>${fires.length ? fires : html`<li class='none'>none</li>`}</ul>
+      ${s.current_attempt ? html`<p>running: attempt ${s.current_attempt.attempt} since ${s.current_attempt.started_at}</p>` : ""}
+      <h2>recent attempts</h2>${ts.table([["scheduled_for", "scheduled for"], ["started", "started"],
+        ["lateness", "lateness", r => secs(r.lateness_s)], ["duration", "duration", r => secs(r.duration_s)],
+        ["outcome", "outcome", r => r.outcome + (r.triggered ? " (triggered)" : "")], ["error", "error"]],
+        s.history || [], false, r => ({run: r.run_id}))}`);
     detail.hidden = false;
     detail.dataset.job = j.name;
     detail.querySelector("button[data-close]").onclick = () => { opened = null; detail.hidden = true; };
@@ -89,7 +92,7 @@
       showDetail(await ts.get("api/jobs/" + encodeURIComponent(opened) + "?" + scope()));
     } catch (e) {
       detail.hidden = false;
-      detail.innerHTML = "<p class='err'>" + ts.esc(opened) + ": " + ts.esc(e.message) + "</p>";
+      ts.render(detail, ts.html`<p class='err'>${opened}: ${e.message}</p>`);
     }
   }
 
@@ -103,13 +106,15 @@
     let d = await fetchPage();
     while (!d.items.length && cursors.length > 1) { cursors.pop(); d = await fetchPage(); }  // its jobs were deleted
     if (wantCount) { total = d.total; wantCount = false; }
-    const button = (r, a) => "<button data-action='" + a + "' data-name='" + ts.esc(r.name) + "'>" + a + "</button>";
-    list.innerHTML = ts.table([["name", "name", r => "<a href='#jobs' data-open='" + ts.esc(r.name) + "'>" + ts.esc(r.name) + "</a>"],
+    const html = ts.html;
+    const button = (r, a) => html`<button data-action='${a}' data-name='${r.name}'>${a}</button>`;
+    ts.render(list, ts.table([["name", "name", r => html`<a href='#jobs' data-open='${r.name}'>${r.name}</a>`],
       ["state", "state", r => r.status.paused ? "paused" : (r.status.finished ? "finished" : "active")],
-      ["ok", "ok / failed", r => ts.esc(r.status.successful) + " / " + ts.esc(r.status.failed)],
-      ["next", "next fires", r => ts.esc((r.status.next_fires || []).slice(0, 3).join(", "))],
-      ["last", "last attempt", r => ts.esc(r.status.last_attempt ? r.status.last_attempt.outcome + " " + (r.status.last_attempt.ended_at || "") : "")],
-      ["act", "", r => button(r, r.status.paused ? "resume" : "pause") + button(r, "trigger") + button(r, "delete")]], d.items, false, r => ({job: r.name}));
+      ["ok", "ok / failed", r => r.status.successful + " / " + r.status.failed],
+      ["next", "next fires", r => (r.status.next_fires || []).slice(0, 3).join(", ")],
+      ["last", "last attempt", r => r.status.last_attempt ? r.status.last_attempt.outcome + " " + (r.status.last_attempt.ended_at || "") : ""],
+      ["act", "", r => [button(r, r.status.paused ? "resume" : "pause"), button(r, "trigger"), button(r, "delete")]]],
+      d.items, false, r => ({job: r.name})));
     list.prepend(pager(d));
     list.querySelectorAll("button[data-action]").forEach(b => b.onclick = () => act(b.dataset.action, b.dataset.name));
     list.querySelectorAll("a[data-open]").forEach(a => a.onclick = e => { e.preventDefault(); opened = a.dataset.open; renderDetail(); });

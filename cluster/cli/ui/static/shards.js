@@ -5,13 +5,13 @@
     {id: "shards-dormant", title: "Dormant", loaded: "false", sort: "name", page: 1}];
   // Windows are microseconds since the epoch (UTC).
   const when = us => us == null ? "" : new Date(us / 1000).toISOString().replace(".000Z", "Z").replace("T", " ");
-  const COLS = [["name", "shard"], ["window_start", "window", r => ts.esc(when(r.window_start)) + " – " + ts.esc(when(r.window_end))],
-    ["owner", "owner"], ["state", "state"], ["jobs", "jobs", r => ts.esc(r.jobs < 0 ? "" : r.jobs)],
+  const COLS = [["name", "shard"], ["window_start", "window", r => when(r.window_start) + " – " + when(r.window_end)],
+    ["owner", "owner"], ["state", "state"], ["jobs", "jobs", r => r.jobs < 0 ? "" : r.jobs],
     ["adopted_count", "adopted"], ["generation", "generation"]];
 
   async function fill(div, list) {
     const d = await ts.get("api/shards?loaded=" + list.loaded + "&sort=" + encodeURIComponent(list.sort) + "&page=" + list.page);
-    div.innerHTML = "<h2>" + ts.esc(list.title) + "</h2>" + ts.table(COLS, d.items, true, r => ({shard: r.name}));
+    ts.render(div, ts.html`<h2>${list.title}</h2>${ts.table(COLS, d.items, true, r => ({shard: r.name}))}`);
     div.append(ts.pager(d, step => { list.page += step; ts.refresh(); }));
     div.querySelectorAll("th[data-sort]").forEach(th => th.onclick = () => {
       const s = th.dataset.sort;
