@@ -1,8 +1,8 @@
 """``timeshard ui`` as a user runs it: the console script serving a real cluster on Ray.
 
-No browser yet (issue 17 point 4 adds headless Chromium); this checks the command's wiring: it
-connects, shows the silos and a named job, refuses a request without the token, and a pause
-through the dashboard reaches the store.
+No browser here (``test_ui_browser`` drives one); this checks the command's wiring: it connects,
+shows the silos and a named job, refuses a request without the token, a rebound Host and a forged
+POST, and a pause through the dashboard reaches the store with its note and who.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.e2e.conftest import wait_for
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "ui-test-token"
+TOKEN = "ui-test-token-0123456789"  # the dashboard refuses tokens under 16 characters
 
 
 def free_port() -> int:
@@ -84,11 +84,21 @@ async def test_ui_shows_the_cluster_and_pauses_a_job(make_cluster, recorder, ser
             assert [j["name"] for j in (await r.json())["items"]] == ["nightly"]
         async with http.get(f"{base}/api/shards", headers=auth) as r:
             assert (await r.json())["total"] >= 1
-        async with http.post(f"{base}/api/jobs/nightly/pause", headers=auth) as r:
+        # The real command's guards: a rebound name and a forged POST change nothing.
+        async with http.get(f"{base}/api/jobs", headers={**auth, "Host": "rebind.example"}) as r:
+            assert r.status == 421, await r.text()
+        async with http.post(f"{base}/api/jobs/nightly/pause", headers={"Origin": "http://evil.example",
+                                                                       "Sec-Fetch-Site": "cross-site"}) as r:
+            assert r.status == 403, await r.text()
+            assert r.headers["X-Frame-Options"] == "DENY"
+        got = await jobs.get("nightly")
+        assert got is not None and not got.status.paused
+        async with http.post(f"{base}/api/jobs/nightly/pause", headers=auth, json={"note": "e2e"}) as r:
             assert r.status == 200, await r.text()
 
     got = await jobs.get("nightly")
-    assert got is not None and got.status.paused
+    assert got is not None and got.status.paused and got.status.paused_note == "e2e"
+    assert got.status.paused_by is not None and got.status.paused_by.endswith("(timeshard ui)")
     await jobs.close()
 
 

@@ -107,7 +107,7 @@ def host_middleware(bound: str | None, allow: Iterable[str] = ()) -> Middleware:
         if not accepts(request, given):
             raise web.HTTPMisdirectedRequest(
                 text=f"this dashboard does not answer to the host name {given!r}: open it by its own address "
-                     "(behind a reverse proxy, start it with --allow-host NAME)")
+                     f"(through a tunnel on another port or behind a reverse proxy, start it with --allow-host {given})")
         return await handler(request)
 
     return check
