@@ -225,3 +225,13 @@ def test_ui_on_a_public_host_without_token_exits_2(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert main(["ui", "--host", "0.0.0.0"]) == 2
     assert "--token" in capsys.readouterr().err
+
+
+async def test_about_names_the_namespace_and_ray_address_for_the_header(fake_jobs: FakeJobs) -> None:
+    client = TestClient(TestServer(make_app(UiSource(status=lambda: SILOS, jobs=fake_jobs, namespace="prod",
+                                                     address="10.0.0.7:6379"))))
+    await client.start_server()
+    try:
+        assert await (await client.get("/api/about")).json() == {"namespace": "prod", "ray_address": "10.0.0.7:6379"}
+    finally:
+        await client.close()

@@ -108,8 +108,8 @@ def exchanged(request: web.Request) -> web.StreamResponse:
     """The answer to ``?token=``: a redirect to the address without it. A link followed from another
     site gets a page that moves on by itself instead: a redirect would stay part of that site's
     navigation, whose request a ``SameSite=Strict`` cookie does not join (the dashboard would
-    answer 401 to a link pasted in a chat). Its script replaces the address, so that neither the
-    token's address stays in the history (the refresh is the fallback without script)."""
+    answer 401 to a link pasted in a chat). Its script replaces the address, so the token's
+    address does not stay in the history either (the refresh is the fallback without script)."""
     target = without_token(request)
     if request.headers.get("Sec-Fetch-Site", "none") in ("none", "same-origin"):
         return web.HTTPSeeOther(target)

@@ -112,7 +112,9 @@ def _run_ui(args: argparse.Namespace) -> int:
         print(f"timeshard ui: error: {exc}", file=sys.stderr)
         return 1
     client = cluster.client()
-    app = make_app(UiSource(status=cluster.status, jobs=client.jobs, flows=client.flows), tokens=tokens,
+    source = UiSource(status=cluster.status, jobs=client.jobs, flows=client.flows, namespace=args.namespace,
+                      address=_ray_address())
+    app = make_app(source, tokens=tokens,
                    bound=args.host, allow_hosts=args.allow_host, user=args.user)
 
     async def close_client(_: web.Application) -> None:
@@ -126,6 +128,14 @@ def _run_ui(args: argparse.Namespace) -> int:
     web.run_app(app, host=args.host, port=args.port, print=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
                 ssl_context=tls, **SERVE_OPTIONS)
     return 0
+
+
+def _ray_address() -> str | None:
+    """The address of the Ray the dashboard joined (its GCS), for the page's header."""
+    import ray
+
+    address = getattr(ray.get_runtime_context(), "gcs_address", None)
+    return None if address is None else str(address)
 
 
 def _show_audit() -> None:

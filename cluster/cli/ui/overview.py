@@ -95,4 +95,8 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
                                   "series": sampler.series.to_json(),
                                   "alerts": alerts(reading.statuses, sampler.series.events(), reading.wall)})
 
-    return [web.get("/api/overview", overview)]
+    async def about(request: web.Request) -> web.Response:
+        """Where the silos are, for the header: an operator with two tabs open must tell prod from staging."""
+        return web.json_response({"namespace": source.namespace, "ray_address": source.address})
+
+    return [web.get("/api/overview", overview), web.get("/api/about", about)]

@@ -38,9 +38,13 @@ const ts = (() => {
   function page(id, title, render) { pages.push({id, title, render}); }
 
   // cols: [key, heading, optional cell renderer returning html`...` or a value]; each cell has class=key.
-  // sortable adds data-sort to headings; rowData(r) gives a row's data-* attributes ({silo: "s0"}).
-  function table(cols, rows, sortable, rowData) {
+  // sortable adds data-sort to headings; rowData(r) gives a row's data-* attributes ({silo: "s0"});
+  // empty says in words why there is no row (one cell across the table).
+  function table(cols, rows, sortable, rowData, empty) {
     const head = cols.map(c => sortable ? html`<th data-sort='${c[0]}'>${c[1]}</th>` : html`<th>${c[1]}</th>`);
+    if (!rows.length && empty) {
+      return html`<table><tr>${head}</tr><tr class='empty'><td class='none muted' colspan='${cols.length}'>${empty}</td></tr></table>`;
+    }
     const body = rows.map(r => {
       const data = rowData ? Object.entries(rowData(r)).map(([k, v]) => html` data-${attr(k)}='${v}'`) : [];
       return html`<tr${data}>${cols.map(c => html`<td class='${c[0]}'>${c[2] ? c[2](r) : r[c[0]]}</td>`)}</tr>`;
@@ -98,6 +102,25 @@ const ts = (() => {
 
   function say(text, error) { $("status").textContent = text; $("status").className = error ? "err" : "muted"; }
 
+  // Stale: nothing has answered for STALE_MS (a refresh that failed, or one still waiting). A
+  // banner says since when, and every action button is disabled: a dead cluster must not look
+  // alive with working buttons. The next good refresh re-renders the page and lifts both.
+  const STALE_MS = TIMEOUT_MS;
+  let lastGood = Date.now(), stale = false;
+  const ACTIONS = "button[data-action], button[data-flow-action='cancel']";
+  function watch() {
+    const since = Date.now() - lastGood;
+    stale = since >= STALE_MS;
+    $("stale").hidden = !stale;
+    if (stale) {
+      $("stale").textContent = "No answer for " + Math.round(since / 1000) + " s (last update " +
+        new Date(lastGood).toLocaleTimeString() + "): what you see may be out of date, and actions are disabled.";
+    }
+    document.body.classList.toggle("is-stale", stale);
+    document.querySelectorAll(ACTIONS).forEach(b => { b.disabled = stale; });
+  }
+  function fresh() { lastGood = Date.now(); watch(); }
+
   // One refresh at a time: a tick or a click during one asks for one more right after it, so a
   // slow server never sees requests pile up behind each other.
   let running = false, again = false;
@@ -110,6 +133,7 @@ const ts = (() => {
         again = false;
         try {
           await current.render($(current.id));
+          fresh();
           say("updated " + new Date().toLocaleTimeString());
         } catch (e) { say(String(e), true); }
       } while (again);
@@ -137,8 +161,13 @@ const ts = (() => {
     }
     show(pages.find(p => "#" + p.id === location.hash) || pages[0]);
     setInterval(refresh, 2000);
-    document.addEventListener("visibilitychange", refresh);
+    setInterval(watch, 1000);
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) lastGood = Math.max(lastGood, Date.now() - 2000); refresh(); });
+    get("api/about").then(a => {
+      $("where").textContent = [a.namespace && "namespace " + a.namespace, a.ray_address && "Ray " + a.ray_address].filter(Boolean).join(" · ");
+    }, () => {});
   }
 
-  return {$, html, render, append, page, table, pager, get, post, say, refresh, start};
+  const isStale = () => stale;
+  return {$, html, render, append, page, table, pager, get, post, say, refresh, start, isStale};
 })();

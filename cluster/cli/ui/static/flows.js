@@ -149,7 +149,9 @@
       ["state", "state"], ["created_at", "created", f => when(f.created_at)],
       ["ended_at", "ended", f => when(f.ended_at)], ["halted_by", "halted by"],
       ["steps", "steps done", f => f.steps_done + " / " + f.steps_total],
-      ["act", "", cancelButton]], d.items, false, f => ({flow: f.name})));
+      ["act", "", cancelButton]], d.items, false, f => ({flow: f.name}),
+      "No flows" + (filters.state.value ? " in state " + filters.state.value : "") +
+      (filters.prefix.value ? " whose name starts with " + filters.prefix.value : "") + "."));
     if (d.damaged && d.damaged.length) {  // a flow whose log cannot be read: named, never hiding the rest
       ts.append(list, html`<h2 class='err'>Damaged flow logs</h2><ul id='flows-damaged'>${
         d.damaged.map(f => html`<li data-flow-damaged='${f.name}'><b>${f.name}</b> ${f.reason}</li>`)}</ul>`);

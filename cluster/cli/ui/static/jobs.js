@@ -114,7 +114,9 @@
       ["next", "next fires", r => (r.status.next_fires || []).slice(0, 3).join(", ")],
       ["last", "last attempt", r => r.status.last_attempt ? r.status.last_attempt.outcome + " " + (r.status.last_attempt.ended_at || "") : ""],
       ["act", "", r => [button(r, r.status.paused ? "resume" : "pause"), button(r, "trigger"), button(r, "delete")]]],
-      d.items, false, r => ({job: r.name})));
+      d.items, false, r => ({job: r.name}),
+      "No named jobs in namespace " + (filters.ns.value || "default") + ", app_id " + (filters.app.value || "default") +
+      (filters.prefix.value ? " whose name starts with " + filters.prefix.value : "") + "."));
     list.prepend(pager(d));
     list.querySelectorAll("button[data-action]").forEach(b => b.onclick = () => act(b.dataset.action, b.dataset.name));
     list.querySelectorAll("a[data-open]").forEach(a => a.onclick = e => { e.preventDefault(); opened = a.dataset.open; renderDetail(); });

@@ -60,6 +60,7 @@
       ["node", "node", r => html`<span title='${r.node}'>${String(r.node || "").slice(0, 12)}</span>`], ["lease_age", "lease age (s)"],
       ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
       ["quarantined", "quarantined", r => r.quarantined.join(", ")],
-      ["error", "error", r => html`<span class='err'>${r.error}</span>`]], d.silos, false, r => ({silo: r.silo_id})));
+      ["error", "error", r => html`<span class='err'>${r.error}</span>`]], d.silos, false, r => ({silo: r.silo_id}),
+      "No silo found in this namespace: are the silos running (timeshard up), under this --namespace?"));
   });
 })();

@@ -1,0 +1,115 @@
+"""The dashboard's page as an operator relies on it, in headless Chromium over fakes (no Ray):
+which cluster it shows, a cluster that stops answering (a banner, actions disabled) and comes
+back, and empty lists said in words.
+
+Needs a Chromium (``make test`` finds or installs one); without it these tests fail under CI=true
+and skip elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp.test_utils import TestServer
+
+from cluster.cli.ui import UiSource, make_app
+from cluster.named.api import NamedJobPage
+from tests.browser import chromium, expect, require_browser
+from tests.test_ui import FakeJobs
+from tests.test_ui_flows import FakeFlows
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+WAIT_MS = 15_000
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Any]:
+    require_browser()
+    async with chromium() as opened:
+        yield opened
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: Any) -> AsyncIterator[Any]:
+    context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    opened = await context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield opened
+        assert not errors, errors
+    finally:
+        await context.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def served() -> AsyncIterator[list[TestServer]]:
+    servers: list[TestServer] = []
+    yield servers
+    for server in servers:
+        await server.close()
+
+
+async def serve(servers: list[TestServer], source: UiSource) -> TestServer:
+    server = TestServer(make_app(source, interval=0.5))
+    await server.start_server()
+    servers.append(server)
+    return server
+
+
+class FlakyJobs(FakeJobs):
+    """``client.jobs`` of a cluster that stops answering while ``answering`` is clear, and comes back."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.answering = asyncio.Event()
+        self.answering.set()
+
+    async def list_page(self, *args: Any, **kwargs: Any) -> NamedJobPage:
+        await self.answering.wait()
+        return await super().list_page(*args, **kwargs)
+
+
+async def test_the_header_names_the_namespace_and_the_ray_address(page: Any, served: list[TestServer]) -> None:
+    server = await serve(served, UiSource(status=lambda: [], jobs=FakeJobs([]), namespace="prod",
+                                          address="10.0.0.7:6379"))
+    await page.goto(str(server.make_url("/")))
+    await expect(page.locator("header #where")).to_have_text("namespace prod · Ray 10.0.0.7:6379")
+
+
+async def test_a_cluster_that_stops_answering_shows_a_banner_and_disables_actions(page: Any,
+                                                                                 served: list[TestServer]) -> None:
+    jobs = FlakyJobs(["nightly"])
+    server = await serve(served, UiSource(status=lambda: [], jobs=jobs))
+    await page.goto(str(server.make_url("/#jobs")))
+    pause = page.locator("#jobs tr[data-job='nightly'] button[data-action='pause']")
+    await expect(pause).to_be_enabled()
+    await expect(page.locator("#stale")).to_be_hidden()
+    jobs.answering.clear()
+    await expect(page.locator("#stale")).to_be_visible(timeout=15_000)
+    await expect(page.locator("#stale")).to_contain_text("actions are disabled")
+    for action in ("pause", "trigger", "delete"):
+        await expect(page.locator(f"#jobs button[data-action='{action}']")).to_be_disabled()
+    jobs.answering.set()
+    await expect(page.locator("#stale")).to_be_hidden(timeout=15_000)
+    await expect(pause).to_be_enabled()
+
+
+async def test_empty_lists_say_why_in_words(page: Any, served: list[TestServer]) -> None:
+    server = await serve(served, UiSource(status=lambda: [], jobs=FakeJobs(["nightly"]), flows=FakeFlows([])))
+    await page.goto(str(server.make_url("/")))
+    await expect(page.locator("#silos tr.empty")).to_contain_text("No silo found in this namespace")
+    await page.click("#tab-shards")
+    await expect(page.locator("#shards-loaded tr.empty")).to_contain_text("No loaded shards")
+    await page.click("#tab-flows")
+    await expect(page.locator("#flows tr.empty")).to_have_text("No flows.")
+    await page.click("#tab-jobs")
+    await page.locator("#f-prefix").fill("weekly")
+    await expect(page.locator("#jobs tr.empty")).to_have_text(
+        "No named jobs in namespace default, app_id default whose name starts with weekly.")
