@@ -113,3 +113,50 @@ async def test_empty_lists_say_why_in_words(page: Any, served: list[TestServer])
     await page.locator("#f-prefix").fill("weekly")
     await expect(page.locator("#jobs tr.empty")).to_have_text(
         "No named jobs in namespace default, app_id default whose name starts with weekly.")
+
+
+async def test_the_address_holds_the_tab_filters_and_what_is_open_across_a_reload(page: Any,
+                                                                                  served: list[TestServer]) -> None:
+    jobs = FakeJobs([f"job-{i:03d}" for i in range(30)] + ["other"])
+    flows = FakeFlows(["etl-1", "etl-2"])
+    server = await serve(served, UiSource(status=lambda: [], jobs=jobs, flows=flows))
+    base = str(server.make_url("/"))
+    # A shared link: the jobs whose names start with job-01, job-013 open.
+    await page.goto(base + "#jobs?prefix=job-01&open=job-013")
+    await expect(page.locator("#jobs tr[data-job]")).to_have_count(10)
+    await expect(page.locator("#f-prefix")).to_have_value("job-01")
+    await expect(page.locator("#job-detail")).to_have_attribute("data-job", "job-013")
+    # Filtering and opening from the page write the address; a reload comes back to the same view.
+    await page.locator("#f-prefix").fill("job-02")
+    await expect(page.locator("#jobs tr[data-job]")).to_have_count(10)
+    await page.locator("#jobs a[data-open='job-021']").click()
+    await expect(page).to_have_url(base + "#jobs?prefix=job-02&open=job-021")
+    await page.reload()
+    await expect(page.locator("#jobs tr[data-job]")).to_have_count(10)
+    await expect(page.locator("#job-detail")).to_have_attribute("data-job", "job-021")
+    # A flow open in the flows tab, then back to the jobs as they were.
+    await page.goto(base + "#flows?state=running&open=etl-2")
+    await expect(page.locator("svg#flow-dag g.step")).to_have_count(4)
+    await expect(page.locator("#f-flow-state")).to_have_value("running")
+    await expect(page.locator("#flow-detail h2")).to_have_text("Flow etl-2")
+    await page.go_back()
+    await expect(page.locator("#tab-jobs.on")).to_be_visible()
+    await expect(page.locator("#job-detail")).to_have_attribute("data-job", "job-021")
+
+
+async def test_sortable_headings_are_buttons_with_aria_sort_kept_in_the_address(page: Any,
+                                                                                served: list[TestServer]) -> None:
+    silos = [{"silo_id": "s0", "owner": "s0#1", "shards": [
+        {"name": f"shard-{i}", "state": "active", "loaded": True, "jobs": 10 - i, "window_start": i, "window_end": i + 1}
+        for i in range(3)]}]
+    server = await serve(served, UiSource(status=lambda: silos, jobs=FakeJobs([])))
+    await page.goto(str(server.make_url("/")) + "#shards?ls=-jobs")
+    jobs_heading = page.locator("#shards-loaded th[data-sort='jobs']")
+    await expect(jobs_heading).to_have_attribute("aria-sort", "descending")
+    await expect(page.locator("#shards-loaded th[data-sort='name']")).to_have_attribute("aria-sort", "none")
+    await expect(page.locator("#shards-loaded td.jobs")).to_have_text(["10", "9", "8"])
+    await jobs_heading.locator("button").focus()  # reachable from the keyboard: Enter sorts
+    await page.keyboard.press("Enter")
+    await expect(jobs_heading).to_have_attribute("aria-sort", "ascending")
+    await expect(page.locator("#shards-loaded td.jobs")).to_have_text(["8", "9", "10"])
+    await expect(page).to_have_url(str(server.make_url("/")) + "#shards?ls=jobs")

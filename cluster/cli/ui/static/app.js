@@ -35,13 +35,32 @@ const ts = (() => {
     element.insertAdjacentHTML("beforeend", markup.text);
   }
 
-  function page(id, title, render) { pages.push({id, title, render}); }
+  // restore(params), when given, sets the page's state (filters, page, what is open) from the address.
+  function page(id, title, render, restore) { pages.push({id, title, render, restore}); }
+
+  // State in the address: #TAB?key=value&..., so a link can be shared and survives a reload.
+  function hashParts() {
+    const h = location.hash.slice(1), i = h.indexOf("?");
+    return i < 0 ? [h, ""] : [h.slice(0, i), h.slice(i + 1)];
+  }
+  const params = () => new URLSearchParams(hashParts()[1]);
+  let written = null;  // the address this page wrote last: its own hashchange is not a navigation
+  function keep(values) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(values)) if (v != null && v !== "") q.set(k, v);
+    const text = "#" + current.id + (q.toString() ? "?" + q : "");
+    if (text !== location.hash) { written = text; history.replaceState(null, "", text); }
+  }
 
   // cols: [key, heading, optional cell renderer returning html`...` or a value]; each cell has class=key.
   // sortable adds data-sort to headings; rowData(r) gives a row's data-* attributes ({silo: "s0"});
   // empty says in words why there is no row (one cell across the table).
+  // sortable: the current sort ("jobs", "-jobs"), which sets aria-sort; each heading is a button.
   function table(cols, rows, sortable, rowData, empty) {
-    const head = cols.map(c => sortable ? html`<th data-sort='${c[0]}'>${c[1]}</th>` : html`<th>${c[1]}</th>`);
+    const order = c => typeof sortable !== "string" ? "none" : sortable === c ? "ascending" : sortable === "-" + c ? "descending" : "none";
+    const head = cols.map(c => sortable
+      ? html`<th data-sort='${c[0]}' aria-sort='${order(c[0])}'><button type='button' class='sort'>${c[1]}</button></th>`
+      : html`<th>${c[1]}</th>`);
     if (!rows.length && empty) {
       return html`<table><tr>${head}</tr><tr class='empty'><td class='none muted' colspan='${cols.length}'>${empty}</td></tr></table>`;
     }
@@ -145,9 +164,19 @@ const ts = (() => {
     for (const q of pages) {
       $(q.id).hidden = q !== p;
       $("tab-" + q.id).classList.toggle("on", q === p);
+      $("tab-" + q.id).setAttribute("aria-selected", String(q === p));
     }
-    location.hash = p.id;
+    if (hashParts()[0] !== p.id) { written = "#" + p.id; location.hash = p.id; }
     refresh();
+  }
+
+  // Back, forward, or a link pasted into this tab: show what the address names.
+  function navigated() {
+    if (location.hash === written) return;
+    written = location.hash;
+    const p = pages.find(q => q.id === hashParts()[0]) || pages[0];
+    if (p.restore && $(p.id).childElementCount) p.restore(params());
+    if (p !== current) show(p); else refresh();
   }
 
   function start() {
@@ -159,7 +188,9 @@ const ts = (() => {
       s.id = p.id; s.hidden = true;
       $("pages").append(s);
     }
-    show(pages.find(p => "#" + p.id === location.hash) || pages[0]);
+    written = location.hash;
+    show(pages.find(p => p.id === hashParts()[0]) || pages[0]);
+    window.addEventListener("hashchange", navigated);
     setInterval(refresh, 2000);
     setInterval(watch, 1000);
     document.addEventListener("visibilitychange", () => { if (!document.hidden) lastGood = Math.max(lastGood, Date.now() - 2000); refresh(); });
@@ -169,5 +200,5 @@ const ts = (() => {
   }
 
   const isStale = () => stale;
-  return {$, html, render, append, page, table, pager, get, post, say, refresh, start, isStale};
+  return {$, html, render, append, page, table, pager, get, post, say, refresh, start, isStale, params, keep};
 })();

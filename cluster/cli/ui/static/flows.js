@@ -16,6 +16,7 @@
     for (const s of [""].concat(STATES)) state.add(new Option(s || "any state", s));
     const prefix = document.createElement("input");
     prefix.id = "f-flow-prefix"; prefix.placeholder = "name prefix";
+    state.setAttribute("aria-label", "flow state"); prefix.setAttribute("aria-label", "flow name prefix");
     state.onchange = prefix.oninput = () => { page = 1; ts.refresh(); };
     bar.append(state, prefix);
     filters = {state, prefix};
@@ -139,8 +140,18 @@
     });
   }
 
+  // In the address: state, prefix, page and open (the flow whose DAG shows).
+  function restore(params) {
+    filters.state.value = STATES.includes(params.get("state")) ? params.get("state") : "";
+    filters.prefix.value = params.get("prefix") || "";
+    page = Math.max(1, parseInt(params.get("page"), 10) || 1);
+    open = params.get("open");
+    detail.hidden = open === null;
+    if (open === null) detail.replaceChildren();
+  }
+
   ts.page("flows", "Flows", async section => {
-    if (!filters) build(section);
+    if (!filters) { build(section); restore(ts.params()); }
     const d = await ts.get("api/flows?state=" + encodeURIComponent(filters.state.value) +
       "&prefix=" + encodeURIComponent(filters.prefix.value) + "&page=" + page);
     const html = ts.html;
@@ -159,5 +170,6 @@
     list.prepend(ts.pager(d, step => { page += step; ts.refresh(); }));
     wire(list);
     if (open !== null) await showFlow();
-  });
+    ts.keep({state: filters.state.value, prefix: filters.prefix.value, page: page === 1 ? "" : page, open});
+  }, params => restore(params));
 })();

@@ -21,6 +21,7 @@
     };
     filters = {ns: input("f-ns", "namespace (default)"), app: input("f-app", "app_id (default)"),
                prefix: input("f-prefix", "name prefix")};
+    for (const i of Object.values(filters)) i.setAttribute("aria-label", i.placeholder);
     list = document.createElement("div");
     list.id = "jobs-table";
     detail = document.createElement("div");
@@ -96,8 +97,17 @@
     }
   }
 
+  // In the address: ns, app, prefix, after (the page's cursor: back from it goes to the first
+  // page) and open (the job whose detail shows).
+  function restore(params) {
+    filters.ns.value = params.get("ns") || ""; filters.app.value = params.get("app") || "";
+    filters.prefix.value = params.get("prefix") || "";
+    cursors = params.get("after") ? [null, params.get("after")] : [null];
+    opened = params.get("open"); total = null; wantCount = true;
+  }
+
   ts.page("jobs", "Named jobs", async section => {
-    if (!filters) build(section);
+    if (!filters) { build(section); restore(ts.params()); }
     const fetchPage = () => {
       const after = cursors[cursors.length - 1];
       return ts.get("api/jobs?" + scope() + "&prefix=" + encodeURIComponent(filters.prefix.value) +
@@ -121,5 +131,7 @@
     list.querySelectorAll("button[data-action]").forEach(b => b.onclick = () => act(b.dataset.action, b.dataset.name));
     list.querySelectorAll("a[data-open]").forEach(a => a.onclick = e => { e.preventDefault(); opened = a.dataset.open; renderDetail(); });
     await renderDetail();
-  });
+    ts.keep({ns: filters.ns.value, app: filters.app.value, prefix: filters.prefix.value,
+             after: cursors[cursors.length - 1], open: opened});
+  }, params => restore(params));
 })();

@@ -11,7 +11,7 @@
 
   async function fill(div, list) {
     const d = await ts.get("api/shards?loaded=" + list.loaded + "&sort=" + encodeURIComponent(list.sort) + "&page=" + list.page);
-    ts.render(div, ts.html`<h2>${list.title}</h2>${ts.table(COLS, d.items, true, r => ({shard: r.name}),
+    ts.render(div, ts.html`<h2>${list.title}</h2>${ts.table(COLS, d.items, list.sort, r => ({shard: r.name}),
       "No " + list.title.toLowerCase() + " shards: " + (list.loaded === "true" ? "no silo has a shard within its lookahead." : "no silo owns a shard beyond its lookahead."))}`);
     div.append(ts.pager(d, step => { list.page += step; ts.refresh(); }));
     div.querySelectorAll("th[data-sort]").forEach(th => th.onclick = () => {
@@ -20,11 +20,27 @@
     });
   }
 
+  // In the address: ls/lp (loaded: sort, page) and ds/dp (dormant).
+  const KEYS = [["ls", "lp"], ["ds", "dp"]];
+  function restore(params) {
+    lists.forEach((list, i) => {
+      list.sort = params.get(KEYS[i][0]) || "name";
+      list.page = Math.max(1, parseInt(params.get(KEYS[i][1]), 10) || 1);
+    });
+  }
+
   ts.page("shards", "Shards", async section => {
+    if (!section.childElementCount) restore(ts.params());
     for (const list of lists) {
       let div = ts.$(list.id);
       if (!div) { div = document.createElement("div"); div.id = list.id; section.append(div); }
       await fill(div, list);
     }
-  });
+    const state = {};
+    lists.forEach((list, i) => {
+      state[KEYS[i][0]] = list.sort === "name" ? "" : list.sort;
+      state[KEYS[i][1]] = list.page === 1 ? "" : list.page;
+    });
+    ts.keep(state);
+  }, restore);
 })();
