@@ -160,3 +160,27 @@ async def test_sortable_headings_are_buttons_with_aria_sort_kept_in_the_address(
     await expect(jobs_heading).to_have_attribute("aria-sort", "ascending")
     await expect(page.locator("#shards-loaded td.jobs")).to_have_text(["8", "9", "10"])
     await expect(page).to_have_url(str(server.make_url("/")) + "#shards?ls=jobs")
+
+
+async def test_a_refresh_keeps_the_focused_control_and_the_selected_text(page: Any, served: list[TestServer]) -> None:
+    jobs = FakeJobs(["nightly", "weekly"])
+    server = await serve(served, UiSource(status=lambda: [], jobs=jobs))
+    await page.goto(str(server.make_url("/#jobs")))
+    trigger = page.locator("#jobs button[data-action='trigger'][data-name='weekly']")
+    await trigger.focus()
+    refreshed = await page.locator("#status").text_content()
+    # The rows change (a job paused elsewhere), so the table is redrawn around the focused button.
+    await jobs.pause("nightly")
+    await expect(page.locator("#jobs tr[data-job='nightly'] td.state")).to_have_text("paused")
+    await expect(page.locator("#status")).not_to_have_text(refreshed or "")
+    assert await page.evaluate("[document.activeElement.dataset.action, document.activeElement.dataset.name]") == [
+        "trigger", "weekly"], "the focus moved away on a refresh"
+    # Text being selected (to copy a name) is not swept away by the next refresh.
+    await page.evaluate("""() => { const td = document.querySelector("#jobs tr[data-job='weekly'] td.name");
+        const range = document.createRange(); range.selectNodeContents(td);
+        getSelection().removeAllRanges(); getSelection().addRange(range); }""")
+    await jobs.pause("weekly")
+    await asyncio.sleep(4.5)  # two refreshes
+    assert await page.evaluate("getSelection().toString()") == "weekly"
+    await page.evaluate("getSelection().removeAllRanges()")
+    await expect(page.locator("#jobs tr[data-job='weekly'] td.state")).to_have_text("paused")

@@ -26,13 +26,35 @@ const ts = (() => {
     values.forEach((v, i) => { out += piece(v) + strings[i + 1]; });
     return new Html(out);
   }
+  // Refreshes update in place: markup equal to what the element shows leaves it alone; text the
+  // user is selecting in it stays until the selection ends; the focused control (known by its
+  // data-* attributes) has the focus back after a redraw. Returns whether it redrew.
+  const shown = new WeakMap();
   function render(element, markup) {
     if (!(markup instanceof Html)) throw new TypeError("ts.render takes markup built by html`...`, not " + typeof markup);
+    const last = shown.get(element);
+    if (last && last.text === markup.text && last.first === element.firstChild) return false;
+    const selection = document.getSelection();
+    if (last && selection && !selection.isCollapsed && element.contains(selection.anchorNode)) return false;
+    const focused = focusKey(element);
     element.innerHTML = markup.text;
+    shown.set(element, {text: markup.text, first: element.firstChild});
+    const again = focused && element.querySelector(focused);
+    if (again) again.focus();
+    return true;
   }
-  function append(element, markup) {
-    if (!(markup instanceof Html)) throw new TypeError("ts.append takes markup built by html`...`");
-    element.insertAdjacentHTML("beforeend", markup.text);
+  function focusKey(element) {
+    const active = document.activeElement;
+    if (!active || active === element || !element.contains(active)) return null;
+    const data = [...active.attributes].filter(a => a.name.startsWith("data-"));
+    return data.length ? active.localName + data.map(a => "[" + a.name + "=\"" + CSS.escape(a.value) + "\"]").join("") : null;
+  }
+  // The child of parent with class name, made (in call order) the first time: a part of a page
+  // (its pager, its rows) that refreshes on its own.
+  function slot(parent, name) {
+    let found = [...parent.children].find(c => c.classList.contains(name));
+    if (!found) { found = document.createElement("div"); found.className = name; parent.append(found); }
+    return found;
   }
 
   // restore(params), when given, sets the page's state (filters, page, what is open) from the address.
@@ -200,5 +222,5 @@ const ts = (() => {
   }
 
   const isStale = () => stale;
-  return {$, html, render, append, page, table, pager, get, post, say, refresh, start, isStale, params, keep};
+  return {$, html, render, slot, page, table, pager, get, post, say, refresh, start, isStale, params, keep};
 })();

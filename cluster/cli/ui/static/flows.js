@@ -155,7 +155,8 @@
     const d = await ts.get("api/flows?state=" + encodeURIComponent(filters.state.value) +
       "&prefix=" + encodeURIComponent(filters.prefix.value) + "&page=" + page);
     const html = ts.html;
-    ts.render(list, ts.table([
+    ts.slot(list, "paging").replaceChildren(ts.pager(d, step => { page += step; ts.refresh(); }));
+    ts.render(ts.slot(list, "rows"), ts.table([
       ["name", "name", f => html`<a href='#flows' data-open-flow='${f.name}'>${f.name}</a>`],
       ["state", "state"], ["created_at", "created", f => when(f.created_at)],
       ["ended_at", "ended", f => when(f.ended_at)], ["halted_by", "halted by"],
@@ -163,11 +164,10 @@
       ["act", "", cancelButton]], d.items, false, f => ({flow: f.name}),
       "No flows" + (filters.state.value ? " in state " + filters.state.value : "") +
       (filters.prefix.value ? " whose name starts with " + filters.prefix.value : "") + "."));
-    if (d.damaged && d.damaged.length) {  // a flow whose log cannot be read: named, never hiding the rest
-      ts.append(list, html`<h2 class='err'>Damaged flow logs</h2><ul id='flows-damaged'>${
-        d.damaged.map(f => html`<li data-flow-damaged='${f.name}'><b>${f.name}</b> ${f.reason}</li>`)}</ul>`);
-    }
-    list.prepend(ts.pager(d, step => { page += step; ts.refresh(); }));
+    // A flow whose log cannot be read: named, never hiding the rest.
+    ts.render(ts.slot(list, "damaged"), d.damaged && d.damaged.length
+      ? html`<h2 class='err'>Damaged flow logs</h2><ul id='flows-damaged'>${
+        d.damaged.map(f => html`<li data-flow-damaged='${f.name}'><b>${f.name}</b> ${f.reason}</li>`)}</ul>` : html``);
     wire(list);
     if (open !== null) await showFlow();
     ts.keep({state: filters.state.value, prefix: filters.prefix.value, page: page === 1 ? "" : page, open});

@@ -118,7 +118,8 @@
     if (wantCount) { total = d.total; wantCount = false; }
     const html = ts.html;
     const button = (r, a) => html`<button data-action='${a}' data-name='${r.name}'>${a}</button>`;
-    ts.render(list, ts.table([["name", "name", r => html`<a href='#jobs' data-open='${r.name}'>${r.name}</a>`],
+    ts.slot(list, "paging").replaceChildren(pager(d));
+    ts.render(ts.slot(list, "rows"), ts.table([["name", "name", r => html`<a href='#jobs' data-open='${r.name}'>${r.name}</a>`],
       ["state", "state", r => r.status.paused ? "paused" : (r.status.finished ? "finished" : "active")],
       ["ok", "ok / failed", r => r.status.successful + " / " + r.status.failed],
       ["next", "next fires", r => (r.status.next_fires || []).slice(0, 3).join(", ")],
@@ -127,7 +128,6 @@
       d.items, false, r => ({job: r.name}),
       "No named jobs in namespace " + (filters.ns.value || "default") + ", app_id " + (filters.app.value || "default") +
       (filters.prefix.value ? " whose name starts with " + filters.prefix.value : "") + "."));
-    list.prepend(pager(d));
     list.querySelectorAll("button[data-action]").forEach(b => b.onclick = () => act(b.dataset.action, b.dataset.name));
     list.querySelectorAll("a[data-open]").forEach(a => a.onclick = e => { e.preventDefault(); opened = a.dataset.open; renderDetail(); });
     await renderDetail();

@@ -11,9 +11,9 @@
 
   async function fill(div, list) {
     const d = await ts.get("api/shards?loaded=" + list.loaded + "&sort=" + encodeURIComponent(list.sort) + "&page=" + list.page);
-    ts.render(div, ts.html`<h2>${list.title}</h2>${ts.table(COLS, d.items, list.sort, r => ({shard: r.name}),
+    ts.render(ts.slot(div, "rows"), ts.html`<h2>${list.title}</h2>${ts.table(COLS, d.items, list.sort, r => ({shard: r.name}),
       "No " + list.title.toLowerCase() + " shards: " + (list.loaded === "true" ? "no silo has a shard within its lookahead." : "no silo owns a shard beyond its lookahead."))}`);
-    div.append(ts.pager(d, step => { list.page += step; ts.refresh(); }));
+    ts.slot(div, "paging").replaceChildren(ts.pager(d, step => { list.page += step; ts.refresh(); }));
     div.querySelectorAll("th[data-sort]").forEach(th => th.onclick = () => {
       const s = th.dataset.sort;
       list.sort = list.sort === s ? "-" + s : s; list.page = 1; ts.refresh();
