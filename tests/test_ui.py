@@ -235,3 +235,36 @@ async def test_about_names_the_namespace_and_ray_address_for_the_header(fake_job
         assert await (await client.get("/api/about")).json() == {"namespace": "prod", "ray_address": "10.0.0.7:6379"}
     finally:
         await client.close()
+
+
+def failed_attempt(run: str) -> AttemptRecord:
+    return AttemptRecord(run, 1, 1, T0, T0 + timedelta(seconds=1), "s0#1", "failed", "boom", T0 + timedelta(seconds=2))
+
+
+async def test_failing_lists_only_failing_jobs_page_by_page_with_a_bounded_scan(
+        ui: TestClient, fake_jobs: FakeJobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = ["job-003", "job-040", "job-041", "job-118"]
+    for name in bad[:3]:
+        job = fake_jobs.jobs[name]
+        fake_jobs.jobs[name] = replace(job, status=replace(job.status, last_attempt=failed_attempt(name),
+                                                           history=(failed_attempt(name),)))
+    job = fake_jobs.jobs["job-118"]  # failing again and again, its last record already rotated out
+    fake_jobs.jobs["job-118"] = replace(job, status=replace(job.status, consecutive_failures=3))
+
+    async def walk(size: int) -> tuple[list[str], list[int]]:
+        names, scans, after = [], [], ""
+        while True:
+            page = await (await ui.get(f"/api/jobs?failing=1&size={size}&after={after}")).json()
+            names += [j["name"] for j in page["items"]]
+            scans.append(page["scanned"])
+            if page["next"] is None:
+                return names, scans
+            after = page["next"]
+
+    assert (await walk(2))[0] == bad
+    monkeypatch.setattr("cluster.cli.ui.jobs.MAX_SCAN", 30)
+    names, scans = await walk(50)
+    assert names == bad and max(scans) <= 30 and len(scans) == 5, scans  # 121 jobs, 30 at a time
+    row = (await (await ui.get("/api/jobs?failing=1&size=1")).json())["items"][0]
+    assert (row["name"], row["target"], row["schedule"]) == ("job-003", "actor:h@test", None)
+    assert row["status"]["recent"] == [{"outcome": "failed", "scheduled_for": T0.isoformat(), "triggered": False}]

@@ -9,7 +9,10 @@ and skip elsewhere.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -18,8 +21,9 @@ from aiohttp.test_utils import TestServer
 
 from cluster.cli.ui import UiSource, make_app
 from cluster.named.api import NamedJobPage
+from cluster.named.registry import AttemptRecord
 from tests.browser import chromium, expect, require_browser
-from tests.test_ui import FakeJobs
+from tests.test_ui import T0, FakeJobs
 from tests.test_ui_flows import FakeFlows
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -184,3 +188,54 @@ async def test_a_refresh_keeps_the_focused_control_and_the_selected_text(page: A
     assert await page.evaluate("getSelection().toString()") == "weekly"
     await page.evaluate("getSelection().removeAllRanges()")
     await expect(page.locator("#jobs tr[data-job='weekly'] td.state")).to_have_text("paused")
+
+
+def with_history(jobs: FakeJobs, name: str, outcomes: list[str], consecutive: int = 0) -> None:
+    """``name``'s attempts ended with ``outcomes`` (oldest first)."""
+    records = [AttemptRecord(f"{name}-{i}", 1, i, T0 + timedelta(minutes=i), T0 + timedelta(minutes=i, seconds=1), "s0#1",
+                             outcome, None if outcome == "succeeded" else "boom", T0 + timedelta(minutes=i, seconds=2))
+               for i, outcome in enumerate(outcomes)]
+    job = jobs.jobs[name]
+    jobs.jobs[name] = replace(job, status=replace(job.status, history=tuple(reversed(records)), last_attempt=records[-1],
+                                                  consecutive_failures=consecutive))
+
+
+async def test_named_jobs_show_schedule_target_state_and_a_strip_of_recent_outcomes(page: Any,
+                                                                                    served: list[TestServer]) -> None:
+    jobs = FakeJobs(["billing", "nightly", "reports"])
+    with_history(jobs, "nightly", ["succeeded", "succeeded", "failed", "failed"], consecutive=2)
+    with_history(jobs, "reports", ["failed", "succeeded"])
+    server = await serve(served, UiSource(status=lambda: [], jobs=jobs))
+    await page.goto(str(server.make_url("/#jobs")))
+    nightly = page.locator("#jobs tr[data-job='nightly']")
+    await expect(nightly.locator("td.state")).to_have_text("failing")
+    await expect(page.locator("#jobs tr[data-job='reports'] td.state")).to_have_text("active")
+    await expect(nightly.locator("td.target")).to_have_text("actor:h@test")
+    await expect(nightly.locator("td.schedule")).to_contain_text("once at ")
+    strip = await nightly.locator("td.recent i").evaluate_all("is => is.map(i => i.dataset.outcome)")
+    assert strip == ["succeeded", "succeeded", "failed", "failed"], strip  # oldest first, the streak at the end
+    # Failing only: the server reads on until it has a page of failing jobs.
+    await page.check("#f-failing")
+    await expect(page.locator("#jobs tr[data-job]")).to_have_count(1)
+    await expect(page.locator("#jobs tr[data-job='nightly']")).to_be_visible()
+    await expect(page).to_have_url(re.compile(r"#jobs\?failing=1$"))
+
+
+async def test_one_time_style_everywhere_with_a_utc_switch_and_relative_times(page: Any,
+                                                                             served: list[TestServer]) -> None:
+    jobs = FakeJobs(["nightly"])
+    nightly = jobs.jobs["nightly"]
+    soon = datetime.now(timezone.utc) + timedelta(minutes=90)
+    jobs.jobs["nightly"] = replace(nightly, status=replace(nightly.status, next_fires=[soon]))
+    server = await serve(served, UiSource(status=lambda: [], jobs=jobs))
+    await page.goto(str(server.make_url("/#jobs")))
+    cell = page.locator("#jobs tr[data-job='nightly'] td.next time")
+    await expect(cell).to_contain_text("(in 90 min)")
+    await expect(page.locator("#zone")).to_have_text("times: local")
+    local = await cell.text_content()
+    await page.click("#zone")
+    await expect(page.locator("#zone")).to_have_text("times: UTC")
+    await expect(cell).to_contain_text(" UTC (in 90 min)")
+    assert await cell.get_attribute("title") == (local or "").split(" (")[0], "the other zone is the title"
+    await page.reload()  # remembered
+    await expect(page.locator("#zone")).to_have_text("times: UTC")

@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,6 +165,8 @@ async def test_overview_shows_every_silo(page: Page, dashboard: Dashboard) -> No
     await expect(page.locator("#overview tr[data-silo]")).to_have_count(len(dashboard.cluster.silo_ids))
     await expect(page.locator("#alerts li.none")).to_have_count(1)  # a healthy cluster raises no alert
     await expect(page.locator("#alerts li[data-kind]")).to_have_count(0)
+    # The header names the namespace and the Ray the command joined.
+    await expect(page.locator("#where")).to_have_text(re.compile(f"^namespace {dashboard.cluster.namespace} · Ray [0-9.]+:[0-9]+$"))
     await no_error_shown(page)
     await screenshot(page, "overview")
 
@@ -248,7 +252,11 @@ async def test_named_job_paused_and_resumed_from_the_page(page: Page, dashboard:
         await expect(detail).to_contain_text(name)
         stored = await client.jobs.get(name)
         assert stored is not None and stored.status.next_fires
-        await expect(detail).to_contain_text(stored.status.next_fires[0].isoformat()[:16])
+        # Shown in the page's one time style; its <time datetime> is the instant itself.
+        first = detail.locator("ul.next-fires time").first
+        await expect(first).to_be_visible()
+        shown = datetime.fromisoformat(str(await first.get_attribute("datetime")).replace("Z", "+00:00"))
+        assert abs(shown - stored.status.next_fires[0]) < timedelta(milliseconds=1), (shown, stored.status.next_fires)
     finally:
         await client.jobs.close()
 

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from cluster.cli.jobs import named_job_to_json
 from cluster.cli.ui.auth import BY
-from cluster.cli.ui.paging import size_arg
+from cluster.cli.ui.paging import MAX_PAGE_SIZE, size_arg
 from cluster.cli.ui.source import UiSource
 from cluster.model.errors import JobNotFound, ValidationError
 from cluster.model.pause import check_note
@@ -22,7 +22,10 @@ JOB_ACTIONS = ("pause", "resume", "trigger", "delete")
 #: Who did what through the dashboard, and why: one line an action, shown without ``-v``.
 audit = logging.getLogger("timeshard.ui.audit")
 
-ROW_STATUS = ("paused", "finished", "successful", "failed")
+ROW_STATUS = ("paused", "finished", "successful", "failed", "consecutive_failures")
+#: ``failing=1`` reads at most this many definitions per request to fill a page of failing jobs,
+#: then hands back a cursor where it stopped: a scope of 100,000 healthy jobs costs no more.
+MAX_SCAN = 1000
 DETAIL_FIELDS = ("name", "target", "schedule", "due", "generation", "updated_at")
 DETAIL_STATUS = ("successful", "failed", "interrupted", "consecutive_failures", "attempts", "excluded",
                  "overlap_skipped", "paused", "paused_since", "paused_by", "paused_note", "staged", "finished",
@@ -32,12 +35,42 @@ NEXT_FIRES_LISTED = 3
 
 
 def job_row(named: Any) -> dict[str, Any]:
-    """A job as one row of the list: state, counts, next three fire times, last outcome."""
-    status = named_job_to_json(named)["status"]
+    """A job as one row of the list: schedule, target, state, counts, next three fire times, last
+    outcome, and the outcomes of its recent attempts (newest first) for the row's strip."""
+    shown = named_job_to_json(named)
+    status = shown["status"]
     last = status["last_attempt"]
-    return {"name": named.name, "status": {
-        **{k: status[k] for k in ROW_STATUS}, "next_fires": status["next_fires"][:NEXT_FIRES_LISTED],
-        "last_attempt": None if last is None else {"outcome": last["outcome"], "ended_at": last["ended_at"]}}}
+    return {"name": named.name, "schedule": shown["schedule"], "due": shown["due"], "target": shown["target"],
+            "status": {**{k: status[k] for k in ROW_STATUS}, "next_fires": status["next_fires"][:NEXT_FIRES_LISTED],
+                       "last_attempt": None if last is None else {"outcome": last["outcome"], "ended_at": last["ended_at"]},
+                       "recent": [{"outcome": h["outcome"], "scheduled_for": h["scheduled_for"], "triggered": h["triggered"]}
+                                  for h in status["history"]]}}
+
+
+def failing(named: Any) -> bool:
+    """A job whose last attempt failed, or that is failing again and again."""
+    status = named.status
+    last = status.last_attempt
+    return bool(status.consecutive_failures) or (last is not None and last.outcome == "failed")
+
+
+async def failing_page(jobs: Any, prefix: str, after: str | None, size: int,
+                       where: dict[str, str]) -> tuple[list[Any], str | None, int]:
+    """Up to ``size`` failing jobs after ``after``, reading at most ``MAX_SCAN`` definitions: them,
+    the cursor to go on from (the last name read; None at the end) and how many were read."""
+    found: list[Any] = []
+    scanned, cursor = 0, after
+    while True:
+        page = await jobs.list_page(prefix, after=cursor, limit=min(MAX_PAGE_SIZE, MAX_SCAN - scanned), **where)
+        for i, named in enumerate(page.items):
+            scanned, cursor = scanned + 1, named.name
+            if failing(named):
+                found.append(named)
+            if len(found) == size or scanned >= MAX_SCAN:
+                more = i < len(page.items) - 1 or page.next is not None
+                return found, cursor if more else None, scanned
+        if page.next is None:
+            return found, None, scanned
 
 
 def job_detail(named: Any) -> dict[str, Any]:
@@ -89,6 +122,10 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
         size = size_arg(request, page_size)
         answer: dict[str, Any] = {**where, "prefix": prefix, "after": after, "size": size}
         try:
+            if request.query.get("failing") == "1":
+                found, cursor, scanned = await failing_page(source.jobs, prefix, after, size, where)
+                return web.json_response({**answer, "failing": True, "scanned": scanned,
+                                          "items": [job_row(n) for n in found], "next": cursor})
             page = await source.jobs.list_page(prefix, after=after, limit=size, **where)
             if request.query.get("count") == "1":
                 answer["total"] = await source.jobs.count(prefix, **where)

@@ -57,6 +57,36 @@ const ts = (() => {
     return found;
   }
 
+  // One time style everywhere: local or UTC (the header's switch, remembered by the browser), with
+  // how far from now. As <time datetime=ISO>, its title the other zone.
+  let zone = localStorage.getItem("timeshard-zone") === "utc" ? "utc" : "local";
+  const pad = n => String(n).padStart(2, "0");
+  function fromNow(ms) {
+    const s = Math.round((ms - Date.now()) / 1000), a = Math.abs(s);
+    if (a < 1) return "now";
+    const text = a < 60 ? a + " s" : a < 5400 ? Math.round(a / 60) + " min" : a < 129600 ? Math.round(a / 3600) + " h" : Math.round(a / 86400) + " d";
+    return s > 0 ? "in " + text : text + " ago";
+  }
+  function stamp(d, utc) {
+    const p = utc ? [d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()]
+                  : [d.getFullYear(), d.getMonth() + 1, d.getDate(), d.getHours(), d.getMinutes(), d.getSeconds()];
+    return p[0] + "-" + pad(p[1]) + "-" + pad(p[2]) + " " + pad(p[3]) + ":" + pad(p[4]) + ":" + pad(p[5]) + (utc ? " UTC" : "");
+  }
+  // The same as plain text (for a tooltip).
+  function timeText(value) {
+    const d = value instanceof Date ? value : new Date(value);
+    return value == null || value === "" || isNaN(d.getTime()) ? "" : stamp(d, zone === "utc") + " (" + fromNow(d.getTime()) + ")";
+  }
+  // value: ISO text, a Date or ms since the epoch; relative: add "(in 5 min)" / "(3 h ago)".
+  function time(value, relative = true) {
+    if (value == null || value === "") return html``;
+    const d = value instanceof Date ? value : new Date(value);
+    if (isNaN(d.getTime())) return html`${value}`;
+    const shown = stamp(d, zone === "utc") + (relative ? " (" + fromNow(d.getTime()) + ")" : "");
+    return html`<time datetime='${d.toISOString()}' title='${stamp(d, zone !== "utc")}'>${shown}</time>`;
+  }
+  function showZone() { $("zone").textContent = "times: " + (zone === "utc" ? "UTC" : "local"); }
+
   // restore(params), when given, sets the page's state (filters, page, what is open) from the address.
   function page(id, title, render, restore) { pages.push({id, title, render, restore}); }
 
@@ -210,6 +240,12 @@ const ts = (() => {
       s.id = p.id; s.hidden = true;
       $("pages").append(s);
     }
+    showZone();
+    $("zone").onclick = () => {
+      zone = zone === "utc" ? "local" : "utc";
+      localStorage.setItem("timeshard-zone", zone);
+      showZone(); refresh();
+    };
     written = location.hash;
     show(pages.find(p => p.id === hashParts()[0]) || pages[0]);
     window.addEventListener("hashchange", navigated);
@@ -222,5 +258,5 @@ const ts = (() => {
   }
 
   const isStale = () => stale;
-  return {$, html, render, slot, page, table, pager, get, post, say, refresh, start, isStale, params, keep};
+  return {$, html, render, slot, page, table, pager, get, post, say, refresh, start, isStale, params, keep, time, timeText, fromNow};
 })();

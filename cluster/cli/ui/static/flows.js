@@ -7,7 +7,7 @@
   const COLOURS = {pending: "#e4e4e4", running: "#9cc4ff", retrying: "#ffd27a", succeeded: "#9ddc9d",
                    failed: "#f29c9c", cancelled: "#c8c8c8"};
   const BOX = {w: 180, h: 62, gapX: 64, gapY: 18, pad: 12};
-  const when = iso => iso ? new Date(iso).toLocaleString() : "";
+  const when = iso => ts.time(iso);
 
   function build(section) {
     const bar = document.createElement("div");
@@ -71,7 +71,7 @@
   function retryText(s) {
     if (!s.next_retry) return "";
     const secs = Math.round((new Date(s.next_retry) - Date.now()) / 1000);
-    return "retry " + new Date(s.next_retry).toLocaleTimeString() + (secs > 0 ? " (in " + secs + "s)" : "");
+    return "retry " + (secs > 0 ? ts.fromNow(new Date(s.next_retry).getTime()) : "due");
   }
 
   function draw(svg, flow) {
@@ -93,8 +93,8 @@
     }
     for (const s of flow.steps) {
       const p = place.get(s.name);
-      const tip = [s.name + ": " + s.state, "job " + s.job_id, s.started_at && "started " + when(s.started_at),
-                   s.ended_at && "ended " + when(s.ended_at), s.error && "error: " + s.error].filter(Boolean).join("\n");
+      const tip = [s.name + ": " + s.state, "job " + s.job_id, s.started_at && "started " + ts.timeText(s.started_at),
+                   s.ended_at && "ended " + ts.timeText(s.ended_at), s.error && "error: " + s.error].filter(Boolean).join("\n");
       const fill = Object.hasOwn(COLOURS, s.state) ? COLOURS[s.state] : "#fff";
       boxes.push(html`<g class='step' data-step='${s.name}' data-state='${s.state}' transform='translate(${p.x},${p.y})' font-size='12'>${[
         html`<title>${tip}</title><rect width='${BOX.w}' height='${BOX.h}' rx='6' fill='${fill}' stroke='#556'/>`,
@@ -120,7 +120,7 @@
     detail.querySelector("h2").textContent = "Flow " + flow.name;
     ts.render(detail.querySelector(".flow-head"), html`state <b class='state'>${flow.state}</b>${
       flow.halted_by ? " · halted by " + flow.halted_by : ""} · created ${when(flow.created_at)}${
-      flow.ended_at ? " · ended " + when(flow.ended_at) : ""} · ${flow.steps_done}/${flow.steps_total} steps done ${
+      flow.ended_at ? html` · ended ${when(flow.ended_at)}` : ""} · ${flow.steps_done}/${flow.steps_total} steps done ${
       cancelButton(flow)}<button data-flow-action='close'>close</button>`);
     draw(detail.querySelector("svg#flow-dag"), flow);
     ts.render(detail.querySelector(".flow-steps"), ts.table([["name", "step"], ["state", "state"], ["attempts", "attempts"],

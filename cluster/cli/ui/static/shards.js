@@ -4,8 +4,8 @@
   const lists = [{id: "shards-loaded", title: "Loaded", loaded: "true", sort: "name", page: 1},
     {id: "shards-dormant", title: "Dormant", loaded: "false", sort: "name", page: 1}];
   // Windows are microseconds since the epoch (UTC).
-  const when = us => us == null ? "" : new Date(us / 1000).toISOString().replace(".000Z", "Z").replace("T", " ");
-  const COLS = [["name", "shard"], ["window_start", "window", r => when(r.window_start) + " – " + when(r.window_end)],
+  const when = us => us == null ? "" : ts.time(new Date(us / 1000), false);
+  const COLS = [["name", "shard"], ["window_start", "window", r => ts.html`${when(r.window_start)} – ${when(r.window_end)}`],
     ["owner", "owner"], ["state", "state"], ["jobs", "jobs", r => r.jobs < 0 ? "" : r.jobs],
     ["adopted_count", "adopted"], ["generation", "generation"]];
 
