@@ -268,3 +268,11 @@ async def test_failing_lists_only_failing_jobs_page_by_page_with_a_bounded_scan(
     row = (await (await ui.get("/api/jobs?failing=1&size=1")).json())["items"][0]
     assert (row["name"], row["target"], row["schedule"]) == ("job-003", "actor:h@test", None)
     assert row["status"]["recent"] == [{"outcome": "failed", "scheduled_for": T0.isoformat(), "triggered": False}]
+
+
+async def test_shards_narrow_to_one_shard_or_one_silos_shards(ui: TestClient) -> None:
+    one = await (await ui.get("/api/shards?name=shard-03")).json()
+    assert [s["name"] for s in one["items"]] == ["shard-03"]
+    mine = await (await ui.get("/api/shards?silo=s0")).json()
+    assert mine["total"] == 7 and {s["owner"] for s in mine["items"]} == {"s0#3"}
+    assert (await (await ui.get("/api/shards?silo=s1")).json())["total"] == 0  # s1 did not answer: it shows no shard

@@ -239,3 +239,27 @@ async def test_one_time_style_everywhere_with_a_utc_switch_and_relative_times(pa
     assert await cell.get_attribute("title") == (local or "").split(" (")[0], "the other zone is the title"
     await page.reload()  # remembered
     await expect(page.locator("#zone")).to_have_text("times: UTC")
+
+
+async def test_an_alert_links_to_its_shard_and_a_silo_to_its_shards(page: Any, served: list[TestServer]) -> None:
+    def silo(silo_id: str, shards: list[str], quarantined: list[str]) -> dict[str, Any]:
+        return {"silo_id": silo_id, "owner": f"{silo_id}#1", "lease_age": 0.1, "lease_left": 3.0, "heartbeat_interval_s": 1.0,
+                "quarantined": quarantined, "damaged": {}, "parked": {}, "clock": {}, "counters": {},
+                "shards": [{"name": n, "state": "active", "loaded": True, "jobs": 1, "window_start": 0, "window_end": 1}
+                           for n in shards]}
+
+    silos = [silo("s0", ["shard-a", "shard-b"], ["shard-b"]), silo("s1", ["shard-c"], [])]
+    server = await serve(served, UiSource(status=lambda: silos, jobs=FakeJobs([])))
+    await page.goto(str(server.make_url("/")))
+    await page.locator("#alerts li[data-kind='quarantined'] a[data-shard-link='shard-b']").click()
+    await expect(page.locator("#tab-shards.on")).to_be_visible()
+    await expect(page.locator("#shards-loaded tr[data-shard]")).to_have_count(1)
+    await expect(page.locator("#shards-loaded tr[data-shard='shard-b']")).to_be_visible()
+    await expect(page.locator("#shards-only")).to_contain_text("shard shard-b only")
+    await page.click("#shards-only button")
+    await expect(page.locator("#shards-loaded tr[data-shard]")).to_have_count(3)
+    await page.click("#tab-overview")
+    await page.locator("#overview tr[data-silo='s0'] a[data-silo-link='s0']").click()
+    await expect(page.locator("#shards-loaded tr[data-shard]")).to_have_count(2)
+    await expect(page.locator("#shards-loaded td.owner")).to_have_text(["s0#1", "s0#1"])
+    await expect(page).to_have_url(re.compile(r"#shards\?silo=s0$"))

@@ -49,7 +49,8 @@
     if (!parts || !section.contains(parts.alerts)) build(section);
     const html = ts.html;
     ts.render(parts.alerts, d.alerts.length
-      ? html`${d.alerts.map(a => html`<li data-kind='${a.kind}' class='err'><b>${a.kind}</b> ${a.silo}${a.shard ? " · " + a.shard : ""}: ${a.message}</li>`)}`
+      ? html`${d.alerts.map(a => html`<li data-kind='${a.kind}' class='err'><b>${a.kind}</b> ${a.silo}${
+          a.shard ? html` · <a href='#shards?name=${encodeURIComponent(a.shard)}' data-shard-link='${a.shard}'>${a.shard}</a>` : ""}: ${a.message}</li>`)}`
       : html`<li class='none muted'>all is well</li>`);
     for (const svg of parts.charts) {
       const [metric, , unit] = CHARTS.find(c => c[0] === svg.dataset.metric);
@@ -58,7 +59,8 @@
     ts.render(parts.silos, ts.table([
       ["silo_id", "silo"], ["incarnation", "incarnation"],
       ["node", "node", r => html`<span title='${r.node}'>${String(r.node || "").slice(0, 12)}</span>`], ["lease_age", "lease age (s)"],
-      ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
+      ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"],
+      ["shards", "shards", r => r.silo_id == null ? r.shards : html`<a href='#shards?silo=${encodeURIComponent(r.silo_id)}' data-silo-link='${r.silo_id}'>${r.shards}</a>`],
       ["quarantined", "quarantined", r => r.quarantined.join(", ")],
       ["error", "error", r => html`<span class='err'>${r.error}</span>`]], d.silos, false, r => ({silo: r.silo_id}),
       "No silo found in this namespace: are the silos running (timeshard up), under this --namespace?"));
