@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from benchmarks._browser import BrowserUnavailable, check_browser, chromium
+from benchmarks._browser import LAUNCH_TIMEOUT_MS, QUIET_FLAGS, BrowserUnavailable, check_browser, chromium
 
-__all__ = ["chromium", "expect", "require_browser"]
+__all__ = ["chromium", "chromium_with", "expect", "require_browser"]
 
 
 def require_browser() -> str:
@@ -20,6 +22,22 @@ def require_browser() -> str:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(f"a browser is required under CI=true: {exc}", pytrace=False)
         pytest.skip(f"no browser ({exc})")  # only outside CI: under CI=true it failed above
+
+
+@asynccontextmanager
+async def chromium_with(*flags: str) -> AsyncIterator[Any]:
+    """``chromium()`` started with more command-line ``flags`` (say, a host resolver rule that
+    plays a DNS rebinding: ``--host-resolver-rules=MAP rebind.example 127.0.0.1``)."""
+    from playwright.async_api import async_playwright
+
+    path = require_browser()
+    args = [*QUIET_FLAGS, *(["--no-sandbox"] if os.geteuid() == 0 else []), *flags]
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path=path, headless=True, args=args, timeout=LAUNCH_TIMEOUT_MS)
+        try:
+            yield browser
+        finally:
+            await browser.close()
 
 
 def expect(target: Any) -> Any:

@@ -23,6 +23,8 @@ from cluster.named.api import MAX_PAGE, NamedJob, NamedJobPage
 from cluster.named.registry import AttemptRecord, JobStatus, check_name
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+TOKEN = "0123456789abcdef-test-token"
+CSRF_HEADER = "X-Timeshard-CSRF"  # what the page's script sends with every POST
 
 
 def named(name: str, *, paused: bool = False) -> NamedJob:
@@ -37,6 +39,7 @@ class FakeJobs:
     def __init__(self, names: list[str]) -> None:
         self.jobs = {n: named(n) for n in names}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.paused_with: dict[str, str | None] = {}
 
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int = 50,
                         app_id: str = "default", namespace: str = "default") -> NamedJobPage:
@@ -57,8 +60,9 @@ class FakeJobs:
         self.calls.append(("get", name, scope))
         return self.jobs.get(name)
 
-    async def pause(self, name: str, **scope: str) -> NamedJob:
+    async def pause(self, name: str, *, note: str | None = None, by: str | None = None, **scope: str) -> NamedJob:
         self.calls.append(("pause", name, scope))
+        self.paused_with = {"note": note, "by": by}
         if name not in self.jobs:
             raise JobNotFound(f"no job named {name!r}")
         self.jobs[name] = replace(self.jobs[name], status=replace(self.jobs[name].status, paused=True))
@@ -76,6 +80,13 @@ SILOS: list[dict[str, Any]] = [
      "quarantined": [], "damaged": {}, "counters": {"fired": 12}},
     {"silo_id": "s1", "error": "RayActorError()"},
 ]
+
+
+async def from_the_page(client: TestClient) -> dict[str, str]:
+    """The headers the page's own POSTs carry: its anti-forgery value, read from the page as its script does."""
+    found = re.search(r'name="timeshard-csrf" content="([0-9a-f]+)"', await (await client.get("/")).text())
+    assert found, "the page carries its anti-forgery value"
+    return {CSRF_HEADER: found.group(1), "Origin": str(client.make_url("/")).rstrip("/"), "Sec-Fetch-Site": "same-origin"}
 
 
 @pytest.fixture
@@ -98,17 +109,17 @@ async def ui(fake_jobs: FakeJobs) -> AsyncIterator[TestClient]:
 
 
 async def test_token_refused_without_it_and_accepted_with_it(fake_jobs: FakeJobs) -> None:
-    client = await client_for(fake_jobs, token="s3cret")
+    client = await client_for(fake_jobs, token=TOKEN)
     try:
         assert (await client.get("/api/overview")).status == 401
         assert (await client.get("/")).status == 401
         assert (await client.get("/api/overview", headers={"Authorization": "Bearer wrong"})).status == 401
-        assert (await client.post("/api/jobs/job-001/pause")).status == 401
+        assert (await client.post("/api/jobs/job-001/pause", headers={"Authorization": "Bearer wrong"})).status == 401
         assert "job-001" not in [c[1] for c in fake_jobs.calls]  # refused before acting
-        assert (await client.get("/api/overview", headers={"Authorization": "Bearer s3cret"})).status == 200
+        assert (await client.get("/api/overview", headers={"Authorization": f"Bearer {TOKEN}"})).status == 200
         # First visit with ?token= sets a cookie; the page's later requests carry only the cookie.
-        first = await client.get("/?token=s3cret")
-        assert first.status == 200 and first.cookies["token"].value == "s3cret"
+        first = await client.get(f"/?token={TOKEN}")
+        assert first.status == 200 and TOKEN not in str(first.url)
         assert (await client.get("/api/jobs")).status == 200
     finally:
         await client.close()
@@ -179,20 +190,21 @@ async def test_one_job_shows_its_counters_next_fires_pause_and_attempts(ui: Test
 
 
 async def test_pause_calls_the_client_with_the_scope(ui: TestClient, fake_jobs: FakeJobs) -> None:
-    answer = await ui.post("/api/jobs/job-007/pause?namespace=ns&app_id=app")
+    page = await from_the_page(ui)
+    answer = await ui.post("/api/jobs/job-007/pause?namespace=ns&app_id=app", headers=page)
     assert answer.status == 200
     assert (await answer.json())["job"]["status"]["paused"] is True
     assert fake_jobs.calls[-1] == ("pause", "job-007", {"namespace": "ns", "app_id": "app"})
-    assert (await ui.post("/api/jobs/nope/pause")).status == 404
-    assert (await ui.post("/api/jobs/nope/delete")).status == 404
-    assert (await ui.post("/api/jobs/job-007/delete")).status == 200 and "job-007" not in fake_jobs.jobs
+    assert (await ui.post("/api/jobs/nope/pause", headers=page)).status == 404
+    assert (await ui.post("/api/jobs/nope/delete", headers=page)).status == 404
+    assert (await ui.post("/api/jobs/job-007/delete", headers=page)).status == 200 and "job-007" not in fake_jobs.jobs
 
 
 async def test_a_name_with_a_slash_reaches_the_client_whole(fake_jobs: FakeJobs) -> None:
     fake_jobs.jobs["reports/daily"] = named("reports/daily")
     client = await client_for(fake_jobs)
     try:
-        assert (await client.post("/api/jobs/reports%2Fdaily/pause")).status == 200
+        assert (await client.post("/api/jobs/reports%2Fdaily/pause", headers=await from_the_page(client))).status == 200
         assert fake_jobs.calls[-1][:2] == ("pause", "reports/daily")
     finally:
         await client.close()
@@ -213,3 +225,54 @@ def test_ui_on_a_public_host_without_token_exits_2(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert main(["ui", "--host", "0.0.0.0"]) == 2
     assert "--token" in capsys.readouterr().err
+
+
+async def test_about_names_the_namespace_and_ray_address_for_the_header(fake_jobs: FakeJobs) -> None:
+    client = TestClient(TestServer(make_app(UiSource(status=lambda: SILOS, jobs=fake_jobs, namespace="prod",
+                                                     address="10.0.0.7:6379"))))
+    await client.start_server()
+    try:
+        assert await (await client.get("/api/about")).json() == {"namespace": "prod", "ray_address": "10.0.0.7:6379"}
+    finally:
+        await client.close()
+
+
+def failed_attempt(run: str) -> AttemptRecord:
+    return AttemptRecord(run, 1, 1, T0, T0 + timedelta(seconds=1), "s0#1", "failed", "boom", T0 + timedelta(seconds=2))
+
+
+async def test_failing_lists_only_failing_jobs_page_by_page_with_a_bounded_scan(
+        ui: TestClient, fake_jobs: FakeJobs, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = ["job-003", "job-040", "job-041", "job-118"]
+    for name in bad[:3]:
+        job = fake_jobs.jobs[name]
+        fake_jobs.jobs[name] = replace(job, status=replace(job.status, last_attempt=failed_attempt(name),
+                                                           history=(failed_attempt(name),)))
+    job = fake_jobs.jobs["job-118"]  # failing again and again, its last record already rotated out
+    fake_jobs.jobs["job-118"] = replace(job, status=replace(job.status, consecutive_failures=3))
+
+    async def walk(size: int) -> tuple[list[str], list[int]]:
+        names, scans, after = [], [], ""
+        while True:
+            page = await (await ui.get(f"/api/jobs?failing=1&size={size}&after={after}")).json()
+            names += [j["name"] for j in page["items"]]
+            scans.append(page["scanned"])
+            if page["next"] is None:
+                return names, scans
+            after = page["next"]
+
+    assert (await walk(2))[0] == bad
+    monkeypatch.setattr("cluster.cli.ui.jobs.MAX_SCAN", 30)
+    names, scans = await walk(50)
+    assert names == bad and max(scans) <= 30 and len(scans) == 5, scans  # 121 jobs, 30 at a time
+    row = (await (await ui.get("/api/jobs?failing=1&size=1")).json())["items"][0]
+    assert (row["name"], row["target"], row["schedule"]) == ("job-003", "actor:h@test", None)
+    assert row["status"]["recent"] == [{"outcome": "failed", "scheduled_for": T0.isoformat(), "triggered": False}]
+
+
+async def test_shards_narrow_to_one_shard_or_one_silos_shards(ui: TestClient) -> None:
+    one = await (await ui.get("/api/shards?name=shard-03")).json()
+    assert [s["name"] for s in one["items"]] == ["shard-03"]
+    mine = await (await ui.get("/api/shards?silo=s0")).json()
+    assert mine["total"] == 7 and {s["owner"] for s in mine["items"]} == {"s0#3"}
+    assert (await (await ui.get("/api/shards?silo=s1")).json())["total"] == 0  # s1 did not answer: it shows no shard

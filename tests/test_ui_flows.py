@@ -14,6 +14,7 @@ from cluster.flows.api import FLOW_STATES, DamagedFlow, FlowPage
 from cluster.flows.log import FlowLogDamaged
 from cluster.flows.model import FlowStatus, StepStatus
 from cluster.model.errors import ValidationError
+from tests.test_ui import from_the_page
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 
@@ -120,12 +121,13 @@ async def test_a_damaged_flow_log_is_listed_apart_and_its_detail_says_why(ui: Te
 
 async def test_cancel_calls_the_api_and_says_when_there_was_nothing_to_cancel(ui: TestClient,
                                                                               fake_flows: FakeFlows) -> None:
-    answer = await ui.post("/api/flows/etl-002/cancel")
+    page = await from_the_page(ui)
+    answer = await ui.post("/api/flows/etl-002/cancel", headers=page)
     assert answer.status == 200 and (await answer.json())["cancelled"] is True
     assert ("cancel", "etl-002") in fake_flows.calls and fake_flows.flows["etl-002"].state == "cancelled"
-    again = await ui.post("/api/flows/etl-002/cancel")
+    again = await ui.post("/api/flows/etl-002/cancel", headers=page)
     assert again.status == 409 and "already cancelled" in (await again.json())["error"]
-    assert (await ui.post("/api/flows/nope/cancel")).status == 404
+    assert (await ui.post("/api/flows/nope/cancel", headers=page)).status == 404
     assert (await ui.get("/api/flows/etl-002/cancel")).status == 405, "a GET never cancels"
 
 

@@ -1,8 +1,8 @@
 """``timeshard ui`` as a user runs it: the console script serving a real cluster on Ray.
 
-No browser yet (issue 17 point 4 adds headless Chromium); this checks the command's wiring: it
-connects, shows the silos and a named job, refuses a request without the token, and a pause
-through the dashboard reaches the store.
+No browser here (``test_ui_browser`` drives one); this checks the command's wiring: it connects,
+shows the silos and a named job, refuses a request without the token, a rebound Host and a forged
+POST, and a pause through the dashboard reaches the store with its note and who.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.e2e.conftest import wait_for
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "ui-test-token"
+TOKEN = "ui-test-token-0123456789"  # the dashboard refuses tokens under 16 characters
 
 
 def free_port() -> int:
@@ -84,11 +84,21 @@ async def test_ui_shows_the_cluster_and_pauses_a_job(make_cluster, recorder, ser
             assert [j["name"] for j in (await r.json())["items"]] == ["nightly"]
         async with http.get(f"{base}/api/shards", headers=auth) as r:
             assert (await r.json())["total"] >= 1
-        async with http.post(f"{base}/api/jobs/nightly/pause", headers=auth) as r:
+        # The real command's guards: a rebound name and a forged POST change nothing.
+        async with http.get(f"{base}/api/jobs", headers={**auth, "Host": "rebind.example"}) as r:
+            assert r.status == 421, await r.text()
+        async with http.post(f"{base}/api/jobs/nightly/pause", headers={"Origin": "http://evil.example",
+                                                                       "Sec-Fetch-Site": "cross-site"}) as r:
+            assert r.status == 403, await r.text()
+            assert r.headers["X-Frame-Options"] == "DENY"
+        got = await jobs.get("nightly")
+        assert got is not None and not got.status.paused
+        async with http.post(f"{base}/api/jobs/nightly/pause", headers=auth, json={"note": "e2e"}) as r:
             assert r.status == 200, await r.text()
 
     got = await jobs.get("nightly")
-    assert got is not None and got.status.paused
+    assert got is not None and got.status.paused and got.status.paused_note == "e2e"
+    assert got.status.paused_by is not None and got.status.paused_by.endswith("(timeshard ui)")
     await jobs.close()
 
 
@@ -129,3 +139,49 @@ async def test_ui_shows_a_running_clusters_flow_with_its_steps_and_dependencies(
         assert [(f["name"], f["steps_done"], f["steps_total"]) for f in listed] == [("ui-flow", 4, 4)]
         async with http.post(f"{base}/api/flows/ui-flow/cancel", headers=auth) as r:
             assert r.status == 409, "a finished flow is not cancelled"
+
+
+def ui_logged_to(log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``timeshard ARGS`` (this checkout's code, with the test token) writing its stderr to ``log``."""
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address, "TIMESHARD_UI_TOKEN": TOKEN,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with log.open("w") as err:
+        return subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=err)
+
+
+@pytest.mark.file_only
+async def test_ui_logs_each_action_with_who_and_why_and_never_the_token(make_cluster, recorder, tmp_path) -> None:
+    """``timeshard -v ui``: its access log shows every request, its audit line each action; the token
+    given as ``?token=`` or ``Authorization`` appears in neither."""
+    name, _ = recorder
+    cluster = make_cluster(silos=1)
+    jobs = cluster.client().jobs
+    await jobs.put("nightly", target=f"actor:{name}@{ray.get_runtime_context().namespace}", schedule="@every 1h")
+    port, log = free_port(), tmp_path / "ui.log"
+    process = ui_logged_to(log, "-v", "ui", "--namespace", cluster.namespace, "--port", str(port), "--user", "alice@ops")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def answers() -> bool:
+                if process.poll() is not None:
+                    pytest.fail(f"timeshard ui exited {process.returncode}: {log.read_text()}")
+                try:
+                    async with http.get(f"{base}/?token={TOKEN}", allow_redirects=False) as r:
+                        return r.status == 303
+                except aiohttp.ClientConnectionError:
+                    return False
+
+            await wait_for(answers, timeout=60, interval=0.5)
+            async with http.get(f"{base}/api/jobs?token={TOKEN}&prefix=night", allow_redirects=False) as r:
+                assert r.status == 303 and TOKEN not in r.headers["Location"]
+            async with http.post(f"{base}/api/jobs/nightly/pause", headers={"Authorization": f"Bearer {TOKEN}"},
+                                 json={"note": "disk full on db-2"}) as r:
+                assert r.status == 200, await r.text()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        await jobs.close()
+    logged = log.read_text()
+    assert TOKEN not in logged, logged
+    assert '"GET /api/jobs" 303' in logged, "-v shows the access log"
+    assert "pause job 'nightly' (namespace 'default', app_id 'default') by alice@ops (note: 'disk full on db-2'): done" in logged

@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import functools
 import os
+import re
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,12 +119,15 @@ async def browser(browser_path: str) -> AsyncIterator[Browser]:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def page(browser: Browser) -> AsyncIterator[Page]:
-    """A fresh browser context (no cookies) with a wide viewport; every wait bounded by ``WAIT_MS``."""
+    """A fresh browser context (no cookies) with a wide viewport; every wait bounded by ``WAIT_MS``. The
+    test fails if the page throws or its Content-Security-Policy blocks anything."""
     context = await browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(WAIT_MS)
     opened = await context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.on("console", lambda m: errors.append(m.text)
+              if m.type == "error" and "Content Security Policy" in m.text else None)
     try:
         yield opened
         assert not errors, f"the page threw: {errors}"
@@ -134,6 +139,7 @@ async def open_dashboard(page: Page, dashboard: Dashboard, tab: str = "overview"
     """Open the page as a user does the first time (``?token=``), then the tab ``tab``."""
     response = await page.goto(f"{dashboard.url}/?token={TOKEN}")
     assert response is not None and response.status == 200
+    assert TOKEN not in page.url, "the token is exchanged for a cookie and leaves the address"
     if tab != "overview":
         await page.click(f"#tab-{tab}")
     await expect(page.locator(f"section#{tab}")).to_be_visible()
@@ -159,6 +165,8 @@ async def test_overview_shows_every_silo(page: Page, dashboard: Dashboard) -> No
     await expect(page.locator("#overview tr[data-silo]")).to_have_count(len(dashboard.cluster.silo_ids))
     await expect(page.locator("#alerts li.none")).to_have_count(1)  # a healthy cluster raises no alert
     await expect(page.locator("#alerts li[data-kind]")).to_have_count(0)
+    # The header names the namespace and the Ray the command joined.
+    await expect(page.locator("#where")).to_have_text(re.compile(f"^namespace {dashboard.cluster.namespace} · Ray [0-9.]+:[0-9]+$"))
     await no_error_shown(page)
     await screenshot(page, "overview")
 
@@ -215,7 +223,7 @@ async def test_named_job_paused_and_resumed_from_the_page(page: Page, dashboard:
 
     async def accept(dialog: Dialog) -> None:
         asked.append((dialog.type, dialog.message))
-        await dialog.accept()
+        await dialog.accept("from the browser test" if dialog.type == "prompt" else "")
 
     page.on("dialog", accept)
     try:
@@ -225,11 +233,17 @@ async def test_named_job_paused_and_resumed_from_the_page(page: Page, dashboard:
         await no_error_shown(page)
         await screenshot(page, "jobs")
 
-        for action, state in (("pause", "paused"), ("resume", "active")):
+        # Pause asks why (the note shows with the pause, with who paused); resume asks to confirm.
+        for action, state, dialog in (("pause", "paused", ("prompt", f"pause {name}? Why (shown with the pause, optional):")),
+                                      ("resume", "active", ("confirm", f"resume {name}?"))):
             await row.locator(f'button[data-action="{action}"][data-name="{name}"]').click()
             await wait_for(functools.partial(stored_paused, client, name, state == "paused"), timeout=WAIT_MS / 1000)
             await expect(row.locator("td.state")).to_have_text(state)
-            assert asked[-1] == ("confirm", f"{action} {name}?")
+            assert asked[-1] == dialog
+            if action == "pause":
+                paused = await client.jobs.get(name)
+                assert paused is not None and paused.status.paused_note == "from the browser test"
+                assert paused.status.paused_by is not None and paused.status.paused_by.endswith("(timeshard ui)")
         assert len(asked) == 2
 
         # Its detail: counters, next fire times and paused state, from the store.
@@ -238,7 +252,11 @@ async def test_named_job_paused_and_resumed_from_the_page(page: Page, dashboard:
         await expect(detail).to_contain_text(name)
         stored = await client.jobs.get(name)
         assert stored is not None and stored.status.next_fires
-        await expect(detail).to_contain_text(stored.status.next_fires[0].isoformat()[:16])
+        # Shown in the page's one time style; its <time datetime> is the instant itself.
+        first = detail.locator("ul.next-fires time").first
+        await expect(first).to_be_visible()
+        shown = datetime.fromisoformat(str(await first.get_attribute("datetime")).replace("Z", "+00:00"))
+        assert abs(shown - stored.status.next_fires[0]) < timedelta(milliseconds=1), (shown, stored.status.next_fires)
     finally:
         await client.jobs.close()
 

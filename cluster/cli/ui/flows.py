@@ -7,7 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.cli.ui.paging import int_arg
+from cluster.cli.ui.jobs import action_note, record
+from cluster.cli.ui.paging import MAX_PAGE, int_arg, size_arg
 from cluster.cli.ui.source import UiSource
 from cluster.flows.log import FlowLogDamaged
 from cluster.model.errors import ValidationError
@@ -42,8 +43,8 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
         return source.flows
 
     async def flows(request: web.Request) -> web.Response:
-        size = int_arg(request, "size", page_size, 1)
-        number = int_arg(request, "page", 1, 1)
+        size = size_arg(request, page_size)
+        number = int_arg(request, "page", 1, 1, MAX_PAGE)
         state = request.query.get("state") or None
         try:
             found = await api().page(request.query.get("prefix", ""), state=state,
@@ -67,11 +68,23 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
 
     async def cancel(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        if await api().cancel(name):
-            return web.json_response({"name": name, "action": "cancel", "cancelled": True})
-        found = await api().get(name)
+        try:
+            note = await action_note(request)
+        except ValidationError as exc:
+            return web.json_response({"error": str(exc), "field": exc.field}, status=400)
+        what = f"cancel flow {name!r}"
+        try:
+            if await api().cancel(name):
+                record(request, what, note, "done")
+                return web.json_response({"name": name, "action": "cancel", "cancelled": True})
+            found = await api().get(name)
+        except FlowLogDamaged as exc:
+            record(request, what, note, f"refused: its log is damaged: {exc}")
+            return web.json_response({"error": f"flow {name!r}: its log is damaged: {exc}"}, status=409)
         if found is None:
+            record(request, what, note, "not found")
             return web.json_response({"error": f"no flow named {name!r}"}, status=404)
+        record(request, what, note, f"refused: already {found.state}")
         return web.json_response({"error": f"flow {name!r} is already {found.state}"}, status=409)
 
     return [web.get("/api/flows", flows),

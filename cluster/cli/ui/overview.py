@@ -75,14 +75,14 @@ def heartbeat_missed(s: Mapping[str, Any]) -> str | None:
 
 
 def silo_row(s: dict[str, Any]) -> dict[str, Any]:
-    """What the overview shows of one silo's ``status()``."""
+    """What the overview's table shows of one silo's ``status()`` (its damage and counters reach the page
+    as alerts and charts)."""
     silo_id, _, incarnation = str(s.get("owner") or "").partition("#")
     return {
         "silo_id": s.get("silo_id"), "incarnation": incarnation or None, "node": s.get("node"),
         "lease_age": s.get("lease_age"), "lease_left": s.get("lease_left"),
         "queued": s.get("queued"), "inflight": s.get("inflight"), "staged": s.get("staged"),
         "shards": len(s.get("shards") or ()), "quarantined": list(s.get("quarantined") or ()),
-        "damaged": sorted(s.get("damaged") or {}), "counters": s.get("counters") or {},
         "error": s.get("error"),
     }
 
@@ -95,4 +95,8 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
                                   "series": sampler.series.to_json(),
                                   "alerts": alerts(reading.statuses, sampler.series.events(), reading.wall)})
 
-    return [web.get("/api/overview", overview)]
+    async def about(request: web.Request) -> web.Response:
+        """Where the silos are, for the header: an operator with two tabs open must tell prod from staging."""
+        return web.json_response({"namespace": source.namespace, "ray_address": source.address})
+
+    return [web.get("/api/overview", overview), web.get("/api/about", about)]

@@ -7,25 +7,40 @@ from typing import Any
 
 from aiohttp import web
 
+#: The most rows one page of any list holds, whatever ``size`` asks: a request costs the server
+#: (and the silos behind it) at most this much.
+MAX_PAGE_SIZE = 200
+#: Pages beyond this are refused rather than walked to.
+MAX_PAGE = 1_000_000
 
-def int_arg(request: web.Request, name: str, default: int, minimum: int) -> int:
+
+def int_arg(request: web.Request, name: str, default: int, minimum: int, maximum: int | None = None) -> int:
     """The query argument ``name`` as an int; a 400 naming the argument and the rule otherwise."""
     text = request.query.get(name)
     if text is None or text == "":
         return default
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 20 else None
     except ValueError:
-        raise web.HTTPBadRequest(text=f"{name}: expected an integer, got {text!r}") from None
+        value = None
+    if value is None:
+        raise web.HTTPBadRequest(text=f"{name}: expected an integer, got {text[:40]!r}")
     if value < minimum:
         raise web.HTTPBadRequest(text=f"{name}: must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise web.HTTPBadRequest(text=f"{name}: must be at most {maximum}, got {value}")
     return value
+
+
+def size_arg(request: web.Request, default: int) -> int:
+    """The ``size`` a request asks for, capped at ``MAX_PAGE_SIZE``."""
+    return min(int_arg(request, "size", default, 1), MAX_PAGE_SIZE)
 
 
 def page_of(request: web.Request, items: Sequence[Any], page_size: int) -> dict[str, Any]:
     """One page of ``items``: ``page`` (1-based), ``pages``, ``total`` and the ``items``."""
-    size = int_arg(request, "size", page_size, 1)
-    number = int_arg(request, "page", 1, 1)
+    size = size_arg(request, page_size)
+    number = int_arg(request, "page", 1, 1, MAX_PAGE)
     start = (number - 1) * size
     return {"page": number, "size": size, "total": len(items), "pages": max(1, -(-len(items) // size)),
             "items": list(items[start:start + size])}

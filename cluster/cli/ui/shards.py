@@ -15,21 +15,21 @@ LOADED = {"true": True, "false": False}
 
 
 def shard_rows(statuses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per shard a silo reports, with its owner."""
+    """One row per shard a silo reports, with its owner: the columns the page shows."""
     rows = []
     for s in statuses:
         for shard in s.get("shards") or ():
             rows.append({"name": shard.get("name"), "owner": s.get("owner"), "state": shard.get("state"),
                          "loaded": shard.get("loaded"), "jobs": shard.get("jobs"),
                          "window_start": shard.get("window_start"), "window_end": shard.get("window_end"),
-                         "adopted_count": shard.get("adopted_count"), "generation": shard.get("generation"),
-                         "paused": shard.get("paused"), "unreadable": shard.get("unreadable")})
+                         "adopted_count": shard.get("adopted_count"), "generation": shard.get("generation")})
     return rows
 
 
 def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
     async def shards(request: web.Request) -> web.Response:
-        """``?loaded=true|false`` keeps loaded or dormant shards only; ``sort`` names a column (``-`` descending)."""
+        """``?loaded=true|false`` keeps loaded or dormant shards only, ``name`` one shard, ``silo`` the
+        shards of one silo; ``sort`` names a column (``-`` descending)."""
         sort = request.query.get("sort") or "name"
         descending = sort.startswith("-")
         field = sort.lstrip("-")
@@ -41,7 +41,14 @@ def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
         rows = shard_rows(await request.app[SAMPLER].statuses())
         if loaded is not None:
             rows = [r for r in rows if bool(r["loaded"]) is LOADED[loaded]]
+        # An alert's link names one shard; a silo's link names the silo whose shards to show.
+        name, silo = request.query.get("name"), request.query.get("silo")
+        if name:
+            rows = [r for r in rows if r["name"] == name]
+        if silo:
+            rows = [r for r in rows if str(r["owner"] or "").partition("#")[0] == silo]
         rows.sort(key=sort_key(field), reverse=descending)
-        return web.json_response({"sort": sort, "loaded": loaded, **page_of(request, rows, page_size)})
+        return web.json_response({"sort": sort, "loaded": loaded, "name": name, "silo": silo,
+                                  **page_of(request, rows, page_size)})
 
     return [web.get("/api/shards", shards)]

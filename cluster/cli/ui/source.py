@@ -12,11 +12,14 @@ from typing import Any
 class UiSource:
     """What the dashboard reads and acts through: silo statuses (blocking, run off the loop),
     the named-jobs API (``client.jobs``) and the flows API (one ``client.flows``, kept so its
-    pages re-read only the flows that changed; None: the Flows page says it is not available)."""
+    pages re-read only the flows that changed; None: the Flows page says it is not available),
+    and where the silos are, for the page's header: their Ray ``namespace`` and Ray's ``address``."""
 
     status: Callable[[], list[dict[str, Any]]]
     jobs: Any
     flows: Any = None
+    namespace: str | None = None
+    address: str | None = None
 
     async def statuses(self) -> list[dict[str, Any]]:
         """Every silo's ``status()``; a silo that did not answer has an ``error``."""

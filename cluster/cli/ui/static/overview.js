@@ -8,10 +8,10 @@
   let parts = null;
 
   function build(section) {
-    section.innerHTML = "<h2>Alerts</h2><ul id='alerts'></ul><h2>Activity</h2><div class='charts'>" +
-      CHARTS.map(([m, title]) => "<figure><figcaption>" + ts.esc(title) + "</figcaption><svg class='chart' data-metric='" + m +
-        "' viewBox='0 0 " + W + " " + H + "' role='img' aria-label='" + ts.esc(title) + "'></svg></figure>").join("") +
-      "</div><h2>Silos</h2><div id='silos'></div>";
+    const html = ts.html;
+    ts.render(section, html`<h2>Alerts</h2><ul id='alerts'></ul><h2>Activity</h2><div class='charts'>${
+      CHARTS.map(([m, title]) => html`<figure><figcaption>${title}</figcaption><svg class='chart' data-metric='${m}' viewBox='0 0 ${W} ${H}' role='img' aria-label='${title}'></svg></figure>`)
+      }</div><h2>Silos</h2><div id='silos'></div>`);
     parts = {alerts: ts.$("alerts"), silos: ts.$("silos"), charts: section.querySelectorAll("svg.chart")};
   }
 
@@ -34,33 +34,35 @@
       if (v == null || now - p.t > width) { pen = "M"; continue; }
       d += pen + x(p.t).toFixed(1) + " " + y(v).toFixed(1) + " "; pen = "L";
     }
-    svg.innerHTML =
-      "<line class='axis' x1='" + L + "' y1='" + (H - B) + "' x2='" + (W - R) + "' y2='" + (H - B) + "'/>" +
-      "<line class='axis' x1='" + L + "' y1='" + T + "' x2='" + L + "' y2='" + (H - B) + "'/>" +
-      "<text class='max' x='" + (L - 4) + "' y='" + (T + 8) + "' text-anchor='end'>" + ts.esc(values.length ? short(hi) + unit : "–") + "</text>" +
-      "<text class='min' x='" + (L - 4) + "' y='" + (H - B) + "' text-anchor='end'>" + ts.esc(values.length ? short(lo) + unit : "") + "</text>" +
-      "<text class='span' x='" + L + "' y='" + (H - 6) + "'>−" + ts.esc(span(width)) + "</text>" +
-      "<text class='span' x='" + (W - R) + "' y='" + (H - 6) + "' text-anchor='end'>now" +
-        (points.length ? "" : ": no data yet") + "</text>" +
-      (d ? "<path class='line' d='" + d.trim() + "'/>" : "");
+    const html = ts.html;
+    ts.render(svg, html`<line class='axis' x1='${L}' y1='${H - B}' x2='${W - R}' y2='${H - B}'/>${[
+      html`<line class='axis' x1='${L}' y1='${T}' x2='${L}' y2='${H - B}'/>`,
+      html`<text class='max' x='${L - 4}' y='${T + 8}' text-anchor='end'>${values.length ? short(hi) + unit : "–"}</text>`,
+      html`<text class='min' x='${L - 4}' y='${H - B}' text-anchor='end'>${values.length ? short(lo) + unit : ""}</text>`,
+      html`<text class='span' x='${L}' y='${H - 6}'>−${span(width)}</text>`,
+      html`<text class='span' x='${W - R}' y='${H - 6}' text-anchor='end'>now${points.length ? "" : ": no data yet"}</text>`,
+      d ? html`<path class='line' d='${d.trim()}'/>` : ""]}`);
   }
 
   ts.page("overview", "Overview", async section => {
     const d = await ts.get("api/overview");
     if (!parts || !section.contains(parts.alerts)) build(section);
-    parts.alerts.innerHTML = d.alerts.length
-      ? d.alerts.map(a => "<li data-kind='" + ts.esc(a.kind) + "' class='err'><b>" + ts.esc(a.kind) + "</b> " +
-          ts.esc(a.silo) + (a.shard ? " · " + ts.esc(a.shard) : "") + ": " + ts.esc(a.message) + "</li>").join("")
-      : "<li class='none muted'>all is well</li>";
+    const html = ts.html;
+    ts.render(parts.alerts, d.alerts.length
+      ? html`${d.alerts.map(a => html`<li data-kind='${a.kind}' class='err'><b>${a.kind}</b> ${a.silo}${
+          a.shard ? html` · <a href='#shards?name=${encodeURIComponent(a.shard)}' data-shard-link='${a.shard}'>${a.shard}</a>` : ""}: ${a.message}</li>`)}`
+      : html`<li class='none muted'>all is well</li>`);
     for (const svg of parts.charts) {
       const [metric, , unit] = CHARTS.find(c => c[0] === svg.dataset.metric);
       draw(svg, d.series.points, metric, unit, d.series.keep_s);
     }
-    parts.silos.innerHTML = ts.table([
+    ts.render(parts.silos, ts.table([
       ["silo_id", "silo"], ["incarnation", "incarnation"],
-      ["node", "node", r => "<span title='" + ts.esc(r.node) + "'>" + ts.esc(String(r.node || "").slice(0, 12)) + "</span>"], ["lease_age", "lease age (s)"],
-      ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"], ["shards", "shards"],
-      ["quarantined", "quarantined", r => ts.esc(r.quarantined.join(", "))],
-      ["error", "error", r => "<span class=err>" + ts.esc(r.error) + "</span>"]], d.silos, false, r => ({silo: r.silo_id}));
+      ["node", "node", r => html`<span title='${r.node}'>${String(r.node || "").slice(0, 12)}</span>`], ["lease_age", "lease age (s)"],
+      ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"],
+      ["shards", "shards", r => r.silo_id == null ? r.shards : html`<a href='#shards?silo=${encodeURIComponent(r.silo_id)}' data-silo-link='${r.silo_id}'>${r.shards}</a>`],
+      ["quarantined", "quarantined", r => r.quarantined.join(", ")],
+      ["error", "error", r => html`<span class='err'>${r.error}</span>`]], d.silos, false, r => ({silo: r.silo_id}),
+      "No silo found in this namespace: are the silos running (timeshard up), under this --namespace?"));
   });
 })();
