@@ -62,17 +62,27 @@ class Cancelling:
                     # flight: queued again, it started a second run of one occurrence (found by
                     # the simulation, seed 30091).
                     self._loading.queue_entry(job_id, entry)
-            async with shard.gate.exclusive():
-                run = self._runs.find(job_id)
-                if run is None or run.shard is not shard:
-                    answer = await self._cancel_queued(shard, job_id)
-                    stale = self._older_runs(shard, job_id)
-                else:
-                    # It started while we waited for the gate: cancel the run in flight. Marked
-                    # now, before any await, so that its outcome (a retry, the next occurrence,
-                    # or a refusal that queues it again) brings nothing back.
-                    run.cancelled = True
-                    stale, answer = [], None
+            held = False
+            try:
+                async with shard.gate.exclusive():
+                    run = self._runs.find(job_id)
+                    if run is None or run.shard is not shard:
+                        answer = await self._cancel_queued(shard, job_id)
+                        stale = self._older_runs(shard, job_id)
+                    else:
+                        # It started while we waited for the gate: cancel the run in flight. Marked
+                        # now, before any await, so that its outcome (a retry, the next occurrence,
+                        # or a refusal that queues it again) brings nothing back; held, so that
+                        # its outcome still counts should the removal fail (see _cancel_one_run).
+                        run.cancelled = True
+                        if run.run_id not in self._cancelling:
+                            run.hold_outcome()
+                            held = True
+                        stale, answer = [], None
+            except BaseException:
+                if held and run is not None:
+                    run.release_outcome()
+                raise
             if answer is not None:
                 # "moved" too: the caller goes on to cancel the job where it moved, and hears
                 # "cancelled" there while a run of this shard's older copy may still be on its way.
@@ -81,6 +91,7 @@ class Cancelling:
                         await self._stop_stale(old)
                 return answer
             assert run is not None
+            return await self._cancel_run(run, held)
         return await self._cancel_run(run)
 
     def _older_runs(self, shard: Shard, job_id: str) -> list[Run]:
@@ -132,15 +143,18 @@ class Cancelling:
         await call_hooks(self._hooks, "job_cancelled", job_id)
         return "cancelled", None
 
-    async def _cancel_run(self, run: Run) -> CancelAnswer:
+    async def _cancel_run(self, run: Run, held: bool = False) -> CancelAnswer:
         """Cancel a run in flight, or share the answer of a cancel of it already under way.
 
         One cancel per run at a time: two would race, and the one whose write failed would
         undo what the other made durable (it un-cancels the run, and queues the job again once
         the run has ended), so the job would run after a cancel had returned "cancelled".
+        ``held``: the caller holds the run's outcome (``Run.hold_outcome``); this takes it over.
         """
         under_way = self._cancelling.get(run.run_id)
         if under_way is not None:
+            if held:
+                run.release_outcome()  # that cancel holds it; its answer comes only once the run has ended
             answer = await asyncio.shield(under_way)
             if isinstance(answer, Exception):
                 raise Unavailable(f"a cancel of {run.job_id} under way at the same time failed: {answer!r}")
@@ -149,7 +163,7 @@ class Cancelling:
         self._jobs_cancelling[run.job_id] = run.run_id
         outcome: CancelAnswer | Exception = Unavailable(f"the cancel of {run.job_id} was interrupted")
         try:
-            outcome = await self._cancel_one_run(run)
+            outcome = await self._cancel_one_run(run, held)
             return outcome
         except Exception as exc:
             outcome = exc
@@ -165,7 +179,7 @@ class Cancelling:
         queued again by anyone else (its removal names the run's occurrence; see ``Pausing``)."""
         return job_id in self._jobs_cancelling
 
-    async def _cancel_one_run(self, run: Run) -> CancelAnswer:
+    async def _cancel_one_run(self, run: Run, held: bool = False) -> CancelAnswer:
         """Cancel a run in flight: it does not start if it has not yet, else it is waited for.
 
         A run may be in flight before it is due (dispatch ahead): marked cancelled, it is not sent
@@ -175,21 +189,27 @@ class Cancelling:
         removal is durable the cancel returns (its batch, still running others, later reports
         it refused, which writes and queues nothing for a cancelled run). A run that started,
         or whose withdraw got no answer, is waited for to its end, so that nothing it would
-        write (a retry, the next occurrence) outlives the cancel.
+        write (a retry, the next occurrence) outlives the cancel. Until the removal is durable
+        or has failed, the run's outcome is held, not dropped (``Run.stays_cancelled``).
         """
         run.cancelled = True  # first: the attempt must write no retry or next occurrence meanwhile
-        displaced = self._runs.displaced.get(run.job_id)
-        if displaced is not None and displaced.shard.base == run.shard.base:
-            displaced.cancelled = True  # a run of an older copy of this shard, perhaps waiting in its handler
-        staged = self._runs.staged.pop(run.job_id, None)
-        dropped = False
-        if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
-            dropped = await self.withdraw_sent(run)
+        if not held:
+            run.hold_outcome()
         try:
-            await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
-        except StorageError:
-            await self._carry_on(run, staged)
-            raise
+            displaced = self._runs.displaced.get(run.job_id)
+            if displaced is not None and displaced.shard.base == run.shard.base:
+                displaced.cancelled = True  # a run of an older copy of this shard, perhaps waiting in its handler
+            staged = self._runs.staged.pop(run.job_id, None)
+            dropped = False
+            if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
+                dropped = await self.withdraw_sent(run)
+            try:
+                await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+            except StorageError:
+                await self._carry_on(run, staged)
+                raise
+        finally:
+            run.release_outcome()  # before waiting for the run's end below: its outcome may go on now
         if dropped:
             self._runs.release(run)  # never starts: ended now (only now: a failed write above queues it again)
         # The attempt already started and runs to its end; wait so that nothing it was about to

@@ -129,14 +129,20 @@ class Outcomes:
                              *(self.complete(run, outcome) for run, outcome in rest))
 
     async def _remove_succeeded(self, shard: Shard, runs: list[Run]) -> None:
-        def removals() -> Awaitable[list[Any]]:
-            live = [r for r in runs if not r.cancelled]
-            return shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in live])
+        written: list[Run] = []
 
+        def removals() -> Awaitable[list[Any]]:
+            written[:] = [r for r in runs if not r.cancelled]
+            return shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in written])
+
+        marked: list[Run] = []
         try:
             await self._until_durable(shard, removals, done=lambda: all(r.cancelled for r in runs), jobs=len(runs))
+            # Marked by a cancel since their success came in, and left out: that cancel may yet fail.
+            marked = [r for r in runs if r.cancelled and r not in written]
         finally:
-            self._runs.release_all(runs)
+            self._runs.release_all([r for r in runs if r not in marked])
+        await asyncio.gather(*(self.complete(r, Outcome(r.run_id), counted=True) for r in marked))
 
     def _discarded(self, run: Run) -> bool:
         """Whether ``run``'s outcome comes too late to record: its shard is no longer ours.
@@ -153,19 +159,27 @@ class Outcomes:
         log.info("outcome of an ended ownership discarded", extra={"job": run.job_id, "shard": run.shard.base})
         self._runs.release(run)
 
-    async def complete(self, run: Run, outcome: Outcome) -> None:
-        """Record ``outcome`` of ``run`` durably, then tell the run's hooks how it ended."""
+    async def complete(self, run: Run, outcome: Outcome, *, counted: bool = False) -> None:
+        """Record ``outcome`` of ``run`` durably, then tell the run's hooks how it ended.
+
+        A run a cancel marked counts as cancelled only once that cancel's removal is durable:
+        should it fail, the outcome is recorded as if no cancel had come (``Run.stays_cancelled``).
+        """
         if self._discarded(run):
             return
         end: AttemptEnd | None = None
         try:
+            if run.cancelled:
+                await run.stays_cancelled()
             if outcome.refused:
                 # The handler saw our lease had run out and did not start it: no attempt was
                 # made. Queue it again; if the shard was taken meanwhile, the write fences us.
                 if not run.shard.lost and not run.cancelled:
                     self._queue.push(run.job_id, run.due_us, run.entry)
                 return
-            if self._superseded(run, outcome):
+            if counted:
+                pass
+            elif self._superseded(run, outcome):
                 self._metrics.overlap_cancelled.inc()
             else:
                 (self._metrics.succeeded if outcome.succeeded else self._metrics.failed).inc()
@@ -226,7 +240,7 @@ class Outcomes:
         if retry_at is not None:
             due_us = datetime_to_us(retry_at)
             (entry,) = await run.shard.write([retry_op(run.job_id, due_us, attempts)])
-            if entry is not None and not run.cancelled:
+            if entry is not None and not await run.stays_cancelled():
                 self._queue_unless_paused(run.job_id, due_us, entry)
             self._metrics.retried.inc()
             return AttemptEnd(outcome.succeeded, error, now_datetime(self._clock), retry_at, None, False)
@@ -293,7 +307,7 @@ class Outcomes:
         # Counted once the decision is durable: a write tried again is counted once, and a
         # replay of the log counts nothing (the decision is already taken).
         self._count_overlap(skipped, buffered)
-        if run.cancelled:
+        if await run.stays_cancelled():
             await self._cancel_next(run.job_id, run.shard)
             return None, excluded, skipped
         if new_entry is not None:

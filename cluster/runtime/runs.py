@@ -125,6 +125,8 @@ class Run:
     sent_ahead: tuple[Any, float] | None = None  # (handle, lease end) once sent to wait for its due time
     stop_us: int = 0  # overlap cancel_other: its handler stops it at this time (the next occurrence's)
     _job: ScheduledJob | None = None
+    _cancels_writing: int = 0  # cancels that marked it and have not yet written its removal, or failed to
+    _cancels_decided: asyncio.Event | None = None
 
     @property
     def job(self) -> ScheduledJob:
@@ -147,6 +149,32 @@ class Run:
             if self._done is None:
                 self._done = asyncio.Event()
             await self._done.wait()
+
+    def hold_outcome(self) -> None:
+        """A cancel marked this run and is writing its removal: its outcome waits for that write."""
+        self._cancels_writing += 1
+        if self._cancels_decided is None:
+            self._cancels_decided = asyncio.Event()
+        self._cancels_decided.clear()
+
+    def release_outcome(self) -> None:
+        """That cancel's removal is durable, or it failed and the run was marked not cancelled again."""
+        self._cancels_writing -= 1
+        if not self._cancels_writing and self._cancels_decided is not None:
+            self._cancels_decided.set()
+
+    async def stays_cancelled(self) -> bool:
+        """Whether the run is cancelled for good, once every cancel that marked it knows its removal's fate.
+
+        A cancel marks the run before it writes, so that the attempt writes nothing meanwhile;
+        should the removal fail, the cancel marks it not cancelled again, and what the attempt
+        did must then count. Its outcome read as "cancelled" and dropped, the job was queued
+        again and its occurrence ran a second time (found by the simulation, seed 122).
+        """
+        while self._cancels_writing:
+            assert self._cancels_decided is not None
+            await self._cancels_decided.wait()
+        return self.cancelled
 
     @property
     def shard(self) -> Shard:

@@ -352,7 +352,9 @@ async def test_a_cancel_whose_write_fails_after_the_withdraw_leaves_the_job_to_f
 async def test_a_cancel_whose_write_fails_does_not_queue_again_a_job_another_cancel_removed() -> None:
     """The run ended while the first cancel waited for its withdraw; a second cancel found the job
     queued no more, removed it and returned "cancelled". The first's write then failed, and it
-    queued the job again, to run after that "cancelled" (found by the simulation, seed 161)."""
+    queued the job again, to run after that "cancelled" (found by the simulation, seed 161).
+    Now the ended run's outcome waits for the first cancel's removal, so the run stays in flight
+    and the second cancel shares the first one's answer: both fail, the run's success counts."""
     from storage import StorageError
     from tests.runtime.harness import GatedStore
 
@@ -368,16 +370,21 @@ async def test_a_cancel_whose_write_fails_does_not_queue_again_a_job_another_can
     await settle()
     clock.advance(AHEAD_US / SECOND)  # the run starts (its withdraw is slow) and ends
     await settle()
-    assert [job_id for job_id, _ in starts.started] == [j.id] and not parts.runs.inflight
-    assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)  # found queued no more: removed
+    assert [job_id for job_id, _ in starts.started] == [j.id]
+    second = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    assert not second.done()  # the run is still in flight, its outcome held: it shares the first's answer
     store.fail_next("append_block", 3)  # the first cancel's write fails
     held.set()
     with pytest.raises(StorageError):
         await first
+    with pytest.raises(StorageError):
+        await second
     for _ in range(5):
         clock.advance(1)
         await send_ahead(parts)
     assert len(starts.started) == 1 and j.id not in parts.queue and not parts.runs.inflight  # never again
+    assert j.id not in parts.shards.get(name).state.live  # its success recorded
 
 
 async def test_a_second_cancel_of_a_run_shares_the_first_ones_answer() -> None:
@@ -410,3 +417,75 @@ async def test_a_second_cancel_of_a_run_shares_the_first_ones_answer() -> None:
         clock.advance(1)
         await send_ahead(parts)
     assert starts.started == [] and j.id not in parts.queue and not parts.runs.inflight
+
+
+async def test_a_run_that_ends_while_its_cancel_fails_to_write_is_recorded_not_run_again() -> None:
+    """A cancel found the job sent ahead and already started (the withdraw came too late); the run
+    succeeded while the removal was being written, and that write failed. Not cancelled after
+    all, so the run's success must be recorded: it was dropped for the cancel and the job queued
+    again, and the same occurrence ran a second time, no fault in between (found by the
+    simulation, seed 122)."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    store = GatedStore()
+    clock, starts, transport, parts = await one_silo(store)
+    starts.hold = asyncio.Event()
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    clock.advance(AHEAD_US / 2 / SECOND + 0.001)
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # started, held
+    release = store.gate("append_block", name)
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await store.reached("append_block", name).wait()  # the removal is being written
+    starts.hold.set()  # the run succeeds meanwhile
+    await settle()
+    store.fail_next("append_block", 3, name)  # and the removal does not land
+    release.set()
+    with pytest.raises(StorageError):
+        await cancel
+    for _ in range(5):
+        clock.advance(1)
+        await send_ahead(parts)
+    assert len(starts.started) == 1  # one run of the occurrence
+    assert j.id not in parts.queue and not parts.runs.inflight
+    records = [op[:4] for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
+    assert [op[1] for op in records] == [j.id] and records[0][3] != CANCELLED  # its success, recorded
+
+
+async def test_a_run_that_ends_while_its_withdraw_is_on_its_way_runs_once_when_the_cancel_fails() -> None:
+    """A cancel timed for the job's wait in its handler: the job started before the withdraw got
+    there (dropped nothing) and succeeded; the removal then failed. The success was dropped for
+    the cancel and the job queued again: its occurrence ran twice (found by the simulation,
+    seed 7724)."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    store = GatedStore()
+    clock, starts, transport, parts = await one_silo(store)
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    slow = asyncio.Event()
+    transport.hold_withdraws.append(slow)
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    clock.advance(AHEAD_US / SECOND)  # due: it starts and succeeds while the withdraw is on its way
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id]
+    store.fail_next("append_block", 3, name)  # the removal does not land
+    slow.set()
+    with pytest.raises(StorageError):
+        await cancel
+    assert transport.withdraws == [[transport.calls[0][1][0].run_id]]  # it reached the handler too late
+    for _ in range(5):
+        clock.advance(1)
+        await send_ahead(parts)
+    assert len(starts.started) == 1  # one run of the occurrence
+    assert j.id not in parts.queue and not parts.runs.inflight
+    records = [op[:4] for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
+    assert [op[1] for op in records] == [j.id] and records[0][3] != CANCELLED  # its success, recorded
