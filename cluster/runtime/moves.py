@@ -48,14 +48,36 @@ class Moves:
         self._shards = shards
         self._runs = runs
         self.claim_orphan: ClaimOrphan | None = None  # set once adoption is wired (it settles claims here)
+        # (source, job id) -> its settle under way. The shard object, not its name: a source taken
+        # back from its log is a new object, whose claim settles its moves while the old one's wait.
+        self._settling: dict[tuple[Shard, str], asyncio.Future[None]] = {}
 
     async def settle(self, source: Shard, job_id: str) -> LiveJob | None:
         """Make the move of ``job_id`` decided in ``source`` land exactly once.
 
         Returns the next occurrence's live entry when it sits in a loaded shard this silo holds
         (the caller queues it), else None: held dormant, or by another silo, or ``source`` was
-        lost meanwhile (its new owner settles the move).
+        lost meanwhile (its new owner settles the move), or another settle of it carried it out
+        while this one waited (its caller queues the entry).
+
+        One settle of a move at a time in a silo: a claim of the source settles its moves, and a
+        cancel or an outcome reaching the source meanwhile settles the one it needs. The target
+        read "does not hold it" is proof only against other silos (its claim fences them): a
+        settle of ours whose claim of the target was under way wrote the ADD just after, while
+        the other decided the move again into a new shard, so the job lived on in both (found by
+        the simulation, seed 9963: a cancel followed it into the first and answered "cancelled").
         """
+        key = (source, job_id)
+        while (other := self._settling.get(key)) is not None:
+            await asyncio.shield(other)
+        done = self._settling[key] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._settle(source, job_id)
+        finally:
+            del self._settling[key]
+            done.set_result(None)
+
+    async def _settle(self, source: Shard, job_id: str) -> LiveJob | None:
         delay = FIRST_RETRY_DELAY
         # Targets found not to hold the move: never written into after. A decision to go elsewhere
         # that failed may have landed (its answer lost), and then the log says elsewhere while

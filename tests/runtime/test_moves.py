@@ -265,3 +265,31 @@ async def test_a_move_decided_again_in_a_write_in_doubt_never_goes_back_to_the_f
     await z.adoption.adopt_orphans()  # whoever holds the source next settles what its log says
     copies = await live_copies(store, j.id)
     assert len(copies) == 1 and copies[0][0] != first.base, copies
+
+
+async def test_two_settles_of_one_move_at_once_leave_one_chain() -> None:
+    """Found by the simulation, seed 9963: a silo claimed a shard and settled the moves decided in
+    it; a cancel of a moved job reaching that shard meanwhile settled the same move. One settle
+    was claiming the orphaned target; the other, refused the claim (its own silo's claim under
+    way), read the target's log, found no ADD yet, took it as proof the move never landed and
+    decided it again into a new shard. The first then wrote its ADD into the target: the cancel
+    followed the job there and answered "cancelled", and the job ran on from the new shard."""
+    store, clock, x, y = await two_silos()
+    j = job(due=timedelta(seconds=1), schedule="@every 12s")
+    (name,) = await add(y, j)
+    source = y.shards.get(name)
+    assert source is not None and source.state is not None
+    entry = source.state.live[j.id]
+    nxt_due = T0_US + 13_000_000
+    first = await x.shards.open_shard(window_of(nxt_due, timedelta_to_us(OPTIONS.shard_duration)))
+    # What X would have decided had it run the job: the decision stands, its ADD never written.
+    await source.write([remove_op(j.id, 1, MOVED, first.base, [nxt_due, entry[JOB], 2, 0, nxt_due])])
+    await Membership(store).declare_dead(x.me.row, SILENT)  # FIRST is an orphan: a settle claims it
+    release = store.gate("set_metadata", first.base)
+    settling = asyncio.ensure_future(y.moves.settle(source, j.id))
+    await store.reached("set_metadata", first.base).wait()  # its claim of FIRST is under way
+    again = asyncio.ensure_future(y.moves.settle(source, j.id))  # a cancel settles it too, meanwhile
+    await until_idle()
+    release.set()
+    await asyncio.wait_for(asyncio.gather(settling, again), 10)
+    assert await live_copies(store, j.id) == [(first.base, 2)]

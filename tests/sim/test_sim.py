@@ -333,6 +333,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # in place of the success it had dropped: the same owner ran the occurrence twice.
     (122, "all,+real_client,+clock_jumps", "failed cancel dropped a run's success, ran it again", "duplicate"),
     (7724, "all", "failed cancel dropped a run's success, ran it again", "duplicate"),
+    # A claim of a shard settled its moves while a cancel of a moved job settled the same move.
+    # One was claiming the orphaned target; the other, refused that claim (its own silo's), read
+    # no ADD there and decided the move again into a new shard; the first then wrote its ADD.
+    # The cancel followed the job into the first target and answered "cancelled"; it ran on.
+    (9963, "all", "two settles of one move at once", "cancel did not hold"),
 ]
 
 
