@@ -184,7 +184,7 @@ async def run_drill(
         observing.cancel()
         reporting.cancel()
         await asyncio.gather(observing, reporting, return_exceptions=True)
-        await observer.observe()  # the logs read to their end: every outcome appended is seen
+        await observer.finish()  # the logs read to their end: every outcome appended is seen
         await observer.store.close()
         ray.kill(recorder)
     await asyncio.sleep(0.5)  # let killed workers' last stderr lines land before reading them

@@ -24,7 +24,7 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 from cluster.runtime.membership import DEAD, MEMBER_PREFIX, Member
 from cluster.runtime.shardlog import REMOVE, RETRY, SHARD_PREFIX
-from storage import NotFound, StorageError, Store, decode
+from storage import NotFound, StorageError, Store, Unavailable, decode
 from storage.generations import LogHead, list_logs
 
 #: A re-run whose earlier run's outcome the log cannot place (its append was read in the same
@@ -44,6 +44,11 @@ DELIVERY_S = 0.5
 #: observer found absent from a read begun later than that was not the killed silo's.
 LANDED_S = 0.5
 OBSERVE_INTERVAL_S = 0.1
+#: A read the store could not answer (a file store's log locked past its 2 s wait under load, an
+#: Azure timeout) is taken up by the next reading, which starts where the last one ended: nothing
+#: goes unseen, it is only seen later. A log or listing unread for longer than this is a hole in
+#: the watch, and an error.
+MAX_BLIND_S = 5.0
 #: Seconds a peer takes to claim a shard, replay it and fire its first due job, at most.
 CLAIM_S = 0.5
 #: A restart storm must still acknowledge at least this share of the jobs offered during it: two
@@ -122,6 +127,9 @@ class Observer:
     errors: int = 0
     error_examples: list[str] = field(default_factory=list)
     tails: dict[str, _Tail] = field(default_factory=dict)
+    retried: int = 0  # reads the store could not answer, taken up by the next reading
+    longest_blind_s: float = 0.0  # the longest a log or the listing went unread
+    blind_since: dict[str, float] = field(default_factory=dict)  # what is unread now, since when
 
     async def run(self) -> None:
         while True:
@@ -134,8 +142,13 @@ class Observer:
             heads = await list_logs(self.store, SHARD_PREFIX)
             members = await self.store.list(MEMBER_PREFIX)
         except StorageError as exc:
-            self._failed(exc)
+            self._missed("the listing", exc)
             return
+        self._read("the listing")
+        listed = {head.base for head in heads}
+        for gone in [key for key in self.blind_since if key.startswith(SHARD_PREFIX) and key not in listed]:
+            del self.blind_since[gone]  # deleted while unread: what it got since the last read is unseen
+            self.gaps.add(gone)
         now = time.time()
         self.samples.append((started, now))
         for head in heads:
@@ -163,8 +176,9 @@ class Observer:
         except NotFound:
             return  # replaced since the listing: the next reading follows the new generation
         except StorageError as exc:
-            self._failed(exc)
+            self._missed(head.base, exc)
             return
+        self._read(head.base)
         seen = time.time()
         owner = fetched.metadata.get("owner", "")
         writer = owner if tail.owner == owner else None
@@ -176,10 +190,35 @@ class Observer:
                                              tuple(str(op[1]) for op in ops if op[0] == REMOVE), tail.read_at))
         tail.end, tail.last_seq, tail.owner, tail.read_at = decoded.end, decoded.last_seq, owner, began
 
-    def _failed(self, exc: BaseException) -> None:
+    async def finish(self) -> None:
+        """Read every log to its end once the drill is over; what stays unreadable is an error."""
+        deadline = time.time() + MAX_BLIND_S
+        await self.observe()
+        while self.blind_since and time.time() < deadline:
+            await asyncio.sleep(OBSERVE_INTERVAL_S)
+            await self.observe()
+        for key, since in self.blind_since.items():
+            self._failed(f"{key} could not be read in the {time.time() - since:.1f} s since {since:.3f}")
+
+    def _missed(self, key: str, exc: StorageError) -> None:
+        if not isinstance(exc, Unavailable):
+            self._failed(exc)
+            return
+        self.retried += 1
+        self.blind_since.setdefault(key, time.time())
+
+    def _read(self, key: str) -> None:
+        since = self.blind_since.pop(key, None)
+        if since is not None:
+            blind = time.time() - since
+            self.longest_blind_s = max(self.longest_blind_s, blind)
+            if blind > MAX_BLIND_S:
+                self._failed(f"{key} went unread for {blind:.1f} s (more than {MAX_BLIND_S} s)")
+
+    def _failed(self, exc: BaseException | str) -> None:
         self.errors += 1
         if len(self.error_examples) < 10:
-            self.error_examples.append(repr(exc))
+            self.error_examples.append(exc if isinstance(exc, str) else repr(exc))
 
     def declared_dead_at(self, owner: str) -> float | None:
         """When ``owner``'s row was first seen dead or taken by a later incarnation."""

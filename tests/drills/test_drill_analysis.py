@@ -237,3 +237,46 @@ async def test_the_observer_names_the_writer_of_an_outcome_only_when_the_store_p
     await seen.observe()
     assert [(a.outcomes, a.writer) for a in seen.appends] == [(("j0",), "0#1"), (("j1",), None), (("j2",), "1#1")]
     assert seen.shard_owners["shards/a"][-1][1] == "1#1" and seen.errors == 0 and not seen.gaps
+
+
+async def test_a_read_the_store_cannot_answer_is_taken_up_by_the_next_one_and_a_log_unread_too_long_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file store's log stays locked past its 2 s wait under load (seen in CI): the next reading
+    starts where the last one ended and sees every outcome, so one missed read is no error; a log
+    left unread longer than the watch may go blind is one, and so is one unreadable at the end."""
+    import cluster.cli.drill_analysis as analysis
+    from storage import Unavailable
+
+    clock = [T]
+    monkeypatch.setattr(analysis.time, "time", lambda: clock[0])
+    store = MemoryStore()
+    writer = await LogWriter.create(store, "shards/a", {"owner": "0#1"})
+    seen = Observer(store)
+    await seen.observe()
+    fetch, failing = store.fetch, [True]
+
+    async def locked(name: str, offset: int = 0) -> Any:
+        if failing[0]:
+            raise Unavailable("log 'shards/a' stayed locked by another process for 2.0 s")
+        return await fetch(name, offset)
+
+    monkeypatch.setattr(store, "fetch", locked)
+    await writer.append([REMOVE, "j0", 0, SUCCEEDED, None])
+    await seen.observe()
+    clock[0] += 2.1
+    failing[0] = False
+    await seen.observe()
+    assert [a.outcomes for a in seen.appends] == [("j0",)] and seen.errors == 0 and seen.retried == 1
+
+    failing[0] = True
+    await seen.observe()
+    clock[0] += analysis.MAX_BLIND_S + 0.1
+    failing[0] = False
+    await seen.observe()  # read at last, but the watch was blind too long
+    assert seen.errors == 1 and "unread for" in seen.error_examples[0]
+
+    failing[0] = True
+    await seen.observe()
+    clock[0] += analysis.MAX_BLIND_S + 0.1  # finish() gives up once the deadline has passed
+    await seen.finish()
+    assert seen.errors == 2 and "could not be read" in seen.error_examples[1]
