@@ -131,9 +131,11 @@ class Outcomes:
     async def _remove_succeeded(self, shard: Shard, runs: list[Run]) -> None:
         written: list[Run] = []
 
-        def removals() -> Awaitable[list[Any]]:
-            written[:] = [r for r in runs if not r.cancelled]
-            return shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in written])
+        async def removals() -> list[Any]:
+            live = [r for r in runs if not r.cancelled]
+            touched = await shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in live])
+            written.extend(live)
+            return touched
 
         marked: list[Run] = []
         try:

@@ -489,3 +489,37 @@ async def test_a_run_that_ends_while_its_withdraw_is_on_its_way_runs_once_when_t
     assert j.id not in parts.queue and not parts.runs.inflight
     records = [op[:4] for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
     assert [op[1] for op in records] == [j.id] and records[0][3] != CANCELLED  # its success, recorded
+
+
+async def test_a_success_whose_write_is_retried_when_a_cancel_comes_is_recorded_if_the_cancel_fails() -> None:
+    """The run succeeded and its removal failed; while it waited to be written again, a cancel
+    marked the run, so the retry left it out. The cancel's own removal then failed: the success
+    must still be written, not the job queued again to run a second time."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    store = GatedStore()
+    clock, starts, transport, parts = await one_silo(store)
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    store.fail_next("append_block", 3, name)  # the success's removal fails: written again in 0.2 s
+    clock.advance(AHEAD_US / 2 / SECOND + 0.001)
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id] and parts.runs.inflight
+    release = store.gate("append_block", name)
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await store.reached("append_block", name).wait()  # the cancel's removal, on its way
+    await asyncio.sleep(0.3)  # the outcome's retry comes, and leaves the marked run out
+    store.fail_next("append_block", 3, name)  # the cancel's removal does not land
+    release.set()
+    with pytest.raises(StorageError):
+        await cancel
+    for _ in range(5):
+        clock.advance(1)
+        await send_ahead(parts)
+    assert len(starts.started) == 1  # one run of the occurrence
+    assert j.id not in parts.queue and not parts.runs.inflight
+    records = [op[:4] for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
+    assert [op[1] for op in records] == [j.id] and records[0][3] != CANCELLED  # its success, recorded
