@@ -47,12 +47,12 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
 from cluster.runtime.runs import Run
-from cluster.runtime.shardlog import CANCELLED, MOVED, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
+from cluster.runtime.shardlog import CANCELLED, MOVED, OCCURRENCE, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
-from storage.generations import current_head, list_logs, read_log
+from storage.generations import NEXT_KEY, current_head, generation_name, list_logs, read_log, split_name
 from storage.records import decode
 from tests.runtime.harness import OPTIONS, item, job
 from tests.sim.ahead import (
@@ -656,6 +656,8 @@ class World:
                 owners.append((now_us, owner))  # claimed, released or sealed: not a firing mark
             self._shard_md[base] = md
             self.note(f"owner {base} = {owner} ({method} by {proc.silo_id})")
+            if method == "set_metadata" and NEXT_KEY in self.store._logs[name].metadata:
+                self._folded_at_rotation(name, now_us)
         elif name.startswith(MEMBER_PREFIX) and method in ("create", "set_metadata"):
             row = Member.from_metadata(self.store._logs[name].metadata, "")
             if row.silo_id == proc.silo_id and row.status == ACTIVE:
@@ -666,6 +668,32 @@ class World:
                     self.cancel_landed.setdefault(op[1], (now_us, op[2]))
                 elif op[0] == REMOVE and op[3] in (SUCCEEDED, MOVED):
                     self.outcome_landed.setdefault((op[1], op[2]), now_us)
+
+    def _folded_at_rotation(self, old_name: str, now_us: int) -> None:
+        """A rotation of a shard log committed now (its old generation points to the next): the
+        records its writer had queued were not appended but folded into the next generation's
+        SNAPSHOT, which keeps only what is live. So what those records ended is read from the
+        store as the difference: an occurrence live in the old generation and not in the new one
+        (gone, or a later occurrence live) ended by now, durably. Whether by a cancel or an outcome
+        the snapshot cannot say: a job a cancel was sent for counts as cancelled at the occurrence
+        it was live at (the check then owes no more of it than the store shows done: an earlier
+        occurrence folded there succeeded, or its REMOVE would not have come first)."""
+        split = split_name(old_name)
+        logs = self.store._logs
+        assert split is not None
+        new_log = logs.get(generation_name(split[0], int(logs[old_name].metadata[NEXT_KEY])))
+        if new_log is None:
+            return
+        before = ShardState().replay(decode(bytes(logs[old_name].body)).records()).live
+        after = ShardState().replay(decode(bytes(new_log.body)).records()).live
+        for job_id, entry in before.items():
+            now = after.get(job_id)
+            if now is not None and now[OCCURRENCE] <= entry[OCCURRENCE]:
+                continue
+            for occurrence in range(entry[OCCURRENCE], entry[OCCURRENCE] + 1 if now is None else now[OCCURRENCE]):
+                self.outcome_landed.setdefault((job_id, occurrence), now_us)
+            if now is None and job_id in self.cancel_sent:
+                self.cancel_landed.setdefault(job_id, (now_us, entry[OCCURRENCE]))
 
     def store_lease_end_us(self, sender: str, by_us: int) -> int | None:
         """When ``sender``'s lease ends by the store: its last own row write landed by ``by_us``
@@ -1273,6 +1301,10 @@ class World:
             for again in runs[1:]:
                 if again.run_id == first.run_id:
                     why: tuple[str, str] | None = ("redelivered", "Ray delivered its call twice")
+                elif job_id in self.added_again and first.shard != again.shard:
+                    # The README's "one more run": a retried schedule call added it again after a
+                    # lost try ran, however durable that run's outcome was.
+                    why = ("added again by a retry", f"a retried schedule call added {job_id} again in {again.shard}")
                 elif durable_us is not None and durable_us <= max(first.sent_us, again.sent_us):
                     why = None  # the log said it was done before the second left
                 else:
@@ -1300,9 +1332,6 @@ class World:
         timeout_us = int(self.options.handler_timeout.total_seconds() * 1e6)
         if first.at_us - first.sent_us > timeout_us:
             return "arrived after its sender gave up", "the first reached its handler after its sender's timeout"
-        if first.job_id in self.added_again and first.shard != again.shard:
-            # The README's "one more run": a retried schedule call added it again after a lost try ran.
-            return "added again by a retry", f"a retried schedule call added {first.job_id} again in {again.shard}"
         return None
 
     async def final_checks(self) -> None:
