@@ -575,6 +575,9 @@ class World:
         self.renewals: dict[str, list[int]] = defaultdict(list)  # owner tag -> its own row writes that landed
         self.cancel_landed: dict[str, tuple[int, int]] = {}  # job id -> (first REMOVE(cancelled) landed, its occurrence)
         self.outcome_landed: dict[tuple[str, int], int] = {}  # (job, occurrence) -> its success's REMOVE landed
+        self.ran_ok: set[tuple[str, int]] = set()  # (job, occurrence) a handler ran with success
+        # REMOVE(succeeded) records that landed before any attempt of their occurrence succeeded
+        self.unrun: list[tuple[str, int, int, str]] = []
         # shard -> (when, owner) of claims, and of its owner taking it back from its log
         self.owners: dict[str, list[tuple[int, str | None]]] = defaultdict(list)
         self._shard_md: dict[str, dict[str, str]] = {}
@@ -668,6 +671,8 @@ class World:
                     self.cancel_landed.setdefault(op[1], (now_us, op[2]))
                 elif op[0] == REMOVE and op[3] in (SUCCEEDED, MOVED):
                     self.outcome_landed.setdefault((op[1], op[2]), now_us)
+                    if op[3] == SUCCEEDED and (op[1], op[2]) not in self.ran_ok:
+                        self.unrun.append((op[1], op[2], now_us, proc.silo_id))
 
     def _folded_at_rotation(self, old_name: str, now_us: int) -> None:
         """A rotation of a shard log committed now (its old generation points to the next): the
@@ -761,6 +766,8 @@ class World:
         succeeded = attempt.dequeue_count > spec.fail_first
         self.deliveries.append(Delivery(job_id, attempt.occurrence, attempt.dequeue_count, sent_us, now_us,
                                         sender, shard, succeeded, attempt.run_id, sent.duplicate))
+        if succeeded:
+            self.ran_ok.add((job_id, attempt.occurrence))
         self.stats["deliveries"] += 1
         self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
                   f"{' (duplicate)' if sent.duplicate else ''}{'' if succeeded else ' -> fails'}")
@@ -1363,6 +1370,10 @@ class World:
             else:
                 spec = self.specs[job_id]
                 self.stats["occurrences cancelled (by the store)"] += max(0, spec.repeats - occurrence + 1)
+        for job_id, occurrence, landed_us, silo_id in self.unrun:
+            if job_id not in self.exempted:
+                self.violate(f"succeeded unrun: {silo_id} wrote that {job_id}#{occurrence} succeeded (landed at "
+                             f"{landed_us - EPOCH_US} µs); no attempt of it had succeeded")
         self.check_duplicates()
         for job_id, shards in sorted(copies.items()):
             if len(shards) > 1:
