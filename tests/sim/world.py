@@ -667,7 +667,11 @@ class World:
                 self.renewals[row.owner].append(now_us)  # a join or heartbeat: its lease runs from before this
         elif method == "append_block" and name.startswith(SHARD_PREFIX):
             for op in decode(payload).records():
-                if op[0] == REMOVE and op[3] == CANCELLED:
+                if op[0] == REMOVE and op[3] == CANCELLED and op[1] not in self.acked:
+                    # A schedule call taking back what a try of it wrote: the client was told
+                    # nothing yet, and a retry is accepted only once every earlier try is over.
+                    self.stats["schedule writes taken back"] += 1
+                elif op[0] == REMOVE and op[3] == CANCELLED:
                     self.cancel_landed.setdefault(op[1], (now_us, op[2]))
                 elif op[0] == REMOVE and op[3] in (SUCCEEDED, MOVED):
                     self.outcome_landed.setdefault((op[1], op[2]), now_us)
@@ -1362,8 +1366,6 @@ class World:
         for job_id in self.unsettled():
             self.violate(f"unsettled: {job_id}'s cancel, pause or resume got no answer, nor did it after healing")
         for job_id, (landed_us, occurrence) in sorted(self.cancel_landed.items()):
-            if job_id not in self.acked:
-                continue  # a schedule call that failed takes its write back so
             if job_id not in self.cancel_sent:
                 self.violate(f"cancelled unasked: a REMOVE(cancelled) of {job_id}#{occurrence} landed at "
                              f"{landed_us - EPOCH_US} µs; no cancel of it was sent")
