@@ -683,26 +683,32 @@ class World:
         records its writer had queued were not appended but folded into the next generation's
         SNAPSHOT, which keeps only what is live. So what those records ended is read from the
         store as the difference: an occurrence live in the old generation and not in the new one
-        (gone, or a later occurrence live) ended by now, durably. Whether by a cancel or an outcome
-        the snapshot cannot say: a job a cancel was sent for counts as cancelled at the occurrence
-        it was live at (the check then owes no more of it than the store shows done: an earlier
-        occurrence folded there succeeded, or its REMOVE would not have come first)."""
+        (gone, or a later occurrence live) ended by now, durably.
+
+        A job gone, not moved on, that a cancel was sent for, counts as cancelled: at the
+        occurrence it was live at, or at the next one if that one had succeeded (its outcome
+        queued the next here, which the cancel then removed). The snapshot cannot tell a cancel
+        from an outcome; this owes no more than the store shows done, and nothing is inferred
+        for a job no cancel was sent for: gone unasked, it is owed what it never ran."""
         split = split_name(old_name)
         logs = self.store._logs
         assert split is not None
         new_log = logs.get(generation_name(split[0], int(logs[old_name].metadata[NEXT_KEY])))
         if new_log is None:
             return
-        before = ShardState().replay(decode(bytes(logs[old_name].body)).records()).live
-        after = ShardState().replay(decode(bytes(new_log.body)).records()).live
-        for job_id, entry in before.items():
-            now = after.get(job_id)
-            if now is not None and now[OCCURRENCE] <= entry[OCCURRENCE]:
+        before = ShardState().replay(decode(bytes(logs[old_name].body)).records())
+        after = ShardState().replay(decode(bytes(new_log.body)).records())
+        for job_id, entry in before.live.items():
+            occurrence, now = entry[OCCURRENCE], after.live.get(job_id)
+            if now is not None and now[OCCURRENCE] <= occurrence:
                 continue
-            for occurrence in range(entry[OCCURRENCE], entry[OCCURRENCE] + 1 if now is None else now[OCCURRENCE]):
-                self.outcome_landed.setdefault((job_id, occurrence), now_us)
-            if now is None and job_id in self.cancel_sent:
-                self.cancel_landed.setdefault(job_id, (now_us, entry[OCCURRENCE]))
+            for ended in range(occurrence, occurrence + 1 if now is None else now[OCCURRENCE]):
+                self.outcome_landed.setdefault((job_id, ended), now_us)
+            moved_on = after.moved.get(job_id) and after.moved.get(job_id) != before.moved.get(job_id)
+            if now is None and not moved_on and job_id in self.cancel_sent:
+                ran = (job_id, occurrence) in self.ran_ok
+                self.cancel_landed.setdefault(job_id, (now_us, occurrence + 1 if ran else occurrence))
+                self.stats["cancels read from a snapshot"] += 1
 
     def store_lease_end_us(self, sender: str, by_us: int) -> int | None:
         """When ``sender``'s lease ends by the store: its last own row write landed by ``by_us``
