@@ -191,6 +191,15 @@ def test_log_fault_seeds_rotate_and_tear_appends() -> None:
     assert torn > 3 and rotated > 3, (torn, rotated)
 
 
+def test_a_cancel_folded_into_a_snapshot_is_read_there() -> None:
+    """A cancel queued as its shard's log rotates lands only inside the next generation's
+    SNAPSHOT, as its job's absence: the checks read it there, not only from REMOVE records
+    (seeds 29 and 36 of all kinds reported such cancelled jobs lost)."""
+    results = [run_seed(seed, Faults.parse("all")) for seed in (29, 36)]
+    assert all(r.stats.get("cancels read from a snapshot") for r in results), [r.stats for r in results]
+    assert all(r.ok for r in results), _explain(results)
+
+
 def test_virtual_time_costs_no_wall_time() -> None:
     import asyncio
 

@@ -47,12 +47,12 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
 from cluster.runtime.runs import Run
-from cluster.runtime.shardlog import CANCELLED, MOVED, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
+from cluster.runtime.shardlog import CANCELLED, MOVED, OCCURRENCE, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
-from storage.generations import current_head, list_logs, read_log
+from storage.generations import NEXT_KEY, current_head, generation_name, list_logs, read_log, split_name
 from storage.records import decode
 from tests.runtime.harness import OPTIONS, item, job
 from tests.sim.ahead import (
@@ -575,6 +575,9 @@ class World:
         self.renewals: dict[str, list[int]] = defaultdict(list)  # owner tag -> its own row writes that landed
         self.cancel_landed: dict[str, tuple[int, int]] = {}  # job id -> (first REMOVE(cancelled) landed, its occurrence)
         self.outcome_landed: dict[tuple[str, int], int] = {}  # (job, occurrence) -> its success's REMOVE landed
+        self.ran_ok: set[tuple[str, int]] = set()  # (job, occurrence) a handler ran with success
+        # REMOVE(succeeded) records that landed before any attempt of their occurrence succeeded
+        self.unrun: list[tuple[str, int, int, str]] = []
         # shard -> (when, owner) of claims, and of its owner taking it back from its log
         self.owners: dict[str, list[tuple[int, str | None]]] = defaultdict(list)
         self._shard_md: dict[str, dict[str, str]] = {}
@@ -656,16 +659,56 @@ class World:
                 owners.append((now_us, owner))  # claimed, released or sealed: not a firing mark
             self._shard_md[base] = md
             self.note(f"owner {base} = {owner} ({method} by {proc.silo_id})")
+            if method == "set_metadata" and NEXT_KEY in self.store._logs[name].metadata:
+                self._folded_at_rotation(name, now_us)
         elif name.startswith(MEMBER_PREFIX) and method in ("create", "set_metadata"):
             row = Member.from_metadata(self.store._logs[name].metadata, "")
             if row.silo_id == proc.silo_id and row.status == ACTIVE:
                 self.renewals[row.owner].append(now_us)  # a join or heartbeat: its lease runs from before this
         elif method == "append_block" and name.startswith(SHARD_PREFIX):
             for op in decode(payload).records():
-                if op[0] == REMOVE and op[3] == CANCELLED:
+                if op[0] == REMOVE and op[3] == CANCELLED and op[1] not in self.acked:
+                    # A schedule call taking back what a try of it wrote: the client was told
+                    # nothing yet, and a retry is accepted only once every earlier try is over.
+                    self.stats["schedule writes taken back"] += 1
+                elif op[0] == REMOVE and op[3] == CANCELLED:
                     self.cancel_landed.setdefault(op[1], (now_us, op[2]))
                 elif op[0] == REMOVE and op[3] in (SUCCEEDED, MOVED):
                     self.outcome_landed.setdefault((op[1], op[2]), now_us)
+                    if op[3] == SUCCEEDED and (op[1], op[2]) not in self.ran_ok:
+                        self.unrun.append((op[1], op[2], now_us, proc.silo_id))
+
+    def _folded_at_rotation(self, old_name: str, now_us: int) -> None:
+        """A rotation of a shard log committed now (its old generation points to the next): the
+        records its writer had queued were not appended but folded into the next generation's
+        SNAPSHOT, which keeps only what is live. So what those records ended is read from the
+        store as the difference: an occurrence live in the old generation and not in the new one
+        (gone, or a later occurrence live) ended by now, durably.
+
+        A job gone, not moved on, that a cancel was sent for, counts as cancelled: at the
+        occurrence it was live at, or at the next one if that one had succeeded (its outcome
+        queued the next here, which the cancel then removed). The snapshot cannot tell a cancel
+        from an outcome; this owes no more than the store shows done, and nothing is inferred
+        for a job no cancel was sent for: gone unasked, it is owed what it never ran."""
+        split = split_name(old_name)
+        logs = self.store._logs
+        assert split is not None
+        new_log = logs.get(generation_name(split[0], int(logs[old_name].metadata[NEXT_KEY])))
+        if new_log is None:
+            return
+        before = ShardState().replay(decode(bytes(logs[old_name].body)).records())
+        after = ShardState().replay(decode(bytes(new_log.body)).records())
+        for job_id, entry in before.live.items():
+            occurrence, now = entry[OCCURRENCE], after.live.get(job_id)
+            if now is not None and now[OCCURRENCE] <= occurrence:
+                continue
+            for ended in range(occurrence, occurrence + 1 if now is None else now[OCCURRENCE]):
+                self.outcome_landed.setdefault((job_id, ended), now_us)
+            moved_on = after.moved.get(job_id) and after.moved.get(job_id) != before.moved.get(job_id)
+            if now is None and not moved_on and job_id in self.cancel_sent:
+                ran = (job_id, occurrence) in self.ran_ok
+                self.cancel_landed.setdefault(job_id, (now_us, occurrence + 1 if ran else occurrence))
+                self.stats["cancels read from a snapshot"] += 1
 
     def store_lease_end_us(self, sender: str, by_us: int) -> int | None:
         """When ``sender``'s lease ends by the store: its last own row write landed by ``by_us``
@@ -733,6 +776,8 @@ class World:
         succeeded = attempt.dequeue_count > spec.fail_first
         self.deliveries.append(Delivery(job_id, attempt.occurrence, attempt.dequeue_count, sent_us, now_us,
                                         sender, shard, succeeded, attempt.run_id, sent.duplicate))
+        if succeeded:
+            self.ran_ok.add((job_id, attempt.occurrence))
         self.stats["deliveries"] += 1
         self.note(f"fired {job_id}#{attempt.occurrence}.{attempt.dequeue_count} from {sender} shard {shard}"
                   f"{' (duplicate)' if sent.duplicate else ''}{'' if succeeded else ' -> fails'}")
@@ -1273,6 +1318,10 @@ class World:
             for again in runs[1:]:
                 if again.run_id == first.run_id:
                     why: tuple[str, str] | None = ("redelivered", "Ray delivered its call twice")
+                elif job_id in self.added_again and first.shard != again.shard:
+                    # The README's "one more run": a retried schedule call added it again after a
+                    # lost try ran, however durable that run's outcome was.
+                    why = ("added again by a retry", f"a retried schedule call added {job_id} again in {again.shard}")
                 elif durable_us is not None and durable_us <= max(first.sent_us, again.sent_us):
                     why = None  # the log said it was done before the second left
                 else:
@@ -1300,9 +1349,6 @@ class World:
         timeout_us = int(self.options.handler_timeout.total_seconds() * 1e6)
         if first.at_us - first.sent_us > timeout_us:
             return "arrived after its sender gave up", "the first reached its handler after its sender's timeout"
-        if first.job_id in self.added_again and first.shard != again.shard:
-            # The README's "one more run": a retried schedule call added it again after a lost try ran.
-            return "added again by a retry", f"a retried schedule call added {first.job_id} again in {again.shard}"
         return None
 
     async def final_checks(self) -> None:
@@ -1326,14 +1372,16 @@ class World:
         for job_id in self.unsettled():
             self.violate(f"unsettled: {job_id}'s cancel, pause or resume got no answer, nor did it after healing")
         for job_id, (landed_us, occurrence) in sorted(self.cancel_landed.items()):
-            if job_id not in self.acked:
-                continue  # a schedule call that failed takes its write back so
             if job_id not in self.cancel_sent:
                 self.violate(f"cancelled unasked: a REMOVE(cancelled) of {job_id}#{occurrence} landed at "
                              f"{landed_us - EPOCH_US} µs; no cancel of it was sent")
             else:
                 spec = self.specs[job_id]
                 self.stats["occurrences cancelled (by the store)"] += max(0, spec.repeats - occurrence + 1)
+        for job_id, occurrence, landed_us, silo_id in self.unrun:
+            if job_id not in self.exempted:
+                self.violate(f"succeeded unrun: {silo_id} wrote that {job_id}#{occurrence} succeeded (landed at "
+                             f"{landed_us - EPOCH_US} µs); no attempt of it had succeeded")
         self.check_duplicates()
         for job_id, shards in sorted(copies.items()):
             if len(shards) > 1:

@@ -263,3 +263,55 @@ async def test_deleting_a_log_deletes_a_superseded_generation_left_behind() -> N
     store.keep = False
     await writer.delete()
     assert await store.list("rot") == []
+
+
+class _PausedAfterClaim(storage.MemoryStore):
+    """Holds the next listing of ``base`` until ``go`` is set: a claimer whose process is
+    stopped (SIGSTOP, a suspended VM) between its claim landing and its cleanup of old generations."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base
+        self.hold = False
+        self.held = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def list(self, prefix: str = "") -> list[storage.LogInfo]:
+        if self.hold and prefix.startswith(self.base):
+            self.hold = False
+            self.held.set()
+            await self.go.wait()
+        return await super().list(prefix)
+
+
+async def _taken_over_and_rotated(store: _PausedAfterClaim) -> tuple[LogWriter, State]:
+    """The log's next owner, which found the stalled one dead: it claimed the log and rotated it."""
+    state = await read_log(store, store.base)
+    live = State(state.records())
+    owner = await LogWriter.claim(store, state, {"owner": "c"}, snapshot=live.snapshot)
+    await owner.rotate()
+    await live.add(owner, 2)
+    return owner, live
+
+
+async def test_a_claimer_stalled_after_its_claim_deletes_no_newer_generation() -> None:
+    """Found by the simulation (torn_logs, seed 212): a silo stalled between its claim of a shard
+    and its cleanup; meanwhile the next owner claimed the shard and rotated it. On waking, the
+    stalled claimer deleted every generation but its own, the log's only current one among them,
+    and every job of the shard was gone."""
+    store = _PausedAfterClaim("s")
+    first = await LogWriter.create(store, "s", {"owner": "a"})
+    await first.append(1)
+    state = await read_log(store, "s")
+    store.hold = True
+    stalled = asyncio.ensure_future(LogWriter.claim(store, state, {"owner": "b"}))
+    await store.held.wait()  # its claim landed; its cleanup waits
+    owner, live = await _taken_over_and_rotated(store)
+    store.go.set()
+    stale = await stalled
+    assert sorted(await replayed(store, "s")) == [1, 2]
+    with pytest.raises(storage.Fenced):
+        await stale.append(3)
+    await live.add(owner, 4)
+    assert sorted(await replayed(store, "s")) == [1, 2, 4]
+
