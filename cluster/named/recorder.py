@@ -2,12 +2,12 @@
 
 Attempts change a name's status (started, ended, staged, interrupted). Each change is queued
 here and the silo moves on. A name's queued changes are written together, in one
-compare-and-swap of its entry, ``LINGER_S`` after the first of them — or ``START_LINGER_S``
-after it if all it says so far is that an attempt started, so that a short attempt's start and
-end are one write — and the names due in one round are written concurrently. So ``get()``
-shows an attempt that ended ``LINGER_S`` plus one write later, and one running
-``START_LINGER_S`` plus one write after it started, as long as the store keeps up with one
-write per name (a burst of more names than the store writes in a second takes longer: the
+compare-and-swap of its entry, and the names of one round concurrently. An end is written at
+once when few are waiting, after ``LINGER_S`` in a burst (group commit: what queues while a
+round is written goes in the next); a start waits ``START_LINGER_S``, so that a short attempt's
+start and end are one write. So ``get()`` shows an attempt that ended one write later, and one
+running ``START_LINGER_S`` plus one write after it started, as long as the store keeps up with
+one write per name (a burst of more names than the store writes in a second takes longer: the
 README gives figures); the firing path never waits for any of it.
 
 A change applies only while the entry points at the generation it is about (an older
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
+import time
 from collections.abc import Callable
 
 from cluster.named.registry import Entry, update_entry
@@ -32,8 +32,10 @@ __all__ = ["StatusRecorder", "LINGER_S"]
 
 log = logging.getLogger("timeshard.named")
 
-#: How long an end (or any change but a start) waits before it is written: the first of a burst waits this long.
-LINGER_S = 0.05
+#: How long the changes of a burst gather before they are written; a few are written at once.
+LINGER_S = 0.1
+#: More names than this waiting to be written is a burst.
+EAGER_KEYS = 32
 #: How long a start waits: an attempt that ends sooner is written once, start and end together.
 START_LINGER_S = 0.5
 WRITES_AT_ONCE = 32
@@ -52,34 +54,33 @@ class StatusRecorder:
         # current, as this silo is the only writer while it runs the job, which saves a read.
         self._known = known
         self._pending: dict[str, list[tuple[str, Change]]] = {}
-        self._due: dict[str, float] = {}  # key -> when its queued changes are to be written
-        self._heap: list[tuple[float, str]] = []  # (when, key); stale pairs are skipped
+        self._soon: dict[str, None] = {}  # keys written in the next round
+        self._starts: dict[str, float] = {}  # keys holding only starts, by when the first came (in order)
         self._tries: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
-        self._writes: asyncio.Semaphore | None = None
 
     def add(self, key: str, job_id: str, change: Change, *, start: bool = False) -> None:
         """Queue ``change`` of entry ``key``, to apply while it points at ``job_id``; ``start``:
         the change records an attempt starting, which may wait longer (``START_LINGER_S``)."""
-        self._pending.setdefault(key, []).append((job_id, change))
-        self._schedule(key, START_LINGER_S if start else LINGER_S)
-
-    def _schedule(self, key: str, delay: float) -> None:
-        """Have ``key``'s queued changes written within ``delay`` (sooner if already due sooner)."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay
-        due = self._due.get(key)
-        if due is None or when < due:
-            self._due[key] = when
-            heapq.heappush(self._heap, (when, key))
-            if self._wake is not None and self._heap[0][1] == key:
-                self._wake.set()  # sooner than what the writer sleeps for
+        pending = self._pending.get(key)
+        if pending is None:
+            self._pending[key] = [(job_id, change)]
+        else:
+            pending.append((job_id, change))
+        if not start:
+            self._soon[key] = None
+            if self._wake is not None:
+                self._wake.set()
+        elif key not in self._starts:
+            self._starts[key] = time.monotonic()
         if self._task is None or self._task.done():
-            self._task = loop.create_task(self._run())
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def flush(self) -> None:
         """Write every change queued so far."""
+        self._soon.clear()
+        self._starts.clear()
         await self._write_keys(list(self._pending))
 
     async def flush_key(self, key: str) -> None:
@@ -94,30 +95,37 @@ class StatusRecorder:
         await self.flush()
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        while self._heap:
-            when, key = self._heap[0]
-            if self._due.get(key) != when:
-                heapq.heappop(self._heap)  # written already, or due sooner since
-                continue
-            wait = when - loop.time()
-            if wait > 0:
-                self._wake.clear()
+        """Rounds of writes while changes are queued: a few ends (or other changes) at once, a burst
+        of them after ``LINGER_S`` (and, as in a group commit, whatever queued while a round was
+        written goes in the next), starts once ``START_LINGER_S`` old (looked at every ``LINGER_S``)."""
+        wake = self._wake = asyncio.Event()
+        while self._pending:
+            if not self._soon:
+                wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
-                continue
-            # Everything due within the linger goes along: one round of writes per linger.
-            horizon = loop.time() + LINGER_S
-            keys = [k for k, due in self._due.items() if due <= horizon]
-            await self._write_keys(keys)
+                    await asyncio.wait_for(wake.wait(), LINGER_S)
+            await asyncio.sleep(LINGER_S if len(self._soon) > EAGER_KEYS else 0)
+            keys = list(self._soon)
+            self._soon.clear()
+            horizon = time.monotonic() - START_LINGER_S + LINGER_S
+            started = []
+            for key, since in self._starts.items():
+                if since > horizon:
+                    break  # in order: the rest came later
+                started.append(key)
+            for key in started:
+                del self._starts[key]
+            await self._write_keys(keys + started)
 
     async def _write_keys(self, keys: list[str]) -> None:
-        batch = [(key, self._pending.pop(key)) for key in keys if key in self._pending]
-        for key, _ in batch:
-            self._due.pop(key, None)
-        if batch:
-            await asyncio.gather(*(self._write(key, changes) for key, changes in batch))
+        """Write the changes queued for ``keys``, ``WRITES_AT_ONCE`` names at a time."""
+        batch = iter([(key, self._pending.pop(key)) for key in keys if key in self._pending])
+
+        async def writer() -> None:
+            for key, changes in batch:  # shared: each name is taken by one writer
+                await self._write(key, changes)
+
+        await asyncio.gather(*(writer() for _ in range(min(WRITES_AT_ONCE, len(keys)))))
 
     async def _write(self, key: str, changes: list[tuple[str, Change]]) -> None:
         def apply(entry: Entry) -> Entry | None:
@@ -127,21 +135,20 @@ class StatusRecorder:
                     out = change(out) or out
             return None if out is entry else out
 
-        if self._writes is None:
-            self._writes = asyncio.Semaphore(WRITES_AT_ONCE)
-        async with self._writes:
-            try:
-                written = await update_entry(self._store, key, None, apply, self._known.pop(key, None))
-            except Exception as exc:
-                tries = self._tries.get(key, 0) + 1
-                if tries >= WRITE_TRIES:
-                    self._tries.pop(key, None)
-                    log.warning("status of a named job not recorded", extra={"key": key, "error": repr(exc)})
-                    return
-                self._tries[key] = tries
-                self._pending[key] = changes + self._pending.get(key, [])  # first again, in order
-                self._schedule(key, LINGER_S)
+        try:
+            written = await update_entry(self._store, key, None, apply, self._known.pop(key, None))
+        except Exception as exc:
+            tries = self._tries.get(key, 0) + 1
+            if tries >= WRITE_TRIES:
+                self._tries.pop(key, None)
+                log.warning("status of a named job not recorded", extra={"key": key, "error": repr(exc)})
                 return
+            self._tries[key] = tries
+            self._pending[key] = changes + self._pending.get(key, [])  # first again, in order
+            self._soon[key] = None
+            if self._task is None or self._task.done():
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            return
         self._tries.pop(key, None)
         if written is not None:
             if len(self._known) >= _CACHE_LIMIT:

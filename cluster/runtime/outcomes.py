@@ -95,8 +95,9 @@ class Outcomes:
 
     async def complete_batch(self, runs: list[Run], outcomes: list[Outcome]) -> None:
         """Record the outcomes of a delivered batch, ``outcomes[i]`` belonging to ``runs[i]``."""
-        # The common case — a one-shot job that succeeded, nobody hooked — needs only a REMOVE:
-        # one write per shard for the whole batch. Everything else goes through complete().
+        # The common case — a one-shot job that succeeded — needs only a REMOVE: one write per
+        # shard for the whole batch, its hooks told once it is durable. Everything else goes
+        # through complete().
         simple: dict[Shard, list[Run]] = defaultdict(list)
         rest: list[tuple[Run, Outcome]] = []
         if len(outcomes) != len(runs):
@@ -117,7 +118,7 @@ class Outcomes:
                 self._discard(run)
                 continue
             head = run.head
-            if (outcome.error is None and not outcome.refused and not head.recurring and not run.hooks
+            if (outcome.error is None and not outcome.refused and not head.recurring
                     and not run.cancelled and not head.retry_always):
                 simple[shard].append(run)
             else:
@@ -129,14 +130,23 @@ class Outcomes:
                              *(self.complete(run, outcome) for run, outcome in rest))
 
     async def _remove_succeeded(self, shard: Shard, runs: list[Run]) -> None:
+        removed: list[Run] = []
+
         def removals() -> Awaitable[list[Any]]:
-            live = [r for r in runs if not r.cancelled]
-            return shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in live])
+            removed[:] = [r for r in runs if not r.cancelled]
+            return shard.write([remove_op(r.job_id, r.entry[OCCURRENCE], SUCCEEDED) for r in removed])
 
         try:
-            await self._until_durable(shard, removals, done=lambda: all(r.cancelled for r in runs), jobs=len(runs))
+            written = await self._until_durable(shard, removals, done=lambda: all(r.cancelled for r in runs),
+                                                jobs=len(runs))
         finally:
             self._runs.release_all(runs)
+        hooked = [r for r in removed if r.hooks] if written is not None else []
+        if hooked:
+            # As complete() tells them: a one-shot job that succeeded is finished.
+            end = AttemptEnd(True, None, now_datetime(self._clock), None, None, True)
+            for run in hooked:
+                await call_hooks(run.hooks, "attempt_ended", run.event(), end)
 
     def _discarded(self, run: Run) -> bool:
         """Whether ``run``'s outcome comes too late to record: its shard is no longer ours.
