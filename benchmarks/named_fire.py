@@ -51,10 +51,11 @@ async def plain(client: Client, hs: Sequence[tuple[Target, Any]], n: int) -> dic
     return first_to_last(await take_all(hs), due)
 
 
-async def named(client: Client, hs: Sequence[tuple[Target, Any]], n: int, callers: int) -> dict[str, Any]:
+async def named(client: Client, hs: Sequence[tuple[Target, Any]], n: int, callers: int,
+                put_rate: float) -> dict[str, Any]:
     await take_all(hs)
     targets = [t for t, _ in hs]
-    lead = 5 + n / 200  # the put rate before issue 25 was ~377/s with 64 callers
+    lead = 5 + n / put_rate  # every put must return before the jobs are due
     due = datetime.now(timezone.utc) + timedelta(seconds=lead)
     names = [f"burst-{i:06d}" for i in range(n)]
     name_of: dict[str, str] = {}  # job id -> name
@@ -100,11 +101,12 @@ async def status_delay(client: Client, runs: Sequence[tuple[str, float, float]],
     return out
 
 
-async def steady(client: Client, hs: Sequence[tuple[Target, Any]], n: int, per_s: float, callers: int) -> dict[str, Any]:
+async def steady(client: Client, hs: Sequence[tuple[Target, Any]], n: int, per_s: float, callers: int,
+                 put_rate: float) -> dict[str, Any]:
     """``n`` named one-shot jobs due at a steady ``per_s``: how long after each started its entry showed it succeeded."""
     await take_all(hs)
     targets = [t for t, _ in hs]
-    start = datetime.now(timezone.utc) + timedelta(seconds=5 + n / 200)
+    start = datetime.now(timezone.utc) + timedelta(seconds=5 + n / put_rate)
     dues = [start + timedelta(seconds=i / per_s) for i in range(n)]
     keys: dict[str, str] = {}  # job id -> entry key
 
@@ -141,10 +143,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 client = cluster.client()
                 result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs}
                 result["plain"] = await plain(client, hs, args.jobs)
-                result["named"] = await named(client, hs, args.jobs, args.callers)
+                result["named"] = await named(client, hs, args.jobs, args.callers, args.put_rate)
                 result["named_over_plain"] = result["named"]["per_s"] / max(result["plain"]["per_s"], 1e-9)
                 result["steady_status_delay_ms"] = await steady(client, hs, args.steady_jobs, args.steady_rate,
-                                                                args.callers)
+                                                                args.callers, args.put_rate)
                 results[kind] = result
     return results
 
@@ -155,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silos", type=int, default=2)
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--steady-jobs", type=int, default=1_000)
+    parser.add_argument("--put-rate", type=float, default=200.0,
+                        help="puts/s to allow for: the jobs are due once all of them can have returned")
     parser.add_argument("--steady-rate", type=float, default=200.0, help="named jobs due per second in the steady run")
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
     args = parser.parse_args(argv)
