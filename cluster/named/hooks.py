@@ -1,27 +1,32 @@
-"""The silo side of named jobs: keep each name's status current as its attempts start and end.
+"""The silo side of named jobs: the generation fence, and each name's status as attempts start and end.
 
 Every silo runs ``NamedJobHooks``. For a job that is not named it returns at once (one dict
-lookup). For a named job it writes the attempt into the name's registry entry by one
-compare-and-swap on its metadata, and only while the entry still points at that job: an older
-generation never touches the status of a newer one.
+lookup). A named job's attempt starts only once the job is *cleared* — its registry entry seen
+pointing at it, read ahead of its due time (``cluster.named.fence``, where the argument is) — so
+the firing path makes no registry write and, in the common case, no read. Its status changes
+are queued and group-committed per name in the background (``cluster.named.recorder``), each
+applied only while the entry still points at that job: an older generation never touches the
+status of a newer one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from cluster.model.jobs import ScheduledJob
 from cluster.model.trigger import TRIGGERED_FROM, triggered_from
+from cluster.model.wire import unpack
+from cluster.named.fence import Clearance
+from cluster.named.recorder import StatusRecorder
 from cluster.named.registry import (
     NAMED_MARK,
     AttemptRecord,
     Entry,
     JobStatus,
     clip_error,
-    read_entry,
     update_entry,
     with_history,
 )
@@ -31,6 +36,7 @@ from storage import Store
 __all__ = ["NamedJobHooks", "started", "ended", "interrupted", "staged"]
 
 _CACHE_LIMIT = 10_000
+_MARK = NAMED_MARK.encode()
 
 
 def started(status: JobStatus, event: AttemptEvent, owner: str) -> JobStatus:
@@ -116,7 +122,7 @@ def staged(status: JobStatus, target: str, since: datetime) -> JobStatus | None:
 
 
 class NamedJobHooks(SiloHooks):
-    """Records attempts of named jobs in their registry entries (see the module docstring)."""
+    """The generation fence (``cluster.named.fence``) and the status of named jobs (``cluster.named.recorder``)."""
 
     def __init__(self, store: Store, silo: SiloView) -> None:
         self._store = store
@@ -124,56 +130,90 @@ class NamedJobHooks(SiloHooks):
         # The last entry written per key: usually still current (this silo is the only writer
         # while it owns the job), which saves a read per update.
         self._known: dict[str, Entry] = {}
+        self.clearance = Clearance(store)
+        self.recorder = StatusRecorder(store, self._known)
 
     metadata_keys = (NAMED_MARK,)
 
     def interested(self, job: ScheduledJob) -> bool:
         return NAMED_MARK in job.metadata
 
-    async def admit(self, event: AttemptEvent) -> bool:
-        """Record the attempt as running; refuse it if a newer generation owns the name.
+    async def admit(self, event: AttemptEvent) -> bool | None:
+        """Whether the attempt may start: its job is cleared (see ``cluster.named.fence``).
 
-        A stray copy of an older generation (a schedule call retried after its silo died with
-        the write made, say) is not reachable by the cancel of a later ``put``; this check at
-        the start of every attempt is what keeps it from running after that ``put`` returned.
+        From memory for a job cleared ahead of its due time, the common case; else the entry is
+        read now, and the attempt deferred (None) while its put may still point the name at it.
         """
-        key = event.job.metadata.get(NAMED_MARK)
+        job = event.job
+        key = job.metadata.get(NAMED_MARK)
         if key is None:
             return True
+        if TRIGGERED_FROM in job.metadata:
+            return await self._admit_triggered(event, key)
+        verdict = await self.clearance.verdict(key, job.id, job.generation)
+        if not isinstance(verdict, str):
+            return verdict
+        # A later occurrence was carried on from a copy that ran; a first one must be the copy
+        # the entry names: a second copy elsewhere is out of reach of a put's cancel.
+        return event.occurrence > 1 or verdict == event.shard
+
+    async def _admit_triggered(self, event: AttemptEvent, key: str) -> bool:
+        """A triggered run: record it as running while the entry points at the generation it ran
+        from, else refuse it. Not named by the entry, so checked at each start (module docstring of fence)."""
         owner = self._silo.owner
         job_id = triggered_from(event.job)
-        if await self._update(key, job_id, lambda e: replace(e, status=started(e.status, event, owner))):
-            return True
-        if job_id != event.job.id:
-            return False  # a triggered run of a generation that was replaced or deleted since
-        entry = await read_entry(self._store, key)
-        # No entry yet, or an older one: the put that scheduled this job has not pointed the
-        # name at it yet. Same generation with another id: a put that lost the race for it.
-        return entry is None or entry.generation < event.job.generation
+        await self.recorder.flush_key(key)  # this run's own earlier changes first, in order
+        return await self._update(key, job_id, lambda e: replace(e, status=started(e.status, event, owner))) is not None
+
+    async def attempt_started(self, event: AttemptEvent) -> None:
+        key = event.job.metadata.get(NAMED_MARK)
+        if key is not None and TRIGGERED_FROM not in event.job.metadata:
+            owner = self._silo.owner
+            self.recorder.add(key, event.job.id, lambda e: replace(e, status=started(e.status, event, owner)),
+                              start=True)
 
     async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
         key = event.job.metadata.get(NAMED_MARK)
         if key is not None:
             owner, size = self._silo.owner, self._silo.options.history_size
-            await self._update(key, triggered_from(event.job),
-                               lambda e: replace(e, status=ended(e.status, event, end, owner, size)))
+            self.recorder.add(key, triggered_from(event.job),
+                              lambda e: replace(e, status=ended(e.status, event, end, owner, size)))
+            if end.finished:
+                self.clearance.forget(event.job.id)
 
     async def attempt_staged(self, event: AttemptEvent, target: str, since: datetime) -> None:
         key = event.job.metadata.get(NAMED_MARK)
         if key is not None:
-            await self._update(key, triggered_from(event.job),
-                               lambda e: _with_status(e, staged(e.status, target, since)))
+            self.recorder.add(key, triggered_from(event.job), lambda e: _with_status(e, staged(e.status, target, since)))
+
+    async def job_cancelled(self, job_id: str) -> None:
+        self.clearance.forget(job_id)
+
+    def jobs_landed(self, shard: str, items: Sequence[Sequence[Any]]) -> None:
+        """Clear the named jobs of a schedule call ahead of their due time (a put's own, mostly)."""
+        for item in items:
+            packed = item[2]
+            if _MARK in packed:  # a substring test: plain jobs are not decoded
+                job = ScheduledJob.from_wire(unpack(packed))
+                key = job.metadata.get(NAMED_MARK)
+                if key is not None and TRIGGERED_FROM not in job.metadata:
+                    self.clearance.prefetch(key, job.id, job.generation, landed=True)
 
     async def shard_loaded(self, jobs: Sequence[tuple[ScheduledJob, int, int]], adopted: bool) -> None:
-        if not adopted:
-            return
         owner, size = self._silo.owner, self._silo.options.history_size
         for job, _, _ in jobs:
             key = job.metadata.get(NAMED_MARK)
-            if key is not None:
-                kind = TRIGGERED_FROM in job.metadata
-                await self._update(key, triggered_from(job),
-                                   lambda e, kind=kind: _with_status(e, interrupted(e.status, owner, size, kind)))
+            if key is None:
+                continue
+            kind = TRIGGERED_FROM in job.metadata
+            if not kind:
+                self.clearance.prefetch(key, job.id, job.generation)
+            if adopted:
+                self.recorder.add(key, triggered_from(job), _interrupting(owner, size, kind))
+
+    async def close(self) -> None:
+        await self.clearance.close()
+        await self.recorder.close()
 
     async def _update(self, key: str, job_id: str, change: Any) -> Entry | None:
         entry = await update_entry(self._store, key, job_id, change, self._known.pop(key, None))
@@ -182,6 +222,10 @@ class NamedJobHooks(SiloHooks):
                 self._known.clear()
             self._known[key] = entry
         return entry
+
+
+def _interrupting(owner: str, size: int, triggered: bool) -> Callable[[Entry], Entry | None]:
+    return lambda e: _with_status(e, interrupted(e.status, owner, size, triggered))
 
 
 def _with_status(entry: Entry, status: JobStatus | None) -> Entry | None:

@@ -426,21 +426,22 @@ async def read_entry(store: Store, key: str) -> Entry | None:
 async def update_entry(
     store: Store,
     key: str,
-    job_id: str,
+    job_id: str | None,
     change: Callable[[Entry], Entry | None],
     known: Entry | None = None,
 ) -> Entry | None:
-    """Apply ``change`` by compare-and-swap while the entry still points at ``job_id``.
+    """Apply ``change`` by compare-and-swap while the entry still points at ``job_id`` (None:
+    whatever job it points at; ``change`` looks).
 
     Returns the entry written, or None when the entry is gone, points at another generation, or
     ``change`` returned None (nothing to write). ``known`` is a cached entry to try first: a
     stale one costs one ``Fenced`` and a re-read.
     """
-    entry = known if known is not None and known.job_id == job_id else None
+    entry = known if known is not None and job_id in (None, known.job_id) else None
     for _ in range(_CAS_ATTEMPTS):
         if entry is None:
             entry = await read_entry(store, key)
-        if entry is None or entry.job_id != job_id:
+        if entry is None or job_id not in (None, entry.job_id):
             return None
         new = change(entry)
         if new is None:

@@ -33,6 +33,7 @@ class AttemptEvent:
     occurrence: int
     scheduled_for: datetime  # virtual time of this attempt
     started_at: datetime  # wall clock
+    shard: str = ""  # the shard whose copy of the job this attempt runs ("" where no shard is known)
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,22 @@ class SiloHooks:
         """
         return True
 
-    async def admit(self, event: AttemptEvent) -> bool:
-        """Whether this attempt may start at all; False cancels the job's occurrence instead.
+    async def admit(self, event: AttemptEvent) -> bool | None:
+        """Whether this attempt may start at all; False cancels the job's occurrence instead,
+        None defers it (not started, asked again a little later).
 
         For definitions that a newer one replaced (a named job's older generation): a stray
-        copy must not run once the replacing call has returned.
+        copy must not run once the replacing call has returned. Called on the firing path for
+        every attempt of a job the hook is interested in: answer from memory when it can.
         """
         return True
+
+    def jobs_landed(self, shard: str, items: Sequence[Sequence[Any]]) -> None:
+        """A schedule call's jobs are durable in ``shard``: ``(job id, due µs, packed job, ...)``.
+
+        Called for every job a client adds, plain ones too, so it must be quick (no I/O, no
+        decoding of a job that is not the hook's); work it wants done goes to a task of its own.
+        """
 
     async def attempt_started(self, event: AttemptEvent) -> None:
         """An attempt is about to be delivered to its handler."""
@@ -101,19 +111,32 @@ async def call_hooks(hooks: Sequence[SiloHooks], method: str, *args: Any) -> Non
 
 
 async def admits(hooks: Sequence[SiloHooks], event: AttemptEvent) -> bool | None:
-    """Whether every hook admits ``event``: True, False, or None when one raised (undecided).
+    """Whether every hook admits ``event``: True, False, or None when one raised or deferred it
+    (undecided).
 
     Undecided fails closed: an ``admit`` is the fence that keeps a superseded definition (a
     named job overwritten meanwhile) from running, so a hook that cannot tell must not let it.
     """
     for hook in hooks:
         try:
-            if not await hook.admit(event):
-                return False
+            verdict = await hook.admit(event)
         except Exception:
             log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": "admit"})
             return None
+        if verdict is None:
+            return None
+        if not verdict:
+            return False
     return True
+
+
+def tell_landed(hooks: Sequence[SiloHooks], shard: str, items: Sequence[Sequence[Any]]) -> None:
+    """Tell each hook that ``items`` landed in ``shard``; a hook that raises is logged, never fails the call."""
+    for hook in hooks:
+        try:
+            hook.jobs_landed(shard, items)
+        except Exception:
+            log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": "jobs_landed"})
 
 
 class SiloView(Protocol):

@@ -95,8 +95,9 @@ class Outcomes:
 
     async def complete_batch(self, runs: list[Run], outcomes: list[Outcome]) -> None:
         """Record the outcomes of a delivered batch, ``outcomes[i]`` belonging to ``runs[i]``."""
-        # The common case — a one-shot job that succeeded, nobody hooked — needs only a REMOVE:
-        # one write per shard for the whole batch. Everything else goes through complete().
+        # The common case — a one-shot job that succeeded — needs only a REMOVE: one write per
+        # shard for the whole batch, its hooks told once it is durable. Everything else goes
+        # through complete().
         simple: dict[Shard, list[Run]] = defaultdict(list)
         rest: list[tuple[Run, Outcome]] = []
         if len(outcomes) != len(runs):
@@ -117,7 +118,7 @@ class Outcomes:
                 self._discard(run)
                 continue
             head = run.head
-            if (outcome.error is None and not outcome.refused and not head.recurring and not run.hooks
+            if (outcome.error is None and not outcome.refused and not head.recurring
                     and not run.cancelled and not head.retry_always):
                 simple[shard].append(run)
             else:
@@ -144,6 +145,12 @@ class Outcomes:
             marked = [r for r in runs if r.cancelled and r not in written]
         finally:
             self._runs.release_all([r for r in runs if r not in marked])
+        hooked = [r for r in written if r.hooks]
+        if hooked:
+            # As complete() tells them: a one-shot job that succeeded is finished.
+            end = AttemptEnd(True, None, now_datetime(self._clock), None, None, True)
+            for run in hooked:
+                await call_hooks(run.hooks, "attempt_ended", run.event(), end)
         await asyncio.gather(*(self.complete(r, Outcome(r.run_id), counted=True) for r in marked))
 
     def _discarded(self, run: Run) -> bool:

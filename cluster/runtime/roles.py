@@ -96,6 +96,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     cancelling.withdraw_sent = firing.withdraw
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)
+    scheduling.hooks = hooks
     balance = Balance(options, clock, shards, runs, queue, quarantine, transport, metrics, heartbeat.peers)
     pausing = Pausing(store, options, clock, queue, runs, shards, adoption, moves, cancelling, quarantine, decode, metrics,
                       lease)

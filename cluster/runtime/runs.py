@@ -193,7 +193,7 @@ class Run:
 
     def event(self) -> AttemptEvent:
         return AttemptEvent(self.job, self.run_id, self.number, self.entry[OCCURRENCE], us_to_datetime(self.due_us),
-                            us_to_datetime(self.started_us))
+                            us_to_datetime(self.started_us), self.shard.base)
 
 
 class RunTable:

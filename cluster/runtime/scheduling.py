@@ -26,6 +26,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
+from cluster.runtime.hooks import SiloHooks, tell_landed
 from cluster.runtime.membership import Identity, Member
 from cluster.runtime.ownership import AddFailed, ShardTable
 from cluster.runtime.queue import JobQueue
@@ -73,6 +74,7 @@ class Scheduling:
         self._adoption = adoption
         self._cancelling = cancelling
         self._calls = 0  # schedule calls in progress here: a retry naming this silo waits for them
+        self.hooks: list[SiloHooks] = []  # told of each landed batch (the silo's list, filled once it joined)
 
     async def schedule(self, jobs: Sequence[Item], suspects: Collection[str] = ()) -> list[str]:
         """Add ``jobs``; returns each one's shard, in order. ``suspects``: silos that may hold an
@@ -96,6 +98,8 @@ class Scheduling:
             self._calls -= 1
         for (window, items), shard in zip(batches.items(), landed, strict=True):
             self._queue_new(shard, items)
+            if self.hooks:
+                tell_landed(self.hooks, shard.base, items)
             for i in by_window[window]:
                 names[i] = names[i] or shard.base
         return names

@@ -56,6 +56,10 @@ async def fire(parts: Roles) -> None:
 
 
 async def status(parts: Roles) -> JobStatus:
+    # Status is written off the firing path (cluster.named.recorder): what is queued is written first.
+    for hook in parts.hooks:
+        if isinstance(hook, NamedJobHooks):
+            await hook.recorder.flush()
     entry = await read_entry(parts.store, KEY)
     assert entry is not None
     return entry.status

@@ -1,0 +1,171 @@
+"""The generation fence of named jobs, held without a registry write per attempt.
+
+The promise: once ``put`` (overwrite) or ``delete`` of a name has returned, no attempt of an
+older generation of it starts, nor of a stray copy: the job of a ``put`` that died before it
+pointed the name at it, a schedule call that landed late, a second copy of a job in another shard.
+
+**How.** A silo starts an attempt of a named job only once it has *cleared* the job: read the
+name's registry entry and seen it point at that job id, and the attempt runs the copy in the
+shard the entry names (a later occurrence, which the move protocol carried on from that copy,
+clears by its id). The read is made off the firing path — when the job lands here
+(``jobs_landed``) or its shard is loaded (``shard_loaded``) — and remembered; an attempt due
+before it is done waits for it. A clearance is never taken back, because:
+
+1. the entry names every job it ever pointed at until that job's cancel is confirmed: ``put``
+   moves the job it replaces into ``retire`` by the same compare-and-swap that points the name
+   at the new one, and ``retire`` is carried from each entry into the next;
+2. ``put`` and ``delete`` cancel the current job and every retired one through its shard's
+   owner, following moves, before they return; and a job cancelled there ("cancelled", or
+   "absent": done) does not start again (``Client.try_cancel_job``).
+
+Take a clearance read of entry version v that saw job J in shard X, and a ``put`` or ``delete``
+P whose compare-and-swap wrote version w. If v < w, J was current at v, so at w it is named by
+P's entry (1) or its cancel was confirmed already; P cancels it at X's owner before it returns
+(2), after which no copy of J from X starts. If v > w, J was put after P: no older generation.
+A job the entry never pointed at, or a copy outside the shard it named, is never cleared, so it
+never starts, before a put or after. (A copy of J outside X that reaches a later occurrence
+without running would clear by id; only a second copy written by a retried schedule call could,
+which ``cluster.runtime.scheduling`` rules out.)
+
+An uncleared attempt is *deferred* (not started; asked again later) while its own ``put`` may
+still point the name at it: the entry's generation is below the job's, or a first generation's
+name does not exist yet. It is *refused* — its occurrence removed — once the entry shows a
+newer generation or another job of the same one, or is gone for a later generation (the ``put``
+that made it compares against an entry that no longer exists).
+
+Triggered runs (``trigger``) are not named by the entry: each of their attempts still checks it
+by a compare-and-swap at its start (``NamedJobHooks.admit``); they are rare and out of band.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+
+from cluster.named.registry import Entry, read_entry
+from storage import Store
+
+__all__ = ["Clearance", "judge"]
+
+log = logging.getLogger("timeshard.named")
+
+READS_AT_ONCE = 32  # registry reads in flight per silo for clearances
+PREFETCH_BATCH = 256  # jobs judged per round of the prefetcher
+FIRST_POLL_S = 0.005  # a put points its name at the job a moment after the job lands
+MAX_POLL_S = 0.5
+PREFETCH_FOR_S = 10.0  # then the job is judged again when it comes due
+ADMIT_WAIT_S = 2.0  # an attempt waits this long for its put, then is deferred (asked again later)
+CLEARED_LIMIT = 1_000_000  # remembered clearances (~100 B each); forgotten ones are read again
+
+
+def judge(entry: Entry | None, job_id: str, generation: int) -> str | bool | None:
+    """What ``entry`` says of job ``job_id`` of ``generation``: the shard it names (cleared),
+    False (superseded: refuse) or None (not yet: its put may still point the name at it)."""
+    if entry is not None and entry.job_id == job_id:
+        return entry.shard
+    if entry is None:
+        # A first generation's put creates the entry after its job landed; a later one's put
+        # compares against the entry it read, which is gone: it can never point at this job.
+        return None if generation <= 1 else False
+    return None if entry.generation < generation else False
+
+
+class Clearance:
+    """Which named jobs this silo may start, found by registry reads made ahead of their due time."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._cleared: dict[str, str] = {}  # job id -> the shard the entry named
+        self._landed: dict[str, float] = {}  # job id -> when it landed here, while its put may still be under way
+        self._waiting: list[tuple[float, int, str, str, int, float, float]] = []  # heap, see _prefetching
+        self._seq = itertools.count()
+        self._prefetcher: asyncio.Task[None] | None = None
+        self._reads: asyncio.Semaphore | None = None
+
+    def shard_of(self, job_id: str) -> str | None:
+        """The shard the entry named when it was seen pointing at ``job_id``; None if not cleared (yet)."""
+        return self._cleared.get(job_id)
+
+    def forget(self, job_id: str) -> None:
+        """``job_id`` ended or was cancelled: nothing of it starts again here."""
+        self._cleared.pop(job_id, None)
+        self._landed.pop(job_id, None)
+
+    def prefetch(self, key: str, job_id: str, generation: int, *, landed: bool = False) -> None:
+        """Clear ``job_id`` in the background, polling until its put has pointed the name at it;
+        ``landed``: the job was just added here by a schedule call (its put is under way)."""
+        if job_id in self._cleared:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if landed:
+            if len(self._landed) >= CLEARED_LIMIT:
+                self._landed.clear()
+            self._landed[job_id] = now
+        heapq.heappush(self._waiting, (now + FIRST_POLL_S, next(self._seq), key, job_id, generation, FIRST_POLL_S,
+                                       now + PREFETCH_FOR_S))
+        if self._prefetcher is None or self._prefetcher.done():
+            self._prefetcher = loop.create_task(self._prefetching())
+
+    async def verdict(self, key: str, job_id: str, generation: int) -> str | bool | None:
+        """Judge ``job_id`` now (an attempt is due). One that landed here in the last
+        ``ADMIT_WAIT_S`` waits that long for its put to point the name at it; any other is
+        judged by one read (an attempt waiting would hold up the rest of its batch)."""
+        shard = self._cleared.get(job_id)
+        if shard is not None:
+            return shard
+        loop = asyncio.get_running_loop()
+        give_up, delay = self._landed.get(job_id, 0.0) + ADMIT_WAIT_S, FIRST_POLL_S
+        while True:
+            verdict = await self._judge(key, job_id, generation)
+            if verdict is not None or loop.time() + delay > give_up:
+                return verdict
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, MAX_POLL_S)
+
+    async def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.cancel()
+        self._waiting.clear()
+
+    async def _judge(self, key: str, job_id: str, generation: int) -> str | bool | None:
+        shard = self._cleared.get(job_id)
+        if shard is not None:
+            return shard
+        if self._reads is None:
+            self._reads = asyncio.Semaphore(READS_AT_ONCE)
+        async with self._reads:
+            entry = await read_entry(self._store, key)
+        verdict = judge(entry, job_id, generation)
+        if verdict is not None:
+            self._landed.pop(job_id, None)
+        if isinstance(verdict, str):
+            if len(self._cleared) >= CLEARED_LIMIT:
+                self._cleared.clear()  # read again when due: costs reads, never safety
+            self._cleared[job_id] = verdict
+        return verdict
+
+    async def _prefetching(self) -> None:
+        """Judge waiting jobs as their time comes, a batch at a time; poll again the ones not pointed at yet."""
+        loop = asyncio.get_running_loop()
+        while self._waiting:
+            wait = self._waiting[0][0] - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            now = loop.time()
+            batch: list[tuple[float, int, str, str, int, float, float]] = []
+            while self._waiting and self._waiting[0][0] <= now and len(batch) < PREFETCH_BATCH:
+                batch.append(heapq.heappop(self._waiting))
+            verdicts = await asyncio.gather(*(self._judge(key, job_id, gen) for _, _, key, job_id, gen, _, _ in batch),
+                                            return_exceptions=True)
+            for (_, _, key, job_id, gen, delay, until), verdict in zip(batch, verdicts, strict=True):
+                if isinstance(verdict, BaseException):
+                    log.debug("clearance read failed; judged again when due", extra={"job": job_id,
+                                                                                     "error": repr(verdict)})
+                elif verdict is None and loop.time() + delay < until:
+                    delay = min(2 * delay, MAX_POLL_S)
+                    heapq.heappush(self._waiting, (loop.time() + delay, next(self._seq), key, job_id, gen, delay,
+                                                   until))

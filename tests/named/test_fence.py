@@ -1,0 +1,173 @@
+"""The generation fence without a registry write per attempt (issue 25, point 1), without Ray.
+
+A client's ``put`` / ``delete`` run against an in-process silo with the named-jobs hooks. What is
+checked is what a caller was told: once ``put`` (overwrite) or ``delete`` returned, no attempt
+of an older generation starts — the one it replaced, a stray copy from a put that died after
+its job landed, or a second copy of a job in a shard the registry does not name — and a job
+whose put has not pointed its name at it yet waits for it rather than being thrown away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from cluster.client import Client
+from cluster.model.attempt import JobContext
+from cluster.model.jobs import ScheduledJob, Target, new_job_id
+from cluster.model.options import ClusterOptions
+from cluster.model.routing import Router
+from cluster.model.wire import datetime_to_us, pack
+from cluster.named.api import NamedJobs
+from cluster.named.hooks import NamedJobHooks
+from cluster.named.registry import Entry, JobStatus, entry_key, read_entry
+from cluster.runtime.roles import Roles
+from tests.runtime.harness import OPTIONS, Blocking, ManualClock, fire_due, make_parts
+
+TARGET = Target.actor("h", "test")
+
+
+@dataclass
+class View:
+    """What ``NamedJobHooks`` sees of its silo."""
+
+    parts: Roles
+    options: ClusterOptions = OPTIONS
+
+    @property
+    def owner(self) -> str:
+        return self.parts.me.owner
+
+    async def schedule(self, jobs: object) -> list[str]:
+        raise AssertionError("not used")
+
+
+class Starts:
+    """A handler noting every start, in order with the marks a test makes (``"put returned"``)."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.log.append(ctx.job.id)
+
+    def after(self, mark: str) -> list[str]:
+        return self.log[self.log.index(mark) + 1:]
+
+
+async def start() -> tuple[Roles, NamedJobs, Starts]:
+    clock = ManualClock(datetime_to_us(datetime.now(timezone.utc)))  # put reads the wall clock
+    parts = await make_parts(clock=clock)
+    parts.hooks.append(NamedJobHooks(parts.store, View(parts)))
+    parts.transport.handlers["h"] = starts = Starts()
+    methods = {"schedule": parts.scheduling.schedule, "cancel": parts.cancelling.cancel,
+               "shards_from": parts.cancelling.shards_from}
+
+    async def call(silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        return await methods[method](*args)
+
+    client = Client("test", ["0"], OPTIONS)
+    client._router = Router(["0"], call)
+    jobs = NamedJobs(client, store_url="memory://")
+    jobs._stores[id(asyncio.get_running_loop())] = parts.store  # the silo's own store
+    return parts, jobs, starts
+
+
+async def fire_for(parts: Roles, seconds: int) -> None:
+    for _ in range(seconds):
+        parts.clock.advance(1)  # type: ignore[attr-defined]
+        parts.lease.renew(parts.clock.monotonic())
+        await fire_due(parts)
+
+
+async def stray_of(jobs: NamedJobs, name: str, generation: int) -> ScheduledJob:
+    """The job of a put of ``name`` that died once its job had landed: never pointed at."""
+    current = await jobs.get(name)
+    assert current is not None
+    (stray,) = await jobs.client.submit_jobs([replace(current.job, id=new_job_id(), generation=generation, shard=None)])
+    return stray
+
+
+async def test_an_overwrite_racing_a_firing_leaves_no_older_attempt_once_put_returns() -> None:
+    parts, jobs, starts = await start()
+    parts.transport.handlers["h"] = blocking = Blocking()
+    first = await jobs.put("tick", target=TARGET, schedule="@every 1s")
+    parts.clock.advance(1.5)  # type: ignore[attr-defined]  # put read the wall clock a moment later
+    parts.lease.renew(parts.clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(parts))
+    await asyncio.wait_for(blocking.started.wait(), 10)  # generation 1 is running as the overwrite comes in
+    put = asyncio.ensure_future(jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True))
+    await asyncio.sleep(0.05)
+    blocking.finish.set()
+    second = await put
+    starts.log.append("put returned")
+    await firing
+    parts.transport.handlers["h"] = starts
+    await fire_for(parts, 4)
+    assert first.job.id not in starts.after("put returned")
+    assert starts.after("put returned").count(second.job.id) >= 3  # the new generation runs on
+
+
+async def test_a_stray_copy_of_an_older_generation_never_starts_after_an_overwrite() -> None:
+    parts, jobs, starts = await start()
+    first = await jobs.put("report", target=TARGET, schedule="@every 1s")
+    same = await stray_of(jobs, "report", 2)  # lost the race: the overwrite below takes generation 2
+    ahead = await stray_of(jobs, "report", 3)  # a later generation never pointed at
+    second = await jobs.put("report", target=TARGET, schedule="@every 1s", overwrite=True)
+    assert second.generation == 2
+    starts.log.append("put returned")
+    await fire_for(parts, 4)
+    started = set(starts.after("put returned"))
+    assert started == {second.job.id}, [first.job.id in started, same.id in started, ahead.id in started]
+
+
+async def test_a_second_copy_in_a_shard_the_registry_does_not_name_never_starts() -> None:
+    parts, jobs, starts = await start()
+    first = await jobs.put("sync", target=TARGET, schedule="@every 1s")
+    # The copy a retried schedule call would leave: the same job, live in another silo's shard.
+    other = await make_parts(parts.store, "1", clock=parts.clock)  # type: ignore[arg-type]
+    other.hooks.append(NamedJobHooks(other.store, View(other)))
+    other.transport.handlers["h"] = copy_starts = Starts()
+    (elsewhere,) = await other.scheduling.schedule([(first.job.id, datetime_to_us(first.job.due),
+                                                     pack(replace(first.job, shard=None).to_wire()))])
+    assert elsewhere != first.job.shard
+    for silo in (parts, other):
+        await fire_for(silo, 2)
+    assert starts.log, "the copy the registry names runs"
+    second = await jobs.put("sync", target=TARGET, schedule="@every 1s", overwrite=True)
+    starts.log.append("put returned")
+    for silo in (parts, other):
+        await fire_for(silo, 3)
+    assert first.job.id not in starts.after("put returned")
+    assert second.job.id in starts.after("put returned")
+    assert copy_starts.log == []  # out of reach of a put's cancel, so never started at all
+
+
+async def test_nothing_of_a_deleted_name_starts_once_delete_returns_stray_copies_included() -> None:
+    parts, jobs, starts = await start()
+    first = await jobs.put("nightly", target=TARGET, schedule="@every 1s")
+    stray = await stray_of(jobs, "nightly", 2)
+    await fire_for(parts, 1)
+    assert await jobs.delete("nightly")
+    starts.log.append("delete returned")
+    await fire_for(parts, 4)
+    assert starts.after("delete returned") == [], [first.job.id, stray.id]
+
+
+async def test_a_job_whose_put_has_not_named_it_yet_waits_for_it_and_then_runs() -> None:
+    parts, jobs, starts = await start()
+    key = entry_key("default", "default", "late")
+    job = ScheduledJob.create(TARGET, "late", due=timedelta(seconds=1), metadata={"timeshard.named": key},
+                              now=datetime.now(timezone.utc))
+    (job,) = await jobs.client.submit_jobs([replace(job, generation=1)])
+    await fire_for(parts, 2)  # due, but the name does not point at it yet: not started, not thrown away
+    assert starts.log == []
+    assert parts.shards.get(job.shard).state.live.get(job.id) is not None  # type: ignore[union-attr]
+    # Its put points the name at it now, as put's compare-and-swap does once the job is durable.
+    entry = Entry(key, "", 1, job.id, job.shard or "", datetime_to_us(job.due), 0, JobStatus(next_fire=job.due))
+    await parts.store.create(key, entry.metadata())
+    await fire_for(parts, 2)
+    assert starts.log == [job.id]
+    assert (await read_entry(parts.store, key)) is not None
