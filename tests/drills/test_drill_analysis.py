@@ -277,6 +277,6 @@ async def test_a_read_the_store_cannot_answer_is_taken_up_by_the_next_one_and_a_
 
     failing[0] = True
     await seen.observe()
-    clock[0] += analysis.MAX_BLIND_S + 0.1  # finish() gives up once the deadline has passed
+    clock[0] += analysis.MAX_BLIND_S + 0.1  # finish() waits no longer than MAX_BLIND_S from when it went blind
     await seen.finish()
     assert seen.errors == 2 and "could not be read" in seen.error_examples[1]

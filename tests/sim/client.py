@@ -282,6 +282,7 @@ class SimClient:
             world.stats["client: cancel False after a try in doubt"] += 1
         if cancelled:
             world.stats["client: cancelled"] += 1
+            world.stats["cancels answered cancelled"] += 1  # what the activity floor counts, either client
             world.cancel_true.setdefault(job_id, true_now_us(world.loop))
 
     def final_checks(self) -> None:
