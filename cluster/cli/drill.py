@@ -54,12 +54,12 @@ from cluster._cluster import Cluster
 from cluster.cli.drill_analysis import (
     DrillReport,
     Event,
-    Observer,
     StormLoad,
     analyse,
     failover_bound,
     timeline,
 )
+from cluster.cli.drill_observer import Observer
 from cluster.cli.silologs import SiloLogWatch
 from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target

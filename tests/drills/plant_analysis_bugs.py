@@ -1,6 +1,7 @@
-"""Plant each bug in the drill's verdicts (a check of ``cluster/cli/drill_analysis.py`` reverted to
-what it was before issue 24, or weakened), run the unit test that guards it, and require that it
-fails; the file is restored after each, whatever happens. Exit status 1 if any bug went unseen.
+"""Plant each bug in the drill's verdicts (a check of ``cluster/cli/drill_analysis.py`` or of its
+store watch ``drill_observer.py`` reverted to what it was before issue 24, or weakened), run the
+unit test that guards it, and require that it fails; the file is restored after each, whatever
+happens. Exit status 1 if any bug went unseen.
 
     python -m tests.drills.plant_analysis_bugs
 """
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-P = ROOT / "cluster" / "cli" / "drill_analysis.py"
+FILES = [ROOT / "cluster" / "cli" / name for name in ("drill_analysis.py", "drill_observer.py")]
 MUTANTS = [
     ("early judged by the silo's scheduled_for", 'r["job_id"] in told and r["started"] < told[r["job_id"]]', 'r["started"] < r["scheduled_for"]', "test_early_is_judged"),
     ("a durable earlier outcome does not matter", 'if hit is None or owner in found.writers:', 'if hit is None:', "test_a_rerun_of_a_run_whose_outcome_was_durable"),
@@ -33,20 +34,24 @@ MUTANTS = [
     ("observer: writer taken from the read that found the append", 'writer = owner if tail.owner == owner else None', 'writer = owner', "test_the_observer_names"),
 ]
 def main() -> int:
-    original = P.read_text()
+    originals = {path: path.read_text() for path in FILES}
     failed_to_catch: list[str] = []
     try:
         for name, old, new, test in MUTANTS:
-            assert original.count(old) == 1, (name, original.count(old))
-            P.write_text(original.replace(old, new))
-            done = subprocess.run([sys.executable, "-m", "pytest", "tests/drills/test_drill_analysis.py", "-q", "-p", "no:cacheprovider",
-                                   "-k", test], cwd=ROOT, capture_output=True, text=True)
+            (path,) = [path for path, text in originals.items() if text.count(old) == 1]  # in one file, once
+            path.write_text(originals[path].replace(old, new))
+            try:
+                done = subprocess.run([sys.executable, "-m", "pytest", "tests/drills/test_drill_analysis.py", "-q",
+                                       "-p", "no:cacheprovider", "-k", test], cwd=ROOT, capture_output=True, text=True)
+            finally:
+                path.write_text(originals[path])
             caught = done.returncode == 1 and "failed" in done.stdout
             print(f"{'caught ' if caught else 'MISSED '} {name:55s} by {test}")
             if not caught:
                 failed_to_catch.append(name)
     finally:
-        P.write_text(original)
+        for path, text in originals.items():
+            path.write_text(text)
     return 1 if failed_to_catch else 0
 
 

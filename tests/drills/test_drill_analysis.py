@@ -14,13 +14,12 @@ from cluster.cli.drill_analysis import (
     IN_FLIGHT_S,
     LANDED_S,
     STORM_ACK_FLOOR,
-    Appended,
     DrillReport,
     Event,
-    Observer,
     StormLoad,
     analyse,
 )
+from cluster.cli.drill_observer import Appended, Observer
 from cluster.model.options import ClusterOptions
 from cluster.runtime.shardlog import REMOVE, SUCCEEDED
 from storage import read_log
@@ -244,11 +243,11 @@ async def test_a_read_the_store_cannot_answer_is_taken_up_by_the_next_one_and_a_
     """A file store's log stays locked past its 2 s wait under load (seen in CI): the next reading
     starts where the last one ended and sees every outcome, so one missed read is no error; a log
     left unread longer than the watch may go blind is one, and so is one unreadable at the end."""
-    import cluster.cli.drill_analysis as analysis
+    import cluster.cli.drill_observer as watch
     from storage import Unavailable
 
     clock = [T]
-    monkeypatch.setattr(analysis.time, "time", lambda: clock[0])
+    monkeypatch.setattr(watch.time, "time", lambda: clock[0])
     store = MemoryStore()
     writer = await LogWriter.create(store, "shards/a", {"owner": "0#1"})
     seen = Observer(store)
@@ -270,13 +269,13 @@ async def test_a_read_the_store_cannot_answer_is_taken_up_by_the_next_one_and_a_
 
     failing[0] = True
     await seen.observe()
-    clock[0] += analysis.MAX_BLIND_S + 0.1
+    clock[0] += watch.MAX_BLIND_S + 0.1
     failing[0] = False
     await seen.observe()  # read at last, but the watch was blind too long
     assert seen.errors == 1 and "unread for" in seen.error_examples[0]
 
     failing[0] = True
     await seen.observe()
-    clock[0] += analysis.MAX_BLIND_S + 0.1  # finish() waits no longer than MAX_BLIND_S from when it went blind
+    clock[0] += watch.MAX_BLIND_S + 0.1  # finish() waits no longer than MAX_BLIND_S from when it went blind
     await seen.finish()
     assert seen.errors == 2 and "could not be read" in seen.error_examples[1]
