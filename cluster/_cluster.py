@@ -18,6 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
+from cluster.model.errors import describe
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.model.placement import Node, place
 from cluster.runtime import heap
@@ -252,7 +253,7 @@ class Cluster:
             try:
                 out.append(ray.get(handle.status.remote(), timeout=timeout))
             except Exception as exc:
-                out.append({"silo_id": silo_id, "error": repr(exc)})
+                out.append({"silo_id": silo_id, "error": describe(exc)})
         return out
 
     def release_quarantine(self, shard: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -266,7 +267,7 @@ class Cluster:
             try:
                 released = ray.get(handle.release_quarantine.remote(shard), timeout=timeout)
             except Exception as exc:
-                errors.append(f"silo {silo_id}: {exc!r}")
+                errors.append(f"silo {silo_id}: {describe(exc)}")
                 continue
             if released is not None:
                 return dict(released)
