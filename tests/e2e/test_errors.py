@@ -1,10 +1,6 @@
 """Errors as a user meets them on a real cluster: the project's own type and one plain line,
-the silo's traceback kept behind it for debugging (issue 27, point 1).
-
-A full disk is made real for the silo's writes without a tiny filesystem (that needs root): the
-file through which the file store commits a shard's bookkeeping is a link to ``/dev/full``, where
-every write fails with ENOSPC, as on a full disk.
-"""
+the silo's traceback kept behind it for debugging (issue 27, point 1). The full disk is
+``tests/e2e/full_disk.py``'s."""
 
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ import os
 import traceback
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,37 +17,12 @@ import ray
 from cluster import FailurePolicy, ScheduleInDoubt, Target
 from cluster.cli import main as cli
 from cluster.model.errors import RemoteTraceback
-from cluster.model.wire import datetime_to_us
-from cluster.runtime.shardlog import shard_name, window_of
 from handlers import JobContext, JobHandler
 from storage import StorageError
-from storage.file import FileStore
-from storage.generations import generation_name
-from tests.e2e.conftest import FAST, wait_for
+from tests.e2e.conftest import wait_for
+from tests.e2e.full_disk import NEEDS_DEV_FULL, assert_one_plain_line, fill_disk
 
-pytestmark = [pytest.mark.ray, pytest.mark.file_only,
-              pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")]
-
-SHARD_US = FAST.shard_duration // timedelta(microseconds=1)
-
-
-def fill_disk(store_url: str, due: datetime) -> None:
-    """Make every write silo 0 makes to its shards of ``due``'s window fail with ENOSPC.
-
-    Its first shards there are named by window, silo incarnation and a counter; a few of them,
-    in case one is tried after another.
-    """
-    store = FileStore(Path(store_url.removeprefix("file://")))
-    window = window_of(datetime_to_us(due), SHARD_US)
-    for counter in range(1, 9):
-        name = generation_name(shard_name(window, "0.1", counter), 0)
-        store._path(name, ".meta.tmp").symlink_to("/dev/full")
-
-
-def assert_one_plain_line(err: BaseException) -> None:
-    text = str(err)
-    assert "\n" not in text and "\x1b" not in text and "ray::" not in text and "actor_id" not in text, text
-    assert os.strerror(errno.ENOSPC) in text, text
+pytestmark = [pytest.mark.ray, pytest.mark.file_only]
 
 
 def assert_silo_traceback_behind(err: BaseException, silo_method: str) -> None:
@@ -65,6 +35,7 @@ def assert_silo_traceback_behind(err: BaseException, silo_method: str) -> None:
     assert "RayTaskError" not in printed, "Ray's wrapper is still chained to the error"
 
 
+@NEEDS_DEV_FULL
 async def test_a_full_disk_while_opening_a_shard_raises_storage_error_in_one_line(make_cluster, store_url):
     """Before: ``RayTaskError(StorageError)``, its text led by colour codes and the silo actor's repr."""
     client = make_cluster(silos=1).client()
@@ -77,6 +48,7 @@ async def test_a_full_disk_while_opening_a_shard_raises_storage_error_in_one_lin
     assert_silo_traceback_behind(caught.value, "schedule")
 
 
+@NEEDS_DEV_FULL
 async def test_a_full_disk_while_appending_to_a_shard_says_which_jobs_may_still_fire(make_cluster, store_url):
     """An append that failed may have landed: the caller is told so, in one plain line."""
     client = make_cluster(silos=1).client()
@@ -90,6 +62,7 @@ async def test_a_full_disk_while_appending_to_a_shard_says_which_jobs_may_still_
     assert_silo_traceback_behind(caught.value, "schedule")
 
 
+@NEEDS_DEV_FULL
 def test_the_command_line_prints_a_full_disk_as_one_line(make_cluster, store_url, capsys):
     cluster = make_cluster(silos=1)
     due = datetime.now(timezone.utc) + timedelta(hours=1)
