@@ -354,6 +354,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # no ADD there and decided the move again into a new shard; the first then wrote its ADD.
     # The cancel followed the job into the first target and answered "cancelled"; it ran on.
     (9963, "all", "two settles of one move at once", "cancel did not hold"),
+    # An append landed though reported failed, so a shard looked drained in memory; its delete was
+    # under way when the silo took the shard back from its log. Fenced, the delete forgot the shard
+    # by name: the fresh copy went unheld and fired on. Adoption claimed the log again, that claim
+    # was handed over at once, and the unheld copy sent its job refused (lease over) again.
+    (57302, "all,+real_client,+clock_jumps", "drained shard's delete unheld its fresh take-back", "two owners"),
 ]
 
 
