@@ -1340,9 +1340,13 @@ class World:
             for again in runs[1:]:
                 if again.run_id == first.run_id:
                     why: tuple[str, str] | None = ("redelivered", "Ray delivered its call twice")
-                elif job_id in self.added_again and first.shard != again.shard:
+                elif job_id in self.added_again and (first.shard != again.shard
+                                                     or first.sent_us < self._chain_start_us(job_id) <= again.sent_us):
                     # The README's "one more run": a retried schedule call added it again after a
-                    # lost try ran, however durable that run's outcome was.
+                    # lost try ran, however durable that run's outcome was. One more run of each
+                    # occurrence: the first from the earlier chain, the second from the new one,
+                    # which may pass through a shard the earlier one did (seed 45369: occurrence
+                    # 2 of both chains ran in the shard the retry added the job to).
                     why = ("added again by a retry", f"a retried schedule call added {job_id} again in {again.shard}")
                 elif durable_us is not None and durable_us <= max(first.sent_us, again.sent_us):
                     why = None  # the log said it was done before the second left
@@ -1356,6 +1360,14 @@ class World:
                 else:
                     self.stats[f"succeeded twice: {why[0]}"] += 1
                     self.note(f"{job_id}#{occurrence} succeeded again: {why[1]}")
+
+    def _chain_start_us(self, job_id: str) -> int:
+        """When the chain a retried schedule call added again began: its first occurrence sent from
+        the shard the call acknowledged (the earlier chain's fired from another, ``SimClient``).
+        Every run of the earlier chain was sent before: it had no live copy left when the retry wrote."""
+        shard = self.acked.get(job_id)
+        return min((d.sent_us for d in self.deliveries if d.job_id == job_id and d.occurrence == 1 and d.shard == shard),
+                   default=EPOCH_US + 10**15)
 
     def _why_again(self, first: Delivery, again: Delivery) -> tuple[str, str] | None:
         """What kept ``first``'s success from becoming durable before ``again`` left: (stats key, why)."""
