@@ -202,6 +202,11 @@ class LogWriter:
         return user_metadata(self._raw)
 
     @property
+    def stopped(self) -> StorageError | None:
+        """Why this writer stopped for good (``Fenced``, ``LogCorrupted``, ...), or None while it writes."""
+        return self._failed
+
+    @property
     def last_seq(self) -> int:
         """Sequence number of the last durable record (-1 for none)."""
         return self._last_seq

@@ -15,7 +15,7 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHARD_PREFIX, ShardState, remove_op
-from storage import StorageError, Store, Unavailable, list_logs, read_log
+from storage import LogCorrupted, StorageError, Store, Unavailable, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
 
@@ -136,8 +136,10 @@ class Cancelling:
         self._queue.cancel(job_id)  # first: it must not start while the removal is written
         try:
             await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
-        except StorageError:
-            if queued is not None and queued[1] is entry and state.live.get(job_id) is entry:
+        except StorageError as exc:
+            # Not after ``LogCorrupted``: memory is not what the log says; the take-back queues the job.
+            if (queued is not None and queued[1] is entry and state.live.get(job_id) is entry
+                    and not isinstance(exc, LogCorrupted)):
                 self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
             raise
         await call_hooks(self._hooks, "job_cancelled", job_id)
@@ -205,6 +207,11 @@ class Cancelling:
                 dropped = await self.withdraw_sent(run)
             try:
                 await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+            except LogCorrupted:
+                # The log holds what memory does not (an outcome of this very run may have landed
+                # behind a lost answer): nothing carries on from memory. The shard is taken back
+                # from its log (``ShardTable.retaking``), which queues what the log says is live.
+                raise
             except StorageError:
                 await self._carry_on(run, staged)
                 raise

@@ -161,6 +161,15 @@ class ShardTable:
             return self.shards.get(shard.base) is not shard
         return await self.retake(shard)
 
+    async def retake_stopped(self) -> None:
+        """Take back each held shard whose writer stopped on a corrupted log and is not taken back
+        yet (the store did not answer its take-back). Nothing of such a shard is queued again from
+        memory, which is not what its log says (``Cancelling``): only a take-back queues its jobs,
+        so one must come even when no write of it is left to try again."""
+        for shard in list(self.shards.values()):
+            if isinstance(shard.writer.stopped, LogCorrupted):
+                await self.taken_back(shard)
+
     @contextlib.asynccontextmanager
     async def retaking(self, base: str) -> AsyncIterator[None]:
         """Around an operator's action on shard ``base``: if its writer stops for good

@@ -23,7 +23,7 @@ from typing import Any
 
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
 from cluster.model.options import ClusterOptions
-from cluster.model.wire import timedelta_to_us
+from cluster.model.wire import timedelta_to_us, unpack
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.hooks import SiloHooks, tell_landed
@@ -53,6 +53,11 @@ Item = tuple[Any, ...]
 
 # How often taking back a failed call's landed batch is tried before the call reports it in doubt.
 WITHDRAW_ATTEMPTS = 3
+
+
+def _recurring(item: Item) -> bool:
+    """Whether the job of ``item`` (checked by ``Silo.schedule``) has a schedule: only such a job moves on."""
+    return unpack(item[2])[7] is not None
 
 
 def _add(item: Item) -> list[Any]:
@@ -87,6 +92,8 @@ class Scheduling:
         if suspects:
             found = await self._find_earlier_tries(
                 {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects))
+            found.update(await self._find_moved_on({item[0]: window_of(item[1], duration) for item in jobs
+                                                    if item[0] not in found and _recurring(item)}))
             for i, item in enumerate(jobs):
                 names[i] = found.get(item[0], "")
         batches = {w: [jobs[i] for i in ix if not names[i]] for w, ix in by_window.items()}
@@ -198,6 +205,28 @@ class Scheduling:
                                       "their creators are not yet proven dead")
         if found:
             log.info("retried schedule call found jobs of its earlier try", extra={"jobs": len(found)})
+        return found
+
+    async def _find_moved_on(self, windows: dict[str, int]) -> dict[str, str]:
+        """Where recurring jobs of an earlier try live on after moving out of the window they
+        were added to: job id -> a shard of a later window whose log holds them.
+
+        Their first shard may be gone, deleted once drained (a move leaves the job nowhere
+        there), so a retry that looked in the first windows alone wrote them again beside the
+        chain they had moved on in: two chains (simulation with every fault, seeds 42872 and
+        53763). The later shards need no fencing: a move's ADD is written once the move is
+        decided in a shard the search above fenced. Only on a retry, and only for recurring jobs
+        found nowhere else (one-shot jobs never leave their shard).
+        """
+        found: dict[str, str] = {}
+        for head in await list_logs(self._store, SHARD_PREFIX) if windows else ():
+            window = int(head.metadata.get("window_start", "0"))
+            wanted = {job_id for job_id, first in windows.items() if first < window and job_id not in found}
+            if wanted:
+                records = (await read_log(self._store, head.base)).records()
+                found.update(dict.fromkeys(landed_ids(records, wanted), head.base))
+        if found:
+            log.info("retried schedule call found jobs of its earlier try moved on", extra={"jobs": len(found)})
         return found
 
     async def _fenced_from_creator(self, base: str, metadata: dict[str, str], creator: tuple[str, int],

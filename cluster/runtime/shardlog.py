@@ -279,6 +279,21 @@ def why_unusable(op: Any) -> str | None:
     return f"unknown operation {kind}"
 
 
+def removal_ends(op: list[Any], entry: LiveJob) -> bool:
+    """Whether the REMOVE ``op`` ends the live ``entry`` of its job.
+
+    The occurrence it names, and no other: a cancel's removal of an occurrence that already
+    moved on must not end the next one (seed 244). But a cancel is of the job: a REMOVE(cancelled)
+    naming a *later* occurrence than the live one ends it too. The live one is older only where
+    the records between were lost (a damaged frame held the ADD of the occurrence the cancel
+    removed), and the client was told the job is cancelled: without this the older occurrence
+    came back at the next replay and ran on after the cancel returned (simulation with damaged
+    logs, seeds 50250 and 50316).
+    """
+    occurrence = entry[OCCURRENCE]
+    return bool(occurrence == op[2] or (op[3] == CANCELLED and occurrence < op[2]))
+
+
 @dataclass
 class ShardState:
     """The fold of a shard log: live jobs by id, and where moved recurring jobs went.
@@ -315,7 +330,7 @@ class ShardState:
             return entry
         if kind == REMOVE:
             entry = live.get(op[1])
-            ended = entry is not None and entry[OCCURRENCE] == op[2]
+            ended = entry is not None and removal_ends(op, entry)
             if ended:
                 del live[op[1]]
                 if self.paused:
@@ -389,7 +404,7 @@ class ShardState:
                     del live[job_id]
                 else:
                     live[job_id] = entry
-            elif op[0] == REMOVE and entry is not None and job_id not in live and entry[OCCURRENCE] == op[2]:
+            elif op[0] == REMOVE and entry is not None and job_id not in live and removal_ends(op, entry):
                 live[job_id] = entry
             elif op[0] == RETRY and made is not None and live.get(job_id) is made and contents is not None:
                 made[:OWNER] = contents

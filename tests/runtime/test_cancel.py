@@ -9,8 +9,10 @@ from datetime import timedelta
 import pytest
 
 from cluster.model.attempt import JobContext
-from cluster.runtime.shardlog import CANCELLED, REMOVE
-from storage import MemoryStore, StorageError, read_log
+from cluster.model.jobs import ScheduledJob
+from cluster.runtime.roles import Roles
+from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, REMOVE, ShardState
+from storage import LandedAfterFailure, MemoryStore, StorageError, read_log
 from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
@@ -195,3 +197,70 @@ async def test_a_cancel_returns_only_once_a_run_of_an_older_copy_of_the_shard_ca
     parts.lease.renew(parts.clock.monotonic())
     await fire_due(parts)
     assert events == ["started #1", "started #1", "cancel returned"]
+
+
+async def _outcome_landed_unseen(store: GatedStore, parts: Roles, recorder: Recorder, j: ScheduledJob, name: str) -> None:
+    """Fire ``j``; its outcome lands behind a lost answer its writer cannot read back, so memory
+    took it back (occurrence 1 looks live again) while the log holds it."""
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    store.lose_answer("append_block", 1)  # the outcome lands; its answer is lost ...
+    store.fail_next("fetch", 1, name)  # ... and its writer cannot read back that it landed
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    while parts.runs.find(j.id) is None or not recorder.ran:  # noqa: ASYNC110
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.05)  # the outcome write failed; it is tried again in 0.2 s
+
+
+async def test_a_cancel_that_learns_its_log_holds_more_than_memory_does_not_run_the_job_again() -> None:
+    """A run's outcome (its next occurrence) lands in the log behind a lost answer that cannot be
+    read back: memory takes it back, occurrence 1 looks live again. A cancel marks the run, which
+    then gives up its outcome and ends; the cancel's write learns the outcome had landed
+    (``LandedAfterFailure``). The log says occurrence 1 is done; queued again from memory, it ran
+    a second time before the shard was taken back (simulation with every fault, seed 53490: the
+    same owner ran one occurrence twice, its outcome durable 2.5 s before)."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=1), schedule="@every 12s")
+    (name,) = await add(parts, j)
+    await _outcome_landed_unseen(store, parts, recorder, j, name)
+    look = store.gate("stat", name)  # the cancel's writer, about to learn the outcome landed, waits ...
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    await store.reached("stat", name).wait()
+    await asyncio.sleep(0.3)  # ... while the run, marked cancelled, gives up its outcome and ends
+    claim = store.gate("set_metadata", name)  # the take-back's claim waits: the fire loop turns meanwhile
+    look.set()
+    await store.reached("set_metadata", name).wait()
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    await until_idle()
+    claim.set()
+    with pytest.raises(LandedAfterFailure):
+        await cancelling
+    await until_idle()
+    assert [ctx.occurrence for ctx in recorder.ran] == [1]  # before the fix: [1, 1]
+    # The log's word stands: occurrence 1 moved on, and occurrence 2 waits in the next window.
+    here = ShardState().replay((await read_log(store.inner, name)).records())
+    assert j.id not in here.live
+    there = ShardState().replay((await read_log(store.inner, here.moved[j.id])).records())
+    assert there.live[j.id][OCCURRENCE] == 2
+
+
+async def test_a_shard_whose_take_back_found_the_store_down_is_taken_back_by_the_next_round() -> None:
+    """Nothing is queued from the memory of a shard whose writer stopped on a corrupted log; only
+    its take-back queues its jobs. When the store fails that take-back, the maintenance round
+    tries again, or the job waited for good in a shard nothing would write to again."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=1), schedule="@every 12s")
+    (name,) = await add(parts, j)
+    old = parts.shards.get(name)
+    await _outcome_landed_unseen(store, parts, recorder, j, name)
+    store.fail_next("set_metadata", 1, name)  # the take-back's claim does not land
+    with pytest.raises(LandedAfterFailure):
+        await parts.cancelling.cancel(name, j.id)
+    assert parts.shards.get(name) is old
+    await parts.shards.retake_stopped()  # what the maintenance round does
+    new = parts.shards.get(name)
+    assert new is not None and new is not old and new.writer.stopped is None

@@ -12,7 +12,17 @@ from cluster.cli.jobs import _status_text
 from cluster.model.errors import InvalidJob, UnsupportedWireVersion
 from cluster.model.jobs import WIRE_VERSION
 from cluster.model.wire import pack
-from cluster.runtime.shardlog import ADD, REMOVE, SHARD_PREFIX, ShardMeta, ShardState, add_op, shard_name
+from cluster.runtime.shardlog import (
+    ADD,
+    CANCELLED,
+    REMOVE,
+    SHARD_PREFIX,
+    ShardMeta,
+    ShardState,
+    add_op,
+    remove_op,
+    shard_name,
+)
 from cluster.runtime.silo import Silo
 from storage import DAMAGED_PREFIX, LogCorrupted, LogWriter, MemoryStore, decode, list_logs, read_log
 from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, Recorder, add, fire_due, item, job, make_parts
@@ -147,6 +157,28 @@ async def test_appends_after_damage_under_a_running_writer_are_still_replayed() 
     await add(parts, jobs[4])  # acknowledged: before the fix no replay ever saw it again
     state = ShardState().replay_log((await read_log(parts.store, name)).decoded)
     assert sorted(state.live) == sorted(j.id for j in (jobs[0], *jobs[2:]))
+
+
+async def test_a_cancel_written_after_damage_holds_though_the_add_of_the_occurrence_it_removed_was_lost() -> None:
+    """A recurring job's next occurrence (an ADD replacing the first) is lost to a damaged frame;
+    its owner, unaware, cancels occurrence 2 in a whole frame after it and answers "cancelled".
+    The next owner's replay must not bring occurrence 1 back: before the fix it did, and the job
+    ran on after its cancel returned (simulation with damaged logs, seeds 50250 and 50316)."""
+    store = MemoryStore()
+    j = job()
+    jid, due_us, packed = item(j)
+    base = await orphan_shard(store, [[add_op(jid, due_us, packed)],
+                                      [add_op(jid, due_us + 1_000_000, packed, occurrence=2)],
+                                      [remove_op(jid, 2, CANCELLED)]])
+    corrupt(store, base, 1)
+    decoded = (await read_log(store, base)).decoded
+    assert decoded.lost == 1 and [op[0] for op in decoded.records()] == [ADD, REMOVE]  # the cancel's frame is whole
+    assert jid not in ShardState().replay_log(decoded).live
+    s = silo(store)
+    await s.ready()
+    [row] = (await s.status())["shards"]
+    assert row["jobs"] == 0  # adopted with nothing to fire
+    await s.stop()
 
 
 # -- Silo.schedule refuses hostile items, naming them, writing nothing ---------------------------

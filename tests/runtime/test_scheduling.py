@@ -11,8 +11,19 @@ import pytest
 
 from cluster.model.clock import SYSTEM_CLOCK
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
+from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import timedelta_to_us
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, format_window, window_of
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import (
+    MOVED,
+    SHARD_PREFIX,
+    SNAPSHOT,
+    ShardState,
+    add_op,
+    format_window,
+    remove_op,
+    window_of,
+)
 from cluster.runtime.silo import Silo
 from storage import MemoryStore, StorageError, Store, list_logs, read_log
 from tests.runtime.harness import (
@@ -98,6 +109,42 @@ async def test_a_retry_after_the_first_silo_died_having_landed_the_jobs_adds_no_
     assert second.shards.get(earlier) is not None  # claimed: the dead incarnation can write there no more
     assert await copies(store, j.id) == [earlier]
     assert await copies(store, k.id) == [names[1]]
+
+
+async def _moved_on(store: MemoryStore) -> tuple[ScheduledJob, Shard, Shard]:
+    """A recurring job's schedule call lands in silo a's shard (the client never heard), and the
+    job moves on to the next window's shard; then a is restarted: its shards are orphans."""
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(seconds=1), schedule="@every 20s")
+    jid, due_us, packed = item(j)
+    (earlier,) = await first.scheduling.schedule([item(j)])
+    source = first.shards.get(earlier)
+    assert source is not None and source.loaded
+    next_due = due_us + 20_000_000
+    target = await first.shards.open_shard(window_of(next_due, timedelta_to_us(OPTIONS.shard_duration)))
+    await target.write([add_op(jid, next_due, packed, 2, source=earlier)])
+    await source.write([remove_op(jid, 1, MOVED, target.base, [next_due, packed, 2, 0, next_due])])
+    return j, source, target
+
+
+@pytest.mark.parametrize("gone", ["deleted once drained", "compacted"])
+async def test_a_retry_finds_an_earlier_try_that_moved_on_to_a_later_window(gone: str) -> None:
+    """The earlier try landed and its job moved on to the next window's shard; then its first
+    shard was deleted once drained, or compacted (no ADD of the job left there). The retry looked
+    in the first window only, took the job for never landed and wrote it again: two live chains
+    (simulation with every fault, seeds 42872 and 53763: each occurrence then ran twice)."""
+    store = MemoryStore()
+    j, source, target = await _moved_on(store)
+    if gone == "compacted":
+        await source.writer.rotate()
+        assert [op[0] for op in (await read_log(store, source.base)).records()] == [SNAPSHOT]
+    else:
+        await source.writer.delete()
+    await make_parts(store, "a", transport=restarted())
+    second = await make_parts(store, "b")
+    (name,) = await second.scheduling.schedule([item(j)], suspects=["a"])
+    assert await copies(store, j.id) == [target.base]  # before the fix: also in b's new shard
+    assert name == target.base  # where the job lives on: a cancel sent there reaches it
 
 
 async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_and_asks_again() -> None:

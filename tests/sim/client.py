@@ -259,6 +259,7 @@ class SimClient:
 
     async def _cancel(self, job_id: str) -> None:
         world = self._world
+        sent_us = true_now_us(world.loop)
         task = asyncio.ensure_future(self.client.try_cancel_job(self.jobs[job_id]))
         done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
         if not done:
@@ -283,7 +284,7 @@ class SimClient:
         if cancelled:
             world.stats["client: cancelled"] += 1
             world.stats["cancels answered cancelled"] += 1  # what the activity floor counts, either client
-            world.cancel_true.setdefault(job_id, true_now_us(world.loop))
+            world.cancel_returned(job_id, sent_us)
 
     def final_checks(self) -> None:
         """Nothing of a call that said "not scheduled" ever started."""

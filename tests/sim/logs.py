@@ -19,7 +19,9 @@ In a share of seeds (drawn from ``random.Random(f"logs/{seed}")``):
   frame costs only its own records, that the shard is then *damaged* (copied byte for byte to
   ``damaged/`` before anything compacts it away) and that the rest of the shard runs. So the jobs
   with a record in that frame are exempt from every check (counted), and every other job is held
-  to all of them.
+  to all of them. A cancel on its way back when a frame with a removal of its job was damaged
+  may be the one that lost its removal, so its True is not held either (``World.cancel_returned``);
+  one sent after the damage writes its own, and is.
 
 The checks are the world's (nothing acknowledged lost, cancels that hold, one chain per job)
 and one more: a torn tail is dropped, never taken for damage (nothing kept in ``damaged/`` but
@@ -35,7 +37,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cluster.runtime.shardlog import ADD, MOVED, REMOVE, SHARD_PREFIX, SNAPSHOT
+from cluster.runtime.shardlog import ADD, CANCELLED, MOVED, REMOVE, SHARD_PREFIX, SNAPSHOT
 from storage import MemoryStore
 from storage.damage import DAMAGED_PREFIX
 from storage.generations import generation_name
@@ -144,6 +146,9 @@ class Logs:
             world.note(f"damage bytes {start}-{end} of {name}: records of {jobs} lost")
             for job_id in jobs:
                 world.exempt(job_id)
+            for op in frames[i].records:
+                if op[0] == REMOVE and len(op) > 3 and op[3] == CANCELLED:
+                    world.cancel_frame_damaged(op[1])  # a cancel still on its way back may not hold
 
     async def land_killed_append(self, world: World, name: str, payload: bytes, if_match: str) -> bool:
         """An append in flight at its silo's kill, which lands: torn (True, done here) or whole

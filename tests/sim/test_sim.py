@@ -225,6 +225,7 @@ def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
 # Seeds that each broke an invariant through a bug since fixed; see the module docstring. Those
 # found before handlers waited say -ahead: with it a seed may draw a waiting handler, another world;
 # and all say -operator_pauses, found before operators paused jobs (issue 16), for the same reason.
+ALL_KINDS = "all,+real_client,+clock_jumps,+torn_logs"
 FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the invariant it broke)
     (27, "latency,kills", "point 3", "two chains"),  # killed between the ADD and the REMOVE(MOVED)
     (261, "latency,pauses", "point 3", "two chains"),  # paused between them, the shard adopted meanwhile
@@ -359,6 +360,31 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # by name: the fresh copy went unheld and fired on. Adoption claimed the log again, that claim
     # was handed over at once, and the unheld copy sent its job refused (lease over) again.
     (57302, "all,+real_client,+clock_jumps", "drained shard's delete unheld its fresh take-back", "two owners"),
+    # Every fault (torn and damaged logs, rotation). A damaged frame lost the ADD of a recurring
+    # job's next occurrence; its owner, unaware, cancelled that occurrence in a whole frame after
+    # it. Replay kept occurrence 1 (the REMOVE named 2), and it ran on after "cancelled".
+    (50250, ALL_KINDS, "cancel of a later occurrence than the one replay kept", "cancel did not hold"),
+    (50316, ALL_KINDS, "cancel of a later occurrence than the one replay kept", "cancel did not hold"),
+    # A run's outcome landed behind a lost answer and was undone in memory; a cancel's write
+    # learnt it had landed (LandedAfterFailure) and, carrying on, queued the job from memory: the
+    # same owner ran the occurrence again in the second before its shard was taken back.
+    (53490, ALL_KINDS, "failed cancel queued a job from a stopped writer's memory", "duplicate"),
+    # A retried schedule call looked for its earlier try in the first window only; the job had
+    # moved on to a later window's shard and its first shard was deleted once drained: two chains.
+    (42872, ALL_KINDS, "retry missed an earlier try that moved on", "two chains"),
+    (53763, ALL_KINDS, "retry missed an earlier try that moved on", "two chains"),
+    # Oracle errors, kept so their worlds stay checked. A cancel on its way back when its own
+    # removal's frame was damaged was held to its True (the README lets damage cost that frame).
+    (42417, ALL_KINDS, "oracle: cancel whose own removal was damaged held", "cancel did not hold"),
+    (42566, ALL_KINDS, "oracle: cancel whose own removal was damaged held", "cancel did not hold"),
+    (50218, ALL_KINDS, "oracle: cancel whose own removal was damaged held", "cancel did not hold"),
+    (51257, ALL_KINDS, "oracle: cancel whose own removal was damaged held", "cancel did not hold"),
+    (51602, ALL_KINDS, "oracle: cancel whose own removal was damaged held", "cancel did not hold"),
+    (55661, ALL_KINDS, "oracle: cancel whose own removal was damaged held", "cancel did not hold"),
+    # A job a retry added again after its earlier chain ended ran occurrence 2 in the same shard
+    # both times: one more run, as the README allows, taken for a duplicate by shard.
+    (45369, ALL_KINDS, "oracle: added again, the new chain through an old shard", "duplicate"),
+    (45837, ALL_KINDS, "oracle: re-add into the same shard after compaction (world since changed)", "duplicate"),
 ]
 
 

@@ -561,6 +561,7 @@ class World:
         self.acked: dict[str, str] = {}  # job id -> shard the schedule call returned
         self.cancel_true: dict[str, int] = {}  # job id -> when a cancel returned True (true µs)
         self.cancel_unknown: set[str] = set()  # a cancel without an answer: it may have landed
+        self.cancel_damaged: dict[str, int] = {}  # job id -> when a frame with a REMOVE(cancelled) of it was damaged
         self.deliveries: list[Delivery] = []
         # The operator's pauses, drawn from a generator of their own as dispatch ahead is: seeds that
         # draw none run as they did before pauses existed.
@@ -637,6 +638,25 @@ class World:
         self.held.pop(job_id, None)  # a pause of it may not hold
         self.hold_unknown.add(job_id)
         self.added_again.add(job_id)  # it may fire again, from another shard
+
+    def cancel_frame_damaged(self, job_id: str) -> None:
+        """A damaged frame held a REMOVE(cancelled) of ``job_id`` (``tests.sim.logs``)."""
+        self.cancel_damaged[job_id] = true_now_us(self.loop)
+
+    def cancel_returned(self, job_id: str, sent_us: int) -> None:
+        """A cancel of ``job_id`` sent at ``sent_us`` (true µs) returned True: from now on it must hold.
+
+        Unless its own removal was lost: the cancel was still on its way back when a frame holding
+        a REMOVE(cancelled) of the job was damaged (bit rot after the write landed), so the frame
+        may be this cancel's, and the README lets a damaged frame cost its records. Only that: a
+        cancel sent after the damage writes a removal of its own, and is held like any other
+        (seeds 42417, 50218: the answer came after the damage had exempted the job).
+        """
+        if self.cancel_damaged.get(job_id, -1) >= sent_us:
+            self.stats["cancels whose own removal was damaged before the answer"] += 1
+            self.note(f"cancel of {job_id} returned True after its removal's frame was damaged: not held")
+            return
+        self.cancel_true.setdefault(job_id, true_now_us(self.loop))
 
     def owner_of_record(self, base: str) -> str | None:
         """The shard's owner in the store now: metadata of its current generation."""
@@ -947,6 +967,7 @@ class World:
                 self.cancel_unknown.discard(job_id)  # another cancel of it returned True: known
 
     async def _cancel(self, job_id: str) -> None:
+        sent_us = true_now_us(self.loop)
         shard = self.acked[job_id]
         prefer = shard.rsplit("-", 2)[1].rsplit(".", 1)[0]
         for _ in range(8):
@@ -962,7 +983,7 @@ class World:
                 return
             self.note(f"cancel {job_id} in {shard} on {proc.silo_id}: {answer} {info}")
             if answer == "cancelled":
-                self.cancel_true.setdefault(job_id, true_now_us(self.loop))
+                self.cancel_returned(job_id, sent_us)
                 self.stats["cancels answered cancelled"] += 1
                 return
             if answer == "absent":
@@ -1201,6 +1222,7 @@ class World:
         shard: str | None = None  # where the store says it is, once its schedule's shard was no help
         for _ in range(SETTLE_TRIES):
             if job_id in self.cancel_unknown:
+                sent_us = true_now_us(self.loop)
                 answer = await self._at_owner(job_id, "cancel", rng=self.settle_rng, shard=shard)
                 if answer is None and (shard := await self._live_in(job_id)) is None:
                     answer = ("absent", "no shard holds it")  # its shard drained and deleted: a client's search finds none
@@ -1208,7 +1230,7 @@ class World:
                     self.cancel_unknown.discard(job_id)
                     # Cancelled now: from here on it must hold like any cancel that returned True.
                     if answer[0] == "cancelled":
-                        self.cancel_true.setdefault(job_id, true_now_us(self.loop))
+                        self.cancel_returned(job_id, sent_us)
                     self.stats[f"settled: cancel without an answer, then {answer[0]}"] += 1
             elif job_id in self.hold_unknown:
                 answer = await self._at_owner(job_id, "resume", rng=self.settle_rng, shard=shard)
@@ -1318,9 +1340,13 @@ class World:
             for again in runs[1:]:
                 if again.run_id == first.run_id:
                     why: tuple[str, str] | None = ("redelivered", "Ray delivered its call twice")
-                elif job_id in self.added_again and first.shard != again.shard:
+                elif job_id in self.added_again and (first.shard != again.shard
+                                                     or first.sent_us < self._chain_start_us(job_id) <= again.sent_us):
                     # The README's "one more run": a retried schedule call added it again after a
-                    # lost try ran, however durable that run's outcome was.
+                    # lost try ran, however durable that run's outcome was. One more run of each
+                    # occurrence: the first from the earlier chain, the second from the new one,
+                    # which may pass through a shard the earlier one did (seed 45369: occurrence
+                    # 2 of both chains ran in the shard the retry added the job to).
                     why = ("added again by a retry", f"a retried schedule call added {job_id} again in {again.shard}")
                 elif durable_us is not None and durable_us <= max(first.sent_us, again.sent_us):
                     why = None  # the log said it was done before the second left
@@ -1334,6 +1360,14 @@ class World:
                 else:
                     self.stats[f"succeeded twice: {why[0]}"] += 1
                     self.note(f"{job_id}#{occurrence} succeeded again: {why[1]}")
+
+    def _chain_start_us(self, job_id: str) -> int:
+        """When the chain a retried schedule call added again began: its first occurrence sent from
+        the shard the call acknowledged (the earlier chain's fired from another, ``SimClient``).
+        Every run of the earlier chain was sent before: it had no live copy left when the retry wrote."""
+        shard = self.acked.get(job_id)
+        return min((d.sent_us for d in self.deliveries if d.job_id == job_id and d.occurrence == 1 and d.shard == shard),
+                   default=EPOCH_US + 10**15)
 
     def _why_again(self, first: Delivery, again: Delivery) -> tuple[str, str] | None:
         """What kept ``first``'s success from becoming durable before ``again`` left: (stats key, why)."""
