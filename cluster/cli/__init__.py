@@ -138,7 +138,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("names", nargs="*", default=["suite"],
                    help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory, herd")
-    p.add_argument("--quick", action="store_true", help="small sizes, seconds each")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, seconds each; indicative figures, written to $TIMESHARD_BENCH_DIR or a scratch "
+                   "folder ($TMPDIR/timeshard-bench-quick), never benchmarks/results")
     p.set_defaults(func=_run_bench)
 
 
