@@ -339,23 +339,23 @@ def main(argv: list[str] | None = None) -> int:
     (out / "RESULTS.md").write_text(text)
     report.progress(f"table: {out / 'RESULTS.md'}")
     if not args.quick and out == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES) and sizes == Sizes():
-        embed_in_readme(text)
-        report.progress("README.md: benchmark table regenerated")
+        embed_in_page(text)
+        report.progress(f"{RESULTS_PAGE}: benchmark table regenerated")
     return report.finish()
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+RESULTS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
-def embed_in_readme(table: str, readme: Path = README) -> bool:
-    """Put ``table`` between the README's results markers (a full run of every benchmark only)."""
-    text = readme.read_text()
+def embed_in_page(table: str, page: Path = RESULTS_PAGE) -> bool:
+    """Put ``table`` between the results markers of docs/benchmarks.md (a full run of every benchmark only)."""
+    text = page.read_text()
     if START not in text or END not in text:
         return False
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{table.strip()}\n{END}{tail}")
+    page.write_text(f"{head}{START}\n{table.strip()}\n{END}{tail}")
     return True
 
 

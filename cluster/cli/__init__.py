@@ -132,7 +132,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="run benchmarks side by side (JSON + PNG in benchmarks/results)",
         description="Run benchmarks by name; each is also `python -m benchmarks.<name>`.",
-        epilog="examples:\n  timeshard bench                 # the whole suite, as the README reports it\n"
+        epilog="examples:\n  timeshard bench                 # the whole suite, as docs/benchmarks.md reports it\n"
         "  timeshard bench queue storage --quick",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
