@@ -157,6 +157,16 @@ def _run_bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _version() -> str:
+    """The installed distribution's version; a checkout that was never installed says so."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("timeshard")
+    except metadata.PackageNotFoundError:
+        return "(not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="timeshard",
@@ -164,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"timeshard {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)
