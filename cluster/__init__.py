@@ -3,8 +3,8 @@
     from cluster import Cluster, ClusterOptions, Target, FailurePolicy, Schedule, parse_time
 
 The implementation lives in subpackages, each a layer that imports only those below it:
-``cli`` -> ``_cluster`` (wiring) -> ``client`` -> ``named``, ``flows`` -> ``runtime`` -> ``model``
--> ``storage``. The names that need Ray (``Cluster``, ``Client``) load on first use, so the job
+``cli`` -> ``_cluster`` (wiring) -> ``sync_client`` -> ``client`` -> ``named``, ``flows`` -> ``runtime`` -> ``model``
+-> ``storage``. The names that need Ray (``Cluster``, ``Client``, ``SyncClient``) load on first use, so the job
 model, schedules and policies stay cheap to import (the CLI's ``--help``, unit tests).
 """
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from cluster._cluster import Cluster
     from cluster.client import Client, ClusterUnavailable
     from cluster.named.api import NamedJob
+    from cluster.sync_client import SyncClient
 
 __all__ = [
     "DEFAULT_FAILURE_POLICY",
@@ -64,6 +65,7 @@ __all__ = [
     "SiloStopping",
     "Step",
     "StepStatus",
+    "SyncClient",
     "Target",
     "ValidationError",
     "parse_duration",
@@ -76,6 +78,7 @@ _LAZY = {
     "Client": "cluster.client",
     "ClusterUnavailable": "cluster.client",
     "NamedJob": "cluster.named.api",
+    "SyncClient": "cluster.sync_client",
 }
 
 

@@ -11,13 +11,14 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
+from cluster.model.errors import describe
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.model.placement import Node, place
 from cluster.runtime import heap
@@ -25,6 +26,7 @@ from cluster.runtime.membership import DEAD, REPORTED, SILENT, SILO_PREFIX, Memb
 from cluster.runtime.ray_metrics import RayMetrics
 from cluster.runtime.ray_transport import RayTransport
 from cluster.runtime.silo import Silo
+from cluster.sync_client import SyncClient
 from storage import DEFAULT_URL, open_store
 
 log = logging.getLogger("timeshard.cluster")
@@ -236,9 +238,17 @@ class Cluster:
         """The handles of the silos that exist now, in id order; never raises because one is gone."""
         return list(self.handles().values())
 
-    def client(self) -> Client:
-        """A picklable client for this cluster."""
-        return Client(self.namespace, self.silo_ids, self.options)
+    @overload
+    def client(self, *, sync: Literal[False] = False) -> Client: ...
+
+    @overload
+    def client(self, *, sync: Literal[True]) -> SyncClient: ...
+
+    def client(self, *, sync: bool = False) -> Client | SyncClient:
+        """A picklable client for this cluster: async, or with ``sync=True`` one whose calls block
+        (for scripts, notebooks and Ray tasks that do not await; see ``cluster.sync_client``)."""
+        client = Client(self.namespace, self.silo_ids, self.options)
+        return SyncClient(client) if sync else client
 
     def status(self, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Each silo's status (see ``Silo.status``); a silo that is gone or does not answer shows its error."""
@@ -252,7 +262,7 @@ class Cluster:
             try:
                 out.append(ray.get(handle.status.remote(), timeout=timeout))
             except Exception as exc:
-                out.append({"silo_id": silo_id, "error": repr(exc)})
+                out.append({"silo_id": silo_id, "error": describe(exc)})
         return out
 
     def release_quarantine(self, shard: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -266,7 +276,7 @@ class Cluster:
             try:
                 released = ray.get(handle.release_quarantine.remote(shard), timeout=timeout)
             except Exception as exc:
-                errors.append(f"silo {silo_id}: {exc!r}")
+                errors.append(f"silo {silo_id}: {describe(exc)}")
                 continue
             if released is not None:
                 return dict(released)

@@ -23,7 +23,15 @@ import ray
 
 from cluster.flows.api import Flows
 from cluster.flows.model import FLOW_META
-from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, InvalidJob, JobNotFound, SiloStopping
+from cluster.model.errors import (
+    ClusterUnavailable,
+    EarlierTryUnsettled,
+    InvalidJob,
+    JobNotFound,
+    SiloStopping,
+    one_line,
+    unwrapped,
+)
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
 from cluster.model.pause import PauseRecord, check_by, check_note
@@ -377,11 +385,14 @@ class Client:
             return await getattr(handle, method).remote(*args)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             self._handles.pop(silo_id, None)
-            raise SiloLost(f"silo {silo_id} was lost during {method}: {exc}") from exc
+            raise SiloLost(f"silo {silo_id} was lost during {method}: {one_line(exc)}") from exc
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, (SiloStopping, EarlierTryUnsettled)):  # raised before doing anything
-                raise SiloRefused(f"silo {silo_id}: {exc.cause}") from exc
-            raise
+                raise SiloRefused(f"silo {silo_id}: {one_line(exc.cause)}") from exc
+            error = unwrapped(exc)
+        # The silo's own error, raised here rather than in the handler above: Ray's wrapper (its
+        # coloured header, the actor's repr) is then not chained to it; the silo's traceback is.
+        raise error
 
 
 def default_pauser() -> str:

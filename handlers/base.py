@@ -11,6 +11,7 @@ from typing import Any
 
 from cluster.model.ahead import Ahead, lease_over, monotonic_domain, start_at
 from cluster.model.attempt import OVERLAP_CANCELLED, Attempt, JobContext
+from cluster.model.errors import failure
 
 _LEASE_EXPIRED = "the sending silo's lease had expired"
 _WITHDRAWN = "withdrawn by a cancel before it started"
@@ -170,7 +171,7 @@ class JobHandler:
                     continue
                 exc = task.exception()
                 outcomes[k] = (run_id, None, None, False, False) if exc is None else \
-                    (run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
+                    (run_id, *failure(exc), False, False)
         return outcomes  # type: ignore[return-value]  # every slot filled above
 
     async def timeshard_withdraw(self, run_ids: Sequence[str], keep_until: float) -> list[str]:
@@ -219,7 +220,7 @@ class JobHandler:
         try:
             coro = self.execute_job(attempt.context(memo, started_us))
         except Exception as exc:  # decoding, or a synchronous execute_job that raised
-            outcomes[k] = (attempt.run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
+            outcomes[k] = (attempt.run_id, *failure(exc), False, False)
             return None
         if self.timeshard_task_per_job:
             return asyncio.get_running_loop().create_task(coro)  # a task runs in a copy of the context
@@ -230,7 +231,7 @@ class JobHandler:
             outcomes[k] = (attempt.run_id, None, None, False, False)
             return None
         except Exception as exc:  # any failure is the job's, not the batch's
-            outcomes[k] = (attempt.run_id, str(exc) or repr(exc), type(exc).__name__, False, False)
+            outcomes[k] = (attempt.run_id, *failure(exc), False, False)
             return None
         # Made inside the job's context: the task goes on in a copy of it (3.10 has no context=).
         return context.run(asyncio.get_running_loop().create_task, _resumed(coro, first))

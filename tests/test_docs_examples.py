@@ -29,9 +29,9 @@ ALL = [b for page in PAGES for b in blocks(ROOT, page)]
 PYTHON = [b for b in ALL if b.lang == "python"]
 SHELL = [b for b in ALL if b.lang == "sh"]
 YAML = [b for b in ALL if b.lang == "yaml"]
-# What is not code to check: program output and trees (no language), a Dockerfile (builds an
-# image from a registry this suite does not reach).
-NOT_CODE = {"", "dockerfile"}
+# What is not code to check: program output and trees (no language, or `text`), a Dockerfile
+# (builds an image from a registry this suite does not reach).
+NOT_CODE = {"", "text", "dockerfile"}
 # deploy.md's three blocks need a Ray cluster to join (address="auto") and an Azure account;
 # they are compiled and their imports run. Any further exception must be argued here.
 MOST_NOT_RUN = 3

@@ -33,6 +33,7 @@ CLUSTER = [
     "SiloStopping",
     "Step",
     "StepStatus",
+    "SyncClient",
     "Target",
     "ValidationError",
     "parse_duration",

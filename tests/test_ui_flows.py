@@ -28,7 +28,7 @@ def flow(name: str, state: str = "running") -> FlowStatus:
 
     steps = [step("a", "succeeded", (), attempts=1, started_at=T0, ended_at=T0 + timedelta(seconds=3)),
              step("b", "retrying", ("a",), attempts=1, started_at=T0 + timedelta(seconds=4), error="boom",
-                  next_retry=T0 + timedelta(minutes=5)),
+                  next_retry=T0 + timedelta(minutes=5), shard=f"shards/w-{name}-b"),
              step("c", "pending", ("b",)), step("d", "pending", ("b",))]
     return FlowStatus(name, f"id-{name}", state, None, {s.name: s for s in steps}, T0, None)
 
@@ -104,7 +104,8 @@ async def test_a_flow_shows_every_step_with_its_dependencies(ui: TestClient) -> 
     assert {n: s["depends_on"] for n, s in steps.items()} == {"a": [], "b": ["a"], "c": ["b"], "d": ["b"]}
     assert steps["b"] == {"name": "b", "state": "retrying", "attempts": 1, "next_retry": "2026-11-26T12:05:00+00:00",
                           "started_at": "2026-11-26T12:00:04+00:00", "ended_at": None, "error": "boom",
-                          "depends_on": ["a"], "job_id": "etl-001-b"}
+                          "depends_on": ["a"], "job_id": "etl-001-b", "shard": "shards/w-etl-001-b"}
+    assert steps["c"]["shard"] is None  # not scheduled yet: no shard to link to
     assert steps["a"]["ended_at"] == "2026-11-26T12:00:03+00:00"
     assert (await ui.get("/api/flows/nope")).status == 404
 

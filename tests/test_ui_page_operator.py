@@ -263,3 +263,18 @@ async def test_an_alert_links_to_its_shard_and_a_silo_to_its_shards(page: Any, s
     await expect(page.locator("#shards-loaded tr[data-shard]")).to_have_count(2)
     await expect(page.locator("#shards-loaded td.owner")).to_have_text(["s0#1", "s0#1"])
     await expect(page).to_have_url(re.compile(r"#shards\?silo=s0$"))
+
+
+async def test_a_flow_step_links_to_the_shard_that_holds_its_job(page: Any, served: list[TestServer]) -> None:
+    shards = [{"name": n, "state": "active", "loaded": True, "jobs": 1, "window_start": 0, "window_end": 1}
+              for n in ("shards/w-etl-1-b", "shards/other")]
+    silos = [{"silo_id": "s0", "owner": "s0#1", "lease_age": 0.1, "lease_left": 3.0, "heartbeat_interval_s": 1.0,
+              "quarantined": [], "damaged": {}, "parked": {}, "clock": {}, "counters": {}, "shards": shards}]
+    server = await serve(served, UiSource(status=lambda: silos, jobs=FakeJobs([]), flows=FakeFlows(["etl-1"])))
+    await page.goto(str(server.make_url("/")) + "#flows?open=etl-1")
+    steps = page.locator("#flow-detail tr[data-flow-step]")
+    await expect(steps.locator("a[data-job-shard]")).to_have_count(1)  # only step b was scheduled
+    await page.locator("#flow-detail tr[data-flow-step='b'] a[data-job-shard='shards/w-etl-1-b']").click()
+    await expect(page.locator("#tab-shards.on")).to_be_visible()
+    await expect(page.locator("#shards-loaded tr[data-shard]")).to_have_count(1)
+    await expect(page.locator("#shards-loaded tr[data-shard='shards/w-etl-1-b']")).to_be_visible()

@@ -240,7 +240,7 @@ class FlowState:
         steps = {
             s.name: StepStatus(
                 s.name, st.state, st.attempts, at(st.next_retry_us), at(st.started_us), at(st.ended_us),
-                st.error, s.depends_on, self.plan.job_id(s.name),
+                st.error, s.depends_on, self.plan.job_id(s.name), st.shard,
             )
             for s in self.plan.steps
             for st in (self.steps[s.name],)

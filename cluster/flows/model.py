@@ -318,7 +318,8 @@ class StepStatus:
     """One step: ``state`` is pending, running, retrying, succeeded, failed or cancelled.
 
     ``attempts`` counts attempts started so far; ``next_retry`` is when a retrying step runs
-    again; ``error`` is the last failure; ``job_id`` names the step's job in the shard logs.
+    again; ``error`` is the last failure; ``job_id`` names the step's job in the shard logs, and
+    ``shard`` the shard its latest scheduling went to (None before the step was first scheduled).
     """
 
     name: str
@@ -330,6 +331,7 @@ class StepStatus:
     error: str | None
     depends_on: tuple[str, ...]
     job_id: str
+    shard: str | None = None
 
 
 @dataclass(frozen=True)

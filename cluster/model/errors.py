@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class ValidationError(ValueError):
     """Bad input from a user: ``field`` says where, ``rule`` says what was expected.
@@ -111,3 +113,80 @@ class JobNotFound(LookupError):
 
     def __reduce__(self) -> tuple[object, ...]:  # crosses Ray: rebuilt from its argument
         return (type(self), (self.what,))
+
+
+# -- errors that crossed Ray ----------------------------------------------------------------------
+# Ray wraps what a remote call raised in a ``RayTaskError`` whose text starts with terminal colour
+# codes and the actor's repr. These helpers recognise it by name, so the model stays Ray-free.
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+_RAY_TASK_ERROR = ("ray.exceptions", "RayTaskError")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape codes (Ray colours the headers of its tracebacks)."""
+    return _ANSI.sub("", text)
+
+
+def one_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``'s message, plain; its type's name if it has none."""
+    return _first_line(exc) or type(exc).__name__
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in plain(str(exc)).splitlines() if line.strip()), "")
+
+
+def raised_remotely(exc: BaseException) -> BaseException | None:
+    """What a Ray call raised where it ran, if ``exc`` is Ray's wrapper of it (through nested
+    calls: a handler that awaited another actor); None if ``exc`` is not such a wrapper."""
+    found = None
+    for _ in range(8):  # a chain of calls is short; a cause that wraps itself must not hang us
+        if not any((c.__module__, c.__name__) == _RAY_TASK_ERROR for c in type(exc).__mro__):
+            break
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException) or cause is exc:
+            break
+        found = exc = cause
+    return found
+
+
+class RemoteTraceback(Exception):
+    """Where an error crossing Ray was raised: that process's traceback, as plain text.
+
+    Set as the ``__cause__`` of the error a client raises (as ``concurrent.futures`` does for a
+    worker process's error), so a printed traceback shows both, while ``str(error)`` stays the
+    one-line reason a program logs or a command line prints.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text.rstrip()}\n"""'
+
+
+def unwrapped(exc: BaseException) -> BaseException:
+    """The error a Ray call raised remotely, with the remote traceback (plain) as its cause;
+    ``exc`` itself if it is not Ray's wrapper of one."""
+    cause = raised_remotely(exc)
+    if cause is None:
+        return exc
+    cause.__cause__ = RemoteTraceback(plain(str(exc)))  # also hides Ray's wrapper as its context
+    return cause
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: reason`` in one plain line, for a status table or a log: what Ray raised is
+    described by the error it carries."""
+    error = raised_remotely(exc) or exc
+    reason = _first_line(error)
+    return f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+
+
+def failure(exc: BaseException) -> tuple[str, str]:
+    """(message, type name) of a job's failure as its status shows them: the error a Ray call
+    inside the handler raised rather than Ray's wrapper of it, without colour codes."""
+    error = raised_remotely(exc) or exc
+    return plain(str(error)) or repr(error), type(error).__name__

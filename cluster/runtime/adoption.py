@@ -259,30 +259,46 @@ class Adoption:
         to a fenced writer. So nothing the log holds is lost, and no run waits for good on a
         writer that will never write again. Settled also when another silo holds the shard now.
         False while the store does not answer: the old object stays held, tried again later.
+
+        The moves its log decided are carried out once the claim is done, outside the lock that
+        keeps claims one at a time: a move's target may be a shard whose writer stopped too,
+        which is taken back on the way, and taking it back under that lock waited on itself for
+        good (found by the simulation, seed 43587: the run stayed in flight, its job never ran again).
         """
+        try:
+            new = await self._reclaim(shard)
+        except StorageError as exc:
+            log.warning("could not take back a shard whose log was corrupted",
+                        extra={"shard": shard.base, "error": repr(exc)})
+            return False
+        if new is None:
+            return True
+        for job_id, entry in await self._moves.settle_all(new):
+            self._loading.queue_entry(job_id, entry)
+        return True
+
+    async def _reclaim(self, shard: Shard) -> Shard | None:
+        """``retake``'s claim, one at a time (two would fence each other's): the fresh shard held
+        in ``shard``'s place, its jobs queued; None when there is none to settle (another silo
+        holds the shard, a caller took it back first, or this silo rejoined meanwhile).
+        ``StorageError`` while the store does not answer, ``shard`` still held."""
         async with self._retaking:
             if self._shards.get(shard.base) is not shard:
-                return True  # taken back (or lost) by a caller that got here first
+                return None  # taken back (or lost) by a caller that got here first
             try:
                 new = await Shard.claim(self._store, shard.base, lambda seen: seen.with_owner(self._me.owner),
                                         self._me.owner, self._shards.log_options)
             except (Fenced, NotFound):
                 self._shards.drop(shard, "its log was corrupted, and another silo holds it now")
-                return True
-            except StorageError as exc:
-                log.warning("could not take back a shard whose log was corrupted",
-                            extra={"shard": shard.base, "error": repr(exc)})
-                return False
+                return None
             if not self._shards.replace(shard, new):
-                return True  # we rejoined meanwhile: the shard is an orphan, claimed by whoever is first
+                return None  # we rejoined meanwhile: the shard is an orphan, claimed by whoever is first
             log.error("shard log corrupted under its writer: taken back", extra={"shard": shard.base,
                                                                                 "jobs": new.live_count})
             async with new.gate.exclusive():
                 settling = self._loading.settle_misfires(new)
                 self._loading.queue_loaded(new, settling=settling)
-            for job_id, entry in await self._moves.settle_all(new):
-                self._loading.queue_entry(job_id, entry)
-            return True
+            return new
 
     def _report_deaths(self, shard: Shard) -> None:
         meta, limit = shard.meta, self._options.max_adopted_count

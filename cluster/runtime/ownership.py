@@ -237,8 +237,16 @@ class ShardTable:
                 del self._open[window]
 
     def forget(self, shard: Shard) -> None:
-        """Stop holding ``shard`` (deleted, or lost)."""
-        self.shards.pop(shard.base, None)
+        """Stop holding ``shard`` (deleted, or lost).
+
+        Only that very copy: a fresh claim of its log may hold the name by now. Forgetting by
+        name, a drained shard's delete that lost a race to its take-back from the log unheld
+        the fresh copy, which went on firing unlisted: adoption took the log again, the copy it
+        made was handed over, and the unlisted one still fired (found by the simulation, seed
+        57302: two owners).
+        """
+        if self.shards.get(shard.base) is shard:
+            del self.shards[shard.base]
         self.seal(shard)
         self._metrics.shards_owned.set(len(self.shards))
 

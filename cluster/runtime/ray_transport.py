@@ -19,6 +19,7 @@ import ray
 
 from cluster.model.ahead import Ahead
 from cluster.model.attempt import DELIVER, Attempt, Outcome
+from cluster.model.errors import failure, one_line
 from cluster.model.jobs import Target
 from cluster.model.wire import resolve_code_path
 from cluster.runtime.membership import SILO_PREFIX
@@ -183,9 +184,9 @@ class RayTransport:
             return [Outcome(a.run_id, f"no answer within {timeout} s", "TimeoutError", True) for a in attempts]
         except ray.exceptions.RayActorError as exc:
             self._directory.forget(target)
-            return [Outcome(a.run_id, f"handler actor failed: {exc}", type(exc).__name__) for a in attempts]
+            return [Outcome(a.run_id, f"handler actor failed: {one_line(exc)}", type(exc).__name__) for a in attempts]
         except Exception as exc:  # a serialization or Ray fault: the attempts failed, not the silo
-            return [Outcome(a.run_id, repr(exc), type(exc).__name__) for a in attempts]
+            return [Outcome(a.run_id, *failure(exc)) for a in attempts]
         return [Outcome(*o) for o in outcomes]
 
     async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
@@ -211,8 +212,7 @@ class RayTransport:
             except asyncio.TimeoutError:
                 return Outcome(attempt.run_id, f"no answer within {timeout} s", "TimeoutError", True)
             except Exception as exc:
-                cause = getattr(exc, "cause", None) or exc
-                return Outcome(attempt.run_id, str(cause) or repr(cause), type(cause).__name__)
+                return Outcome(attempt.run_id, *failure(exc))
             return Outcome(attempt.run_id)
 
         return list(await asyncio.gather(*(one(a) for a in attempts)))

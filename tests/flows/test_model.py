@@ -207,6 +207,7 @@ async def test_two_parents_finishing_at_once_start_their_child_once():
     assert sorted(schedule.jobs) == ["a", "b", "c", "d", "e"], "every step scheduled exactly once"
     state = await read_flow(store, "example-flow")
     assert state is not None and state.unconfirmed() == [] and state.steps["e"].shard == "shards/s0"
+    assert state.status().steps["e"].shard == "shards/s0", "the status names the shard the dashboard links to"
 
 
 async def test_an_intent_left_by_a_dead_writer_is_taken_over_once():

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
+import pytest
+
 from cluster.model.wire import datetime_to_us
-from cluster.runtime.shardlog import SHARD_PREFIX
-from storage import list_logs
-from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardState
+from storage import Unavailable, list_logs, read_log
+from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
 async def test_a_dormant_shard_loads_and_queues_its_jobs_once_its_window_is_within_the_lookahead() -> None:
@@ -79,6 +82,58 @@ async def test_a_drained_shard_whose_delete_failed_takes_no_more_jobs_and_is_del
     await parts.loading.delete_drained()
     assert name not in {h.base for h in await list_logs(store, SHARD_PREFIX)}  # type: ignore[arg-type]
     assert parts.shards.get(name) is None
+
+
+async def test_a_drained_shards_delete_that_races_its_take_back_leaves_the_fresh_copy_held() -> None:
+    """Found by the simulation (seed 57302, two owners): a schedule's append landed though it was
+    reported failed, so the shard's memory looked drained while its log held the job. Its delete
+    was under way when the silo took the shard back from its log; the delete, fenced, forgot the
+    shard by name, which unheld the fresh copy. That copy went on running the job, unlisted: an
+    adoption round claimed the log again, the claim was handed over at once (no runs of it), and
+    the next owner could run the job while this silo still ran it."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = Recorder()
+    running = parts.transport.handlers["b"] = Blocking()
+    parts.lease.renew(parts.clock.monotonic())
+    (name,) = await add(parts, job())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    old = parts.shards.get(name)
+    assert old is not None and old.live_count == 0
+    hidden = job("b", due=timedelta(seconds=5))  # same window
+    store.lose_answer("append_block")  # it lands, its answer is lost ...
+    store.fail_next("stat", 1, prefix=SHARD_PREFIX)  # ... and the log cannot be read back: in doubt
+    with pytest.raises(Unavailable):
+        await add(parts, hidden)
+    assert old.live_count == 0 and hidden.id in ShardState().replay((await read_log(store, name)).records()).live
+    parts.clock.advance(10)  # past the window, settled: drained as far as memory knows
+    parts.lease.renew(parts.clock.monotonic())
+    opened = store.gate("delete", SHARD_PREFIX)
+    deleting = asyncio.ensure_future(parts.loading.delete_drained())
+    await store.reached("delete", SHARD_PREFIX).wait()
+    assert await parts.shards.taken_back(old)  # as a write that met the stopped writer does
+    fresh = parts.shards.get(name)
+    assert fresh is not None and fresh is not old and hidden.id in parts.queue
+    opened.set()
+    await deleting  # fenced by the take-back: the log stays
+    assert parts.shards.get(name) is fresh
+
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    await until_idle()
+    assert running.ran == [1]
+    assert await parts.adoption.adopt_orphans() == 0  # the log is held here: nothing to claim
+    parts.clock.advance(4)  # held long enough to be handed over
+    parts.lease.renew(parts.clock.monotonic())
+    # Handed over: the release waits for the run, so no next owner starts the job beside it.
+    handing = asyncio.ensure_future(parts.balance.hand_over(1))
+    await until_idle()
+    assert not handing.done() and (await read_log(store, name)).metadata["owner"] == parts.me.owner
+    running.finish.set()
+    assert await asyncio.wait_for(handing, 5) == 1
+    after = await read_log(store, name)
+    assert after.metadata["owner"] == RELEASED and hidden.id not in ShardState().replay(after.records()).live
+    assert running.ran == [1]
 
 
 async def test_a_skip_job_that_missed_occurrences_while_dormant_runs_none_of_them_and_goes_on() -> None:

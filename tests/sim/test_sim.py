@@ -307,6 +307,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A cancel of a moved job reached a shard whose adopter was still settling its moves, settled
     # the move itself and queued the entry its target handed back, already running there: two runs.
     (30091, "all", "cancel queued a moved occurrence that ran", "silo logged an unhandled AssertionError"),
+    # The default kinds. A schedule call into a shard landed in doubt, so that shard's writer
+    # stopped at its next write; a recurring job's move decision, landed in doubt too, stopped
+    # its source's writer. Taking the source back from its log settled the move under the lock
+    # of take-backs, and the move's target had to be taken back as well: it waited on that lock
+    # for good, the run stayed in flight and the next occurrence never ran.
+    (43587, "all,+real_client,+clock_jumps,-torn_logs", "take-back settled a move into a shard to take back",
+     "lost"),
     # A pause, applied to the shard as its write went out, made firing release the job from a
     # batch about to leave; the write failed and was undone, and nothing queued the job again:
     # live, not paused, never fired. Hidden until a pause without an answer was settled after
@@ -347,6 +354,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # no ADD there and decided the move again into a new shard; the first then wrote its ADD.
     # The cancel followed the job into the first target and answered "cancelled"; it ran on.
     (9963, "all", "two settles of one move at once", "cancel did not hold"),
+    # An append landed though reported failed, so a shard looked drained in memory; its delete was
+    # under way when the silo took the shard back from its log. Fenced, the delete forgot the shard
+    # by name: the fresh copy went unheld and fired on. Adoption claimed the log again, that claim
+    # was handed over at once, and the unheld copy sent its job refused (lease over) again.
+    (57302, "all,+real_client,+clock_jumps", "drained shard's delete unheld its fresh take-back", "two owners"),
 ]
 
 

@@ -29,10 +29,11 @@ def flow_summary(flow: Any) -> dict[str, Any]:
 
 def flow_to_json(flow: Any) -> dict[str, Any]:
     """A ``FlowStatus`` with every step (dependencies first): state, attempts, next retry, times,
-    last error, what it depends on and its job's id."""
+    last error, what it depends on, its job's id and the shard that holds the job."""
     steps = [{"name": s.name, "state": s.state, "attempts": s.attempts, "next_retry": iso(s.next_retry),
               "started_at": iso(s.started_at), "ended_at": iso(s.ended_at), "error": s.error,
-              "depends_on": list(s.depends_on), "job_id": s.job_id} for s in flow.steps.values()]
+              "depends_on": list(s.depends_on), "job_id": s.job_id,
+              "shard": s.shard} for s in flow.steps.values()]
     return {**flow_summary(flow), "steps": steps}
 
 

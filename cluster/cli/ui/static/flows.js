@@ -93,7 +93,7 @@
     }
     for (const s of flow.steps) {
       const p = place.get(s.name);
-      const tip = [s.name + ": " + s.state, "job " + s.job_id, s.started_at && "started " + ts.timeText(s.started_at),
+      const tip = [s.name + ": " + s.state, "job " + s.job_id + (s.shard ? " in " + s.shard : ""), s.started_at && "started " + ts.timeText(s.started_at),
                    s.ended_at && "ended " + ts.timeText(s.ended_at), s.error && "error: " + s.error].filter(Boolean).join("\n");
       const fill = Object.hasOwn(COLOURS, s.state) ? COLOURS[s.state] : "#fff";
       boxes.push(html`<g class='step' data-step='${s.name}' data-state='${s.state}' transform='translate(${p.x},${p.y})' font-size='12'>${[
@@ -126,8 +126,14 @@
     ts.render(detail.querySelector(".flow-steps"), ts.table([["name", "step"], ["state", "state"], ["attempts", "attempts"],
       ["next_retry", "next retry", s => when(s.next_retry)], ["started_at", "started", s => when(s.started_at)],
       ["ended_at", "ended", s => when(s.ended_at)], ["depends_on", "depends on", s => s.depends_on.join(", ")],
-      ["error", "error"], ["job_id", "job id"]], flow.steps, false, s => ({"flow-step": s.name})));
+      ["error", "error"], ["job_id", "job id", jobLink]], flow.steps, false, s => ({"flow-step": s.name})));
     wire(detail);
+  }
+
+  // A step's job lives in a shard: the link opens the shards page on that one shard.
+  function jobLink(s) {
+    return s.shard ? ts.html`<a href='#shards?name=${encodeURIComponent(s.shard)}' data-job-shard='${s.shard}'
+      title='in shard ${s.shard}'>${s.job_id}</a>` : s.job_id;
   }
 
   function wire(root) {
