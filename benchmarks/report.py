@@ -1,7 +1,9 @@
 """What every benchmark shares: progress lines, a table, goals, JSON and a PNG in one place.
 
 Results land in ``benchmarks/results/<name>.json`` and ``<name>.png`` (override the folder with
-``TIMESHARD_BENCH_DIR``), so a run leaves figures people can compare and a picture of them.
+``TIMESHARD_BENCH_DIR``), so a run leaves figures people can compare and a picture of them. A
+``--quick`` run's figures are indicative only: without ``TIMESHARD_BENCH_DIR`` they go to
+``QUICK_RESULTS_DIR`` (``$TMPDIR/timeshard-bench-quick``), never over the published ones.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -17,7 +20,19 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_RESULTS_DIR = Path(__file__).parent / "results"
-RESULTS_DIR = Path(os.environ.get("TIMESHARD_BENCH_DIR", DEFAULT_RESULTS_DIR))
+QUICK_RESULTS_DIR = Path(tempfile.gettempdir()) / "timeshard-bench-quick"
+
+
+def results_dir(*, quick: bool) -> Path:
+    """Where a run writes: ``$TIMESHARD_BENCH_DIR`` when set, else the published folder for a full run.
+
+    A quick run's small sizes give indicative figures only; written into the committed
+    ``benchmarks/results/`` they replaced the published ones (and broke ``tests/test_sizing.py``).
+    """
+    given = os.environ.get("TIMESHARD_BENCH_DIR")
+    if given:
+        return Path(given)
+    return QUICK_RESULTS_DIR if quick else DEFAULT_RESULTS_DIR
 
 
 def machine_info() -> dict[str, Any]:
@@ -93,6 +108,11 @@ class Report:
         self.started = time.perf_counter()
         self.data: dict[str, Any] = {"benchmark": name, "quick": quick, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.goals: list[dict[str, Any]] = []
+
+    @property
+    def results_dir(self) -> Path:
+        """This run's output folder (see :func:`results_dir`)."""
+        return results_dir(quick=self.quick)
 
     def progress(self, message: str) -> None:
         """A status line with elapsed time, so a long run shows it is alive."""
@@ -197,8 +217,9 @@ class Report:
         return self._save(fig, plt, suffix)
 
     def _save(self, fig: Any, plt: Any, suffix: str) -> Path:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / (f"{self.name}-{suffix}.png" if suffix else f"{self.name}.png")
+        out = self.results_dir
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / (f"{self.name}-{suffix}.png" if suffix else f"{self.name}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         if not suffix:
@@ -213,9 +234,13 @@ class Report:
         for g in self.goals:
             sign = ">=" if g["higher_is_better"] else "<="
             print(f"goal {g['figure']} {sign} {g['goal']:,}: {g['value']:,.1f} -> {'met' if g['met'] else 'MISSED'}")
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"{self.name}.json"
+        out = self.results_dir
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{self.name}.json"
         path.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
         pngs = self.data.get("pngs", [])
         print(f"results: {path}" + (f" and {', '.join(pngs)}" if pngs else ""))
+        if out == QUICK_RESULTS_DIR:
+            print(f"quick run: indicative figures, kept in the scratch folder {out} (not benchmarks/results/; "
+                  "TIMESHARD_BENCH_DIR chooses another)")
         return 0

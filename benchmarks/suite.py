@@ -12,7 +12,9 @@ million jobs due at one instant through 3 silos; ``replay``: a 1-million-job sha
 which takes minutes in a full run and prints progress as it goes.
 
 Writes benchmarks/results/suite.json (machine, versions, every figure), suite-*.png (one per
-comparison) and RESULTS.md, the table the README embeds: regenerate it with this command.
+comparison) and RESULTS.md, the table docs/benchmarks.md embeds: regenerate it with this command.
+A ``--quick`` run writes to ``$TIMESHARD_BENCH_DIR`` or a scratch folder (``$TMPDIR/timeshard-bench-quick``),
+never into benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from benchmarks.cluster import (
     replay,
 )
 from benchmarks.queue import GOAL_HERD_GROWTH
-from benchmarks.report import DEFAULT_RESULTS_DIR, PUBLISHED, RESULTS_DIR, Report, machine_info
+from benchmarks.report import DEFAULT_RESULTS_DIR, PUBLISHED, Report, machine_info
 
 NAMES = ("cluster", "failover", "replay", "memory", "herd", "baselines")
 ALIASES: dict[str, tuple[str, ...]] = {"scheduling": ("cluster",), "triggers": ("cluster",), "lateness": ("cluster",),
@@ -331,28 +333,29 @@ def main(argv: list[str] | None = None) -> int:
     draw(report, results, samples)
     machine = machine_info()
     report.data.update({"machine": machine, "names": names, "results": results, "table": table})
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = report.results_dir
+    out.mkdir(parents=True, exist_ok=True)
     text = markdown(table, args.quick, machine, report.data["when"])
-    (RESULTS_DIR / "RESULTS.md").write_text(text)
-    report.progress(f"table: {RESULTS_DIR / 'RESULTS.md'}")
-    if not args.quick and RESULTS_DIR == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES) and sizes == Sizes():
-        embed_in_readme(text)
-        report.progress("README.md: benchmark table regenerated")
+    (out / "RESULTS.md").write_text(text)
+    report.progress(f"table: {out / 'RESULTS.md'}")
+    if not args.quick and out == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES) and sizes == Sizes():
+        embed_in_page(text)
+        report.progress(f"{RESULTS_PAGE}: benchmark table regenerated")
     return report.finish()
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+RESULTS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
-def embed_in_readme(table: str, readme: Path = README) -> bool:
-    """Put ``table`` between the README's results markers (a full run of every benchmark only)."""
-    text = readme.read_text()
+def embed_in_page(table: str, page: Path = RESULTS_PAGE) -> bool:
+    """Put ``table`` between the results markers of docs/benchmarks.md (a full run of every benchmark only)."""
+    text = page.read_text()
     if START not in text or END not in text:
         return False
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{START}\n{table.strip()}\n{END}{tail}")
+    page.write_text(f"{head}{START}\n{table.strip()}\n{END}{tail}")
     return True
 
 

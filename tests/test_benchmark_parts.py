@@ -12,6 +12,7 @@ import pytest
 from benchmarks import herd, memory, report, suite
 from benchmarks.cluster import GOAL_REPLAY_PER_S
 from cluster.cli import build_parser
+from cluster.cli import main as cli_main
 
 
 def test_fit_line_separates_the_slope_from_the_fixed_cost() -> None:
@@ -112,11 +113,39 @@ def test_scale_runs_the_three_scale_steps_with_the_sizes_given(monkeypatch: pyte
         return {}, {}
 
     monkeypatch.setattr(suite, "run", fake_run)
-    monkeypatch.setattr(suite, "RESULTS_DIR", tmp_path)
-    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    monkeypatch.setenv("TIMESHARD_BENCH_DIR", str(tmp_path))
     assert suite.main(["scale", "--dormant", "1000,2000", "--quick"]) == 0
     assert ran == [(["memory", "herd", "replay"], suite.Sizes(dormant=(1_000, 2_000)))]
     assert (tmp_path / "RESULTS.md").exists() and (tmp_path / "suite.json").exists()
+
+
+def test_a_quick_suite_from_a_checkout_writes_a_scratch_folder_never_the_published_results(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`timeshard bench suite --quick` without TIMESHARD_BENCH_DIR once rewrote benchmarks/results/."""
+    published, scratch = tmp_path / "published", tmp_path / "scratch"
+    published.mkdir()
+    # Both folders stand in for the real ones, so a regression writes here, not over the checkout.
+    monkeypatch.setattr(report, "DEFAULT_RESULTS_DIR", published)
+    monkeypatch.setattr(report, "QUICK_RESULTS_DIR", scratch)
+    monkeypatch.delenv("TIMESHARD_BENCH_DIR", raising=False)
+
+    async def fake_run(names: list[str], quick: bool, report: Any, sizes: suite.Sizes) -> tuple[dict, dict]:
+        return {}, {}
+
+    monkeypatch.setattr(suite, "run", fake_run)
+    assert cli_main(["bench", "suite", "--quick"]) == 0
+    assert sorted(p.name for p in scratch.iterdir()) == ["RESULTS.md", "suite.json"]
+    assert list(published.iterdir()) == []
+    assert str(scratch) in capsys.readouterr().out  # the user is told where the figures went
+
+
+def test_the_scratch_folder_of_quick_runs_is_outside_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TIMESHARD_BENCH_DIR", raising=False)
+    checkout = Path(suite.__file__).resolve().parent.parent
+    assert not report.results_dir(quick=True).resolve().is_relative_to(checkout)
+    assert report.results_dir(quick=False) == report.DEFAULT_RESULTS_DIR
+    monkeypatch.setenv("TIMESHARD_BENCH_DIR", str(tmp_path))
+    assert report.results_dir(quick=True) == report.results_dir(quick=False) == tmp_path
 
 
 def test_timeshard_bench_without_a_name_runs_the_suite() -> None:

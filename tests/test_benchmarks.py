@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.report import DEFAULT_RESULTS_DIR
-from benchmarks.suite import NAMES, README
+from benchmarks.suite import NAMES, RESULTS_PAGE
 
 pytestmark = [pytest.mark.ray, pytest.mark.azurite, pytest.mark.timeout(240)]
 
@@ -40,14 +40,14 @@ def _get(data: dict, path: tuple[str, ...]) -> object:
 
 
 def test_quick_suite_reports_every_figure(tmp_path: Path) -> None:
-    committed = {p: p.stat().st_mtime_ns for p in [*DEFAULT_RESULTS_DIR.glob("*"), README]}
+    committed = {p: p.stat().st_mtime_ns for p in [*DEFAULT_RESULTS_DIR.glob("*"), RESULTS_PAGE]}
     env = {**os.environ, "TIMESHARD_BENCH_DIR": str(tmp_path)}
     env.pop("RAY_ADDRESS", None)  # its own local Ray, not one a test session started
     done = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--quick"], env=env, capture_output=True,
                           text=True, timeout=220)
     assert done.returncode == 0, done.stderr[-4000:]
-    # A test run leaves the committed results and the README's table alone.
-    assert {p: p.stat().st_mtime_ns for p in [*DEFAULT_RESULTS_DIR.glob("*"), README]} == committed
+    # A test run leaves the committed results and the published table (docs/benchmarks.md) alone.
+    assert {p: p.stat().st_mtime_ns for p in [*DEFAULT_RESULTS_DIR.glob("*"), RESULTS_PAGE]} == committed
 
     data = json.loads((tmp_path / "suite.json").read_text())
     assert "errors" not in data["results"], data["results"].get("errors")

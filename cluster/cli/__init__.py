@@ -132,13 +132,15 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="run benchmarks side by side (JSON + PNG in benchmarks/results)",
         description="Run benchmarks by name; each is also `python -m benchmarks.<name>`.",
-        epilog="examples:\n  timeshard bench                 # the whole suite, as the README reports it\n"
+        epilog="examples:\n  timeshard bench                 # the whole suite, as docs/benchmarks.md reports it\n"
         "  timeshard bench queue storage --quick",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("names", nargs="*", default=["suite"],
                    help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory, herd")
-    p.add_argument("--quick", action="store_true", help="small sizes, seconds each")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, seconds each; indicative figures, written to $TIMESHARD_BENCH_DIR or a scratch "
+                   "folder ($TMPDIR/timeshard-bench-quick), never benchmarks/results")
     p.set_defaults(func=_run_bench)
 
 
@@ -155,6 +157,16 @@ def _run_bench(args: argparse.Namespace) -> int:
     return status
 
 
+def _version() -> str:
+    """The installed distribution's version; a checkout that was never installed says so."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("timeshard")
+    except metadata.PackageNotFoundError:
+        return "(not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="timeshard",
@@ -162,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"timeshard {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_demo(sub)

@@ -422,41 +422,60 @@ def _list_text(jobs: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def _clock_text(clock: dict[str, Any] | None) -> str:
-    """One line: how far this silo's host clock is from the store's, and whether that is too far."""
+def _clock_text(clock: dict[str, Any] | None) -> list[str]:
+    """How far this silo's host clock is from the store's, and whether that is too far."""
     if clock is None or clock["offset_low_s"] is None:
-        return "  clock: not measured yet"
+        return ["  clock: not measured yet"]
     if clock["store_clock"] == "shared":
-        return "  clock: the store's is this host's"
-    text = f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s]"
+        return ["  clock: the store's is this host's"]
+    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s]"]
     if clock["exceeded"]:
-        text += f"  CLOCK SKEW beyond max_clock_skew ({clock['max_clock_skew_s']}s): fix this host's time sync"
-    return text
+        lines.append(f"  CLOCK SKEW beyond max_clock_skew ({clock['max_clock_skew_s']}s): fix this host's time sync")
+    return lines
+
+
+SHARD_PREFIX = "shards/"
+
+
+def _shard_rows(shards: list[dict[str, Any]]) -> list[str]:
+    """One row per shard under a header, oldest window first: fits 80 columns with today's shard names."""
+    rows = [("shard", "state", "memory", "jobs", "adopted", "")]
+    for shard in sorted(shards, key=lambda sh: (sh["window_start"], sh["name"])):
+        notes = [f"{shard['paused']} paused" if shard.get("paused") else "",
+                 f"{shard['unreadable']} UNREADABLE" if shard.get("unreadable") else ""]
+        name = shard["name"].removeprefix(SHARD_PREFIX)
+        rows.append((name, shard["state"], "loaded" if shard["loaded"] else "dormant",
+                     str(shard["jobs"]) if shard["jobs"] >= 0 else "-", str(shard["adopted_count"]),
+                     ", ".join(n for n in notes if n)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {3, 4}  # numbers
+    return ["  " + "  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                             for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
 
 
 def _status_text(report: dict[str, Any]) -> str:
-    lines = [f"namespace {report['namespace']}, store {report['store']}"]
+    """Readable at a glance on an 80-column terminal: a header per silo, its counts, a table of shards.
+
+    Alerts (STAGED, QUARANTINED, PARKED, DAMAGED, CLOCK SKEW) keep their whole text on one line,
+    whatever its length: they carry the job ids and shard names an operator copies into a command.
+    """
+    lines = [f"namespace {report['namespace']}", f"store {report['store']}"]
     for silo in report["silos"]:
         if "error" in silo:
             lines.append(f"silo {silo['silo_id']}: not answering ({silo['error']})")
             continue
         c = silo["counters"]
-        lines.append(
-            f"silo {silo['silo_id']} ({silo['owner']}, node {silo.get('node', '')[:12] or '-'}, pid {silo['pid']}): "
-            f"{silo['queued']} queued, "
-            f"{silo['inflight']} in flight, {silo['staged']} staged; lateness mean "
-            f"{c.get('lateness_mean_s', 0):.3f}s max {c.get('lateness_max_s', 0):.3f}s"
-        )
-        lines.append(_clock_text(silo.get("clock")))
+        lines.append(f"silo {silo['silo_id']}  owner {silo['owner']}  node {silo.get('node', '')[:12] or '-'}  "
+                     f"pid {silo['pid']}")
+        lines.append(f"  {silo['queued']} queued, {silo['inflight']} in flight, {silo['staged']} staged")
+        lines.append(f"  lateness: mean {c.get('lateness_mean_s', 0):.3f}s, max {c.get('lateness_max_s', 0):.3f}s")
+        lines.extend(_clock_text(silo.get("clock")))
         for staged in silo.get("staged_jobs", ()):
             since = datetime.fromtimestamp(staged["since_us"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  STAGED job {staged['name'] or staged['job']}: waiting for {staged['target']} since {since}")
+        if silo["shards"]:
+            lines.extend(_shard_rows(silo["shards"]))
         for shard in silo["shards"]:
-            start = datetime.fromtimestamp(shard["window_start"] / 1e6).isoformat(timespec="seconds")
-            lines.append(f"  shard {shard['name']}: {shard['state']}, {'loaded' if shard['loaded'] else 'dormant'}, "
-                         f"{shard['jobs']} jobs, window from {start}, adopted {shard['adopted_count']}x"
-                         + (f", {shard['paused']} paused" if shard.get("paused") else "")
-                         + (f", {shard['unreadable']} UNREADABLE" if shard.get("unreadable") else ""))
             if shard.get("quarantined"):
                 lines.append(f"  QUARANTINED shard {shard['name']}: {shard['owner_deaths']} owners died while it "
                              "fired; its jobs fire in named batches")

@@ -11,7 +11,7 @@ Build policies with the ``FailurePolicy`` constructors; each kind is a small fro
 ==========================================  ==================================================
 ``FailurePolicy.drop()``                    never retry (Dapr ``Drop``)
 ``FailurePolicy.constant(delay)``           wait ``delay`` every time (Dapr ``Constant``)
-``FailurePolicy.cron(schedule)``            retry at the schedule's next time (Dapr ``Cron``)
+``FailurePolicy.cron(schedule)``            retry at the schedule's next time
 ``FailurePolicy.backoff(base, max, f)``     retry k waits ``min(max, base * f ** (k-1))`` (Volcano)
 ``FailurePolicy.formula(min, max, s, b)``   ``min(max, min + s * b ** consecutive_failures)``
 ``FailurePolicy.callable(fn)``              ``fn(ctx, exc) -> datetime | timedelta | None`` (Orleans)
@@ -301,7 +301,7 @@ class ConstantPolicy(FailurePolicy):
 
 @dataclass(frozen=True)
 class CronPolicy(FailurePolicy):
-    """Retry at the schedule's first time strictly after the last attempt (Dapr's ``Cron``)."""
+    """Retry at the schedule's first time strictly after the last attempt."""
 
     kind: ClassVar[str] = "cron"
     schedule: Schedule
@@ -484,8 +484,9 @@ DEFAULT_FAILURE_POLICY: FailurePolicy = FailurePolicy.backoff(
 """The policy of a job that names none: 5 retries at 1 s, 2 s, 4 s, 8 s, 16 s (31 s in all).
 
 A durable scheduler that drops an occurrence on the first transient blip (an actor restarting,
-a network hiccup) loses exactly the work it exists to keep, so ``drop`` (Dapr's default) is
-wrong here. Retrying forever would loop on a poisoned job. Exponential backoff from 1 s rides
+a network hiccup) loses exactly the work it exists to keep, so ``drop`` is wrong here (Dapr's
+jobs API does not drop either: with no policy it retries 3 times 1 s apart, dapr/dapr
+``tests/integration/suite/daprd/jobs/failurepolicy/noset/allfail.go``). Retrying forever would loop on a poisoned job. Exponential backoff from 1 s rides
 out restarts that take seconds without hammering a struggling target, and five retries bound
 the cost of a job that can never succeed to about half a minute.
 """

@@ -217,8 +217,10 @@ class Cancelling:
                 raise
         finally:
             run.release_outcome()  # before waiting for the run's end below: its outcome may go on now
-        if dropped:
-            self._runs.release(run)  # never starts: ended now (only now: a failed write above queues it again)
+        if dropped or staged is not None:
+            # Never starts: ended now (only now: a failed write above queues it again). A staged
+            # run was never sent, so nothing else would ever end it and the wait below never returned.
+            self._runs.release(run)
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()
