@@ -347,6 +347,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # no ADD there and decided the move again into a new shard; the first then wrote its ADD.
     # The cancel followed the job into the first target and answered "cancelled"; it ran on.
     (9963, "all", "two settles of one move at once", "cancel did not hold"),
+    # The simulator's own bug (default kinds). A schedule call lost its try on a partitioned silo;
+    # its retries waited for that silo's shard to be fenced, meanwhile the jobs ran to their end
+    # and their shards were deleted as drained. The retry found nothing, wrote them again, failed
+    # and could not take them back (in doubt): they ran once more, as the README allows. The
+    # excuse held only for a retry acknowledged; now for one in doubt too, on the same grounds.
+    (56728, "all,+real_client,+clock_jumps", "oracle: a retry in doubt added again", "duplicate"),
 ]
 
 
