@@ -147,6 +147,32 @@ async def test_a_retry_finds_an_earlier_try_that_moved_on_to_a_later_window(gone
     assert name == target.base  # where the job lives on: a cancel sent there reaches it
 
 
+async def test_a_retry_whose_earlier_try_already_ran_finds_it_and_runs_it_no_more() -> None:
+    """A job the earlier try landed that has run since is nothing live, yet found: while its
+    shard's log records it, the retry answers that shard and writes nothing. Only a log that no
+    longer records it (deleted as drained, or compacted) lets a retry add it again, the one more
+    run the README allows; the simulator excuses a second run on that ground alone (seed 56728)."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    first.transport.handlers["h"] = Recorder()
+    j = job(due=timedelta(seconds=1))
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    first.lease.renew(first.clock.monotonic())
+    first.clock.advance(1)
+    await fire_due(first)
+    assert first.transport.delivered() == [j.id]
+    assert await copies(store, j.id) == []  # its success is durable: nothing of it is live
+    await make_parts(store, "a", transport=restarted())
+    second = await make_parts(store, "b")
+    second.transport.handlers["h"] = Recorder()
+    assert await second.scheduling.schedule([item(j)], suspects=["a"]) == [earlier]
+    assert await copies(store, j.id) == []
+    second.lease.renew(second.clock.monotonic())
+    second.clock.advance(1)
+    await fire_due(second)
+    assert second.transport.delivered() == []
+
+
 async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_and_asks_again() -> None:
     store = MemoryStore()
     first = await make_parts(store, "a")

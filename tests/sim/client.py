@@ -20,6 +20,8 @@ What each call raised is recorded and judged against what it told its caller:
   ``owed``);
 - ``ScheduleInDoubt``: the jobs of ``may_fire`` may fire or not (counted, not owed); every other
   job of the call is not scheduled;
+- either, after a try was lost: a job the retry wrote again once its earlier try had run and
+  left no record where a retry looks may run once more (README), never two copies at once;
 - any other error (``ClusterUnavailable``, a storage error, ...): the call is all or nothing
   (README, "Schedule calls and retries"), so none of its jobs may ever start;
 - no answer within ``CALL_TIMEOUT_S`` (the caller gave up): in doubt, counted.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +43,8 @@ from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopp
 from cluster.model.jobs import ScheduledJob
 from cluster.model.policies import FailurePolicy
 from cluster.model.routing import SiloLost, SiloRefused
-from cluster.model.wire import us_to_datetime
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.model.wire import timedelta_to_us, us_to_datetime
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, creator_of, format_window, landed_ids, window_of
 from storage.generations import list_logs, read_log
 from tests.runtime.harness import job
 from tests.sim.loop import EPOCH_US, true_now_us
@@ -65,8 +68,15 @@ class SimRay:
         # have cancelled them, so the client's retry may rightly find them "absent".
         self.cancel_maybe_acted: set[str] = set()
         self.schedule_maybe_acted: set[str] = set()  # the same, for jobs of schedule calls
+        # Job id -> its due (µs) as a schedule call carried it, and the suspects its retries named.
+        self.schedule_due: dict[str, int] = {}
+        self.schedule_suspects: dict[str, set[str]] = defaultdict(set)
 
     async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        if method == "schedule":
+            for item in args[0]:
+                self.schedule_due[item[0]] = item[1]
+                self.schedule_suspects[item[0]].update(args[1] if len(args) > 1 else ())
         try:
             answer = await self._call(silo_id, method, args)
         except (SiloLost, SiloRefused) as exc:
@@ -210,6 +220,10 @@ class SimClient:
             self._refused(sorted(set(ids) - set(may_fire)), f"ScheduleInDoubt without them: {exc}")
             world.stats["client: schedule in doubt"] += 1
             world.note(f"client schedule {ids}: ScheduleInDoubt, may fire {sorted(may_fire)}")
+            for job_id, shard in sorted(may_fire.items()):
+                # A retry's batch in doubt may have landed as an acknowledged one does: the same rule.
+                if shard is not None and job_id in self.ray.schedule_maybe_acted:
+                    await self._earlier_try(job_id, shard, acknowledged=False)
             return
         except Exception as exc:
             self._refused(ids, f"{type(exc).__name__}: {exc}")
@@ -225,10 +239,18 @@ class SimClient:
         world.stats["acked"] += len(scheduled)
         world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
 
-    async def _earlier_try(self, job_id: str, shard: str) -> None:
+    async def _earlier_try(self, job_id: str, shard: str, *, acknowledged: bool = True) -> None:
         """A job acknowledged by a call that lost a try after it reached a silo, whose first
         occurrence ran from another shard before the acknowledgement: the retry did not find
-        that try, so it must have left no live copy (README: one more run, never two live copies)."""
+        that try, so it must have left no live copy (README: one more run, never two live copies),
+        nor any record in the shards a retry reads (else it had to answer that shard). Then its
+        runs from the retry's copy are excused; otherwise they are judged as any runs are.
+
+        Not ``acknowledged``: the call ended in doubt, naming ``shard`` for the job, where a
+        retry's batch may have landed and stayed (its take-back failed): the same rule, but a
+        live copy elsewhere is no violation yet, as the batch may not have landed (seed 56728:
+        the earlier try's chain had run out and its shards were deleted as drained; a retry
+        wrote the jobs again, could not take them back, and they ran again)."""
         world = self._world
         # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
         # fired from another, it was added twice.
@@ -237,11 +259,32 @@ class SimClient:
         live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
                 and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
         if live:
-            world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
+            if acknowledged:
+                world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
+            return
+        kept = await self._where_a_retry_looks(job_id, shard)
+        if kept:
+            # The retry had to find it there: no excuse, its runs are judged as runs.
+            world.note(f"client schedule: {job_id}'s earlier try ran; its record is still in {kept}, not excused")
             return
         world.added_again.add(job_id)
-        world.stats["client: added again after its earlier try ran"] += 1
-        world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; added again in {shard}")
+        told = "added again" if acknowledged else "in doubt"
+        world.stats[f"client: {told} after its earlier try ran"] += 1
+        world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")
+
+    async def _where_a_retry_looks(self, job_id: str, shard: str) -> list[str]:
+        """The shards besides ``shard`` that still record ``job_id`` (an ADD not taken back) where a
+        retry looks for its earlier try: those its suspects created for the job's first window."""
+        world = self._world
+        suspects = self.ray.schedule_suspects.get(job_id, set())
+        window = window_of(self.ray.schedule_due[job_id], timedelta_to_us(world.options.shard_duration))
+        kept = []
+        for head in await list_logs(world.store, f"{SHARD_PREFIX}{format_window(window)}-"):
+            creator = creator_of(head.base)
+            if head.base != shard and creator is not None and creator[0] in suspects and landed_ids(
+                    (await read_log(world.store, head.base)).records(), {job_id}):
+                kept.append(head.base)
+        return kept
 
     def _refused(self, ids: Sequence[str], why: str) -> None:
         now_us = true_now_us(self._world.loop)
