@@ -222,8 +222,43 @@ class Cancelling:
         moved = await self._moved_on(run)
         if moved is not None:
             return "moved", moved
+        left = await self._cancel_left_here(run)
+        if left is not None:
+            return left
         await call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
+
+    async def _cancel_left_here(self, run: Run) -> CancelAnswer | None:
+        """Remove the next occurrence ``run``'s outcome left live in its shard; None if there is none.
+
+        The outcome may have written it (the same shard: an ADD replacing the entry) before this
+        cancel marked the run. This cancel's removal then names an occurrence already ended and
+        removes nothing; the outcome removes the next one itself (``Outcomes._cancel_next``),
+        but that write may fail, or be fenced by a peer that claimed the shard meanwhile, and
+        the run ends all the same. The next occurrence then lives on in the log the shard's next
+        owner reads: "cancelled" would not hold (found by the simulation, seed 65829: a silo,
+        SIGSTOPped with the cancel pending, learnt at SIGCONT that it was declared dead, and the
+        adopter ran the job). Still ours, it is removed here as a queued job is; no longer ours,
+        the caller follows the shard to its owner, whose log holds it.
+        """
+        shard, job_id = run.shard, run.job_id
+        if shard.state is None or job_id not in shard.state.live:
+            return None
+        if not self._shards.holds(shard):
+            return "not_owner", await self.owner_of(shard.base)
+        async with shard.gate.exclusive():
+            if not self._shards.holds(shard):  # lost while this waited for the gate
+                return "not_owner", await self.owner_of(shard.base)
+            try:
+                answer = await self._cancel_queued(shard, job_id)
+            except StorageError:
+                # Not removed: it fires, as the log says. The outcome took it off the queue
+                # before its own removal failed, and queued nothing, the run being cancelled.
+                entry = None if shard.state is None else shard.state.live.get(job_id)
+                if entry is not None and self._queue.get(job_id) is None:
+                    self._loading.queue_entry(job_id, entry)
+                raise
+        return None if answer == ("absent", None) else answer  # absent: removed meanwhile, by another cancel
 
     async def _moved_on(self, run: Run) -> str | None:
         """The shard ``run``'s job moved on to, if its outcome moved it there and it is not known ended there.

@@ -359,6 +359,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # by name: the fresh copy went unheld and fired on. Adoption claimed the log again, that claim
     # was handed over at once, and the unheld copy sent its job refused (lease over) again.
     (57302, "all,+real_client,+clock_jumps", "drained shard's delete unheld its fresh take-back", "two owners"),
+    # The default kinds. A silo, SIGSTOPped with a cancel of a running recurring job pending,
+    # went on at SIGCONT: the run's outcome wrote the next occurrence into the shard as the
+    # cancel marked the run, so the cancel's removal named the ended occurrence. The silo learnt
+    # it was declared dead, a peer claimed the shard, the outcome's removal of the next
+    # occurrence was fenced, and the cancel answered "cancelled": the peer ran the job.
+    (65829, "all,+real_client,+clock_jumps", "cancel answered while the next occurrence lived on",
+     "cancel did not hold"),
 ]
 
 
