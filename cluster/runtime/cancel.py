@@ -98,12 +98,12 @@ class Cancelling:
         """Runs of ``job_id`` in flight from older copies of ``shard`` (dropped, or taken back).
 
         Both places matter: the run table's own entry, while the job has not started again from
-        the fresh copy, and its displaced one, once it has. The fresh copy's run may already have
+        the fresh copy, and its displaced ones, once it has. The fresh copy's run may already have
         ended (its outcome queued the next occurrence, which a cancel then finds queued) while the
         older copy's call is still on its way to the handler (found by the simulation, seed 9159:
         it started 1.1 s after "cancelled").
         """
-        return [run for run in (self._runs.find(job_id), self._runs.displaced.get(job_id))
+        return [run for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id))
                 if run is not None and run.shard is not shard and run.shard.base == shard.base]
 
     async def _stop_stale(self, run: Run) -> None:
@@ -196,9 +196,10 @@ class Cancelling:
         if not held:
             run.hold_outcome()
         try:
-            displaced = self._runs.displaced.get(run.job_id)
-            if displaced is not None and displaced.shard.base == run.shard.base:
-                displaced.cancelled = True  # a run of an older copy of this shard, perhaps waiting in its handler
+            # Runs of older copies of this shard, perhaps waiting in their handler.
+            displaced = [old for old in self._runs.displaced_of(run.job_id) if old.shard.base == run.shard.base]
+            for old in displaced:
+                old.cancelled = True
             staged = self._runs.staged.pop(run.job_id, None)
             dropped = False
             if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
@@ -215,10 +216,10 @@ class Cancelling:
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()
-        if displaced is not None and displaced.shard.base == run.shard.base:
+        for old in displaced:
             # Kept from starting, or waited for, as a stale run found beside a queued job is (found
             # by the simulation, seed 1258 with operator pauses: it started after "cancelled").
-            await self._stop_stale(displaced)
+            await self._stop_stale(old)
         moved = await self._moved_on(run)
         if moved is not None:
             return "moved", moved
