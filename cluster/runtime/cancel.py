@@ -98,12 +98,12 @@ class Cancelling:
         """Runs of ``job_id`` in flight from older copies of ``shard`` (dropped, or taken back).
 
         Both places matter: the run table's own entry, while the job has not started again from
-        the fresh copy, and its displaced one, once it has. The fresh copy's run may already have
+        the fresh copy, and its displaced ones, once it has. The fresh copy's run may already have
         ended (its outcome queued the next occurrence, which a cancel then finds queued) while the
         older copy's call is still on its way to the handler (found by the simulation, seed 9159:
         it started 1.1 s after "cancelled").
         """
-        return [run for run in (self._runs.find(job_id), self._runs.displaced.get(job_id))
+        return [run for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id))
                 if run is not None and run.shard is not shard and run.shard.base == shard.base]
 
     async def _stop_stale(self, run: Run) -> None:
@@ -198,9 +198,10 @@ class Cancelling:
         if not held:
             run.hold_outcome()
         try:
-            displaced = self._runs.displaced.get(run.job_id)
-            if displaced is not None and displaced.shard.base == run.shard.base:
-                displaced.cancelled = True  # a run of an older copy of this shard, perhaps waiting in its handler
+            # Runs of older copies of this shard, perhaps waiting in their handler.
+            displaced = [old for old in self._runs.displaced_of(run.job_id) if old.shard.base == run.shard.base]
+            for old in displaced:
+                old.cancelled = True
             staged = self._runs.staged.pop(run.job_id, None)
             dropped = False
             if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
@@ -224,15 +225,50 @@ class Cancelling:
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()
-        if displaced is not None and displaced.shard.base == run.shard.base:
+        for old in displaced:
             # Kept from starting, or waited for, as a stale run found beside a queued job is (found
             # by the simulation, seed 1258 with operator pauses: it started after "cancelled").
-            await self._stop_stale(displaced)
+            await self._stop_stale(old)
         moved = await self._moved_on(run)
         if moved is not None:
             return "moved", moved
+        left = await self._cancel_left_here(run)
+        if left is not None:
+            return left
         await call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
+
+    async def _cancel_left_here(self, run: Run) -> CancelAnswer | None:
+        """Remove the next occurrence ``run``'s outcome left live in its shard; None if there is none.
+
+        The outcome may have written it (the same shard: an ADD replacing the entry) before this
+        cancel marked the run. This cancel's removal then names an occurrence already ended and
+        removes nothing; the outcome removes the next one itself (``Outcomes._cancel_next``),
+        but that write may fail, or be fenced by a peer that claimed the shard meanwhile, and
+        the run ends all the same. The next occurrence then lives on in the log the shard's next
+        owner reads: "cancelled" would not hold (found by the simulation, seed 65829: a silo,
+        SIGSTOPped with the cancel pending, learnt at SIGCONT that it was declared dead, and the
+        adopter ran the job). Still ours, it is removed here as a queued job is; no longer ours,
+        the caller follows the shard to its owner, whose log holds it.
+        """
+        shard, job_id = run.shard, run.job_id
+        if shard.state is None or job_id not in shard.state.live:
+            return None
+        if not self._shards.holds(shard):
+            return "not_owner", await self.owner_of(shard.base)
+        async with shard.gate.exclusive():
+            if not self._shards.holds(shard):  # lost while this waited for the gate
+                return "not_owner", await self.owner_of(shard.base)
+            try:
+                answer = await self._cancel_queued(shard, job_id)
+            except StorageError:
+                # Not removed: it fires, as the log says. The outcome took it off the queue
+                # before its own removal failed, and queued nothing, the run being cancelled.
+                entry = None if shard.state is None else shard.state.live.get(job_id)
+                if entry is not None and self._queue.get(job_id) is None:
+                    self._loading.queue_entry(job_id, entry)
+                raise
+        return None if answer == ("absent", None) else answer  # absent: removed meanwhile, by another cancel
 
     async def _moved_on(self, run: Run) -> str | None:
         """The shard ``run``'s job moved on to, if its outcome moved it there and it is not known ended there.

@@ -178,7 +178,7 @@ class Pausing:
                     if due is not None:  # parked: an operator's release-quarantine queues it
                         self._queue.push(job_id, due, now)
                 raise
-        for run in (self._runs.find(job_id), self._runs.displaced.get(job_id)):
+        for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id)):
             if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished
                     and self.withdraw_sent is not None):
                 # Sent to its handler to wait for its due time (by this copy of the shard, or by

@@ -523,3 +523,32 @@ async def test_a_success_whose_write_is_retried_when_a_cancel_comes_is_recorded_
     assert j.id not in parts.queue and not parts.runs.inflight
     records = [op[:4] for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
     assert [op[1] for op in records] == [j.id] and records[0][3] != CANCELLED  # its success, recorded
+
+
+@pytest.mark.parametrize("stop", ["cancel", "pause"])
+async def test_a_job_sent_ahead_by_every_copy_of_a_shard_taken_back_twice_never_starts_once_stopped(
+        stop: str) -> None:
+    """Found by the simulation (seed 66001): the shard was taken back from its log twice while
+    the job waited in its handler, so three copies of the shard each sent it ahead. The run
+    table kept only the run of the copy displaced last, so a cancel (or a pause) withdrew that
+    one and the fresh copy's, and the first copy's started the job at its due time."""
+    clock, starts, transport, parts = await one_silo()
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    for copy in range(3):
+        await send_ahead(parts)
+        assert transport.delivered() == [j.id] * (copy + 1)  # this copy sent it too
+        if copy < 2:
+            # Its writer stopped (an append landed behind a lost answer): the silo takes the
+            # shard back from its log, which queues the job anew.
+            shard = parts.shards.get(name)
+            assert shard is not None and await parts.shards.taken_back(shard)
+    if stop == "cancel":
+        assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)
+    else:
+        assert (await parts.pausing.pause(name, j.id, None, "op"))[0] == "paused"
+    await settle()
+    clock.advance(1)
+    await settle()
+    assert starts.started == []

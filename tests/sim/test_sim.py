@@ -391,6 +391,18 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # and could not take them back (in doubt): they ran once more, as the README allows. The
     # excuse held only for a retry acknowledged; now for one in doubt too, on the same grounds.
     (56728, "all,+real_client,+clock_jumps", "oracle: a retry in doubt added again", "duplicate"),
+    # The default kinds. A silo, SIGSTOPped with a cancel of a running recurring job pending,
+    # went on at SIGCONT: the run's outcome wrote the next occurrence into the shard as the
+    # cancel marked the run, so the cancel's removal named the ended occurrence. The silo learnt
+    # it was declared dead, a peer claimed the shard, the outcome's removal of the next
+    # occurrence was fenced, and the cancel answered "cancelled": the peer ran the job.
+    (65829, "all,+real_client,+clock_jumps", "cancel answered while the next occurrence lived on",
+     "cancel did not hold"),
+    # The default kinds. A shard was taken back from its log twice in a row while its jobs waited
+    # in their handler (sent ahead), so three copies of it each sent them. The run table kept
+    # only the run of the copy displaced last: a cancel withdrew it and the fresh copy's, and the
+    # first copy's started the job after "cancelled".
+    (66001, "all,+real_client,+clock_jumps", "cancel missed all but the last displaced run", "cancel did not hold"),
 ]
 
 
