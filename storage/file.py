@@ -18,6 +18,7 @@ loop while a block is being made durable: that overlap is what group commit feed
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import heapq
@@ -26,7 +27,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -38,8 +39,11 @@ from .base import (
     LogInfo,
     LogPage,
     LogStat,
+    MetadataWrite,
     ServerTime,
+    Stats,
     Store,
+    WriteOutcomes,
     check_metadata,
     check_name,
     check_page,
@@ -59,6 +63,9 @@ _META_FIELDS = (("incarnation", str), ("version", int), ("size", int), ("blocks"
 LOCK_TIMEOUT_S = 2.0
 _SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
 _MAX_FILENAME = 240
+#: Threads fsyncing one batch of ``write_metadata_many``: ext4 commits concurrent fsyncs together
+#: (measured: 16 at once made ~10,000 small files durable a second where one at a time made ~450).
+SYNC_THREADS = 16
 
 
 def _encode(name: str) -> str:
@@ -86,6 +93,7 @@ class FileStore(Store):
         self.lock_timeout = lock_timeout
         self._made_root = False
         self._reported: set[str] = set()  # damaged logs already logged
+        self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None  # write_metadata_many's fsyncs
 
     # -- paths, locks and the meta record ------------------------------------------------
 
@@ -228,7 +236,7 @@ class FileStore(Store):
             if meta["blocks"] >= self.max_blocks:
                 raise LogFull(f"log {name!r} holds {meta['blocks']} blocks, the limit")
             end = meta["size"] + len(payload)
-            fd = os.open(self._path(name, ".log"), os.O_WRONLY)
+            fd = os.open(self._path(name, ".log"), os.O_WRONLY | os.O_CREAT, 0o644)  # a log made empty has none yet
             try:
                 # Writing at the committed size overwrites whatever a killed writer left there.
                 view = memoryview(payload)
@@ -250,9 +258,11 @@ class FileStore(Store):
             size = meta["size"]
             if not 0 <= offset <= size:
                 raise StorageError(f"read {name!r} at {offset}: outside the body (size {size})")
-            with open(self._path(name, ".log"), "rb") as f:
-                f.seek(offset)
-                data = f.read(size - offset)
+            data = b""
+            if size > offset:  # a log made empty by write_metadata_many has no body file
+                with open(self._path(name, ".log"), "rb") as f:
+                    f.seek(offset)
+                    data = f.read(size - offset)
             return Fetched(data, self._etag(meta), dict(meta["metadata"]), size, meta["blocks"])
 
     def _delete(self, name: str, if_match: str | None) -> None:
@@ -263,8 +273,106 @@ class FileStore(Store):
             self._path(name, ".log").unlink(missing_ok=True)
             _fsync_dir(self.root)
 
+    def _write_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        """``write_metadata_many`` in three phases sharing their waits: every log locked (in name
+        order, so two batches never wait on each other in a circle), checked and its new
+        ``.meta`` written beside it; the new files fsynced together (journals commit concurrent
+        fsyncs as one); then renamed into place and each directory fsynced once."""
+        if len({w.name for w in writes}) != len(writes):
+            raise ValueError("write_metadata_many: a name appears twice")
+        results: WriteOutcomes = [None] * len(writes)
+        held: list[tuple[int, MetadataWrite, int, dict[str, Any] | None]] = []  # index, write, lock fd, new meta
+        tmps: list[int] = []
+        try:
+            for i in sorted(range(len(writes)), key=lambda i: writes[i].name):
+                locked = self._prepare(writes[i])
+                if isinstance(locked, StorageError):
+                    results[i] = locked
+                else:
+                    held.append((i, writes[i], *locked[:2]))
+                    if locked[2] is not None:
+                        tmps.append(locked[2])
+            if len(tmps) > 1:
+                list(self._syncer().map(os.fsync, tmps))
+            elif tmps:
+                os.fsync(tmps[0])
+            for i, write, _, meta in held:
+                if meta is None:
+                    self._path(write.name, ".meta").unlink()
+                    self._path(write.name, ".log").unlink(missing_ok=True)
+                else:
+                    base = str(self._path(write.name, ""))
+                    os.replace(base + ".meta.tmp", base + ".meta")
+                    results[i] = self._etag(meta)
+            if held:
+                _fsync_dir(self.root)
+        except OSError as exc:
+            failed = StorageError(f"file store {self.root}: a batch of writes: {exc}")
+            for i, _, _, _ in held:  # may have been made: renamed, or not, and not yet fsynced
+                results[i] = failed
+        finally:
+            for fd in tmps:
+                os.close(fd)
+            for _, _, fd, _ in held:
+                os.close(fd)  # releases its lock
+        return results
+
+    def _prepare(self, write: MetadataWrite) -> tuple[int, dict[str, Any] | None, int | None] | StorageError:
+        """Lock ``write``'s log and check it: (lock fd, new meta or None to delete, unsynced new
+        .meta fd or None); the error instead when it cannot be made (nothing held then)."""
+        try:
+            metadata = None if write.metadata is None else check_metadata(write.metadata)
+        except StorageError as exc:
+            return exc
+        if not self._made_root:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._made_root = True
+        base = str(self._path(write.name, ""))
+        fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._acquire(fd, write.name, exclusive=True)
+            if write.create:
+                if os.path.exists(base + ".meta"):
+                    raise AlreadyExists(f"log {write.name!r} already exists in {self.root}")
+                # No body file: an empty log needs none (the first append makes it).
+                meta: dict[str, Any] = {"incarnation": uuid.uuid4().hex[:12], "version": 1, "size": 0, "blocks": 0}
+            else:
+                meta = self._match(write.name, write.if_match)
+            if metadata is None:
+                return fd, None, None
+            meta["metadata"] = metadata
+            if not write.create:
+                meta["version"] += 1
+            tmp = os.open(base + ".meta.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(tmp, json.dumps(meta, separators=(",", ":")).encode())
+            except OSError:
+                os.close(tmp)
+                raise
+            return fd, meta, tmp
+        except StorageError as exc:
+            os.close(fd)
+            return exc
+        except OSError as exc:
+            os.close(fd)
+            return StorageError(f"file store {self.root}: log {write.name!r}: {exc}")
+
+    def _syncer(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._sync_pool is None:
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="filestore-fsync")
+        return self._sync_pool
+
     def _stat_locked(self, name: str) -> LogStat:
         return self._stat(name, self._read_meta(name))
+
+    def _stat_many(self, names: Sequence[str]) -> Stats:
+        out: Stats = []
+        for name in names:
+            try:
+                out.append(self._stat_locked(name))
+            except StorageError as exc:
+                out.append(exc)
+        return out
 
     # -- the async interface ---------------------------------------------------------------
 
@@ -289,6 +397,11 @@ class FileStore(Store):
         _encode(name)
         return await asyncio.to_thread(self._stat_locked, name)
 
+    async def stat_many(self, names: Sequence[str]) -> Stats:
+        for name in names:
+            _encode(name)
+        return await asyncio.to_thread(self._stat_many, list(names))
+
     async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
         return await asyncio.to_thread(self._set_metadata, name, check_metadata(metadata), if_match)
 
@@ -299,6 +412,9 @@ class FileStore(Store):
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await asyncio.to_thread(self._fetch, name, offset)
 
+    async def write_metadata_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        return await asyncio.to_thread(self._write_many, list(writes))
+
     async def server_time(self) -> ServerTime | None:
         # The logs live on this host (flock does not hold across machines), so this host's
         # clock is the store's: every process using the store reads the same one.
@@ -306,3 +422,8 @@ class FileStore(Store):
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await asyncio.to_thread(self._delete, name, if_match)
+
+    async def close(self) -> None:
+        pool, self._sync_pool = self._sync_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
