@@ -50,7 +50,7 @@ from cluster.named.registry import (
     scope_prefix,
     update_entry,
 )
-from cluster.named.writes import PutRequest, PutWriter, delete_definition, locator, read_definition, write_definition
+from cluster.named.writes import PutRequest, PutWriter, locator, read_definition, write_definition
 from storage import Fenced, NotFound, Store, open_store
 
 __all__ = ["NamedJob", "NamedJobPage", "NamedJobs", "MAX_PAGE", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
@@ -486,27 +486,7 @@ class NamedJobs:
     async def delete(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> bool:
         """Delete the job ``name``: True if it existed. Once this returns, it does not start again."""
         key = _key(name, app_id, namespace)
-        store = await self._store()
-        entry = await read_entry(store, key)
-        if entry is None:
-            return False
-        for _ in range(_PUT_ATTEMPTS * 4):
-            for job in (entry.retired(), *entry.retire):
-                await self._cancel(job.job_id, job.shard, job.due_us)
-            try:
-                await store.delete(key, if_match=entry.etag)
-            except NotFound:
-                return True
-            except Fenced:  # a status update, or a put that made a newer generation to cancel
-                entry = await read_entry(store, key)
-                if entry is None:
-                    return True
-                continue
-            for old in (entry.retired(), *entry.retire):
-                if old.external:
-                    await delete_definition(store, old.job_id)
-            return True
-        raise Fenced(f"named job {name!r}: the entry kept changing while being deleted")
+        return await (await self._writer()).delete(key, name)
 
     async def delete_prefix(self, prefix: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
         """Delete every job whose name starts with ``prefix`` (``""``: all of the scope); returns how many."""

@@ -97,13 +97,32 @@ class _Put:
         return AlreadyExists(self.ask.name, self.ask.app_id, self.ask.namespace)
 
 
+@dataclass
+class _Delete:
+    """One delete in flight: cancel what the entry names, then delete the entry if unchanged."""
+
+    key: str
+    name: str
+    future: asyncio.Future[bool]
+    tries: int = 0
+    entry: Entry | None = None
+    known: bool = False
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+_Op = _Put | _Delete
+
+
 class PutWriter:
-    """Group-commits the puts of one event loop (see the module docstring)."""
+    """Group-commits the puts and deletes of one event loop (see the module docstring)."""
 
     def __init__(self, store: Store, client: JobSubmitter) -> None:
         self._store = store
         self._client = client
-        self._queued: list[_Put] = []
+        self._queued: list[_Op] = []
         self._busy: set[str] = set()  # keys in a round now
         self._armed = False
         self._rounds: set[asyncio.Task[None]] = set()
@@ -123,6 +142,13 @@ class PutWriter:
         self._arm()
         return list(await asyncio.gather(*(p.future for p in puts), return_exceptions=True))
 
+    async def delete(self, key: str, name: str) -> bool:
+        """Delete the entry ``key`` once what it names is cancelled; True if it existed."""
+        op = _Delete(key, name, asyncio.get_running_loop().create_future())
+        self._queued.append(op)
+        self._arm()
+        return await op.future
+
     # -- rounds --------------------------------------------------------------------------------
 
     def _arm(self) -> None:
@@ -132,8 +158,8 @@ class PutWriter:
 
     def _start_round(self) -> None:
         self._armed = False
-        taken: list[_Put] = []
-        waiting: list[_Put] = []
+        taken: list[_Op] = []
+        waiting: list[_Op] = []
         for p in self._queued:
             if p.key in self._busy:
                 waiting.append(p)  # its name is in a round: after that one
@@ -146,27 +172,28 @@ class PutWriter:
             self._rounds.add(task)
             task.add_done_callback(self._rounds.discard)
 
-    async def _round(self, puts: list[_Put]) -> None:
-        again: list[_Put] = []
+    async def _round(self, ops: list[_Op]) -> None:
+        again: list[_Op] = []
         try:
-            await self._read(puts)
-            ready = [p for p in puts if self._try(p)]
+            await self._read(ops)
+            ready = [p for p in ops if isinstance(p, _Put) and self._try(p)]
             ready = await self._schedule(ready)
-            landed = await self._point(ready, again)
+            deleting = await self._cancel_named([d for d in ops if isinstance(d, _Delete)])
+            landed = await self._point(ready, deleting, again)
             await self._retire(landed)
         except BaseException as exc:
-            for p in puts:
+            for p in ops:
                 p.fail(exc)
             if not isinstance(exc, Exception):
                 raise
         finally:
-            for p in puts:
+            for p in ops:
                 self._busy.discard(p.key)
             self._queued[:0] = [p for p in again if not p.future.done()]
             self._arm()
 
-    async def _read(self, puts: list[_Put]) -> None:
-        need = [p for p in puts if not p.known]
+    async def _read(self, ops: list[_Op]) -> None:
+        need = [p for p in ops if not p.known]
         found = await read_entries(self._store, [p.key for p in need]) if need else []
         for p, entry in zip(need, found, strict=True):
             if isinstance(entry, StorageError):
@@ -212,8 +239,26 @@ class PutWriter:
             p.job = job
         return puts
 
-    async def _point(self, puts: list[_Put], again: list[_Put]) -> list[tuple[_Put, Entry]]:
-        """Point each entry at its put's job, in one group-committed write; the ones written."""
+    async def _cancel_named(self, deletes: list[_Delete]) -> list[_Delete]:
+        """Cancel every job the entries of ``deletes`` name; the deletes whose entry is to go."""
+        existing = []
+        for d in deletes:
+            if d.future.done():
+                continue
+            if d.entry is None:
+                d.future.set_result(False)
+            else:
+                existing.append(d)
+        cancelled = await asyncio.gather(*(self._cancel_all((d.entry.retired(), *d.entry.retire))
+                                           for d in existing if d.entry is not None), return_exceptions=True)
+        for d, result in zip(existing, cancelled, strict=True):
+            if isinstance(result, BaseException):
+                d.fail(result)  # the entry stays: deleting it again cancels them again
+        return [d for d in existing if not d.future.done()]
+
+    async def _point(self, puts: list[_Put], deletes: list[_Delete], again: list[_Op]) -> list[tuple[_Put, Entry]]:
+        """Point each entry at its put's job, and delete the entries of ``deletes``, in one
+        group-committed write; the puts written."""
         writes, news = [], []
         for p in puts:
             assert p.job is not None and p.job.shard is not None
@@ -223,9 +268,11 @@ class PutWriter:
                         () if old is None else (old.retired(), *old.retire), p.definition)
             news.append(new)
             writes.append(MetadataWrite(p.key, new.metadata(), None if old is None else old.etag, create=old is None))
-        outcomes = await self._store.write_metadata_many(writes)
+        writes += [MetadataWrite(d.key, None, d.entry.etag) for d in deletes if d.entry is not None]
+        outcomes = await self._store.write_metadata_many(writes) if writes else []
+        await self._deleted(deletes, outcomes[len(puts):], again)
         landed: list[tuple[_Put, Entry]] = []
-        for p, new, outcome in zip(puts, news, outcomes, strict=True):
+        for p, new, outcome in zip(puts, news, outcomes[:len(puts)], strict=True):
             if isinstance(outcome, str):
                 landed.append((p, replace(new, etag=outcome)))
             elif isinstance(outcome, _REFUSED):
@@ -236,7 +283,27 @@ class PutWriter:
                     landed.append((p, written))
         return landed
 
-    async def _refused(self, p: _Put, again: list[_Put]) -> None:
+    async def _deleted(self, deletes: list[_Delete], outcomes: Sequence[str | None | StorageError],
+                       again: list[_Op]) -> None:
+        """Answer each delete by its write: done, or tried again once the entry changed under it
+        (a status update, or a put that made a newer generation to cancel)."""
+        for d, outcome in zip(deletes, outcomes, strict=True):
+            if outcome is None or isinstance(outcome, NotFound):
+                if outcome is None and d.entry is not None:
+                    for old in (d.entry.retired(), *d.entry.retire):
+                        if old.external:
+                            await delete_definition(self._store, old.job_id)
+                d.future.set_result(True)
+            elif not isinstance(outcome, Fenced):
+                d.fail(outcome if isinstance(outcome, StorageError) else StorageError(repr(outcome)))
+            elif d.tries >= 4 * PUT_ATTEMPTS:
+                d.fail(Fenced(f"named job {d.name!r}: the entry kept changing while being deleted"))
+            else:
+                d.tries += 1
+                d.known = False  # read again in its next round
+                again.append(d)
+
+    async def _refused(self, p: _Put, again: list[_Op]) -> None:
         """The entry changed under ``p``'s write: try again, with the same job if only its
         status changed, else after taking this try's job back."""
         p.tries += 1

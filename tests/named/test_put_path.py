@@ -193,3 +193,24 @@ async def test_a_store_written_by_the_earlier_put_path_keeps_working() -> None:
     assert await store.names("named-defs/") == ()  # the old definition went with its generation
     await seed(store, "legacy-2")
     assert await jobs.delete("legacy-2") and await store.names("named-defs/") == ()
+
+
+async def test_deletes_share_the_rounds_of_puts_and_cancel_every_job_they_name() -> None:
+    store = Counting()
+    jobs, submitter = await jobs_on(store)
+    old = await asyncio.gather(*(jobs.put(f"n-{i}", target=TARGET, due_time=DUE) for i in range(10)))
+    again = await jobs.put("n-0", target=TARGET, due_time=DUE, overwrite=True)
+    store.batches.clear()
+    deleted = await asyncio.gather(*(jobs.delete(f"n-{i}") for i in range(10)),
+                                   *(jobs.put(f"m-{i}", target=TARGET, due_time=DUE) for i in range(10)))
+    assert deleted[:10] == [True] * 10 and len(store.batches) <= 2
+    assert {j.job.id for j in old} | {again.job.id} <= set(submitter.cancelled)
+    assert [await jobs.get(f"n-{i}") for i in range(10)] == [None] * 10
+    assert None not in [await jobs.get(f"m-{i}") for i in range(10)]
+    assert await jobs.delete("never-put") is False
+
+
+async def test_a_put_then_a_delete_of_one_name_in_one_tick_leave_it_deleted() -> None:
+    jobs, submitter = await jobs_on(MemoryStore())
+    put, deleted = await asyncio.gather(jobs.put("x", target=TARGET, due_time=DUE), jobs.delete("x"))
+    assert deleted is True and await jobs.get("x") is None and put.job.id in submitter.cancelled
