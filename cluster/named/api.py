@@ -2,9 +2,11 @@
 
 A name is unique per ``(namespace, app_id)`` (both default to ``"default"``). Every ``put`` makes
 a new **generation**: a new job with a new id (the generation id) and ``generation`` one higher.
-``put`` validates everything first, writes the definition, schedules the new job durably, points
-the registry entry at it by compare-and-swap, and cancels the previous generation through its
-shard's owner (following it through failovers) before it returns. So once ``put`` or
+``put`` validates everything first, schedules the new job durably, points the registry entry at
+it by compare-and-swap (the entry carries the definition, so the two become visible together),
+and cancels the previous generation through its shard's owner (following it through failovers)
+before it returns. Puts and deletes made concurrently in one process share those writes
+(``cluster.named.writes``), and ``put_many`` puts many jobs in one go. So once ``put`` or
 ``delete`` has returned, no occurrence of an older generation starts. An older generation whose
 cancel was cut short (the caller died) stays listed in the entry and is cancelled by the next
 ``put`` or ``delete`` of that name.
