@@ -214,3 +214,16 @@ async def test_a_put_then_a_delete_of_one_name_in_one_tick_leave_it_deleted() ->
     jobs, submitter = await jobs_on(MemoryStore())
     put, deleted = await asyncio.gather(jobs.put("x", target=TARGET, due_time=DUE), jobs.delete("x"))
     assert deleted is True and await jobs.get("x") is None and put.job.id in submitter.cancelled
+
+
+def test_an_inline_definition_and_the_longest_status_still_fit_azures_metadata() -> None:
+    from cluster.named.registry import INLINE_DEFINITION_CHARS, Entry, JobStatus
+    from storage.base import check_metadata
+    from tests.named.test_history import recurring, run_attempts
+
+    status = run_attempts(JobStatus(), recurring(), 20, size=20, error="\u00e9chec " * 200)  # 6 bytes a character
+    entry = Entry("names/default/default/nightly", "", 1, "j" * 26, "shards/x", 1, 2, status,
+                  definition="A" * INLINE_DEFINITION_CHARS)
+    check_metadata(entry.metadata())  # raises past 8 KiB
+    kept = Entry.from_metadata(entry.key, entry.metadata(), "e").status.history
+    assert kept and kept[0] == status.history[0]  # the oldest went first, the newest stays
