@@ -221,7 +221,7 @@ def test_an_inline_definition_and_the_longest_status_still_fit_azures_metadata()
     from storage.base import check_metadata
     from tests.named.test_history import recurring, run_attempts
 
-    status = run_attempts(JobStatus(), recurring(), 20, size=20, error="\u00e9chec " * 200)  # 6 bytes a character
+    status = run_attempts(JobStatus(), recurring(), 20, size=20, error="\u00e9" * 600)  # 6 bytes a character, escaped
     entry = Entry("names/default/default/nightly", "", 1, "j" * 26, "shards/x", 1, 2, status,
                   definition="A" * INLINE_DEFINITION_CHARS)
     check_metadata(entry.metadata())  # raises past 8 KiB
