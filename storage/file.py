@@ -1,8 +1,11 @@
 """``file://``: durable logs on one machine, safe between processes through OS file locks.
 
-Each log is three files in one directory: ``<name>.log`` (the body), ``<name>.meta`` (JSON:
-metadata, committed size, block count, version) and ``<name>.lock`` (an ``flock`` target that
-is never deleted, so two processes always lock the same inode). An append writes the payload
+Each log is up to three files in one directory: ``<name>.log`` (the body; none while the log
+is empty), ``<name>.meta`` (JSON: metadata, committed size, block count, version) and
+``<name>.lock`` (an ``flock`` target). A lock file goes with its log: whoever holds it when it
+finds the log gone unlinks it, and whoever then locks the unlinked file sees that it is no
+longer the one at its path and locks that one instead, so two processes never hold locks on
+two different files of one log. An append writes the payload
 at the committed size, fsyncs it, then atomically replaces ``.meta``: the acknowledgement
 happens only after both are on disk. A process killed mid-append leaves a torn tail past the
 committed size; readers never see it and the next append overwrites it.
@@ -78,6 +81,18 @@ def _encode(name: str) -> str:
     return encoded
 
 
+def _unlock(fd: int, base: str) -> None:
+    """Let go of a lock taken by ``FileStore._lock``; its file goes too if the log is gone (deleted,
+    never made), so that no lock file outlives its log: a waiter on it finds it unlinked and
+    takes the lock anew."""
+    try:
+        if not os.path.exists(base + ".meta"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base + ".lock")
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def _fsync_all(fds: list[int]) -> None:
     for fd in fds:
         os.fsync(fd)
@@ -110,17 +125,36 @@ class FileStore(Store):
 
     @contextlib.contextmanager
     def _locked(self, name: str, exclusive: bool) -> Iterator[None]:
-        if not self._made_root:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._made_root = True
-        fd = os.open(self._path(name, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        base = str(self._path(name, ""))
         try:
-            self._acquire(fd, name, exclusive)
+            fd = self._lock(base, name, exclusive)
+        except OSError as exc:
+            raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
+        try:
             yield
         except OSError as exc:
             raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
         finally:
-            os.close(fd)  # closing the descriptor releases the lock
+            _unlock(fd, base)
+
+    def _lock(self, base: str, name: str, exclusive: bool) -> int:
+        """Open and lock ``<base>.lock``, the file at that path now: a holder that found its log
+        gone unlinked the file it held (``_unlock``), so a lock taken on an inode no longer at
+        the path is let go and taken again on the current one."""
+        if not self._made_root:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._made_root = True
+        while True:
+            fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._acquire(fd, name, exclusive)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(base + ".lock").st_ino == os.fstat(fd).st_ino:
+                        return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
 
     def _acquire(self, fd: int, name: str, exclusive: bool) -> None:
         """Lock ``fd``, waiting at most ``lock_timeout``: a holder that is stopped (SIGSTOP, a
@@ -322,10 +356,12 @@ class FileStore(Store):
             for i, _, _, _ in held:  # may have been made: renamed, or not, and not yet fsynced
                 results[i] = failed
         finally:
-            for _, lock, _, tmp in held:
+            for i, lock, _, tmp in held:
                 if tmp is not None:
                     os.close(tmp)
-                os.close(lock)  # releases its lock
+                    os.close(lock)  # releases its lock
+                else:
+                    _unlock(lock, str(self._path(writes[i].name, "")))  # deleted: its lock file goes too
         return results
 
     def _in_lanes(self, work: Callable[[list[T]], R], lanes: list[list[T]]) -> list[R]:
@@ -341,13 +377,14 @@ class FileStore(Store):
             metadata = None if write.metadata is None else check_metadata(write.metadata)
         except StorageError as exc:
             return exc
-        if not self._made_root:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._made_root = True
         base = str(self._path(write.name, ""))
-        fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self._acquire(fd, write.name, exclusive=True)
+            fd = self._lock(base, write.name, exclusive=True)
+        except StorageError as exc:
+            return exc
+        except OSError as exc:
+            return StorageError(f"file store {self.root}: log {write.name!r}: {exc}")
+        try:
             if write.create:
                 if os.path.exists(base + ".meta"):
                     raise AlreadyExists(f"log {write.name!r} already exists in {self.root}")
@@ -368,10 +405,10 @@ class FileStore(Store):
                 raise
             return fd, meta, tmp
         except StorageError as exc:
-            os.close(fd)
+            _unlock(fd, base)
             return exc
         except OSError as exc:
-            os.close(fd)
+            _unlock(fd, base)
             return StorageError(f"file store {self.root}: log {write.name!r}: {exc}")
 
     def _syncer(self) -> concurrent.futures.ThreadPoolExecutor:
