@@ -9,6 +9,7 @@ import pytest
 
 import storage
 from storage import AlreadyExists, Fenced, FileStore, MetadataWrite, NotFound
+from tests.storage.test_file_durability import Disk, disk  # noqa: F401  the fixture, used by name
 
 
 async def test_each_write_of_a_batch_is_made_or_refused_on_its_own(store: storage.Store) -> None:
@@ -47,4 +48,17 @@ async def test_the_file_store_leaves_no_temporary_file_behind(tmp_path: Path) ->
     await store.write_metadata_many([MetadataWrite(f"n/{i}", {"i": str(i)}, create=True) for i in range(20)])
     assert not [p for p in (tmp_path / "s").iterdir() if p.name.endswith(".tmp")]
     assert len(await store.names("n/")) == 20
+    await store.close()
+
+
+async def test_a_batch_is_on_disk_when_write_metadata_many_returns(tmp_path: Path, disk: Disk) -> None:  # noqa: F811
+    """Each write of an answered batch survives a power cut (the model of test_file_durability)."""
+    store = FileStore(tmp_path / "store")
+    made = await store.write_metadata_many([MetadataWrite(f"names/{i}", {"v": "1"}, create=True) for i in range(40)])
+    disk.acknowledged("a batch of creates")
+    changed = await store.write_metadata_many([MetadataWrite(f"names/{i}", {"v": "2"}, made[i])  # type: ignore[arg-type]
+                                               for i in range(40)])
+    disk.acknowledged("a batch of changes")
+    assert disk.violations == [] and all(isinstance(e, str) for e in changed)
+    assert (await store.stat("names/7")).metadata == {"v": "2"}
     await store.close()
