@@ -1,4 +1,5 @@
-"""The one durable write path of named jobs: puts (new names and overwrites), group-committed.
+"""The one durable write path of named jobs: puts (new names and overwrites) and deletes,
+group-committed.
 
 A ``put`` is three writes, each shared by every put of its round:
 
@@ -10,6 +11,10 @@ A ``put`` is three writes, each shared by every put of its round:
 3. **retire** the generation it replaced: cancel it through its shard's owner (the fence's
    promise: once ``put`` returns, no attempt of an older generation starts, ``cluster.named.fence``),
    then take it off the entry's ``retire`` list, again one ``write_metadata_many`` for the round.
+
+A delete cancels every job its entry names (the current generation and the retired ones),
+then deletes the entry by compare-and-swap in the round's same ``write_metadata_many``; an
+entry changed meanwhile (a status update, a newer put) is read again and the delete tried again.
 
 A round takes what was queued in one event-loop tick (as ``Client`` coalesces schedule calls);
 rounds overlap, but a name is in at most one round at a time, so two puts of one name never
