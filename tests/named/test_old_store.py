@@ -2,7 +2,8 @@
 
 ``fixtures/store-at-b5caeec`` was written by ``fixtures/make_store.py`` at main b5caeec: every
 definition in ``named-defs/``, a ``.log`` and a ``.lock`` per log, a ``.lock`` leaked per
-deleted log. Opened by this version (a copy, in a scratch folder), every job reads as it was
+deleted log, and an entry still retiring an older generation (its put's caller died before the
+cancel). Opened by this version (a copy, in a scratch folder), every job reads as it was
 put, and overwrites, deletes and new puts work, leaving no definition and no lock file behind.
 """
 
@@ -56,20 +57,24 @@ async def test_a_store_written_before_group_commit_reads_and_takes_new_writes(tm
     assert big is not None and big.job.data == "x" * 20_000
     assert twice is not None and twice.generation == 2 and twice.job.data == 2
     assert await jobs.get("deleted") is None
-    assert [j.name for j in await jobs.list()] == ["big", "plain", "twice"]
+    assert [j.name for j in await jobs.list()] == ["big", "cut", "plain", "twice"]
+    cut = await jobs.get("cut")
+    assert cut is not None and cut.generation == 2 and cut.job.data == 2
     other = await jobs.get("other", app_id="billing")
     assert other is not None and other.job.due.year == 2099
 
     replaced = await jobs.put("big", target=TARGET, due_time="2099-01-02T00:00:00Z", data="small", overwrite=True)
     assert replaced.generation == 2 and big.job.id in submitter.cancelled
     assert await jobs.delete("plain")
+    assert await jobs.delete("cut")  # cancels the retired generation too, and deletes its definition
+    assert cut.job.id in submitter.cancelled and len(submitter.cancelled) == 4
     fresh = await asyncio.gather(*(jobs.put(f"new-{i}", target=TARGET, due_time="2099-01-01T00:00:00Z")
                                    for i in range(5)))
     assert [j.generation for j in fresh] == [1] * 5
     assert [j.name for j in await jobs.list()] == ["big", "new-0", "new-1", "new-2", "new-3", "new-4", "twice"]
     got = await jobs.get("big")
     assert got is not None and got.job.data == "small"
-    # The old definitions of "big" and "plain" went with their generations, lock files too.
+    # The old definitions of "big", "plain" and both of "cut" went with their generations, lock files too.
     defs = {p.name for p in root.glob("named-defs*.meta")}
     assert defs == {f"named-defs%2F{j.job.id}.meta" for j in (twice, other)}
     assert orphan_locks(root) == leaked_before
