@@ -298,7 +298,8 @@ class PutWriter:
                     for old in (d.entry.retired(), *d.entry.retire):
                         if old.external:
                             await delete_definition(self._store, old.job_id)
-                d.future.set_result(True)
+                if not d.future.done():  # its caller may have stopped waiting (cancelled)
+                    d.future.set_result(True)
             elif not isinstance(outcome, Fenced):
                 d.fail(outcome if isinstance(outcome, StorageError) else StorageError(repr(outcome)))
             elif d.tries >= 4 * PUT_ATTEMPTS:

@@ -227,3 +227,15 @@ def test_an_inline_definition_and_the_longest_status_still_fit_azures_metadata()
     check_metadata(entry.metadata())  # raises past 8 KiB
     kept = Entry.from_metadata(entry.key, entry.metadata(), "e").status.history
     assert kept and kept[0] == status.history[0]  # the oldest went first, the newest stays
+
+
+async def test_a_caller_that_stops_waiting_does_not_fail_the_others_of_its_round() -> None:
+    jobs, _ = await jobs_on(MemoryStore())
+    await asyncio.gather(*(jobs.put(f"n-{i}", target=TARGET, due_time=DUE) for i in range(4)))
+    impatient = asyncio.ensure_future(jobs.delete("n-0"))
+    others = asyncio.gather(*(jobs.delete(f"n-{i}") for i in range(1, 4)),
+                            *(jobs.put(f"m-{i}", target=TARGET, due_time=DUE) for i in range(4)))
+    await asyncio.sleep(0)
+    impatient.cancel()
+    done = await others
+    assert done[:3] == [True, True, True] and all(j.generation == 1 for j in done[3:])
