@@ -230,12 +230,24 @@ def test_an_inline_definition_and_the_longest_status_still_fit_azures_metadata()
 
 
 async def test_a_caller_that_stops_waiting_does_not_fail_the_others_of_its_round() -> None:
-    jobs, _ = await jobs_on(MemoryStore())
+    class Gated(MemoryStore):
+        gate: asyncio.Event | None = None
+
+        async def write_metadata_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+            if self.gate is not None:
+                await self.gate.wait()  # the round is under way: its callers wait here
+            return await super().write_metadata_many(writes)
+
+    store = Gated()
+    jobs, _ = await jobs_on(store)
     await asyncio.gather(*(jobs.put(f"n-{i}", target=TARGET, due_time=DUE) for i in range(4)))
+    store.gate = asyncio.Event()
     impatient = asyncio.ensure_future(jobs.delete("n-0"))
     others = asyncio.gather(*(jobs.delete(f"n-{i}") for i in range(1, 4)),
                             *(jobs.put(f"m-{i}", target=TARGET, due_time=DUE) for i in range(4)))
-    await asyncio.sleep(0)
+    for _ in range(20):
+        await asyncio.sleep(0)
     impatient.cancel()
+    store.gate.set()
     done = await others
     assert done[:3] == [True, True, True] and all(j.generation == 1 for j in done[3:])
