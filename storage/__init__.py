@@ -15,6 +15,7 @@ from .base import (
     LogInfo,
     LogPage,
     LogStat,
+    MetadataWrite,
     RetryPolicy,
     ServerTime,
     Store,
@@ -44,7 +45,7 @@ from .urls import DEFAULT_URL, open_store
 
 __all__ = [
     "AZURE_MAX_BLOCKS", "MAX_BLOCK_BYTES", "DEFAULT_URL",
-    "Store", "LogInfo", "LogPage", "LogStat", "Appended", "Fetched", "RetryPolicy", "ServerTime",
+    "Store", "LogInfo", "LogPage", "LogStat", "MetadataWrite", "Appended", "Fetched", "RetryPolicy", "ServerTime",
     "MemoryStore", "FileStore", "open_store",
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "LogCorrupted", "LandedAfterFailure", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
