@@ -542,6 +542,8 @@ async def _point_at(store: Store, key: str, entry: Entry | None, job: ScheduledJ
             return replace(new, etag=etag)
         except (LogExists, Fenced, NotFound):
             fresh = await read_entry(store, key)
+            if fresh is not None and fresh.job_id == job.id:
+                return fresh  # this very write landed, its answer lost: not another put's win
             if entry is None or fresh is None or fresh.job_id != entry.job_id:
                 return None
             entry = fresh
