@@ -137,30 +137,30 @@ class NamedStore(Store):
         return result
 
     async def create(self, name: str, metadata: Mapping[str, str]) -> str:
-        return await self._call("create", name, lambda: self._named.world.store.create(name, metadata))  # type: ignore[no-any-return]
+        return await self._call("create", name, lambda: self._named.world.store.create(name, metadata))
 
     async def list(self, prefix: str = "") -> list[LogInfo]:
-        return await self._call("list", prefix, lambda: self._named.world.store.list(prefix))  # type: ignore[no-any-return]
+        return await self._call("list", prefix, lambda: self._named.world.store.list(prefix))
 
     async def stat(self, name: str) -> LogStat:
-        return await self._call("stat", name, lambda: self._named.world.store.stat(name))  # type: ignore[no-any-return]
+        return await self._call("stat", name, lambda: self._named.world.store.stat(name))
 
     async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
-        return await self._call("set_metadata", name,  # type: ignore[no-any-return]
+        return await self._call("set_metadata", name,
                                 lambda: self._named.world.store.set_metadata(name, metadata, if_match))
 
     async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
-        return await self._call("append_block", name,  # type: ignore[no-any-return]
+        return await self._call("append_block", name,
                                 lambda: self._named.world.store.append_block(name, payload, if_match))
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
-        return await self._call("fetch", name, lambda: self._named.world.store.fetch(name, offset))  # type: ignore[no-any-return]
+        return await self._call("fetch", name, lambda: self._named.world.store.fetch(name, offset))
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await self._call("delete", name, lambda: self._named.world.store.delete(name, if_match))
 
     async def server_time(self) -> ServerTime | None:
-        return await self._call("server_time", "", self._named.world.store.server_time)  # type: ignore[no-any-return]
+        return await self._call("server_time", "", self._named.world.store.server_time)
 
 
 class _Client(Client):

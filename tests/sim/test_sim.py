@@ -5,8 +5,9 @@ Every fault kind is on by default: storage errors, lost answers, kills and resta
 partitions from Ray, delayed and duplicated deliveries, and clock skew; and in half the seeds
 dispatch ahead, to a ``JobHandler`` that waits for due times on clocks of its own, with
 withdraws delayed, lost or overtaking their batch; and in half an operator pausing and resuming
-jobs. The seeds below each found a bug (now
-fixed): they stay as regression seeds.
+jobs; and in a quarter a caller putting, overwriting, deleting, triggering, pausing and resuming
+named jobs (``tests.sim.named``). The seeds below each found a bug (now fixed): they stay as
+regression seeds.
 """
 
 from __future__ import annotations
@@ -221,8 +222,8 @@ def test_log_fault_seeds_rotate_and_tear_appends() -> None:
     """Seeds with log faults rotate shard logs, meet the store's block limit, and tear appends at
     kills; the next owner drops a torn tail (checked by every seed: nothing acknowledged lost)."""
     torn = rotated = 0
-    for seed in range(30):
-        result = run_seed(seed, Faults(torn_logs=True))
+    for seed in range(30):  # without named jobs, which draw their own: the worlds this was measured in
+        result = run_seed(seed, Faults(torn_logs=True, named=False))
         torn += result.stats.get("torn appends", 0)
         rotated += result.stats.get("shard generations after the first", 0)
     assert torn > 3 and rotated > 3, (torn, rotated)

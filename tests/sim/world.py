@@ -23,6 +23,7 @@ sender's lease as ``handlers.base.JobHandler`` does; in a share (the ``ahead`` k
 for it to wait for, and withdraw them at cancels (``tests.sim.ahead``). In another share an
 operator pauses jobs and resumes them a little later (issue 16): nothing of a job is sent between
 its pause returning and its resume being sent, a resume finds its pause, and what was owed fires.
+In another a caller works named jobs through ``client.jobs`` (``tests.sim.named``).
 """
 
 from __future__ import annotations
