@@ -62,8 +62,13 @@ CALL_TIMEOUT_S = 60.0
 class SimRay:
     """The ``SiloCall`` of a real ``Client`` in the simulation: one call to one silo process."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, rng: random.Random | None = None, *, ends_superseded: bool = False) -> None:
         self._world = world
+        self._rng = rng  # what its latencies are drawn from: the world's client_rng if None
+        # Whether a silo superseded by a newer process of itself fails the calls it took, as its
+        # process ends on Ray. Off for the real client's seeds, found before it was modelled: a
+        # call into such a silo never answers there, and the caller gives up (``CALL_TIMEOUT_S``).
+        self._ends_superseded = ends_superseded
         # Jobs a cancel call reached and then lost its answer on (killed, partitioned): it may
         # have cancelled them, so the client's retry may rightly find them "absent".
         self.cancel_maybe_acted: set[str] = set()
@@ -77,6 +82,7 @@ class SimRay:
             for item in args[0]:
                 self.schedule_due[item[0]] = item[1]
                 self.schedule_suspects[item[0]].update(args[1] if len(args) > 1 else ())
+        self._world.say(f"ray: {_call_text(method, args)} to {silo_id}")
         try:
             answer = await self._call(silo_id, method, args)
         except (SiloLost, SiloRefused) as exc:
@@ -96,20 +102,25 @@ class SimRay:
         if proc.silo is None or proc.state == "dead":
             raise SiloLost(f"silo {silo_id} is dead or restarting (RayActorError)")
         epoch, silo = proc.epoch, proc.silo
-        rng = world.client_rng
+        rng = self._rng or world.client_rng
         if world.faults.latency:
             await asyncio.sleep(rng.random() * 0.05)
         await self._taken(proc, epoch, method)
         if proc.partitioned:
             raise SiloLost(f"silo {silo_id}: Ray lost its node; {method} did not reach it")
+        if self._ends_superseded and proc.superseded.is_set():
+            raise SiloLost(f"silo {silo_id}: its process ended, a newer one joined (RayActorError)")
         task = asyncio.ensure_future(getattr(silo, method)(*args))
-        died = asyncio.ensure_future(proc.died.wait())
+        ends = [asyncio.ensure_future(proc.died.wait())]
+        if self._ends_superseded:
+            ends.append(asyncio.ensure_future(proc.superseded.wait()))
         try:
-            await asyncio.wait({task, died}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, *ends}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            died.cancel()
+            for end in ends:
+                end.cancel()
         if not task.done():
-            # Killed mid-call: its coroutine runs on (its store calls hang), but nothing comes back.
+            # Killed mid-call (or ended): its coroutine runs on, but nothing comes back.
             task.add_done_callback(_drop)
             self._maybe_acted(method, args)
             raise SiloLost(f"silo {silo_id} was killed during {method}")

@@ -5,8 +5,9 @@ Every fault kind is on by default: storage errors, lost answers, kills and resta
 partitions from Ray, delayed and duplicated deliveries, and clock skew; and in half the seeds
 dispatch ahead, to a ``JobHandler`` that waits for due times on clocks of its own, with
 withdraws delayed, lost or overtaking their batch; and in half an operator pausing and resuming
-jobs. The seeds below each found a bug (now
-fixed): they stay as regression seeds.
+jobs; and in a quarter a caller putting, overwriting, deleting, triggering, pausing and resuming
+named jobs (``tests.sim.named``). The seeds below each found a bug (now fixed): they stay as
+regression seeds.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from tests.sim.world import Faults, Result, run_seed
 SEEDS = 2000
 REAL_CLIENT = "  0.000000 the client is cluster.client.Client"  # a line of the trace
 CLOCKS_JUMP = "  0.000000 clocks jump"
+NAMED = "  0.000000 a caller works named jobs"
 # Fault kinds added after every seed of FOUND was found: off for those, so each keeps its world;
 # a seed found with them on names them (``+torn_logs``), and they stay on for it.
-LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs"
+LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs,-named"
 CHUNKS = 10  # a chunk per test, so progress shows and a failure names its range
 # What every chunk of 200 seeds must at least do, so that "kept every invariant" means something: a
 # chunk whose schedule calls mostly fail, or that never kills, adopts or cancels, proves little.
@@ -40,6 +42,15 @@ FLOORS = {
     "shards taken over": 750,  # a shard's owner of record changed: adopted, or taken back by a new incarnation
     "cancels answered cancelled": 400,
     "operator pauses": 270,
+    # Named jobs (a quarter of the seeds; measured with the default kinds, seeds 0-1999: puts
+    # acknowledged 257, overwrites 111, deletes that removed a job 23, triggers 34, pauses 26 and
+    # gets judged 280, the least of a chunk).
+    "named: puts acknowledged": 125,
+    "named: overwrites acknowledged": 55,
+    "named: deletes acknowledged": 11,
+    "named: triggers acknowledged": 17,
+    "named: pauses acknowledged": 13,
+    "named: gets checked": 140,
 }
 
 
@@ -163,6 +174,33 @@ def test_a_seed_that_draws_no_clock_jumps_runs_as_before_them() -> None:
         assert run_seed(result.seed, Faults(clock_jumps=False)).digest == result.digest
 
 
+def test_a_seed_that_draws_no_named_jobs_runs_as_before_them() -> None:
+    """Named jobs draw from a generator of their own: other seeds keep their worlds."""
+    results = [run_seed(seed) for seed in range(14, 22)]
+    plain = [r for r in results if NAMED not in r.trace]
+    assert 0 < len(plain) < len(results)
+    for result in plain:
+        assert run_seed(result.seed, Faults(named=False)).digest == result.digest
+
+
+def test_named_seeds_put_overwrite_delete_trigger_pause_and_replay() -> None:
+    """Seeds with a caller of named jobs reach every call it makes, its races and its failures,
+    under faults (each checked by every seed), and replay exactly: job ids and the caller's
+    clock come from the seed (``tests.sim.named.deterministic``)."""
+    seen: dict[str, int] = {}
+    for seed in range(15, 31):
+        result = run_seed(seed)
+        if NAMED in result.trace:
+            for key, n in result.stats.items():
+                seen[key] = seen.get(key, 0) + n
+    for key in ("named: puts acknowledged", "named: overwrites acknowledged", "named: races", "named: put raised",
+                "named: deletes acknowledged", "named: triggers acknowledged", "named: pauses acknowledged",
+                "named: resumes acknowledged", "named: gets checked", "named: attempts started"):
+        assert seen.get(key, 0) > 0, (key, seen)
+    first, second = run_seed(15), run_seed(15)
+    assert NAMED in first.trace and first.digest == second.digest
+
+
 def test_clock_jump_seeds_step_wall_clocks_and_suspend_vms() -> None:
     seen: dict[str, int] = {}
     for seed in range(20):
@@ -184,8 +222,8 @@ def test_log_fault_seeds_rotate_and_tear_appends() -> None:
     """Seeds with log faults rotate shard logs, meet the store's block limit, and tear appends at
     kills; the next owner drops a torn tail (checked by every seed: nothing acknowledged lost)."""
     torn = rotated = 0
-    for seed in range(30):
-        result = run_seed(seed, Faults(torn_logs=True))
+    for seed in range(30):  # without named jobs, which draw their own: the worlds this was measured in
+        result = run_seed(seed, Faults(torn_logs=True, named=False))
         torn += result.stats.get("torn appends", 0)
         rotated += result.stats.get("shard generations after the first", 0)
     assert torn > 3 and rotated > 3, (torn, rotated)
@@ -403,6 +441,30 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # only the run of the copy displaced last: a cancel withdrew it and the fresh copy's, and the
     # first copy's started the job after "cancelled".
     (66001, "all,+real_client,+clock_jumps", "cancel missed all but the last displaced run", "cancel did not hold"),
+    # Named jobs (issue 25, point 6), the default kinds. A triggered run's retry was admitted
+    # while the name still pointed at its generation, then waited to be sent; an overwrite
+    # returned meanwhile without cancelling it (the entry did not list it), and it started.
+    (147, "all,+real_client,+clock_jumps,+named,-torn_logs", "overwrite left an admitted triggered run",
+     "older generation ran"),
+    # An overwrite's cancel of the recurring generation it replaced searched the shards (its
+    # first was deleted as drained), found the job's shard owned by a silo being replaced, passed
+    # it over as "not the owner" and answered absent; the put returned, the adopter fired it.
+    (640, "all,+real_client,+clock_jumps,+named,-torn_logs", "cancel's search passed over a shard changing owner",
+     "older generation ran"),
+    # A named job sent ahead (1.9 s) was deferred as its clearance read failed, and queued again
+    # a second later: before its due time, which the run then took for its own. It started early.
+    (823, "all,+real_client,+clock_jumps,+named,-torn_logs", "deferred admission queued a run before its due time",
+     "early"),
+    # A put's compare-and-swap of the name's entry landed with its answer lost; the put took its
+    # own write for another put's, cancelled its job and deleted its definition, then failed its
+    # next try: the name pointed at nothing that runs, and get raised Fenced until the next put.
+    (818, "all,+real_client,+clock_jumps,+named,-torn_logs", "put abandoned its own landed entry write",
+     "unsettled"),
+    # A recurring job's outcome landed with its answer lost and could not be read back; a cancel
+    # stopped the outcome's retries, then its own write found the landed one (LandedAfterFailure),
+    # and not cancelling after all it queued the ended run again from memory: it ran twice.
+    (154, "all,+real_client,+clock_jumps,+named,-torn_logs", "failed cancel ran again a run whose outcome landed",
+     "duplicate"),
 ]
 
 

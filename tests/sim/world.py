@@ -23,6 +23,7 @@ sender's lease as ``handlers.base.JobHandler`` does; in a share (the ``ahead`` k
 for it to wait for, and withdraw them at cancels (``tests.sim.ahead``). In another share an
 operator pauses jobs and resumes them a little later (issue 16): nothing of a job is sent between
 its pause returning and its resume being sent, a resume finds its pause, and what was owed fires.
+In another a caller works named jobs through ``client.jobs`` (``tests.sim.named``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from tests.sim.client import SimClient, client_rng
 from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
 from tests.sim.logs import Logs
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
+from tests.sim.named import Named, deterministic
 
 # -- what a run looks like ------------------------------------------------------------------------
 
@@ -133,6 +135,9 @@ class Faults:
     # from its stale memory; seed 1829: a move settled twice around a rotation), and the seeds CI
     # runs must pass. Default it on once they are fixed.
     torn_logs: bool = False
+    # In a share of seeds a caller works named jobs through ``client.jobs``: put, overwrite, delete,
+    # trigger, pause and resume (``tests.sim.named``).
+    named: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -251,6 +256,9 @@ class Process:
         self.partitioned = False
         self.resumed = asyncio.Event()
         self.died = asyncio.Event()  # set at the kill of the current incarnation
+        # Set once a newer process of this silo joined: on Ray the process then ends
+        # (``cluster._cluster``), failing the calls it had taken; here it lingers, refusing new ones.
+        self.superseded = asyncio.Event()
         self.skew_us = world.rng.randint(-MAX_SKEW_US, MAX_SKEW_US) if world.faults.skew else 0
         self.clock = SimClock(world.loop, self.skew_us)  # its host's: it outlives each incarnation
 
@@ -259,11 +267,12 @@ class Process:
         self.state = UP
         self.resumed.set()
         self.died = asyncio.Event()
+        self.superseded = asyncio.Event()
         world = self.world
         transport = SimTransport(world, self, self.epoch)
         self.silo = Silo(self.silo_id, "memory://", world.options, "sim", hooks=feature_hooks, transport=transport,
                          clock=self.clock, store=SimStore(world, self, self.epoch),
-                         rng=random.Random(world.rng.getrandbits(32)))
+                         rng=random.Random(world.rng.getrandbits(32)), on_superseded=self.superseded.set)
         transport.silo = self.silo
         world.note(f"start {self.silo_id} (epoch {self.epoch})")
 
@@ -598,6 +607,7 @@ class World:
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
         self.jump_rng = jump_rng(seed)
         self.jumps = draws_jumps(self)
+        self.named = Named.draw(self)  # a caller of named jobs in a share of seeds
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
 
     # -- recording --------------------------------------------------------------------------
@@ -668,6 +678,8 @@ class World:
     def landed(self, method: str, name: str, proc: Process, payload: bytes = b"") -> None:
         self.stats["writes"] += 1
         now_us = true_now_us(self.loop)
+        if self.named is not None:
+            self.named.landed(name)
         if name.startswith(SHARD_PREFIX) and method in ("create", "set_metadata"):
             base = name.rpartition("~")[0]
             owner = self.owner_of_record(base)
@@ -839,6 +851,8 @@ class World:
         if store_end is not None and now_us > store_end:
             self.violate(f"zombie: {job_id}#{attempt.occurrence} started at {now_us - EPOCH_US} µs, past the lease "
                          f"of {sender}, which by the store ended at {store_end - EPOCH_US} µs")
+        if self.named is not None:
+            self.named.fired(sent, now_us)
         return succeeded
 
     async def hand_over(self, handler: SimHandler, attempts: Sequence[Attempt],
@@ -1299,6 +1313,9 @@ class World:
         if self.operator:
             self.note("an operator pauses and resumes jobs")
             self.spawn(self.operate())
+        if self.named is not None:
+            self.note("a caller works named jobs")
+            self.spawn(self.named.run(CLIENT_S))
         await self.chaos()
         await asyncio.sleep(max(0.0, CHAOS_S - self.loop.time()))
         self.heal()
@@ -1306,14 +1323,19 @@ class World:
         while self.loop.time() < healed + HEAL_MAX_S:
             await asyncio.sleep(0.5)
             self.settle()
+            if self.named is not None:
+                self.named.settle()
             if (self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed()
                     and not self.settling and not self.holding and not self.cancelling
-                    and (self.sim_client is None or not self.sim_client.calls)):
+                    and (self.sim_client is None or not self.sim_client.calls)
+                    and (self.named is None or self.named.quiet())):
                 break
         await asyncio.sleep(3.0)  # let outcomes of the last attempts land
         await self.final_checks()
         if self.sim_client is not None:
             self.sim_client.final_checks()
+        if self.named is not None:
+            self.named.final_checks()
         await self.logs.final_checks(self)
 
     def check_duplicates(self) -> None:
@@ -1453,7 +1475,7 @@ def run_seed(seed: int, faults: Faults | None = None, *, verbose: bool = False) 
     world = World(seed, faults, loop, verbose=verbose)
     asyncio.set_event_loop(loop)
     try:
-        with _captured_logs(world):
+        with _captured_logs(world), deterministic(world) if world.named is not None else contextlib.nullcontext():
             try:
                 loop.run_until_complete(world.main())
             finally:
