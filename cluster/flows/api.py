@@ -24,7 +24,7 @@ from cluster.flows.model import (
     compile_flow,
 )
 from cluster.flows.progress import advance
-from cluster.model.clock import wall_clock_us
+from cluster.model.clock import SYSTEM_CLOCK, Clock
 from cluster.model.errors import ValidationError
 from cluster.model.jobs import ScheduledJob
 from cluster.model.ports import JobSubmitter
@@ -126,10 +126,14 @@ def _flow_name(info: LogInfo) -> str:
 
 class Flows:
     """``client.flows``: submit, inspect, cancel and list flows. Reads and writes flow logs in the
-    cluster's store (its URL comes from a silo) and schedules root steps through the silos."""
+    cluster's store (its URL comes from a silo) and schedules root steps through the silos.
 
-    def __init__(self, client: JobSubmitter) -> None:
+    ``clock`` times the flow's records and its root steps' due times (the host's, unless a test
+    runs the client on a clock of its own)."""
+
+    def __init__(self, client: JobSubmitter, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._client = client
+        self._clock = clock
         self._owner = f"client-{uuid.uuid4().hex[:8]}"
         self._store_url: str | None = None
         self._index = FlowIndex()
@@ -148,7 +152,7 @@ class Flows:
         Submitting the same definition under the same name again returns the existing flow;
         a different definition under a taken name raises ``FlowExists``.
         """
-        plan = compile_flow(flow, flow_id=uuid.uuid4().hex[:16], created_us=wall_clock_us(),
+        plan = compile_flow(flow, flow_id=uuid.uuid4().hex[:16], created_us=self._clock.now_us(),
                             resolve=self._client.resolve_target)
         async with await self._open() as store:
             try:
@@ -158,7 +162,7 @@ class Flows:
                 if existing is None or _definition(existing.plan) != _definition(plan):
                     raise FlowExists("name", "a different flow already has this name", flow.name) from None
                 return existing.status()
-            state = await advance(store, plan.name, self._owner, self._schedule)
+            state = await advance(store, plan.name, self._owner, self._schedule, now_us=self._clock.now_us)
         assert state is not None
         return state.status()
 
@@ -189,7 +193,7 @@ class Flows:
             wrote: list[list[Any]] = []
 
             def decide(s: FlowState) -> list[list[Any]]:
-                wrote[:] = [r for r in [["cancel", wall_clock_us()]] if s.apply(r)]
+                wrote[:] = [r for r in [["cancel", self._clock.now_us()]] if s.apply(r)]
                 return wrote
 
             state = await update(store, name, decide)
@@ -212,7 +216,7 @@ class Flows:
                     await self._client.try_cancel_job(dataclasses.replace(job, shard=step.shard))
                 cancelled.append(plan.name)
             if cancelled:
-                record = ["cancelled", cancelled, wall_clock_us()]
+                record = ["cancelled", cancelled, self._clock.now_us()]
                 await update(store, name, lambda s: [record] if s.apply(record) else [])
         return True
 

@@ -87,6 +87,11 @@ class FlowHooks(SiloHooks):
             task.cancel()
         await asyncio.gather(self._loop, *self._background, return_exceptions=True)
 
+    def _now_us(self) -> int:
+        # The silo's reading of the store's time, as its attempts' start and end times are: a
+        # step's due time and the silences reconcile measures then agree with its jobs' clock.
+        return self._silo.clock.now_us()
+
     async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
         # Straight into this silo's own shards: the same call a client makes, without Ray.
         return await self._silo.schedule([(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs])
@@ -99,7 +104,7 @@ class FlowHooks(SiloHooks):
 
     async def _record(self, flow: str, events: list[list[Any]]) -> None:
         try:
-            await advance(self._store, flow, self._silo.owner, self._schedule, events)
+            await advance(self._store, flow, self._silo.owner, self._schedule, events, now_us=self._now_us)
         except Exception as exc:  # storage, or no silo took the dependants: never stop the silo
             # The step's outcome is durable in its shard: reconcile recovers it from there.
             log.warning("could not record a flow step", extra={"flow": flow, "error": repr(exc)})
@@ -126,6 +131,7 @@ class FlowHooks(SiloHooks):
             flow = info.name[len(FLOW_PREFIX):].rpartition("~")[0]
             if flow in self._finished:
                 continue
-            state = await reconcile(self._store, flow, self._silo.owner, self._schedule, self._limits, members)
+            state = await reconcile(self._store, flow, self._silo.owner, self._schedule, self._limits, members,
+                                    now_us=self._now_us)
             if state is not None and state.finished:
                 self._finished.add(flow)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,14 @@ log = logging.getLogger("timeshard.flows")
 # -- moving a flow on -----------------------------------------------------------------------------
 
 
+Now = Callable[[], int]
+"""The wall clock (µs) a writer times its records and its steps' due times by: a silo's is the
+store's time as it reads it (``SiloView.clock``), so a step is due when its silo says "now"."""
+
+
 async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
-                  events: Sequence[list[Any]] = (), *, retake: dict[str, str | None] | None = None) -> FlowState | None:
+                  events: Sequence[list[Any]] = (), *, retake: dict[str, str | None] | None = None,
+                  now_us: Now = wall_clock_us) -> FlowState | None:
     """Record ``events``, then schedule every step they made ready, and the steps in ``retake``.
 
     ``retake`` maps steps to the intent token they had when a crash was diagnosed; each is
@@ -43,22 +49,23 @@ async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
         steps = [s for s, seen in retake.items() if state.steps[s].token == seen and state.steps[s].state not in TERMINAL_STEP_STATES]
         steps += [s for s in state.ready() if s not in steps]
         if steps:
-            out += applied(state, [["intent", token, owner, steps, wall_clock_us()]])
+            out += applied(state, [["intent", token, owner, steps, now_us()]])
         return out
 
     state = await update(store, flow, decide)
     if state is None or token not in state.intents:
         return state
-    return await launch(store, state, state.intents[token], schedule)
+    return await launch(store, state, state.intents[token], schedule, now_us=now_us)
 
 
-async def launch(store: Store, state: FlowState, intent: Intent, schedule: Schedule) -> FlowState | None:
+async def launch(store: Store, state: FlowState, intent: Intent, schedule: Schedule, *,
+                 now_us: Now = wall_clock_us) -> FlowState | None:
     """Schedule the jobs of ``intent``'s steps, then confirm them (with their shards) in the log."""
-    now = us_to_datetime(wall_clock_us())
+    now = us_to_datetime(now_us())
     jobs = [state.plan.job(step, now) for step in intent.steps]
     shards = await schedule(jobs)
     placed = [[step, shard, datetime_to_us(now)] for step, shard in zip(intent.steps, shards, strict=True)]
-    sched = ["sched", intent.token, placed, wall_clock_us()]
+    sched = ["sched", intent.token, placed, now_us()]
     return await update(store, state.plan.name, lambda s: applied(s, [sched]))
 
 
@@ -112,12 +119,12 @@ async def job_outcome(store: Store, shard: str, job_id: str) -> str | None:
 
 
 async def reconcile(store: Store, flow: str, owner: str, schedule: Schedule, limits: Limits,
-                    members: dict[str, Member]) -> FlowState | None:
+                    members: dict[str, Member], *, now_us: Now = wall_clock_us) -> FlowState | None:
     """Finish what crashed writers left half done in ``flow`` (see the module docstring)."""
     state = await read_flow(store, flow)
     if state is None or state.finished:
         return state
-    now = wall_clock_us()
+    now = now_us()
     retake: dict[str, str | None] = {
         s: i.token for i in state.unconfirmed() if _writer_gone(i.owner, i.at_us, members, limits, now)
         for s in i.steps if state.steps[s].token == i.token
@@ -140,4 +147,4 @@ async def reconcile(store: Store, flow: str, owner: str, schedule: Schedule, lim
             retake[plan.name] = step.token
     if not retake and not events:
         return state
-    return await advance(store, flow, owner, schedule, events, retake=retake)
+    return await advance(store, flow, owner, schedule, events, retake=retake, now_us=now_us)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 
@@ -149,6 +150,11 @@ class SiloView(Protocol):
 
     @property
     def options(self) -> ClusterOptions: ...
+
+    @property
+    def clock(self) -> Clock:
+        """The store's time as this silo reads it: what its due times and attempt times are on."""
+        ...
 
     async def schedule(self, jobs: Sequence[tuple[str, int, bytes]]) -> list[str]:
         """Durably add ``(id, due_us, packed job)`` items to this silo's shards; their shards."""
