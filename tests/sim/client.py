@@ -59,8 +59,9 @@ CALL_TIMEOUT_S = 60.0
 class SimRay:
     """The ``SiloCall`` of a real ``Client`` in the simulation: one call to one silo process."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, rng: random.Random | None = None) -> None:
         self._world = world
+        self._rng = rng if rng is not None else world.client_rng  # another user's calls draw from their own
         # Jobs a cancel call reached and then lost its answer on (killed, partitioned): it may
         # have cancelled them, so the client's retry may rightly find them "absent".
         self.cancel_maybe_acted: set[str] = set()
@@ -86,7 +87,7 @@ class SimRay:
         if proc.silo is None or proc.state == "dead":
             raise SiloLost(f"silo {silo_id} is dead or restarting (RayActorError)")
         epoch, silo = proc.epoch, proc.silo
-        rng = world.client_rng
+        rng = self._rng
         if world.faults.latency:
             await asyncio.sleep(rng.random() * 0.05)
         await self._taken(proc, epoch, method)
@@ -221,27 +222,9 @@ class SimClient:
             self.jobs[scheduled_job.id] = scheduled_job
             world.acked[scheduled_job.id] = scheduled_job.shard
             if scheduled_job.id in self.ray.schedule_maybe_acted:
-                await self._earlier_try(scheduled_job.id, scheduled_job.shard)
+                await earlier_try(world, scheduled_job.id, scheduled_job.shard)
         world.stats["acked"] += len(scheduled)
         world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
-
-    async def _earlier_try(self, job_id: str, shard: str) -> None:
-        """A job acknowledged by a call that lost a try after it reached a silo, whose first
-        occurrence ran from another shard before the acknowledgement: the retry did not find
-        that try, so it must have left no live copy (README: one more run, never two live copies)."""
-        world = self._world
-        # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
-        # fired from another, it was added twice.
-        if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
-            return
-        live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
-                and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
-        if live:
-            world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
-            return
-        world.added_again.add(job_id)
-        world.stats["client: added again after its earlier try ran"] += 1
-        world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; added again in {shard}")
 
     def _refused(self, ids: Sequence[str], why: str) -> None:
         now_us = true_now_us(self._world.loop)
@@ -299,6 +282,24 @@ class SimClient:
                               f"({why})")
         world.stats["client: in doubt"] = len(self.in_doubt)
         world.stats["client: in doubt, fired"] = len(self.in_doubt & {d.job_id for d in world.deliveries})
+
+
+async def earlier_try(world: World, job_id: str, shard: str) -> None:
+    """A job acknowledged by a call that lost a try after it reached a silo, whose first
+    occurrence ran from another shard before the acknowledgement: the retry did not find
+    that try, so it must have left no live copy (README: one more run, never two live copies)."""
+    # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
+    # fired from another, it was added twice.
+    if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
+        return
+    live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
+            and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
+    if live:
+        world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
+        return
+    world.added_again.add(job_id)
+    world.stats["client: added again after its earlier try ran"] += 1
+    world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; added again in {shard}")
 
 
 def client_rng(seed: int) -> random.Random:
