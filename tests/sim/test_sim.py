@@ -272,6 +272,7 @@ def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
         Faults.parse("kill")
 
 
+FLOWS_ON = "default,+real_client,+clock_jumps,+flows"  # the default kinds and flows, as the flow seeds were found
 # Seeds that each broke an invariant through a bug since fixed; see the module docstring. Those
 # found before handlers waited say -ahead: with it a seed may draw a waiting handler, another world;
 # and all say -operator_pauses, found before operators paused jobs (issue 16), for the same reason.
@@ -397,6 +398,25 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # no ADD there and decided the move again into a new shard; the first then wrote its ADD.
     # The cancel followed the job into the first target and answered "cancelled"; it ran on.
     (9963, "all", "two settles of one move at once", "cancel did not hold"),
+    # Flows (issue 24, deliverable 6), each with a test in tests/flows/test_recovery.py. A submit
+    # failed after writing the definition; submitted again, the flow was returned as it stood, with
+    # no root step scheduled, and nothing ever scheduled one.
+    (15, FLOWS_ON, "resubmit left an acknowledged flow unscheduled", "flow lost"),
+    # A step's success, refused by the flow log once, was given up: only its shard knew it, a drain
+    # deleted that, and reconcile ran the step again.
+    (7, FLOWS_ON, "a flow step's refused record given up", "duplicate"),
+    # The same through an outcome write in doubt (the shard taken back): no hook heard of the end.
+    (2033, FLOWS_ON, "an outcome in doubt never told to the flow", "duplicate"),
+    # A cancel's record landed, its answer lost: read again, the flow was "finished", the call
+    # answered False and cancelled no step; the steps ran on in a cancelled flow.
+    (648, FLOWS_ON, "a cancel's own landed record answered False", "flow lost"),
+    # A silo paused after scheduling a step (its intent unconfirmed) was taken over: the taker
+    # added the job again beside the paused writer's copy (and, taken over twice, searched only the
+    # last writer), or took over on a read made before the writer confirmed, or the writer's late
+    # confirmation was ignored and the step taken over again.
+    (154, FLOWS_ON, "takeover added a step's job beside its writer's copy", "duplicate"),
+    (136, FLOWS_ON, "takeover decided on a stale read", "duplicate"),
+    (419, FLOWS_ON, "a taken-over writer's confirmation ignored", "duplicate"),
 ]
 
 
