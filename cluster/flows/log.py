@@ -32,15 +32,21 @@ rescheduled after a crash is recognisable in the shard logs and in the flow log.
 silo), when it adopts a shard holding flow jobs, and every ``10 x adoption_interval``:
 
 - an ``intent`` without its ``sched`` whose writer is dead, replaced, or silent for longer than
-  the grace period is taken over by a new intent and scheduled again;
+  the grace period (or the reconciling silo's own, once its launch failed) is taken over by a new
+  intent and scheduled again: as its first writer sent the job (due at that intent's time), naming
+  every earlier writer's silo as a suspect, so that a copy one of them added is found, not added
+  again; a ``sched`` that lands after the takeover's intent still schedules the step;
 - a step silent for longer than an attempt can last (``handler_timeout`` after its start, or
   after its retry time / due time plus ``undeliverable_timeout``) has its shard log read: the
   job's ``remove`` there tells its outcome, which is recorded as the lost hook would have done;
   a job that is gone without a trace (its drained shard was deleted) is run again — at least
   once, like every job.
 
-The remaining window is a silo killed after a step's ``remove`` is durable and before its hook
-wrote ``ok``, with the shard deleted before any reconcile looked: the step then runs twice.
+A silo that runs on writes a step's record until it lands, and reads an outcome whose write was
+in doubt from the shard log at once (``SiloHooks.attempt_unsure``). The remaining window is a
+silo killed after a step's ``remove`` is durable and before its hook wrote ``ok``, with the shard
+deleted before any reconcile looked: the step then runs twice (the simulator sees it in about one
+step start of a hundred with kills every few seconds).
 """
 
 from __future__ import annotations

@@ -99,7 +99,6 @@ class Design:
     acked_us: int | None = None  # when a submit of it first returned
     cancel_true_us: int | None = None  # when a cancel of it first returned True
     cancel_in_doubt: bool = False  # a cancel raised or got no answer: it may have landed
-    submit_failed: int = 0
 
     @property
     def doomed(self) -> set[str]:
@@ -218,7 +217,6 @@ class SimFlows:
                 world.note(f"flows: submit {design.name}: acknowledged ({status.state}) "
                            f"{ {s: d for s, d in design.deps.items() if d} } fail {design.fail}")
                 return
-            design.submit_failed += 1
             world.stats["flow submits failed"] += 1
             await asyncio.sleep(self.rng.uniform(0.5, 3.0))
 
