@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.runtime.dormant import DormantView
+from cluster.runtime.dormant import DormantView, DormantViews
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ADD, CANCELLED, REMOVE, RETRY, ShardMeta, ShardState, remove_op
 from storage import Fenced, Fetched, MemoryStore, StorageError, read_log
@@ -41,9 +41,9 @@ class CountingStore(MemoryStore):
         return await super().append_block(name, payload, if_match)
 
 
-async def dormant_jobs(parts: Roles, n: int) -> tuple[str, list[str]]:
+async def dormant_jobs(parts: Roles, n: int, due: timedelta = LATER) -> tuple[str, list[str]]:
     """``n`` jobs added in one schedule call to one dormant shard: (its name, their ids)."""
-    jobs = [job(due=LATER + timedelta(seconds=i % 5)) for i in range(n)]
+    jobs = [job(due=due + timedelta(seconds=i % 5)) for i in range(n)]
     names = await parts.scheduling.schedule([item(j) for j in jobs])
     (name,) = set(names)
     shard = parts.shards.get(name)
@@ -177,6 +177,25 @@ async def test_a_torn_tail_is_left_out_of_the_kept_fold_as_a_whole_read_leaves_i
     with pytest.raises(Fenced):
         await parts.cancelling.cancel(name, ids[1])
     assert await live_in_log(store, name) == set(ids[1:])
+
+
+async def test_kept_folds_are_dropped_once_over_budget_idle_or_loaded() -> None:
+    parts = await make_parts()
+    first, _ = await dormant_jobs(parts, 10)
+    second, _ = await dormant_jobs(parts, 10, due=LATER + timedelta(seconds=20))
+    a, b = parts.shards.get(first), parts.shards.get(second)
+    assert a is not None and b is not None
+    views = DormantViews(parts.store, parts.clock, budget_jobs=15, idle_s=30)
+    await views.state(a)
+    await views.state(b)  # 20 jobs kept in all, over 15: the least recently used goes
+    assert views.view(a) is None and views.view(b) is not None
+    parts.clock.advance(31)
+    views.trim()
+    assert len(views) == 0  # idle
+    await views.state(a)
+    a.state = ShardState(owner=a)  # loaded: the shard's own state answers from now on
+    views.trim()
+    assert len(views) == 0
 
 
 # -- the kept fold is the fold of the log read whole, whatever was appended between two looks --

@@ -66,6 +66,7 @@ from tests.sim.ahead import (
 )
 from tests.sim.client import SimClient, client_rng
 from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
+from tests.sim.dormant import dormant_rng, draws_nightly, nightly
 from tests.sim.logs import Logs
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
 
@@ -133,6 +134,9 @@ class Faults:
     # from its stale memory; seed 1829: a move settled twice around a rotation), and the seeds CI
     # runs must pass. Default it on once they are fixed.
     torn_logs: bool = False
+    # In a share of seeds a nightly batch sits in a dormant shard while a second client overwrites
+    # and deletes its jobs in bursts (``tests.sim.dormant``).
+    dormant_overwrites: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -598,6 +602,8 @@ class World:
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
         self.jump_rng = jump_rng(seed)
         self.jumps = draws_jumps(self)
+        self.dormant_rng = dormant_rng(seed)
+        self.nightly = faults.dormant_overwrites and draws_nightly(self, self.dormant_rng)
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
 
     # -- recording --------------------------------------------------------------------------
@@ -1299,6 +1305,8 @@ class World:
         if self.operator:
             self.note("an operator pauses and resumes jobs")
             self.spawn(self.operate())
+        if self.nightly:
+            self.spawn(nightly(self, self.dormant_rng, CLIENT_S))
         await self.chaos()
         await asyncio.sleep(max(0.0, CHAOS_S - self.loop.time()))
         self.heal()
