@@ -19,6 +19,7 @@ from storage import Fenced, Fetched, MemoryStore, StorageError, read_log
 from storage.generations import generation_name
 from storage.records import encode
 from tests.runtime.harness import GatedStore, Recorder, add, fire_due, item, job, make_parts
+from tests.runtime.test_moves import fire, live_copies
 
 LATER = timedelta(hours=1)  # beyond the 5 s lookahead: the shard stays dormant
 
@@ -196,6 +197,30 @@ async def test_kept_folds_are_dropped_once_over_budget_idle_or_loaded() -> None:
     a.state = ShardState(owner=a)  # loaded: the shard's own state answers from now on
     views.trim()
     assert len(views) == 0
+
+
+async def test_a_move_settled_again_does_not_revive_a_job_cancelled_in_its_dormant_target() -> None:
+    """A source taken back from its log reads its move's decision again and settles it once more:
+    into a dormant target that already held the move, the occurrence was added again, and the job,
+    cancelled there meanwhile ("cancelled"), lived on and fired. A loaded target was asked first."""
+    parts = await make_parts()
+    parts.transport.handlers["h"] = recorder = Recorder()
+    j = job(due=timedelta(seconds=1), schedule="@every 20s")  # the next occurrence's window is dormant
+    (source,) = await add(parts, j)
+    parts.clock.advance(1)
+    await fire(parts)
+    ((target, occurrence),) = await live_copies(parts.store, j.id)
+    shard = parts.shards.get(target)
+    assert occurrence == 2 and shard is not None and not shard.loaded
+    assert await parts.cancelling.cancel(source, j.id) == ("moved", target)
+    assert await parts.cancelling.cancel(target, j.id) == ("cancelled", None)
+    held = parts.shards.get(source)
+    assert held is not None and await parts.adoption.retake(held)  # settles the move again
+    assert await live_copies(parts.store, j.id) == []
+    parts.clock.advance(20)
+    await parts.loading.load_due()
+    await fire(parts)
+    assert [ctx.occurrence for ctx in recorder.ran] == [1]
 
 
 # -- the kept fold is the fold of the log read whole, whatever was appended between two looks --
