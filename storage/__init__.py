@@ -37,7 +37,7 @@ from .errors import (
     Unavailable,
 )
 from .file import FileStore
-from .generations import LogHead, LogState, find_log, generation_name, list_logs, read_log
+from .generations import LogHead, LogState, LogTail, find_log, generation_name, list_logs, read_log, read_tail
 from .log import LogOptions, LogWriter
 from .memory import MemoryStore
 from .records import Damage, Decoded, Frame, Torn, decode, encode
@@ -50,6 +50,7 @@ __all__ = [
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "LogCorrupted", "LandedAfterFailure", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
     "Decoded", "Frame", "Torn", "Damage", "decode", "encode",
-    "LogHead", "LogState", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "generation_name",
+    "LogHead", "LogState", "LogTail", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "read_tail",
+    "generation_name",
     "DAMAGED_PREFIX", "damaged_name", "describe_damage", "keep_damaged",
 ]

@@ -102,9 +102,10 @@ MUTANTS: tuple[Mutant, ...] = (
         name="cancel-queued-writes-nothing",
         kind="a cancel that writes nothing",
         path="cluster/runtime/cancel.py",
-        old="            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])\n",
+        old="            await shard.write(ops)\n",
         new="            pass\n",
         catch=Sim(0, 200),
+        also=(Pytest(("tests/runtime/test_dormant.py::test_concurrent_cancels_of_one_dormant_shard_share_one_look_and_one_append",)),),
         why="cancel answers 'cancelled' having only unqueued the job: the shard's next owner (after a kill) fires it",
     ),
     Mutant(
@@ -279,5 +280,15 @@ MUTANTS: tuple[Mutant, ...] = (
                       "test_a_step_taken_over_twice_searches_every_earlier_writer_in_the_first_ones_window",)),),
         why="a silo taking over a flow step from a paused or falsely dead writer adds its job again beside the "
             "copy that writer added: the step runs twice, from two shards",
+    ),
+    Mutant(
+        name="dormant-fold-not-brought-up-to-date",
+        kind="a stale read",
+        path="cluster/runtime/dormant.py",
+        old="            if self.state is not None:\n",
+        new="            if self.state is not None:\n                return self.state\n",
+        catch=Pytest(("tests/runtime/test_dormant.py::test_a_kept_fold_sees_what_the_shards_new_owner_wrote_since",)),
+        why="a dormant shard's kept fold answers from what its log said at the first look: a job the shard's new "
+            "owner cancelled since is removed again (fenced) instead of answered absent, one added since is absent",
     ),
 )

@@ -70,6 +70,7 @@ from tests.sim.ahead import (
 )
 from tests.sim.client import SimClient, client_rng
 from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
+from tests.sim.dormant import dormant_rng, draws_nightly, nightly
 from tests.sim.flows import SimFlows
 from tests.sim.logs import Logs
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop, true_now_us
@@ -148,6 +149,9 @@ class Faults:
     # runs in flight for good; the jobs are plain ones), and the seeds CI runs must pass. CI runs
     # flows in seeds 2000-2199 (``test_sim.py``); default it on once seed 64 is fixed.
     flows: bool = False
+    # In a share of seeds a nightly batch sits in a dormant shard while a second client overwrites
+    # and deletes its jobs in bursts (``tests.sim.dormant``).
+    dormant_overwrites: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -619,6 +623,8 @@ class World:
         self.jumps = draws_jumps(self)
         self.named = Named.draw(self)  # a caller of named jobs in a share of seeds
         self.flows = SimFlows.draw(self)  # a user of flows in a share of seeds
+        self.dormant_rng = dormant_rng(seed)
+        self.nightly = faults.dormant_overwrites and draws_nightly(self, self.dormant_rng)
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
 
     # -- recording --------------------------------------------------------------------------
@@ -1336,6 +1342,8 @@ class World:
         if self.flows is not None:
             self.note("a user runs flows")
             self.spawn(self.flows.user(CLIENT_S))
+        if self.nightly:
+            self.spawn(nightly(self, self.dormant_rng, CLIENT_S))
         await self.chaos()
         await asyncio.sleep(max(0.0, CHAOS_S - self.loop.time()))
         self.heal()
