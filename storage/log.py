@@ -219,6 +219,18 @@ class LogWriter:
     def size(self) -> int:
         return self._size
 
+    @property
+    def stopped(self) -> StorageError | None:
+        """Why this writer takes no more appends, for good (``Fenced``, ``LogCorrupted``), or None.
+        Its owner must take the log back or let it go: nothing else moves it on."""
+        return self._failed
+
+    @property
+    def in_doubt(self) -> bool:
+        """Whether an append's answer was lost and the log could not be read back since, with no
+        write under way that would settle that first."""
+        return self._uncertain is not None and self._task is None
+
     async def append(self, record: Any) -> None:
         """Append one msgpack-able record; return once it is durable."""
         await self.append_many((record,))
