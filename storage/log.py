@@ -219,6 +219,23 @@ class LogWriter:
     def size(self) -> int:
         return self._size
 
+    @property
+    def in_doubt(self) -> bool:
+        """Whether an append's answer was lost and the log could not be read back since, with no
+        write under way that would settle that first."""
+        return self._uncertain is not None and self._task is None
+
+    async def settle(self) -> None:
+        """Settle what the next write would settle first (a doubt, a rotation's last steps), now.
+
+        A doubt is otherwise settled only when something writes again, which may never come: an
+        append that landed after its callers took it back (``disown_doubt``) holds records only
+        the log knows, and they wait until the writer stops on it and the log is taken back.
+        Raises as an append would: ``Fenced``, ``LogCorrupted``, or ``StorageError`` while the
+        store does not answer.
+        """
+        await self._submit([])
+
     async def append(self, record: Any) -> None:
         """Append one msgpack-able record; return once it is durable."""
         await self.append_many((record,))

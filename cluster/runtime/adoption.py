@@ -117,6 +117,11 @@ class Adoption:
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
         self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
 
+    @property
+    def taking_back(self) -> bool:
+        """Whether a shard is being taken back from its own log right now."""
+        return self._retaking.locked()
+
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up.
 

@@ -62,6 +62,10 @@ class ShardTable:
         # Takes back a held shard whose log writer stopped on a corrupted log; True once it is
         # settled (replaced by a fresh claim, or lost to another silo). Set once adoption is wired.
         self.retake: Callable[[Shard], Awaitable[bool]] | None = None
+        # Held shards whose writer the maintenance round could not settle: base -> (monotonic
+        # time of its next try, the wait before that try), the wait doubling up to a cap.
+        self._unsettled: dict[str, tuple[float, float]] = {}
+        self._settling: set[str] = set()  # shards whose writer is being settled in the background
 
     def __iter__(self) -> Any:
         return iter(list(self.shards.values()))
@@ -163,14 +167,56 @@ class ShardTable:
             return self.shards.get(shard.base) is not shard
         return await self.retake(shard)
 
-    async def retake_stopped(self) -> None:
-        """Take back each held shard whose writer stopped on a corrupted log and is not taken back
-        yet (the store did not answer its take-back). Nothing of such a shard is queued again from
-        memory, which is not what its log says (``Cancelling``): only a take-back queues its jobs,
-        so one must come even when no write of it is left to try again."""
-        for shard in list(self.shards.values()):
-            if isinstance(shard.writer.stopped, LogCorrupted):
-                await self.taken_back(shard)
+    def settle_writers(self) -> None:
+        """The maintenance round's part: take back every held shard whose writer stopped, and
+        settle every writer left in doubt, which may stop it (issue 24).
+
+        Without it only a write into the shard does either, and none may come: a take-back that
+        failed while the store was down left the shard held with a stopped writer, and a job
+        that only its log holds (an in-doubt schedule undone from memory, or one a cancel would
+        not queue again from a memory the log contradicts) never ran. A shard that cannot be
+        settled yet is tried again after a wait that doubles from one round up to
+        ``adoption_interval``; so once the store answers again, each is taken back within
+        ``adoption_interval`` plus one round (``staging_interval``). Each runs in the background:
+        a take-back carries out its log's moves, which retry until the store answers, and the
+        round must go on meanwhile.
+        """
+        self._unsettled = {base: tries for base, tries in self._unsettled.items() if base in self.shards}
+        for shard in self:
+            if (shard.writer.stopped is None and not shard.writer.in_doubt) or shard.base in self._settling:
+                continue
+            if self._clock.monotonic() >= self._unsettled.get(shard.base, (0.0, 0.0))[0]:
+                self._settling.add(shard.base)
+                self._runs.spawn(self._settle_writer(shard))
+
+    async def _settle_writer(self, shard: Shard) -> None:
+        """Settle ``shard``'s writer, or set when it is tried again (see ``settle_writers``)."""
+        try:
+            settled = await self._settled(shard)
+        finally:
+            self._settling.discard(shard.base)
+        if settled:
+            self._unsettled.pop(shard.base, None)
+            return
+        wait = self._unsettled.get(shard.base, (0.0, 0.0))[1]
+        wait = min(self._options.adoption_interval.total_seconds(),
+                   max(self._options.staging_interval.total_seconds(), 2 * wait))
+        self._unsettled[shard.base] = (self._clock.monotonic() + wait, wait)
+
+    async def _settled(self, shard: Shard) -> bool:
+        """Whether ``shard``'s writer is settled now: its doubt resolved, or the shard taken back
+        once it stopped (or no longer held); False while the store does not answer."""
+        if self.shards.get(shard.base) is not shard:
+            return True  # dropped or replaced meanwhile
+        if shard.writer.stopped is None:
+            try:
+                await shard.writer.settle()
+                return True
+            except (Fenced, LogCorrupted):
+                pass  # it stopped on what the doubt hid: taken back below
+            except StorageError:
+                return False
+        return await self.taken_back(shard)
 
     @contextlib.asynccontextmanager
     async def retaking(self, base: str) -> AsyncIterator[None]:

@@ -368,9 +368,9 @@ class Silo:
         while True:
             await asyncio.sleep(tick)
             try:
+                self._r.shards.settle_writers()
                 await self._r.firing.retry_staged()
                 await self._r.loading.load_due()
-                await self._r.shards.retake_stopped()
                 await self._r.quarantine.clear_idle()
                 recheck = self._r.adoption.recheck_at  # a dead peer's lease runs out: adopt right then
                 if (self._clock.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds()

@@ -262,7 +262,8 @@ async def test_a_shard_whose_take_back_found_the_store_down_is_taken_back_by_the
     with pytest.raises(LandedAfterFailure):
         await parts.cancelling.cancel(name, j.id)
     assert parts.shards.get(name) is old
-    await parts.shards.retake_stopped()  # what the maintenance round does
+    parts.shards.settle_writers()  # what the maintenance round does
+    await until_idle()
     new = parts.shards.get(name)
     assert new is not None and new is not old and new.writer.stopped is None
 class HeldOnTheirWay:

@@ -51,7 +51,7 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
 from cluster.runtime.runs import Run
-from cluster.runtime.shardlog import CANCELLED, MOVED, OCCURRENCE, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
+from cluster.runtime.shardlog import CANCELLED, MOVED, OCCURRENCE, OWNER, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
@@ -94,6 +94,10 @@ P_STORE_ERROR = 0.03
 P_LOST_ANSWER = 0.03
 P_DELAY = 0.08  # a delivery held back up to MAX_DELAY_S (it may arrive past the sender's lease)
 MAX_DELAY_S = 6.0
+# Past healing, by when every run sent before it has ended (``World.check_idle``): the longest
+# hold of a delivery, then Ray's retry of it, then latencies.
+DRAIN_S = MAX_DELAY_S + 2.0 + 1.0
+OVERDUE_S = 1.0  # a job queued this long past its due time at the end, while nothing else runs, is stuck
 P_DUPLICATE = 0.05
 OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
 MAX_SKEW_US = 1_500_000
@@ -1440,7 +1444,75 @@ class World:
             return "arrived after its sender gave up", "the first reached its handler after its sender's timeout"
         return None
 
+    async def check_idle(self) -> None:
+        """Nothing is left stuck in a live silo at the end (issue 24): no run in flight or staged,
+        no shard taken back or waiting for it, no writer left in doubt (what it hides may be a job
+        only the log holds), and every live job of a held shard queued (not overdue), running,
+        paused or parked. A deadlock shows here by name ("s0 has 6 runs in flight"), where the
+        lost check sees only its effect on the one job it owed.
+
+        The end drains first: a delivery held back before healing reaches its handler at most
+        ``MAX_DELAY_S`` after it left, Ray's retry of it up to 2 s later, so by ``DRAIN_S`` past
+        healing each run sent earlier has ended; after healing a run takes a few latencies.
+        """
+        while self.loop.time() < CHAOS_S + DRAIN_S and any(map(self._busy, self._live_silos())):  # noqa: ASYNC110
+            await asyncio.sleep(0.5)
+        for proc_id, silo in self._live_silos():
+            for what in self._stuck(silo):
+                self.violate(f"stuck: {proc_id} ({silo.owner}) {what}")
+
+    def _live_silos(self) -> list[tuple[str, Silo]]:
+        """The silos that run at the end and serve: up, joined, not given way to a newer process."""
+        return [(proc.silo_id, proc.silo) for proc in self.procs.values()
+                if proc.state == UP and proc.silo is not None and not proc.broken
+                and not proc.silo._r.heartbeat.superseded]
+
+    @staticmethod
+    def _busy(live: tuple[str, Silo]) -> bool:
+        roles = live[1]._r
+        return bool(roles.runs.inflight or roles.runs.displaced or roles.adoption.taking_back)
+
+    def _stuck(self, silo: Silo) -> list[str]:
+        """What ``silo`` has left undone at the end, one line each."""
+        roles, stuck = silo._r, []
+        # A recurring named job fires on past the end, a run sent ahead waiting at its handler
+        # (seed 2748, all kinds): only a run long past its due time is stuck.
+        late_us = true_now_us(self.loop) - int((DRAIN_S + OPTIONS.max_clock_skew.total_seconds()) * 1e6)
+        runs = [run for run in (*roles.runs.inflight.values(), *roles.runs.displaced.values(),
+                                *roles.runs.staged.values()) if run.due_us < late_us]
+        if runs:
+            stuck.append(f"has {len(runs)} runs in flight or staged, due {DRAIN_S:.0f} s or more before the end: "
+                         + ", ".join(sorted(f"{r.job_id}#{r.entry[OCCURRENCE]} of {r.shard.base}" for r in runs)[:5]))
+        if roles.adoption.taking_back:
+            stuck.append("is still taking a shard back from its log")
+        overdue_us = true_now_us(self.loop) - int(OVERDUE_S * 1e6)
+        queued = {key: (due, entry) for due, key, entry in roles.queue}
+        for shard in roles.shards:
+            if shard.writer.stopped is not None:
+                stuck.append(f"holds {shard.base}, whose writer stopped ({shard.writer.stopped!r}), not taken back")
+            elif shard.writer.in_doubt:  # what a lost answer hid may be a job only the log holds
+                stuck.append(f"holds {shard.base}, whose writer was left in doubt about an append")
+            if shard.state is None:
+                continue  # dormant: nothing of it is in memory
+            for job_id in shard.state.live:
+                if job_id in self.exempted:
+                    # Its records were damaged: a copy whose REMOVE(MOVED) was lost stays live here
+                    # beside the chain it moved on, unqueued (seed 4617, all kinds); the chain ran.
+                    continue
+                due, entry = queued.get(job_id, (0, None))
+                if entry is not None and entry[OWNER] is shard:
+                    if due < overdue_us:
+                        stuck.append(f"queues {job_id} of {shard.base}, due {(true_now_us(self.loop) - due) / 1e6:.1f} s "
+                                     "before the end, unfired")
+                    continue
+                run = roles.runs.find(job_id)
+                if (run is None or run.shard is not shard) and job_id not in shard.state.paused \
+                        and not roles.quarantine.parked(shard, job_id) and job_id not in shard.unreadable:
+                    stuck.append(f"holds {job_id} live in {shard.base}, neither queued, running, paused nor parked")
+        return stuck
+
     async def final_checks(self) -> None:
+        await self.check_idle()  # first: it waits for runs still in flight to drain
         if self.flows is not None:
             self.flows.explain_reruns()
         # One chain per job: at most one live copy in all shard logs, no occurrence from two shards.
