@@ -391,6 +391,7 @@ class Silo:
             except asyncio.CancelledError:
                 raise
             except StorageError as exc:  # an outage: expected, and the next round tries again
+                self.metrics.store_errors.inc()
                 log.warning("maintenance round failed", extra={"silo": self.owner, "error": repr(exc)})
             except Exception:
                 log.exception("maintenance round failed")
