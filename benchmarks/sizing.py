@@ -84,6 +84,7 @@ DEFAULT_LOOKAHEAD_S = 300.0
 DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
 DEFAULT_SUSPICION_TIMEOUT_S = 2.0
 DEFAULT_ADOPTION_INTERVAL_S = 2.0
+DEFAULT_STAGING_INTERVAL_S = 1.0  # the maintenance loop's tick: it adopts, then loads, on ticks
 DEFAULT_MAX_BLOCKS = 45_000
 DEFAULT_SHARD_DURATIONS_S = (3600.0, 900.0, 300.0)
 LEASE_FRACTION = 0.8  # cluster.model.options: the firing lease is this share of suspicion_timeout
@@ -133,6 +134,7 @@ class Figures:
     record_bytes: float  # bytes per record in the storage benchmark's log
     loaded_measured_jobs: int  # the most loaded jobs the memory benchmark held: rows beyond are extrapolated
     replay_measured_records: int  # the longest log the replay benchmark read
+    recoveries: Sequence[Mapping[str, Any]] = ()  # benchmarks/recovery.py runs (recovery.json), if any
 
     @classmethod
     def load(cls, results: Path = RESULTS) -> Figures:
@@ -173,7 +175,21 @@ class Figures:
             record_bytes=float(a("replay", "bytes")) / float(a("replay", "records")),
             loaded_measured_jobs=int(s("results", "memory", "loaded", "jobs")),
             replay_measured_records=int(s("results", "replay", "azure", "records")),
+            recoveries=_recoveries(results / "recovery.json"),
         )
+
+
+def _recoveries(path: Path) -> list[Mapping[str, Any]]:
+    """The runs of benchmarks/recovery.py; none when the file is absent (an older results folder)."""
+    if not path.exists():
+        return []
+    runs = _read(path).get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise SizingError(f"{path}: runs must be a list of objects")
+    for i, run in enumerate(runs):
+        for key in ("store", "jobs", "silos", "ready_s", "first_fire_s", "all_loaded_s", "all_fired_s"):
+            _at(run, f"{path.name} runs[{i}]", key)
+    return runs
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -276,13 +292,31 @@ def replay_s(records: float, f: Figures) -> float:
     return records / f.replay_records_per_s
 
 
-def restart_s(loaded_jobs_cluster: float, silos: int, f: Figures,
-              suspicion_timeout_s: float = DEFAULT_SUSPICION_TIMEOUT_S) -> float:
-    """A formula, not a measurement: from fresh silos joining a store whose old silos are gone to
-    the last loaded shard replayed. The old incarnations' lease runs out first (nothing proves
-    them stopped), then each silo replays its share of the shards within the lookahead, the silos
-    side by side. Silo start-up (Ray, imports, joining) comes on top."""
-    return LEASE_FRACTION * suspicion_timeout_s + replay_s(loaded_jobs_cluster * RECORDS_PER_JOB / silos, f)
+def restart_waits_s(suspicion_timeout_s: float = DEFAULT_SUSPICION_TIMEOUT_S,
+                    staging_interval_s: float = DEFAULT_STAGING_INTERVAL_S) -> float:
+    """What fresh silos wait before loading a vanished cluster's shards: the old incarnations'
+    lease (nothing proves them stopped), then a maintenance tick to claim and one to load."""
+    return LEASE_FRACTION * suspicion_timeout_s + 2 * staging_interval_s
+
+
+def load_rate(f: Figures) -> float | None:
+    """Jobs loaded per second by one process, from the largest Azurite run of benchmarks/recovery.py:
+    its jobs over the time to every shard loaded, less the waits. None without such a run."""
+    runs = [r for r in f.recoveries if r["store"] == "azurite"]
+    if not runs:
+        return None
+    run = max(runs, key=lambda r: r["jobs"])
+    return float(run["jobs"]) / (float(run["all_loaded_s"]) - restart_waits_s())
+
+
+def restart_s(loaded_jobs_cluster: float, silos: int, jobs_per_s: float,
+              suspicion_timeout_s: float = DEFAULT_SUSPICION_TIMEOUT_S,
+              staging_interval_s: float = DEFAULT_STAGING_INTERVAL_S) -> float:
+    """A formula: from fresh silos joining a store whose old silos are gone to the last loaded
+    shard loaded. The waits (``restart_waits_s``), then each silo loads its share of the shards
+    within the lookahead at ``jobs_per_s``, the silos side by side on machines of their own.
+    Silo start-up (Ray, imports, joining) comes on top."""
+    return restart_waits_s(suspicion_timeout_s, staging_interval_s) + loaded_jobs_cluster / silos / jobs_per_s
 
 
 # -- the tables -----------------------------------------------------------------------------------
@@ -468,7 +502,8 @@ def _replay(f: Figures, shard_durations_s: Sequence[float]) -> list[str]:
         f"**Replay when a shard is adopted** at {_n(f.replay_records_per_s)} records/s (read and fold, as a silo "
         f"loads a shard; measured on a log of {_n(f.replay_measured_records)} records, longer logs "
         f"extrapolated): a full shard of one silo's jobs at {RECORDS_PER_JOB} records per job (its add and its "
-        "remove; each retry adds one) until compaction. This time adds to failover.",
+        "remove; each retry adds one) until compaction. This time adds to failover. It is the fold alone: a silo "
+        "that loads a shard also decodes and queues each job, which ran far slower (Whole-cluster restart, below).",
         "",
         "| jobs due per second, one silo | " + " | ".join(f"{_duration(d)} shards" for d in shard_durations_s) + " |",
         "|---:|" + "---:|" * len(shard_durations_s),
@@ -484,15 +519,33 @@ def _replay(f: Figures, shard_durations_s: Sequence[float]) -> list[str]:
 
 
 def _restart(f: Figures, suspicion_timeout_s: float) -> list[str]:
-    sizes = (100_000, 1_000_000, 10_000_000)
+    rate = load_rate(f)
+    if rate is None:
+        return []
     out = [
         "",
-        "**Whole-cluster restart** (a formula, not measured): fresh silos on a store whose old silos are gone "
-        f"wait out the old lease ({LEASE_FRACTION:g} × suspicion_timeout = {LEASE_FRACTION * suspicion_timeout_s:g} s), "
-        "then replay, side by side, the shards within the lookahead: loaded jobs × "
-        f"{RECORDS_PER_JOB} records ÷ silos ÷ {_n(f.replay_records_per_s)} records/s. Silo start-up comes on top; "
-        "shards further out load later, when their windows come near. Jobs that fell due while the cluster was "
-        "down fire as their shard is replayed, late by the outage.",
+        "**Whole-cluster restart, measured** (`python -m benchmarks.recovery`: fresh silos under the old ids, in one "
+        "process, on a store whose silos all vanished with their jobs overdue; all silos share one event loop, so "
+        "their loads and fires queue behind each other):",
+        "",
+        "| store | jobs | silos | ready | first fire | every shard loaded | every job fired |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in sorted(f.recoveries, key=lambda r: (r["store"], r["jobs"], r["all_loaded_s"])):
+        out.append(f"| {run['store']} | {_n(run['jobs'])} | {run['silos']} | {run['ready_s']:.2f} s "
+                   f"| {run['first_fire_s']:.1f} s | {run['all_loaded_s']:.1f} s | {run['all_fired_s']:.1f} s |")
+    sizes = (100_000, 1_000_000, 10_000_000)
+    measured = max(r["jobs"] for r in f.recoveries if r["store"] == "azurite")
+    waits = restart_waits_s(suspicion_timeout_s)
+    out += [
+        "",
+        "**Whole-cluster restart, a formula** for silos on machines of their own: the old incarnations' lease "
+        f"({LEASE_FRACTION:g} × suspicion_timeout), a maintenance tick to claim their shards and one to load them "
+        f"(2 × staging_interval): {waits:g} s; then each silo loads its share of the loaded jobs at the rate one "
+        f"process loaded them above on Azurite, {_n(rate)} jobs/s (the largest run's jobs over its time to every "
+        f"shard loaded, less the {waits:g} s). Loading decodes and queues each job, so it runs far below the replay "
+        "rate of the table above. Silo start-up comes on top; shards further out load later, when their windows "
+        "come near. Jobs that fell due while the cluster was down fire as their shard loads, late by the outage.",
         "",
         "| silos | " + " | ".join(f"{_n(n)} loaded jobs" for n in sizes) + " |",
         "|---:|" + "---:|" * len(sizes),
@@ -500,8 +553,8 @@ def _restart(f: Figures, suspicion_timeout_s: float) -> list[str]:
     for silos in (3, 10, 50):
         cells = []
         for n in sizes:
-            mark = EXTRAPOLATED if n * RECORDS_PER_JOB / silos > f.replay_measured_records else ""
-            cells.append(f"{restart_s(n, silos, f, suspicion_timeout_s):.1f} s{mark}")
+            mark = EXTRAPOLATED if n / silos > measured else ""
+            cells.append(f"{restart_s(n, silos, rate, suspicion_timeout_s):.1f} s{mark}")
         out.append(f"| {silos} | " + " | ".join(cells) + " |")
     return out
 

@@ -155,9 +155,22 @@ def test_list_pages_grow_with_shards_within_the_lookahead_only() -> None:
     assert [sizing.adoption_list_pages(n) for n in (0, 1, 5_000, 5_001, 36_000)] == [1, 1, 1, 2, 8]
 
 
-def test_restart_is_the_lease_then_each_silos_share_of_the_replay() -> None:
+def test_restart_is_the_waits_then_each_silos_share_loaded_at_the_measured_rate() -> None:
     f = sizing.Figures.load()
-    assert sizing.restart_s(1_000_000, 4, f) == pytest.approx(0.8 * 2.0 + 1_000_000 * 2 / 4 / f.replay_records_per_s)
+    runs = json.loads((RESULTS / "recovery.json").read_text())["runs"]
+    largest = max((r for r in runs if r["store"] == "azurite"), key=lambda r: r["jobs"])
+    waits = 0.8 * 2.0 + 2 * 1.0  # the lease (0.8 x suspicion_timeout), a tick to claim, a tick to load
+    rate = largest["jobs"] / (largest["all_loaded_s"] - waits)
+    assert sizing.load_rate(f) == pytest.approx(rate)
+    assert sizing.restart_s(1_000_000, 4, rate) == pytest.approx(waits + 1_000_000 / 4 / rate)
+
+
+def test_measured_restarts_are_the_recovery_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    text = _section(_output(capsys), "Whole-cluster restart, measured")
+    runs = json.loads((RESULTS / "recovery.json").read_text())["runs"]
+    rows = [r for r in _rows(text, "azurite") + _rows(text, "file")]
+    assert sorted((r[0], _number(r[1]), _number(r[5])) for r in rows) == sorted(
+        (run["store"], run["jobs"], round(run["all_loaded_s"], 1)) for run in runs)
 
 
 def test_assumed_defaults_are_the_cluster_options_defaults() -> None:
@@ -166,6 +179,7 @@ def test_assumed_defaults_are_the_cluster_options_defaults() -> None:
     assert options.heartbeat_interval.total_seconds() == sizing.DEFAULT_HEARTBEAT_INTERVAL_S
     assert options.suspicion_timeout.total_seconds() == sizing.DEFAULT_SUSPICION_TIMEOUT_S
     assert options.adoption_interval.total_seconds() == sizing.DEFAULT_ADOPTION_INTERVAL_S
+    assert options.staging_interval.total_seconds() == sizing.DEFAULT_STAGING_INTERVAL_S
     assert options.max_blocks == sizing.DEFAULT_MAX_BLOCKS
     assert sizing.DEFAULT_SHARD_DURATIONS_S[0] == options.shard_duration.total_seconds()
     assert sizing.LEASE_FRACTION == options_module.LEASE_FRACTION
