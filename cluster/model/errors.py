@@ -72,6 +72,9 @@ class UnsupportedStoreFormat(RuntimeError):
             "upgrade the silos to a version that reads it; nothing was changed in the store"
         )
 
+    def __reduce__(self) -> tuple[object, ...]:  # crosses Ray (a silo's ready() to Cluster.start)
+        return (type(self), (self.found, self.supported, self.written_by))
+
 
 class AlreadyExists(RuntimeError):
     """A named job's name is taken in its (namespace, app_id) and ``overwrite`` was not set.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -83,6 +84,14 @@ async def test_a_store_of_a_newer_format_is_refused_naming_both_versions_and_lef
         f"(up to format {STORE_FORMAT})")
     assert [i.name for i in await store.list()] == [FORMAT_LOG]  # never joined: no row, no shard
     assert await store.list(MEMBER_PREFIX) == []
+
+
+def test_the_refusal_crosses_ray_whole() -> None:
+    """Ray pickles a silo's error to the driver that awaited ``ready()``: it arrives typed, versions kept."""
+    sent = UnsupportedStoreFormat(2, 1, "timeshard 0.2.0")
+    got = pickle.loads(pickle.dumps(sent))
+    assert (type(got), got.found, got.supported, got.written_by, str(got)) == (
+        UnsupportedStoreFormat, 2, 1, "timeshard 0.2.0", str(sent))
 
 
 async def test_a_new_store_is_marked_once_however_many_silos_open_it_at_once() -> None:
