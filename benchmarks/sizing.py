@@ -431,11 +431,14 @@ def _account(f: Figures, limits: Sequence[int], shard_duration_s: float, lookahe
         f"{_duration(shard_duration_s)} shards, "
         f"lookahead {_duration(lookahead_s)}; costs at {prices.source}, per month of {HOURS_PER_MONTH} h; "
         "account targets: Azure's default request rate per account, 40,000 requests/s in the major regions "
-        "and 20,000 in the others.",
+        "and 20,000 in the others. This counts a round listing only the shards within the lookahead; one that "
+        f"lists every shard to the end of the horizon pays a page per {_n(AZURE_LIST_PAGE)} of them all (50 silos, "
+        f"a 30-day horizon of 1 h windows: {_n(50 * 30 * 24)} shards, {adoption_list_pages(50 * 30 * 24)} pages "
+        "per silo per round).",
         "",
         f"| silos | shard logs listed per round | List pages per silo per round | List calls/s | other requests/s "
-        f"| {limit_cols} | cost per month (sample prices) |",
-        "|---:|---:|---:|---:|---:|" + "---:|" * len(limits) + "---:|",
+        f"| {limit_cols} | List calls' cost per month | cost per month, all (sample prices) |",
+        "|---:|---:|---:|---:|---:|" + "---:|" * len(limits) + "---:|---:|",
     ]
     for silos in (1, 3, 10, 50, 100):
         t = idle_traffic(silos, shard_duration_s, lookahead_s=lookahead_s, heartbeat_interval_s=heartbeat_interval_s,
@@ -443,7 +446,7 @@ def _account(f: Figures, limits: Sequence[int], shard_duration_s: float, lookahe
         shards = shards_within_lookahead(silos, shard_duration_s, lookahead_s)
         shares = " | ".join(f"{t.total / limit:.2%}" for limit in limits)
         out.append(f"| {silos} | {_n(shards)} | {adoption_list_pages(shards)} | {_n(t.list, 1)} | {_n(t.other, 1)} "
-                   f"| {shares} | {_usd(t.monthly_cost(prices))} |")
+                   f"| {shares} | {_usd(Traffic(t.list, 0).monthly_cost(prices))} | {_usd(t.monthly_cost(prices))} |")
     busiest = max(f.appends, key=lambda a: a.appends_per_s).appends_per_s
     out += [
         "",

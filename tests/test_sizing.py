@@ -132,7 +132,8 @@ def test_idle_traffic_and_its_cost_follow_from_the_counted_requests(capsys: pyte
     per_silo = month * (list_s * 0.055 + other_s * 0.0044) / 10_000  # sample hot-tier prices per 10,000
     (idle,) = _rows(text, "an idle silo, per month (730 h)")
     assert idle[2] == f"${per_silo:,.2f}"
-    assert row[7] == f"${50 * per_silo:,.2f}"
+    assert row[7] == f"${50 * month * list_s * 0.055 / 10_000:,.2f}"  # the List calls alone
+    assert row[8] == f"${50 * per_silo:,.2f}"
     (awaited,) = [r for r in _rows(text, "a million one-shot jobs; 1 writer, each append awaited, records per append: 1")]
     assert awaited[1:] == ["2,000,000 writes", f"${2_000_000 * 0.055 / 10_000:,.2f}"]
 
