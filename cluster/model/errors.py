@@ -53,6 +53,29 @@ class UnsupportedWireVersion(InvalidJob):
     """
 
 
+class UnsupportedStoreFormat(RuntimeError):
+    """A store laid out by a newer version of timeshard than this silo's.
+
+    A silo refuses to join such a store rather than guess at what it holds: it names the
+    store's format and the newest this version reads, so the operator knows to upgrade the
+    silos (or point them at another store). Not a ``ValidationError``: no input of the caller's
+    is wrong, and retrying the same silo changes nothing.
+    """
+
+    def __init__(self, found: int, supported: int, written_by: str = "") -> None:
+        self.found = found
+        self.supported = supported
+        self.written_by = written_by
+        by = f" (written by {written_by})" if written_by else ""
+        super().__init__(
+            f"store format {found}{by} is newer than this timeshard reads (up to format {supported}): "
+            "upgrade the silos to a version that reads it; nothing was changed in the store"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:  # crosses Ray (a silo's ready() to Cluster.start)
+        return (type(self), (self.found, self.supported, self.written_by))
+
+
 class AlreadyExists(RuntimeError):
     """A named job's name is taken in its (namespace, app_id) and ``overwrite`` was not set.
 

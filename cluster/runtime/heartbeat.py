@@ -103,6 +103,7 @@ class Heartbeat:
             except asyncio.CancelledError:
                 raise
             except StorageError as exc:
+                self._metrics.store_errors.inc()
                 log.warning("heartbeat failed", extra={"silo": self._me.owner, "error": repr(exc)})
             except Exception:
                 log.exception("heartbeat round failed")
@@ -171,6 +172,7 @@ class Heartbeat:
             raise
 
     def _renew(self, began: float) -> None:
+        self._metrics.heartbeats.inc()
         first = self._lease.until == 0.0
         if self._lease.renew(began):
             self._watch.forget_silence(self._clock.monotonic())  # we were blind too: give every peer a fresh timeout

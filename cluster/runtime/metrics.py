@@ -138,6 +138,52 @@ class Histogram:
         self._seen = 0
 
 
+class _Names:
+    """An exporter that only notes what each metric is called and what kind it is."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, str] = {}
+
+    def counter(self, name: str, description: str, tags: dict[str, str]) -> Exported:
+        self.kinds[name] = "counter"
+        return _NOWHERE
+
+    def gauge(self, name: str, description: str, tags: dict[str, str]) -> Exported:
+        self.kinds[name] = "gauge"
+        return _NOWHERE
+
+    def histogram(self, name: str, description: str, bounds: Sequence[float], tags: dict[str, str]) -> Exported:
+        self.kinds[name] = "histogram"
+        return _NOWHERE
+
+
+class _Nowhere:
+    def inc(self, value: float) -> None: ...
+
+    def set(self, value: float) -> None: ...
+
+    def observe(self, value: float) -> None: ...
+
+
+_NOWHERE = _Nowhere()
+#: Ray prefixes every application metric with its namespace, ``ray_``.
+RAY_PREFIX = "ray_"
+_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
+
+
+def prometheus_series() -> dict[str, str]:
+    """Every series a silo exports, named as Prometheus scrapes it from Ray, with its kind.
+
+    Ray (2.60, OpenTelemetry export) adds ``ray_`` before the name; Prometheus' exposition adds
+    ``_total`` to a counter, and ``_bucket``, ``_count``, ``_sum`` to a histogram. Each series
+    carries the label ``silo`` besides Ray's own (``Component``, ``NodeAddress``, ``SessionName``...).
+    """
+    names = _Names()
+    SiloMetrics("-", names)
+    return {f"{RAY_PREFIX}{name}{suffix}": kind
+            for name, kind in names.kinds.items() for suffix in _SUFFIXES[kind]}
+
+
 class SiloMetrics:
     """Jobs scheduled, fired, succeeded, failed, retried; lateness; shards; append latency."""
 
@@ -165,6 +211,10 @@ class SiloMetrics:
         self.shards_damaged = counter("shards_damaged", "shard logs found with bad frames before whole ones")
         self.records_lost = counter("records_lost", "records in damaged stretches of shard logs")
         self.lease_lapses = counter("lease_lapses", "times the firing lease ran out before a heartbeat renewed it")
+        # Alerts count live silos by this one's rate: a dead silo's last values may linger in an export.
+        self.heartbeats = counter("heartbeats", "membership rows written: one per heartbeat that got through")
+        self.store_errors = counter("store_errors",
+                                    "heartbeat and maintenance rounds cut short by the store (retries ran out)")
         self.excluded = counter("occurrences_excluded", "occurrences skipped because a job's exclude= matched them")
         self.out_of_bounds = counter("occurrences_out_of_bounds",
                                      "occurrences not fired because they fell after a job's not_after (the job ends)")
@@ -196,7 +246,7 @@ class SiloMetrics:
             n: getattr(self, n).value
             for n in ("scheduled", "fired", "succeeded", "failed", "retried", "adopted", "handed_over", "unreadable",
                       "shards_damaged", "records_lost", "lease_lapses", "excluded", "out_of_bounds", "overlap_skipped",
-                      "overlap_buffered", "overlap_cancelled", "paused_occurrences")
+                      "overlap_buffered", "overlap_cancelled", "paused_occurrences", "heartbeats", "store_errors")
         }
         late = self.lateness
         counters["lateness_mean_s"] = late.total / late.count if late.count else 0.0

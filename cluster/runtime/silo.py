@@ -42,6 +42,7 @@ from cluster.runtime.pausing import PauseAnswer
 from cluster.runtime.roles import wire
 from cluster.runtime.runs import JobDecoder, UnreadableJob, log_if_failed
 from cluster.runtime.shardlog import MAX_US, MIN_US
+from cluster.runtime.store_format import check_store_format
 from cluster.runtime.transport import Transport
 from storage import StorageError, Store, open_store
 
@@ -113,12 +114,15 @@ class Silo:
     given instead of opened from ``store_url`` (silos sharing one memory store in a test).
     ``on_superseded`` runs once a newer process of this silo has joined (Ray restarted it
     elsewhere while this one still ran): by then this one holds nothing, and should end.
+    ``check_format=False`` skips the store format check (``store_format``), for a simulator
+    whose every store call draws from its world's random stream.
     """
 
     def __init__(self, silo_id: str, store_url: str, options: ClusterOptions, namespace: str, *,
                  hooks: HooksFactory, transport: Transport, clock: Clock = SYSTEM_CLOCK,
                  metrics_exporter: MetricsExporter | None = None, store: Store | None = None,
-                 rng: random.Random | None = None, on_superseded: Callable[[], None] | None = None) -> None:
+                 rng: random.Random | None = None, on_superseded: Callable[[], None] | None = None,
+                 check_format: bool = True) -> None:
         self.silo_id = silo_id
         self.namespace = namespace
         self.options = options
@@ -126,6 +130,7 @@ class Silo:
         self._hooks_factory = hooks
         self._clock = clock
         self._store = store if store is not None else open_store(store_url)
+        self._check_format_first = check_format
         self.metrics = SiloMetrics(silo_id, metrics_exporter)
         self._r = wire(silo_id, self._store, options, clock=clock, transport=transport, metrics=self.metrics,
                        rng=rng or random.Random())
@@ -140,6 +145,10 @@ class Silo:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def _start(self) -> None:
+        # Before anything is written: a store of a newer release is refused, naming both
+        # formats (UnsupportedStoreFormat fails ``ready``), never joined and misread.
+        if self._check_format_first:
+            await self._retrying("store format", self._check_format)
         # Through storage faults: a silo whose start failed would answer pings (so nobody
         # replaces it) while serving nothing, for good.
         await self._retrying("join", self._r.heartbeat.join)
@@ -160,6 +169,9 @@ class Silo:
         ]
         for task in self._tasks:
             task.add_done_callback(log_if_failed)
+
+    async def _check_format(self) -> None:
+        await check_store_format(self._store)
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it gets through the store, backing off between tries."""
@@ -384,6 +396,7 @@ class Silo:
             except asyncio.CancelledError:
                 raise
             except StorageError as exc:  # an outage: expected, and the next round tries again
+                self.metrics.store_errors.inc()
                 log.warning("maintenance round failed", extra={"silo": self.owner, "error": repr(exc)})
             except Exception:
                 log.exception("maintenance round failed")
