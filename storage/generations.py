@@ -100,7 +100,7 @@ LIST_PAGE = 5000
 
 
 async def list_logs_between(store: Store, prefix: str, *, start: str | None = None, end: str | None = None,
-                            page: int = LIST_PAGE) -> list[LogHead]:
+                            first_page: int = LIST_PAGE) -> list[LogHead]:
     """``list_logs(store, prefix)`` for the logs whose base name sorts from ``start`` (inclusive)
     up to ``end`` (exclusive) alone, paging through just that range.
 
@@ -108,12 +108,16 @@ async def list_logs_between(store: Store, prefix: str, *, start: str | None = No
     their window) a caller bounds a listing by time: the calls made grow with the logs in the
     range, not with those beyond it. A generation name sorts right after its base, so a base in
     the range has every generation in it (unless ``end`` extends the base itself, which no
-    caller's bound does).
+    caller's bound does). ``first_page``: the logs asked for by the first call, the rest
+    ``LIST_PAGE`` a call; a caller that knows about how many lie in the range asks for a little
+    more, so one call answers without carrying thousands of logs beyond ``end``.
     """
     infos: list[LogInfo] = []
     after = None if start is None else _before(start)
+    page = max(1, min(first_page, LIST_PAGE))
     while True:
         listed = await store.list_page(prefix, after=after, limit=page)
+        page = LIST_PAGE
         within = [info for info in listed.infos if end is None or info.name < end]
         infos += within
         if listed.next is None or len(within) < len(listed.infos):

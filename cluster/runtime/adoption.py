@@ -45,6 +45,9 @@ log = logging.getLogger("timeshard.silo")
 # Shards one silo claims per adoption round at first; doubled each round that leaves orphans.
 INITIAL_CLAIM_BUDGET = 4
 MAX_CLAIM_BUDGET = 4096
+# Logs a round's first List call asks for beyond those the last round found within the lookahead
+# (and a quarter more): one call answers it, without thousands of logs of later windows.
+FIRST_PAGE_MARGIN = 64
 
 
 def orphan_at(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures) -> float | None:
@@ -147,6 +150,7 @@ class Adoption:
         self._last_tick = clock.monotonic()
         self._soon = False
         self._leftover = False
+        self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
 
     async def adopt_orphans(self) -> int:
         """Claim orphaned shards within the lookahead: a fair share per round, budget ramping up.
@@ -167,7 +171,10 @@ class Adoption:
         unheld = 0
         candidates: list[tuple[str, ShardMeta]] = []
         released: list[tuple[str, ShardMeta]] = []
-        for head in await list_logs_between(self._store, SHARD_PREFIX, end=shards_before(horizon + 1)):
+        heads = await list_logs_between(self._store, SHARD_PREFIX, end=shards_before(horizon + 1),
+                                        first_page=self._listed + self._listed // 4 + FIRST_PAGE_MARGIN)
+        self._listed = len(heads)
+        for head in heads:
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):

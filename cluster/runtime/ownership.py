@@ -60,6 +60,9 @@ class ShardTable:
         # Takes back a held shard whose log writer stopped on a corrupted log; True once it is
         # settled (replaced by a fresh claim, or lost to another silo). Set once adoption is wired.
         self.retake: Callable[[Shard], Awaitable[bool]] | None = None
+        # Called when a write that makes a shard ours (a create) or lets it go (a release) may or
+        # may not have landed: only a listing finds out, so adoption runs a round soon.
+        self.unsure: Callable[[], None] = lambda: None
 
     def __iter__(self) -> Any:
         return iter(list(self.shards.values()))
@@ -213,6 +216,9 @@ class ShardTable:
             self.pending.add(base)
             try:
                 shard = await Shard.create(self._store, base, meta, self.log_options)
+            except StorageError:
+                self.unsure()  # landed all the same? Then it is ours, and no peer takes it
+                raise
             finally:
                 self.pending.discard(base)
             if window - us(self._options.lookahead) > self._clock.now_us():
