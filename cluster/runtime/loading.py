@@ -212,7 +212,9 @@ class Loading:
                     if existing is None:
                         # Up to the last source's name alone (sources come from earlier windows):
                         # not the windows ahead, however many there are.
-                        last = max(s for held in self._shards if held.state is not None for s in held.state.sources)
+                        # This shard's too: it may have left the table while we awaited.
+                        last = max(s for held in (shard, *self._shards) if held.state is not None
+                                   for s in held.state.sources)
                         try:
                             existing = {head.base for head in await list_logs_between(
                                 self._store, SHARD_PREFIX, end=last + SEPARATOR * 2)}

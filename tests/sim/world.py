@@ -88,6 +88,7 @@ P_LOST_ANSWER = 0.03
 P_DELAY = 0.08  # a delivery held back up to MAX_DELAY_S (it may arrive past the sender's lease)
 MAX_DELAY_S = 6.0
 P_DUPLICATE = 0.05
+TURNS_SHARE = 0.5  # seeds whose silos list shards in turn (drawn from their own generator)
 OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
 MAX_SKEW_US = 1_500_000
 # A lease end crosses µs and float seconds on its way to a handler: a rounding, not a margin.
@@ -133,6 +134,11 @@ class Faults:
     # from its stale memory; seed 1829: a move settled twice around a rotation), and the seeds CI
     # runs must pass. Default it on once they are fixed.
     torn_logs: bool = False
+    # In a share of seeds silos list shards in turn (``adoption_listers`` 1: each every third
+    # adoption interval), as in a cluster of more silos than listers (issue 28): what makes
+    # orphans must be heard — a departure in the membership table, a peer's notice, a write of
+    # its own whose outcome is unknown — and looked for at once, not found on a turn.
+    turns: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -549,6 +555,10 @@ class World:
             self.options = dataclasses.replace(OPTIONS, dispatch_ahead=timedelta(seconds=self.ahead_rng.choice(WINDOWS_S)))
             self.handler = SimHandler(self, loop, HandlerClocks.draw(self.ahead_rng, skew=faults.skew,
                                                                       max_skew=OPTIONS.max_clock_skew))
+        # Drawn from a generator of its own: seeds that draw no turns replay as they did before.
+        self.turns = faults.turns and random.Random(f"turns/{seed}").random() < TURNS_SHARE
+        if self.turns:
+            self.options = dataclasses.replace(self.options, adoption_listers=1)
         self.sent: dict[str, Sent] = {}  # run id -> how it was sent, for the waiting handler's starts
         self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
         self.logs = Logs(self)  # rotation and torn appends, in a share of seeds
@@ -1290,6 +1300,8 @@ class World:
             self.spawn(self.logs.damage_blocks(self, CHAOS_S))
         if self.jumps:
             self.note("clocks jump")
+        if self.turns:
+            self.note("silos list shards in turn")
             self.spawn(jump_clocks(self, CHAOS_S))
         for proc in self.procs.values():
             proc.start()
