@@ -149,6 +149,7 @@ class Adoption:
         self._listed_slot = self._slot()
         self._last_tick = clock.monotonic()
         self._soon = False
+        self._calls = 0  # counts the calls for a round at once (``look_soon``), so a round answers only those before it
         self._leftover = False
         self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
 
@@ -163,8 +164,7 @@ class Adoption:
         members = await self.read_members()
         now = self._clock.monotonic()
         self.recheck_at = None
-        self._soon = False
-        self._listed_slot = self._slot()
+        calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
         alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
         held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
@@ -174,6 +174,8 @@ class Adoption:
         heads = await list_logs_between(self._store, SHARD_PREFIX, end=shards_before(horizon + 1),
                                         first_page=self._listed + self._listed // 4 + FIRST_PAGE_MARGIN)
         self._listed = len(heads)
+        self._listed_slot = self._slot()
+        self._soon = self._calls != calls  # a failed listing leaves them asking, and one made meanwhile
         for head in heads:
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
@@ -248,6 +250,7 @@ class Adoption:
         """Run a round at the next tick: something may have left an orphan no listing has seen
         yet (a claim or create of ours whose outcome is unknown, a peer's departure)."""
         self._soon = True
+        self._calls += 1
 
     def _slot(self) -> int:
         """The adoption interval the wall clock is in, counted alike on every silo (up to skew)."""
@@ -257,7 +260,7 @@ class Adoption:
         """Note the live silos, and whether one departed or joined since the last read."""
         roster = {silo: (m.incarnation, m.status, m.ended_through) for silo, m in members.items()}
         if self._roster is not None and roster != self._roster:
-            self._soon = True  # an incarnation ended (orphans), or one joined (a new fair share)
+            self.look_soon()  # an incarnation ended (orphans), or one joined (a new fair share)
         self._roster = roster
         self._alive = sorted(silo for silo, m in members.items() if m.status not in (DEAD, LEAVING))
 

@@ -27,8 +27,20 @@ from cluster.model.wire import datetime_to_us
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, shard_name, shards_before
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
-from storage import Appended, Fetched, LogInfo, LogPage, LogStat, MemoryStore, ServerTime, Store, generation_name
-from tests.runtime.harness import T0, LocalTransport, item, job
+from storage import (
+    Appended,
+    Fetched,
+    LogInfo,
+    LogPage,
+    LogStat,
+    MemoryStore,
+    ServerTime,
+    Store,
+    Unavailable,
+    generation_name,
+)
+from tests.runtime.harness import OPTIONS as HARNESS_OPTIONS
+from tests.runtime.harness import T0, GatedStore, LocalTransport, ManualClock, item, job, make_parts
 from tests.sim.loop import EPOCH_US, SimClock, VirtualLoop
 
 #: Blobs one List Blobs call returns at most: a whole listing of n blobs is ceil(n / 5000) calls.
@@ -271,3 +283,24 @@ def test_shard_names_sort_like_their_windows_in_every_year() -> None:
     names = [shard_name(w, "s0.1", 1) for w in windows]
     assert sorted(names) == names
     assert all(shards_before(w) < name < shards_before(w + 1) for w, name in zip(windows, names, strict=True))
+
+
+async def test_a_departure_heard_is_looked_for_until_a_listing_gets_through() -> None:
+    """A silo that reads a departure looks for orphans at its next tick, whatever its turn; a
+    round whose listing fails (a store outage) leaves it looking, and only a listing that got
+    through answers it: else the orphans would wait for the silo's turn, up to
+    ``ceil(silos / adoption_listers)`` intervals."""
+    options = replace(HARNESS_OPTIONS, adoption_listers=1)  # 3 silos, each lists every third interval
+    store, clock = GatedStore(), ManualClock()
+    a, b, _ = [await make_parts(store, silo, clock=clock, options=options) for silo in ("a", "b", "c")]
+    await a.adoption.adopt_orphans()
+    assert not a.adoption.round_due()  # just looked: not again until its turn
+    assert await b.heartbeat.declare_peer_dead("c")  # Ray reports c dead
+    await a.adoption.read_members()  # a's next heartbeat reads the table
+    assert a.adoption.round_due()
+    store.fail_next("list_page", prefix=SHARD_PREFIX)
+    with pytest.raises(Unavailable):
+        await a.adoption.adopt_orphans()
+    assert a.adoption.round_due(), "the departure was forgotten by a round that listed nothing"
+    await a.adoption.adopt_orphans()
+    assert not a.adoption.round_due()
