@@ -138,11 +138,10 @@ class Faults:
     # adoption interval), as in a cluster of more silos than listers (issue 28): what makes
     # orphans must be heard — a departure in the membership table, a peer's notice, a write of
     # its own whose outcome is unknown — and looked for at once, not found on a turn. Only with
-    # ``all`` (or ``+turns``) for now: in seeds 0-1999 its timings find two product bugs still
-    # open, both a pause or resume meeting a move not yet carried out (seed 1059: a pause lost,
-    # its job moved on unpaused; seed 1194: a resume answered "absent" by the move's target,
-    # the job then paused there for good), and the seeds CI runs must pass. Default it on once
-    # they are fixed.
+    # ``all`` (or ``+turns``) for now: in seeds 0-1999 its timings find a product bug still
+    # open, a resume meeting a move not yet carried out (seed 1194: the move's target answered
+    # "absent", and the job stayed paused there for good), and the seeds CI runs must pass.
+    # Default it on once it is fixed.
     turns: bool = False
 
     @classmethod
