@@ -1304,9 +1304,9 @@ class World:
             self.spawn(self.logs.damage_blocks(self, CHAOS_S))
         if self.jumps:
             self.note("clocks jump")
+            self.spawn(jump_clocks(self, CHAOS_S))
         if self.turns:
             self.note("silos list shards in turn")
-            self.spawn(jump_clocks(self, CHAOS_S))
         for proc in self.procs.values():
             proc.start()
         self.spawn(self.client())
