@@ -95,6 +95,50 @@ async def list_logs(store: Store, prefix: str = "") -> list[LogHead]:
     return [head for head in heads if head is not None]
 
 
+#: Logs asked for per ``list_page`` call by ``list_logs_between``: Azure's most per List Blobs call.
+LIST_PAGE = 5000
+
+
+async def list_logs_between(store: Store, prefix: str, *, start: str | None = None, end: str | None = None,
+                            first_page: int = LIST_PAGE) -> list[LogHead]:
+    """``list_logs(store, prefix)`` for the logs whose base name sorts from ``start`` (inclusive)
+    up to ``end`` (exclusive) alone, paging through just that range.
+
+    Names sort lexically, so where names start with what orders them (shard names start with
+    their window) a caller bounds a listing by time: the calls made grow with the logs in the
+    range, not with those beyond it. A generation name sorts right after its base, so a base in
+    the range has every generation in it (unless ``end`` extends the base itself, which no
+    caller's bound does). ``first_page``: the logs asked for by the first call, the rest
+    ``LIST_PAGE`` a call; a caller that knows about how many lie in the range asks for a little
+    more, so one call answers without carrying thousands of logs beyond ``end``.
+    """
+    infos: list[LogInfo] = []
+    after = None if start is None else _before(start)
+    page = max(1, min(first_page, LIST_PAGE))
+    while True:
+        listed = await store.list_page(prefix, after=after, limit=page)
+        page = LIST_PAGE
+        within = [info for info in listed.infos if end is None or info.name < end]
+        infos += within
+        if listed.next is None or len(within) < len(listed.infos):
+            break
+        after = listed.next
+    by_base: dict[str, list[LogInfo]] = {}
+    for info in infos:
+        split = split_name(info.name)
+        if split and (start is None or split[0] >= start):
+            by_base.setdefault(split[0], []).append(info)
+    heads = (current_head(base, group) for base, group in sorted(by_base.items()))
+    return [head for head in heads if head is not None]
+
+
+def _before(name: str) -> str | None:
+    """A cursor for ``list_page`` whose page starts at ``name`` itself: the name just before it
+    in lexical order as far as a cursor needs (``name`` shortened by its last character, which
+    sorts before ``name`` and after anything smaller); None for a one-character name."""
+    return name[:-1] or None
+
+
 @dataclass(frozen=True)
 class LogState:
     """A log read whole at one ETag: replay ``records()``, then claim with this state."""

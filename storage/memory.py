@@ -76,11 +76,9 @@ class MemoryStore(Store):
 
     async def list(self, prefix: str = "") -> list[LogInfo]:
         await asyncio.sleep(0)
-        return [
-            LogInfo(name, dict(log.metadata), log.etag)
-            for name, log in sorted(self._logs.items())
-            if name.startswith(prefix)
-        ]
+        # Filtered before sorted: a test with thousands of shard logs lists members/ many times.
+        names = sorted(name for name in self._logs if name.startswith(prefix))
+        return [LogInfo(name, dict(self._logs[name].metadata), self._logs[name].etag) for name in names]
 
     async def names(self, prefix: str = "") -> tuple[str, ...]:
         await asyncio.sleep(0)

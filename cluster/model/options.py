@@ -50,7 +50,10 @@ class ClusterOptions:
       stops firing until its next heartbeat. Each heartbeat pings every peer, so with dozens of
       silos, raise both.
     - ``adoption_interval`` (2 s): how often silos look for orphaned shards besides membership
-      changes. ``max_adopted_count`` (3): after this many owners in a row died while a shard was
+      changes. ``adoption_listers`` (3): how many silos look each interval, cluster-wide. With
+      more silos than that, each looks in turn (every ``ceil(silos / adoption_listers)``-th
+      interval), so the store's List calls stay flat as the cluster grows; a silo still looks
+      at once when it hears of a departure or join, or when its own write's outcome is unknown. ``max_adopted_count`` (3): after this many owners in a row died while a shard was
       firing, it is quarantined (its jobs fire in batches named in its metadata, never
       abandoned); after this many died while one job was alone in flight, that job is parked
       until an operator releases it. Deaths while a shard was idle do not count.
@@ -100,6 +103,7 @@ class ClusterOptions:
     heartbeat_interval: timedelta = timedelta(milliseconds=500)
     suspicion_timeout: timedelta = timedelta(seconds=2)
     adoption_interval: timedelta = timedelta(seconds=2)
+    adoption_listers: int = 3
     max_adopted_count: int = 3
     poison_forgiveness: timedelta = timedelta(seconds=60)
     group_commit_linger: timedelta = timedelta(milliseconds=2)
@@ -130,6 +134,7 @@ class ClusterOptions:
             heartbeat_interval: timedelta | str = ...,
             suspicion_timeout: timedelta | str = ...,
             adoption_interval: timedelta | str = ...,
+            adoption_listers: int = ...,
             max_adopted_count: int = ...,
             poison_forgiveness: timedelta | str = ...,
             group_commit_linger: timedelta | str = ...,
@@ -167,7 +172,7 @@ class ClusterOptions:
             # Else the lease runs out between two heartbeats and the silo stops firing each time.
             raise ValidationError("suspicion_timeout", f"must be longer than heartbeat_interval / {LEASE_FRACTION} "
                                   "(the firing lease must outlast a heartbeat interval)", self.suspicion_timeout)
-        for name in ("max_concurrency", "max_batch", "max_adopted_count", "max_blocks"):
+        for name in ("max_concurrency", "max_batch", "adoption_listers", "max_adopted_count", "max_blocks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValidationError(name, "must be an int >= 1", value)

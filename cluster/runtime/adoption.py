@@ -4,7 +4,15 @@ A shard is an orphan when its owner is proven gone: released by a graceful stop,
 incarnation that was replaced or marked dead or leaving *and* that provably fires no more — its
 process exited, or its lease ran out (``membership.Departures``). Silos claim orphans within the lookahead a fair
 share per round, with a budget that ramps up, so a lone survivor of a mass failure takes the
-load on step by step. A claimed shard is sealed: it takes no new jobs. Every orphan is claimed,
+load on step by step. A claimed shard is sealed: it takes no new jobs.
+
+A round lists only the shards whose window starts within the lookahead: shard names sort by
+window, so the listing stops there (``list_logs_between``), however many windows lie beyond.
+And not every silo lists every ``adoption_interval``: ``adoption_listers`` of them do, in turn
+(``Adoption.round_due``), so the cluster's List calls stay flat as silos are added. What makes
+orphans is heard without listing — a departure or join in the membership table every silo reads
+at each heartbeat, a peer's notice, a write of our own whose outcome is unknown — and starts a
+round at once on each silo that heard it, so failover waits on no silo's turn. Every orphan is claimed,
 however often its owners died: a claim counts the last owner's death if it died while the
 shard was firing, and a shard whose owners keep dying so runs in quarantine
 (``cluster.runtime.quarantine``) — never left alone with its jobs.
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import zlib
 from collections.abc import Mapping
 
 from cluster.model.clock import Clock
@@ -27,14 +36,18 @@ from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine, claimed_meta
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardMeta
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardMeta, shards_before
 from storage import Fenced, NotFound, StorageError, Store, list_logs
+from storage.generations import list_logs_between
 
 log = logging.getLogger("timeshard.silo")
 
 # Shards one silo claims per adoption round at first; doubled each round that leaves orphans.
 INITIAL_CLAIM_BUDGET = 4
 MAX_CLAIM_BUDGET = 4096
+# Logs a round's first List call asks for beyond those the last round found within the lookahead
+# (and a quarter more): one call answers it, without thousands of logs of later windows.
+FIRST_PAGE_MARGIN = 64
 
 
 def orphan_at(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures) -> float | None:
@@ -94,6 +107,18 @@ def next_budget(orphans: int, budget: int) -> int:
     return min(MAX_CLAIM_BUDGET, budget * 2) if orphans > budget else budget
 
 
+def stride(alive: int, listers: int) -> int:
+    """Adoption intervals between one silo's turns to list, so that ``listers`` of ``alive``
+    silos list each interval: 1 (every interval) while there are no more silos than that."""
+    return max(1, -(-alive // listers))
+
+
+def my_turn(slot: int, rank: int, every: int) -> int:
+    """The latest interval ``<= slot`` that is the turn of the silo ranked ``rank``, ``every``
+    intervals apart."""
+    return slot - (slot - rank) % every
+
+
 class Adoption:
     """Finds orphaned shards and claims them for this silo."""
 
@@ -116,6 +141,17 @@ class Adoption:
         self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
         self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
+        # When to list (``round_due``): the live silos last read, and what of their rows a
+        # departure or join changes; the interval of this silo's last round; whether it heard
+        # something that calls for a round at once, or left work for the next interval.
+        self._alive: list[str] = []
+        self._roster: dict[str, tuple[int, str, int]] | None = None
+        self._listed_slot = self._slot()
+        self._last_tick = clock.monotonic()
+        self._soon = False
+        self._calls = 0  # counts the calls for a round at once (``look_soon``), so a round answers only those before it
+        self._leftover = False
+        self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
 
     @property
     def taking_back(self) -> bool:
@@ -133,13 +169,19 @@ class Adoption:
         members = await self.read_members()
         now = self._clock.monotonic()
         self.recheck_at = None
+        calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
         alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
         held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
         unheld = 0
         candidates: list[tuple[str, ShardMeta]] = []
         released: list[tuple[str, ShardMeta]] = []
-        for head in await list_logs(self._store, SHARD_PREFIX):
+        heads = await list_logs_between(self._store, SHARD_PREFIX, end=shards_before(horizon + 1),
+                                        first_page=self._listed + self._listed // 4 + FIRST_PAGE_MARGIN)
+        self._listed = len(heads)
+        self._listed_slot = self._slot()
+        self._soon = self._calls != calls  # a failed listing leaves them asking, and one made meanwhile
+        for head in heads:
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
@@ -172,7 +214,60 @@ class Adoption:
         for base, meta in candidates[:take]:
             claimed += await self.claim(base, meta, judged_by=me) is not None
         self.excess = max(0, mine + claimed - fair)
+        # Orphans left for later (the budget, a share for peers) or released shards waiting
+        # their interval: look again each interval until none are left, turn or no turn.
+        self._leftover = len(candidates) > claimed or len(released) > 0
         return claimed
+
+    def round_due(self) -> bool:
+        """Whether the maintenance loop should run an adoption round now (it asks each tick).
+
+        While no more silos live than ``adoption_listers``, every ``adoption_interval`` (and when
+        a dead peer's lease runs out), as always. Beyond that, each silo lists on its turn —
+        every ``stride``-th interval, ranked among the live silos by id, so that about
+        ``adoption_listers`` list each interval — and at once whenever it heard something that
+        makes orphans (``look_soon``); each interval while its last round left work behind.
+        Any round of this silo (a peer's notice, a declared death) counts as its turn.
+        """
+        now = self._clock.monotonic()
+        if self.recheck_at is not None and now >= self.recheck_at:  # a dead peer's lease runs out
+            return self._tick(now)
+        interval_passed = now - self._last_tick >= self._options.adoption_interval.total_seconds()
+        every = stride(len(self._alive), self._options.adoption_listers)
+        if every == 1:
+            return interval_passed and self._tick(now)
+        if self._soon or (self._leftover and interval_passed):
+            return self._tick(now)
+        me = self._me.silo_id  # ranked among the live silos; not in the table read (yet): a stable place
+        rank = self._alive.index(me) if me in self._alive else zlib.crc32(me.encode())
+        return my_turn(self._slot(), rank, every) > self._listed_slot and self._tick(now)
+
+    def start_rounds(self) -> float:
+        """Count adoption intervals from now (the maintenance loop starts); returns now."""
+        self._last_tick = self._clock.monotonic()
+        return self._last_tick
+
+    def _tick(self, now: float) -> bool:
+        self._last_tick = now
+        return True
+
+    def look_soon(self) -> None:
+        """Run a round at the next tick: something may have left an orphan no listing has seen
+        yet (a claim or create of ours whose outcome is unknown, a peer's departure)."""
+        self._soon = True
+        self._calls += 1
+
+    def _slot(self) -> int:
+        """The adoption interval the wall clock is in, counted alike on every silo (up to skew)."""
+        return self._clock.now_us() // timedelta_to_us(self._options.adoption_interval)
+
+    def _heard(self, members: Mapping[str, Member]) -> None:
+        """Note the live silos, and whether one departed or joined since the last read."""
+        roster = {silo: (m.incarnation, m.status, m.ended_through) for silo, m in members.items()}
+        if self._roster is not None and roster != self._roster:
+            self.look_soon()  # an incarnation ended (orphans), or one joined (a new fair share)
+        self._roster = roster
+        self._alive = sorted(silo for silo, m in members.items() if m.status not in (DEAD, LEAVING))
 
     def _released_to_take(self, released: list[tuple[str, ShardMeta]], *, below_share: bool,
                           now: float) -> list[tuple[str, ShardMeta]]:
@@ -198,6 +293,7 @@ class Adoption:
         """The membership table, noting for each ended incarnation when we first saw it end."""
         members = await Membership(self._store).members()
         self._departures.observe(members, self._clock.monotonic())  # after the read: never too early
+        self._heard(members)
         return members
 
     def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
@@ -238,6 +334,7 @@ class Adoption:
             return None  # another silo was faster
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
+            self.look_soon()  # it may have landed: then the shard is ours, and no peer takes it
             return None
         finally:
             self._shards.pending.discard(base)

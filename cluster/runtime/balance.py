@@ -109,6 +109,7 @@ class Balance:
                     # It may have landed. Let it go either way: if it did not, the shard is still
                     # ours on the store, and our next adoption round takes it back.
                     log.warning("handing a shard over: release unsure", extra={"shard": shard.base, "error": repr(exc)})
+                    self._shards.unsure()
                 self._shards.let_go(shard)
             self._metrics.handed_over.inc()
             log.info("shard handed over", extra={"shard": shard.base, "jobs": shard.live_count})

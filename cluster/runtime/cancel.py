@@ -15,8 +15,18 @@ from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHARD_PREFIX, ShardState, remove_op
+from cluster.runtime.shardlog import (
+    CANCELLED,
+    OCCURRENCE,
+    OWNER,
+    RELEASED,
+    SHARD_PREFIX,
+    ShardState,
+    remove_op,
+    shards_before,
+)
 from storage import LogCorrupted, StorageError, Store, Unavailable, list_logs, read_log
+from storage.generations import list_logs_between
 
 CancelAnswer = tuple[str, "str | None"]
 
@@ -442,6 +452,6 @@ class Cancelling:
         """``(shard, owner)`` of every shard whose window starts at or after ``window_us``."""
         return [
             (head.base, head.metadata.get("owner", RELEASED))
-            for head in await list_logs(self._store, SHARD_PREFIX)
+            for head in await list_logs_between(self._store, SHARD_PREFIX, start=shards_before(window_us))
             if int(head.metadata.get("window_start", "0")) >= window_us
         ]

@@ -38,7 +38,8 @@ from cluster.runtime.shardlog import (
     add_op,
     remove_op,
 )
-from storage import Fenced, NotFound, StorageError, Store, list_logs
+from storage import Fenced, NotFound, StorageError, Store
+from storage.generations import SEPARATOR, list_logs_between
 
 log = logging.getLogger("timeshard.silo")
 
@@ -210,8 +211,14 @@ class Loading:
                     continue
                 if shard.state is not None and shard.state.sources:
                     if existing is None:
+                        # Up to the last source's name alone (sources come from earlier windows):
+                        # not the windows ahead, however many there are.
+                        # This shard's too: it may have left the table while we awaited.
+                        last = max(s for held in (shard, *self._shards) if held.state is not None
+                                   for s in held.state.sources)
                         try:
-                            existing = {head.base for head in await list_logs(self._store, SHARD_PREFIX)}
+                            existing = {head.base for head in await list_logs_between(
+                                self._store, SHARD_PREFIX, end=last + SEPARATOR * 2)}
                         except StorageError:
                             return
                     if not existing.isdisjoint(shard.state.sources):

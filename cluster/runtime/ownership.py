@@ -66,6 +66,9 @@ class ShardTable:
         # time of its next try, the wait before that try), the wait doubling up to a cap.
         self._unsettled: dict[str, tuple[float, float]] = {}
         self._settling: set[str] = set()  # shards whose writer is being settled in the background
+        # Called when a write that makes a shard ours (a create) or lets it go (a release) may or
+        # may not have landed: only a listing finds out, so adoption runs a round soon.
+        self.unsure: Callable[[], None] = lambda: None
 
     def __iter__(self) -> Any:
         return iter(list(self.shards.values()))
@@ -261,6 +264,9 @@ class ShardTable:
             self.pending.add(base)
             try:
                 shard = await Shard.create(self._store, base, meta, self.log_options)
+            except StorageError:
+                self.unsure()  # landed all the same? Then it is ours, and no peer takes it
+                raise
             finally:
                 self.pending.discard(base)
             if window - us(self._options.lookahead) > self._clock.now_us():

@@ -92,6 +92,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
     moves.claim_orphan = adoption.claim_for_cancel
     shards.retake = adoption.retake
+    shards.unsure = adoption.look_soon
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves, loading)
     cancelling.withdraw_sent = firing.withdraw
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)

@@ -41,9 +41,11 @@ from cluster.runtime.shardlog import (
     creator_of,
     format_window,
     landed_ids,
+    shards_before,
     window_of,
 )
 from storage import Fenced, StorageError, Store, list_logs, read_log
+from storage.generations import list_logs_between
 
 log = logging.getLogger("timeshard.silo")
 
@@ -219,7 +221,10 @@ class Scheduling:
         found nowhere else (one-shot jobs never leave their shard).
         """
         found: dict[str, str] = {}
-        for head in await list_logs(self._store, SHARD_PREFIX) if windows else ():
+        # From the earliest first window on: the shards before it cannot hold a move of these.
+        later = await list_logs_between(self._store, SHARD_PREFIX,
+                                        start=shards_before(min(windows.values()))) if windows else ()
+        for head in later:
             window = int(head.metadata.get("window_start", "0"))
             wanted = {job_id for job_id, first in windows.items() if first < window and job_id not in found}
             if wanted:

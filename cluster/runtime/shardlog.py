@@ -56,9 +56,20 @@ def window_of(due_us: int, duration_us: int) -> int:
 
 
 def format_window(start_us: int) -> str:
-    """Fixed-width UTC text of a window start, ordered like the times it names."""
+    """Fixed-width UTC text of a window start, ordered like the times it names.
+
+    The year is padded to four digits by hand: ``%Y`` leaves years before 1000 short on
+    glibc, and a window of year 999 then sorted after today's, where a listing that stops at
+    the lookahead (``shards_before``) never looked.
+    """
     dt = datetime.fromtimestamp(start_us // 1_000_000, timezone.utc)
-    return f"{dt:%Y%m%dT%H%M%S}.{start_us % 1_000_000:06d}Z"
+    return f"{dt.year:04d}{dt:%m%dT%H%M%S}.{start_us % 1_000_000:06d}Z"
+
+
+def shards_before(window_us: int) -> str:
+    """The name bound below which lie exactly the shards whose window starts before ``window_us``
+    (window texts are of one width, so a shorter-windowed name sorts first)."""
+    return f"{SHARD_PREFIX}{format_window(window_us)}"
 
 
 def shard_name(start_us: int, silo_id: str, counter: int) -> str:

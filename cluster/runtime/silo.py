@@ -376,7 +376,8 @@ class Silo:
 
     async def _maintenance_loop(self) -> None:
         tick = self.options.staging_interval.total_seconds()
-        last_adoption = self._clock.monotonic()
+        interval = self.options.adoption_interval.total_seconds()
+        last_upkeep = self._r.adoption.start_rounds()
         while True:
             await asyncio.sleep(tick)
             try:
@@ -384,13 +385,13 @@ class Silo:
                 await self._r.firing.retry_staged()
                 await self._r.loading.load_due()
                 await self._r.quarantine.clear_idle()
-                recheck = self._r.adoption.recheck_at  # a dead peer's lease runs out: adopt right then
-                if (self._clock.monotonic() - last_adoption >= self.options.adoption_interval.total_seconds()
-                        or (recheck is not None and self._clock.monotonic() >= recheck)):
-                    last_adoption = self._clock.monotonic()
-                    await self._r.adoption.adopt_orphans()
-                    if self._r.adoption.excess:  # in the background: it waits for runs to finish
-                        self._r.runs.spawn(self._r.balance.hand_over(self._r.adoption.excess))
+                adopting = self._r.adoption.round_due()  # not every interval in a large cluster
+                if adopting or self._clock.monotonic() - last_upkeep >= interval:
+                    last_upkeep = self._clock.monotonic()
+                    if adopting:
+                        await self._r.adoption.adopt_orphans()
+                        if self._r.adoption.excess:  # in the background: it waits for runs to finish
+                            self._r.runs.spawn(self._r.balance.hand_over(self._r.adoption.excess))
                     await self._r.loading.delete_drained()
                     await self._r.quarantine.forgive()
             except asyncio.CancelledError:
