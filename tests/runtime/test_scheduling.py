@@ -185,6 +185,24 @@ async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_an
     assert [h.base for h in await list_logs(store, SHARD_PREFIX) if "-b." in h.base] == []
 
 
+async def test_a_retry_waits_for_a_live_suspect_holding_its_dead_incarnations_shard() -> None:
+    """A silo's next incarnation that claimed its old shard is the suspect itself, alive, and
+    may still be sending the earlier try (a flow step's intent names that incarnation). Before:
+    the shard counted as fenced, the retry found nothing and wrote its copy, and the earlier
+    try, resumed, wrote its own into a fresh shard: two copies (simulator seed 154, flows)."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    (old,) = await first.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # "a#1"'s shard of that window
+    again = await make_parts(store, "a", transport=restarted())
+    assert await again.adoption.claim_for_cancel(old) is not None  # "a#2" holds it now
+    second = await make_parts(store, "b")
+    j = job(due=timedelta(hours=1))
+    with pytest.raises(EarlierTryUnsettled):
+        await second.scheduling.schedule([item(j)], suspects=["a"])
+    await again.scheduling.schedule([item(j)])  # the earlier try goes on
+    assert len(await copies(store, j.id)) == 1
+
+
 async def test_a_retry_whose_earlier_try_never_landed_adds_the_jobs_once() -> None:
     store = MemoryStore()
     first = await make_parts(store, "a")
