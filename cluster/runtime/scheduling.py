@@ -89,6 +89,7 @@ class Scheduling:
         for i, item in enumerate(jobs):
             by_window[window_of(item[1], duration)].append(i)
         names = [""] * len(jobs)
+        owner = self._me.owner  # this call's incarnation: it writes under no other
         if suspects:
             found = await self._find_earlier_tries(
                 {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects))
@@ -100,7 +101,7 @@ class Scheduling:
         batches = {w: items for w, items in batches.items() if items}
         self._calls += 1
         try:
-            landed = await self._write_all(batches)
+            landed = await self._write_all(batches, owner)
         finally:
             self._calls -= 1
         for (window, items), shard in zip(batches.items(), landed, strict=True):
@@ -111,12 +112,13 @@ class Scheduling:
                 names[i] = names[i] or shard.base
         return names
 
-    async def _write_all(self, batches: dict[int, list[Item]]) -> list[Shard]:
+    async def _write_all(self, batches: dict[int, list[Item]], owner: str) -> list[Shard]:
         """Write every batch; all durable, or the landed ones taken back before raising."""
 
         async def write(window: int, items: list[Item]) -> Shard:
             # Not queued yet: nothing of the call may start before all of it is durable.
-            return await self._shards.write_to_window(window, [_add(item) for item in items], queue=False)
+            return await self._shards.write_to_window(window, [_add(item) for item in items], queue=False,
+                                                     owner=owner)
 
         results = await asyncio.gather(*(write(w, items) for w, items in batches.items()), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
