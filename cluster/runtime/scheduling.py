@@ -236,16 +236,16 @@ class Scheduling:
         """Whether no suspect can append to ``base`` any more; claims it if it is an orphan still
         under a suspect, since only a claim's CAS fences a write to come.
 
-        A claim by the creator's next incarnation is no fence when that silo is itself a suspect:
+        A claim by the creator's next incarnation is no fence (the creator is a suspect):
         the earlier try may be that very incarnation's (a flow step's intent names it), still
         running. Taken as fenced, the retry found nothing and wrote its copy, and the paused
         writer, resumed, wrote its own into a fresh shard: the step ran twice (simulator seed
         154 with flows: s0#2 had claimed s0#1's shard, then wrote an intent and paused)."""
         owner = metadata.get("owner")
         held_by = parse_owner(owner) if owner is not None else None
-        if owner not in (f"{creator[0]}#{creator[1]}", RELEASED) and (held_by is None or held_by[0] not in suspects):
-            return True  # claimed since by a silo that is no suspect: every suspect's writer is fenced
-        if self._shards.get(base) is not None:
+        if owner not in (f"{creator[0]}#{creator[1]}", RELEASED) and (held_by is None or held_by[0] != creator[0]):
+            return True  # claimed since by another silo: its creator's writer is fenced
+        if self._shards.get(base) is not None or owner == self._me.owner:
             return True  # our own, and no call of ours is in progress (checked before)
         if not self._adoption.orphaned(metadata, members):
             return False
