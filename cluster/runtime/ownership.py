@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from cluster.model.clock import Clock
+from cluster.model.errors import SiloStopping
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us as us
 from cluster.runtime.dormant import DormantViews
@@ -107,16 +108,23 @@ class ShardTable:
         self.drop(shard, f"owned by {owner or 'nobody (its log is gone)'}, found after this silo's lease lapsed")
         return False
 
-    async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True) -> Shard:
+    async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True,
+                              owner: str | None = None) -> Shard:
         """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded.
 
         ``AddFailed`` if they may not be durable: it names the shard they went into last, which
         may hold them all the same (an append whose answer was lost and whose log could not be
         read back), so the caller knows where to take them back from, even once that shard is
-        no longer held here.
+        no longer held here. ``owner``: the incarnation the call began under; ``SiloStopping``
+        (nothing of this call durable) rather than write under the next one.
         """
         while True:
             shard = await self.open_shard(window)
+            if owner is not None and shard.meta.owner != owner:
+                # A retry's search takes a dead incarnation's shards as all its earlier try can
+                # have written; carried on into a fresh shard of the next incarnation, the call
+                # added a copy beside the retry's (simulator seed 2131 with flows).
+                raise SiloStopping(f"{owner} was declared dead during this call")
             try:
                 if await self._write_into(shard, ops, queue=queue):
                     return shard

@@ -27,7 +27,7 @@ from cluster.model.wire import timedelta_to_us, unpack
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.hooks import SiloHooks, tell_landed
-from cluster.runtime.membership import Identity, Member
+from cluster.runtime.membership import Identity, Member, parse_owner
 from cluster.runtime.ownership import AddFailed, ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
@@ -91,6 +91,7 @@ class Scheduling:
         for i, item in enumerate(jobs):
             by_window[window_of(item[1], duration)].append(i)
         names = [""] * len(jobs)
+        owner = self._me.owner  # this call's incarnation: it writes under no other
         if suspects:
             found = await self._find_earlier_tries(
                 {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects))
@@ -102,7 +103,7 @@ class Scheduling:
         batches = {w: items for w, items in batches.items() if items}
         self._calls += 1
         try:
-            landed = await self._write_all(batches)
+            landed = await self._write_all(batches, owner)
         finally:
             self._calls -= 1
         for (window, items), shard in zip(batches.items(), landed, strict=True):
@@ -113,12 +114,13 @@ class Scheduling:
                 names[i] = names[i] or shard.base
         return names
 
-    async def _write_all(self, batches: dict[int, list[Item]]) -> list[Shard]:
+    async def _write_all(self, batches: dict[int, list[Item]], owner: str) -> list[Shard]:
         """Write every batch; all durable, or the landed ones taken back before raising."""
 
         async def write(window: int, items: list[Item]) -> Shard:
             # Not queued yet: nothing of the call may start before all of it is durable.
-            return await self._shards.write_to_window(window, [_add(item) for item in items], queue=False)
+            return await self._shards.write_to_window(window, [_add(item) for item in items], queue=False,
+                                                     owner=owner)
 
         results = await asyncio.gather(*(write(w, items) for w, items in batches.items()), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
@@ -196,7 +198,7 @@ class Scheduling:
                 creator = creator_of(head.base)
                 if creator is None or creator[0] not in suspects:
                     continue
-                if not await self._fenced_from_creator(head.base, head.metadata, creator, members):
+                if not await self._fenced_from_suspects(head.base, head.metadata, creator, suspects, members):
                     unsettled.append(head.base)
                     continue
                 records = (await read_log(self._store, head.base)).records()
@@ -234,13 +236,21 @@ class Scheduling:
             log.info("retried schedule call found jobs of its earlier try moved on", extra={"jobs": len(found)})
         return found
 
-    async def _fenced_from_creator(self, base: str, metadata: dict[str, str], creator: tuple[str, int],
-                                   members: dict[str, Member]) -> bool:
-        """Whether the silo that created ``base`` can no longer append to it; claims it if it is
-        an orphan still under its creator, since only a claim's CAS fences a write to come."""
-        if metadata.get("owner") not in (f"{creator[0]}#{creator[1]}", RELEASED):
-            return True  # claimed since: its creator's writer is fenced (a release is not a claim)
-        if self._shards.get(base) is not None:
+    async def _fenced_from_suspects(self, base: str, metadata: dict[str, str], creator: tuple[str, int],
+                                    suspects: set[str], members: dict[str, Member]) -> bool:
+        """Whether no suspect can append to ``base`` any more; claims it if it is an orphan still
+        under a suspect, since only a claim's CAS fences a write to come.
+
+        A claim by the creator's next incarnation is no fence (the creator is a suspect):
+        the earlier try may be that very incarnation's (a flow step's intent names it), still
+        running. Taken as fenced, the retry found nothing and wrote its copy, and the paused
+        writer, resumed, wrote its own into a fresh shard: the step ran twice (simulator seed
+        154 with flows: s0#2 had claimed s0#1's shard, then wrote an intent and paused)."""
+        owner = metadata.get("owner")
+        held_by = parse_owner(owner) if owner is not None else None
+        if owner not in (f"{creator[0]}#{creator[1]}", RELEASED) and (held_by is None or held_by[0] != creator[0]):
+            return True  # claimed since by another silo: its creator's writer is fenced
+        if self._shards.get(base) is not None or owner == self._me.owner:
             return True  # our own, and no call of ours is in progress (checked before)
         if not self._adoption.orphaned(metadata, members):
             return False

@@ -10,9 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cluster.model.clock import SYSTEM_CLOCK
-from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt
+from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import timedelta_to_us
+from cluster.runtime.membership import Membership
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import (
     MOVED,
@@ -183,6 +184,43 @@ async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_an
         await second.scheduling.schedule([item(j)], suspects=["a"])
     assert len(await copies(store, j.id)) == 1
     assert [h.base for h in await list_logs(store, SHARD_PREFIX) if "-b." in h.base] == []
+
+
+async def test_a_retry_waits_for_a_live_suspect_holding_its_dead_incarnations_shard() -> None:
+    """A silo's next incarnation that claimed its old shard is the suspect itself, alive, and
+    may still be sending the earlier try (a flow step's intent names that incarnation). Before:
+    the shard counted as fenced, the retry found nothing and wrote its copy, and the earlier
+    try, resumed, wrote its own into a fresh shard: two copies (simulator seed 154, flows)."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    (old,) = await first.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # "a#1"'s shard of that window
+    again = await make_parts(store, "a", transport=restarted())
+    assert await again.adoption.claim_for_cancel(old) is not None  # "a#2" holds it now
+    second = await make_parts(store, "b")
+    j = job(due=timedelta(hours=1))
+    with pytest.raises(EarlierTryUnsettled):
+        await second.scheduling.schedule([item(j)], suspects=["a"])
+    await again.scheduling.schedule([item(j)])  # the earlier try goes on
+    assert len(await copies(store, j.id)) == 1
+
+
+async def test_a_call_whose_silo_rejoined_meanwhile_writes_nothing_under_the_next_incarnation() -> None:
+    """A retry's search takes a dead incarnation's shards as all its earlier try can have
+    written. Before: the call, begun under "a#1", found its new shard refused (the old tag) and
+    wrote into a fresh shard of "a#2", beside the retry's copy (simulator seed 2131, flows)."""
+    store = GatedStore()
+    parts = await make_parts(store, "a")  # type: ignore[arg-type]
+    release = store.gate("create", SHARD_PREFIX)
+    j = job(due=timedelta(hours=1))
+    call = asyncio.create_task(parts.scheduling.schedule([item(j)]))
+    await store.reached("create", SHARD_PREFIX).wait()
+    await Membership(store.inner).declare_dead(parts.me.row)
+    await parts.heartbeat.beat()
+    assert parts.me.owner == "a#2"
+    release.set()
+    with pytest.raises(SiloStopping):
+        await call
+    assert await copies(store.inner, j.id) == []
 
 
 async def test_a_retry_whose_earlier_try_never_landed_adds_the_jobs_once() -> None:
