@@ -2,8 +2,9 @@
 
 Every ``heartbeat_interval`` a silo rewrites its membership row by CAS (which renews its firing
 lease), then looks at its peers: one whose row this silo has watched unchanged for
-``suspicion_timeout`` (longer than any lease), or whose process Ray saw exit, is declared dead by
-CAS with that proof, and its shards become orphans at once. One that Ray reports dead without
+``suspicion_timeout`` (longer than any lease), or whose process is proven ended (Ray saw it exit,
+or this host's process table no longer has it), is declared dead by CAS with that proof, and its
+shards become orphans at once. One that Ray reports dead without
 such proof (a lost node, a partition) is declared dead too, but its shards wait until its lease
 has provably run out. A silo that finds its own row taken (declared dead while paused or cut off)
 drops every shard and joins again as a new incarnation.
@@ -187,9 +188,10 @@ class Heartbeat:
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
         ping_timeout = self._options.heartbeat_interval.total_seconds()
         answers = await asyncio.gather(*(self._transport.ping(m.silo_id, ping_timeout) for m in alive))
-        for m, answer in zip(alive, answers, strict=True):
-            if answer in (Ping.EXITED, Ping.GONE):
-                causes[m.silo_id] = (m, EXITED if answer is Ping.EXITED else REPORTED)
+        proofs = await asyncio.gather(*(self._cause(m, answer) for m, answer in zip(alive, answers, strict=True)))
+        for m, cause in zip(alive, proofs, strict=True):
+            if cause is not None:
+                causes[m.silo_id] = (m, cause)
         for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id):
             causes[m.silo_id] = (m, SILENT)  # the strongest proof: every incarnation of it is over
         declared = [m for m, cause in causes.values() if await self._membership.declare_dead(m, cause)]
@@ -210,10 +212,25 @@ class Heartbeat:
         answer = await self._transport.ping(silo_id, self._options.heartbeat_interval.total_seconds())
         if answer is Ping.ALIVE:
             return False
-        dead = await self._membership.declare_dead(member, EXITED if answer is Ping.EXITED else REPORTED)
+        dead = await self._membership.declare_dead(member, await self._cause(member, answer) or REPORTED)
         if dead:
             await self._adoption.adopt_orphans()
         return dead
+
+    async def _cause(self, member: Member, answer: Ping) -> str | None:
+        """Why ``member``'s incarnation is to be declared dead now, given its ping's ``answer``, or None.
+
+        A peer that did not answer is looked at further: its process proven ended (this host's
+        process table, or Ray's record of that very process's exit) is EXITED however the ping
+        ended, so its shards are taken at once rather than after suspicion and its lease (issue
+        28). Without such proof, Ray's word that it is dead is REPORTED (its lease is waited
+        out), and silence alone is left to the heartbeat watch.
+        """
+        if answer is Ping.ALIVE:
+            return None
+        if answer is Ping.EXITED or await self._transport.ended(member.silo_id, member.node, member.pid):
+            return EXITED
+        return REPORTED if answer is Ping.GONE else None
 
     def peers(self) -> list[str]:
         """The other silos this one has seen in the membership table."""

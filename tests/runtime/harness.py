@@ -102,6 +102,8 @@ class LocalTransport:
     alive: dict[str, Ping] = field(default_factory=dict)  # ping answers by silo id (else UNKNOWN)
     notified: list[str] = field(default_factory=list)
     predecessors_exited: bool = False  # whether a rejoining silo finds its predecessor's process gone
+    # Peers whose row's process this silo can prove ended (this host's process table, or Ray's record of its exit)
+    ended_peers: set[str] = field(default_factory=set)
     # Handlers that wait for due times, as JobHandler does, on this clock (None: they cannot
     # wait, as actors that do not subclass JobHandler; the silo then sends each job when due).
     clock: ManualClock | None = None
@@ -118,6 +120,9 @@ class LocalTransport:
 
     def exited(self, node: str, pid: int) -> bool:
         return self.predecessors_exited
+
+    async def ended(self, silo_id: str, node: str, pid: int) -> bool:
+        return silo_id in self.ended_peers
 
     async def resolve(self, target: Target) -> Any:
         held = self.resolving.get(target.name)

@@ -380,6 +380,10 @@ class SimTransport:
             return False
         return int(epoch) < self._epoch
 
+    async def ended(self, silo_id: str, node: str, pid: int) -> bool:
+        """Each silo has a node of its own: only its own older processes can be seen gone."""
+        return self.exited(node, pid)
+
     async def resolve(self, target: Target) -> Any:
         return target.name
 
