@@ -58,6 +58,9 @@ class Heartbeat:
         self._transport = transport
         self._metrics = metrics
         self._watch = HeartbeatWatch()
+        # Peers' incarnations declared dead without proof -> when first seen so (monotonic): while
+        # their lease may hold, proof that came late still spares peers waiting it out.
+        self._unproven: dict[str, float] = {}
         self._writing = asyncio.Lock()  # held while our row is written: a stop waits for it
         self.watching_peers = True  # off while stopping: keep our lease, take on nothing new
         self._unsure: Member | None = None  # our last row write, if its outcome is unknown
@@ -194,10 +197,10 @@ class Heartbeat:
                 causes[m.silo_id] = (m, cause)
         for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id):
             causes[m.silo_id] = (m, SILENT)  # the strongest proof: every incarnation of it is over
-        declared = [m for m, cause in causes.values() if await self._membership.declare_dead(m, cause)]
+        declared = {m.owner: cause for m, cause in causes.values() if await self._membership.declare_dead(m, cause)}
+        declared |= dict.fromkeys((m.owner for m in await self._prove_reported(members, now)), EXITED)
         if declared:
-            log.warning("peers declared dead", extra={"silos": [m.owner for m in declared], "by": self._me.owner,
-                                                      "causes": {m.owner: causes[m.silo_id][1] for m in declared}})
+            log.warning("peers declared dead", extra={"silos": list(declared), "by": self._me.owner, "causes": declared})
             await self._adoption.adopt_orphans()
 
     async def declare_peer_dead(self, silo_id: str) -> bool:
@@ -216,6 +219,21 @@ class Heartbeat:
         if dead:
             await self._adoption.adopt_orphans()
         return dead
+
+    async def _prove_reported(self, members: dict[str, Member], now: float) -> list[Member]:
+        """Rows declared dead without proof whose process is now proven ended, marked so (EXITED).
+
+        Ray marks an actor dead when it sends ``ray.kill``, a moment before the process exits: the
+        round that saw it gone may have found no proof yet. Looked at until its lease is surely
+        over, when proof would change nothing.
+        """
+        lease = self._options.firing_lease.total_seconds()
+        reported = {m.owner: m for m in members.values() if m.silo_id != self._me.silo_id and m.status == DEAD
+                    and m.cause == REPORTED and m.ended_through < m.incarnation}
+        self._unproven = {o: self._unproven.get(o, now) for o in reported}
+        looking = [m for o, m in reported.items() if now - self._unproven[o] <= lease]
+        proven = await asyncio.gather(*(self._transport.ended(m.silo_id, m.node, m.pid) for m in looking))
+        return [m for m, yes in zip(looking, proven, strict=True) if yes and await self._membership.prove_ended(m)]
 
     async def _cause(self, member: Member, answer: Ping) -> str | None:
         """Why ``member``'s incarnation is to be declared dead now, given its ping's ``answer``, or None.

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
-from ray.core.generated.common_pb2 import ActorDiedErrorContext
+from ray.core.generated.common_pb2 import ActorDiedErrorContext  # type: ignore[attr-defined]  # generated, no stubs
 
 from cluster.model.ahead import Ahead
 from cluster.model.attempt import DELIVER, Attempt, Outcome
@@ -37,6 +37,9 @@ WORKER_EXITED = "The actor is dead because its worker process has died."
 WITHDRAW = "timeshard_withdraw"
 #: How long one lookup of an actor by name may take (s) before its target counts as absent for now.
 LOOKUP_TIMEOUT = 10.0
+#: How long (s) a silo Ray has marked dead may take to exit on this host before its peers give up
+#: waiting for that proof (they then wait out its lease). A killed worker exits in ~60 ms idle.
+EXIT_GRACE_S = 0.3
 
 
 def proves_exit(exc: BaseException) -> bool:
@@ -192,14 +195,34 @@ class RayTransport:
     async def ended(self, silo_id: str, node: str, pid: int) -> bool:
         if self.exited(node, pid):
             return True
+        record = await self._record(silo_id)
+        if record_proves_exit(record, node, pid):
+            return True
+        if node == self.node_id() and record.get("State") == "DEAD" and record.get("Pid") == pid:
+            # Ray marks an actor dead as it sends the kill, a moment before the process exits:
+            # this host's process table tells once it has.
+            return await self._exits_within(pid, EXIT_GRACE_S)
+        return False
+
+    async def _record(self, silo_id: str) -> Mapping[str, Any]:
+        """Ray's record of the last actor found under ``silo_id``'s name; {} if none or no answer."""
         actor_id = self._actor_ids.get(silo_id)
         if actor_id is None:
-            return False  # never found under its name here: no record to ask about
+            return {}  # never found under its name here: no record to ask about
         try:
-            record = await asyncio.wait_for(asyncio.to_thread(_actor_record, actor_id), LOOKUP_TIMEOUT)
+            return await asyncio.wait_for(asyncio.to_thread(_actor_record, actor_id), LOOKUP_TIMEOUT)
         except Exception:  # Ray's GCS slow or unreachable: nothing is known
-            return False
-        return record_proves_exit(record, node, pid)
+            return {}
+
+    async def _exits_within(self, pid: int, seconds: float) -> bool:
+        """Whether process ``pid`` of this host ends within ``seconds``, looking every few ms."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while not process_ended(pid):
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def resolve(self, target: Target) -> Any:
         return await self._directory.resolve(target)

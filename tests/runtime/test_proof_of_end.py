@@ -87,6 +87,27 @@ async def test_a_peer_that_answers_is_never_declared_dead() -> None:
     assert (await Membership(store).members())["v"].status == ACTIVE
 
 
+async def test_proof_that_comes_after_ray_reported_a_peer_dead_still_spares_the_lease() -> None:
+    """Ray marks an actor dead as it sends the kill: the round that sees it gone may find its
+    process still there, and declares it dead without proof; the next finds it gone."""
+    store, clock = MemoryStore(), ManualClock()
+    victim = await make_parts(store, "v", clock=clock)
+    j = job(due=timedelta(seconds=2))
+    await add(victim, j)
+    watcher = await make_parts(store, "w", clock=clock)
+    watcher.adoption._budget = 64
+    watcher.transport.alive["v"] = Ping.GONE
+    await watcher.heartbeat.detect_failures()
+    assert (await Membership(store).members())["v"].cause == REPORTED
+    await watcher.heartbeat.detect_failures()
+    assert (await Membership(store).members())["v"].cause == REPORTED  # still no proof: still waiting
+    watcher.transport.ended_peers.add("v")
+    await watcher.heartbeat.detect_failures()
+    row = (await Membership(store).members())["v"]
+    assert row.status == DEAD and row.cause == EXITED and row.ended_through == 1
+    assert watcher.queue.get(j.id) is not None  # at once, its lease not waited out
+
+
 async def test_a_caller_told_a_peer_died_takes_its_shards_at_once_with_proof_and_after_its_lease_without() -> None:
     store, clock = MemoryStore(), ManualClock()
     proven, unproven = await make_parts(store, "p", clock=clock), await make_parts(store, "u", clock=clock)
@@ -151,20 +172,47 @@ def _reaped_pid() -> int:
     return int(child.stdout)
 
 
+def _running(seconds: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of this host that runs on (it stands for a silo alive but unreachable)."""
+    running = _running(30)
+    yield running
+    running.kill()
+    running.wait()
+
+
 async def test_a_process_gone_from_this_hosts_table_is_proof_one_still_there_is_not(
-        here: RayTransport, monkeypatch: pytest.MonkeyPatch) -> None:
+        here: RayTransport, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     def no_record(actor_id: str) -> Mapping[str, Any]:
         raise AssertionError("the host's proof needs no GCS")
 
     monkeypatch.setattr(rt, "_actor_record", no_record)
     assert await here.ended("p", HERE, _reaped_pid())
-    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    for state in ("ALIVE", "RESTARTING"):  # however unreachable over the network
+        monkeypatch.setattr(rt, "_actor_record", lambda actor_id, state=state: record(state=state, pid=sleeper.pid))
+        began = time.monotonic()
+        assert not await here.ended("p", HERE, sleeper.pid)
+        assert time.monotonic() - began < rt.EXIT_GRACE_S  # nothing to wait for
+
+
+async def test_a_process_ray_marked_dead_is_proven_ended_once_it_exits_here_and_not_while_it_runs(
+        here: RayTransport, sleeper: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray marks an actor dead as it sends ``ray.kill``; the process exits a moment later, or, cut
+    off from the kill, runs on: only its exit from this host's table proves anything."""
+    exiting = _running(0.1)
     try:
-        monkeypatch.setattr(rt, "_actor_record", lambda actor_id: record(state="ALIVE", pid=running.pid))
-        assert not await here.ended("p", HERE, running.pid)  # alive, however unreachable over the network
+        monkeypatch.setattr(rt, "_actor_record", lambda actor_id: record(reason=ActorDiedErrorContext.RAY_KILL,
+                                                                           pid=exiting.pid))
+        assert await here.ended("p", HERE, exiting.pid)
     finally:
-        running.kill()
-        running.wait()
+        exiting.wait()
+    monkeypatch.setattr(rt, "_actor_record", lambda actor_id: record(reason=ActorDiedErrorContext.RAY_KILL,
+                                                                       pid=sleeper.pid))
+    assert not await here.ended("p", HERE, sleeper.pid)
 
 
 async def test_another_hosts_process_is_proven_ended_only_by_rays_record_of_its_exit(
