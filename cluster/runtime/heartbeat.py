@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
@@ -187,18 +187,29 @@ class Heartbeat:
         now = self._clock.monotonic()
         self._watch.observe(members, now)
         timeout = self._options.suspicion_timeout.total_seconds()
-        causes: dict[str, tuple[Member, str]] = {}
+        silent = {m.silo_id: m for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id)}
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
+        # A peer whose process this host's table shows gone needs no ping: taken over before the
+        # pings, a slow one (a peer Ray is restarting waits out its timeout) does not hold it up.
+        gone = [m for m in alive if m.silo_id not in silent and self._transport.exited(m.node, m.pid)]
+        if gone:
+            await self._declare({m.silo_id: (m, EXITED) for m in gone})
+        causes: dict[str, tuple[Member, str]] = {}
+        alive = [m for m in alive if m not in gone]
         ping_timeout = self._options.heartbeat_interval.total_seconds()
         answers = await asyncio.gather(*(self._transport.ping(m.silo_id, ping_timeout) for m in alive))
-        proofs = await asyncio.gather(*(self._cause(m, answer) for m, answer in zip(alive, answers, strict=True)))
-        for m, cause in zip(alive, proofs, strict=True):
+        for m, answer in zip(alive, answers, strict=True):
+            cause = await self._cause(m, answer)  # one by one: no task per peer, which would reorder the rounds
             if cause is not None:
                 causes[m.silo_id] = (m, cause)
-        for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id):
-            causes[m.silo_id] = (m, SILENT)  # the strongest proof: every incarnation of it is over
+        causes |= {silo_id: (m, SILENT) for silo_id, m in silent.items()}  # the strongest proof: every incarnation of it is over
+        await self._declare(causes, await self._prove_reported(members, now))
+
+    async def _declare(self, causes: dict[str, tuple[Member, str]], proven: Sequence[Member] = ()) -> None:
+        """Declare each of ``causes`` dead for its cause; with ``proven`` (rows already marked EXITED),
+        adopt what that made orphans."""
         declared = {m.owner: cause for m, cause in causes.values() if await self._membership.declare_dead(m, cause)}
-        declared |= dict.fromkeys((m.owner for m in await self._prove_reported(members, now)), EXITED)
+        declared |= dict.fromkeys((m.owner for m in proven), EXITED)
         if declared:
             log.warning("peers declared dead", extra={"silos": list(declared), "by": self._me.owner, "causes": declared})
             await self._adoption.adopt_orphans()
@@ -232,8 +243,9 @@ class Heartbeat:
                     and m.cause == REPORTED and m.ended_through < m.incarnation}
         self._unproven = {o: self._unproven.get(o, now) for o in reported}
         looking = [m for o, m in reported.items() if now - self._unproven[o] <= lease]
-        proven = await asyncio.gather(*(self._transport.ended(m.silo_id, m.node, m.pid) for m in looking))
-        return [m for m, yes in zip(looking, proven, strict=True) if yes and await self._membership.prove_ended(m)]
+        # One by one, as in ``detect_failures``; rarely more than one, and a host's proof costs nothing.
+        return [m for m in looking if await self._transport.ended(m.silo_id, m.node, m.pid)
+                and await self._membership.prove_ended(m)]
 
     async def _cause(self, member: Member, answer: Ping) -> str | None:
         """Why ``member``'s incarnation is to be declared dead now, given its ping's ``answer``, or None.

@@ -49,6 +49,31 @@ async def test_a_peer_whose_process_is_proven_ended_is_taken_over_at_once_whatev
     assert watcher.queue.get(j.id) is not None  # no lease to wait out: its process runs no more
 
 
+async def test_a_peer_gone_from_this_hosts_table_is_taken_over_without_waiting_for_a_slow_ping() -> None:
+    """A peer Ray is restarting answers no ping until its timeout: it must not hold up another's takeover."""
+    store, clock = MemoryStore(), ManualClock()
+    victim = await make_parts(store, "v", clock=clock)
+    j = job(due=timedelta(seconds=2))
+    await add(victim, j)
+    await make_parts(store, "slow", clock=clock)
+    watcher = await make_parts(store, "w", clock=clock)
+    watcher.adoption._budget = 64
+    watcher.transport.exited_nodes.add("local/v")
+    slow = watcher.transport.pinging["slow"] = asyncio.Event()
+    round_ = asyncio.ensure_future(watcher.heartbeat.detect_failures())
+    for _ in range(100):
+        await asyncio.sleep(0)
+    try:
+        assert not round_.done()  # still waiting for the slow ping...
+        row = (await Membership(store).members())["v"]
+        assert row.cause == EXITED and row.ended_through == 1  # ... while the gone peer is declared dead
+        assert watcher.queue.get(j.id) is not None  # and its shard taken
+    finally:
+        slow.set()
+        await round_
+    assert (await Membership(store).members())["slow"].status == ACTIVE
+
+
 async def test_a_peer_ray_reports_dead_without_proof_keeps_its_shards_until_its_lease_ran_out() -> None:
     """Removed from Ray while its process may run on behind a partition: Ray's word is not proof."""
     store, clock = MemoryStore(), ManualClock()
