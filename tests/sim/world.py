@@ -89,6 +89,7 @@ P_DELAY = 0.08  # a delivery held back up to MAX_DELAY_S (it may arrive past the
 MAX_DELAY_S = 6.0
 P_DUPLICATE = 0.05
 OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
+SHARED_HOSTS_SHARE = 0.5  # seeds in which silos share hosts (drawn from their own generator)
 MAX_SKEW_US = 1_500_000
 # A lease end crosses µs and float seconds on its way to a handler: a rounding, not a margin.
 LEASE_ROUNDING_US = 2
@@ -133,6 +134,9 @@ class Faults:
     # from its stale memory; seed 1829: a move settled twice around a rotation), and the seeds CI
     # runs must pass. Default it on once they are fixed.
     torn_logs: bool = False
+    # In a share of seeds silos share hosts, so a peer sees a dead silo's process gone from its
+    # host's process table: proof of its end without Ray (issue 28). Never of one that runs on.
+    shared_hosts: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -374,14 +378,23 @@ class SimTransport:
 
     def exited(self, node: str, pid: int) -> bool:
         """What this node's process table shows: a process of an older epoch of this very silo
-        is gone (a restart comes after the kill). Other nodes' processes are not visible here."""
+        is gone (a restart comes after the kill); a peer's on a shared host, once it is dead.
+        Other hosts' processes are not visible here."""
         here, _, epoch = node.rpartition("/")
-        if here != node_of(self._proc.silo_id, 0).rpartition("/")[0] or not epoch.isdigit():
+        if not here.startswith("sim-") or not epoch.isdigit():
             return False
-        return int(epoch) < self._epoch
+        silo = here[len("sim-"):]
+        if silo == self._proc.silo_id:
+            return int(epoch) < self._epoch
+        peer = self._world.procs.get(silo)
+        if peer is None or self._world.host.get(silo) != self._world.host[self._proc.silo_id]:
+            return False
+        gone = int(epoch) < peer.epoch or (int(epoch) == peer.epoch and peer.state == DEAD)
+        self._world.stats["peers seen gone on their host"] += gone
+        return gone
 
     async def ended(self, silo_id: str, node: str, pid: int) -> bool:
-        """Each silo has a node of its own: only its own older processes can be seen gone."""
+        """Only this host's process table proves anything here (Ray's records are not simulated)."""
         return self.exited(node, pid)
 
     async def resolve(self, target: Target) -> Any:
@@ -594,6 +607,10 @@ class World:
         self.settle_tried: set[str] = set()  # jobs whose unanswered call the world is settling after healing
         self.settle_rng = random.Random(f"settle/{seed}")  # its own: the draws of other seeds stay theirs
         self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
+        # Which host each silo runs on, from a generator of its own: seeds that share none replay as before.
+        hosts_rng = random.Random(f"hosts/{seed}")
+        shared = faults.shared_hosts and hosts_rng.random() < SHARED_HOSTS_SHARE
+        self.host = {silo: f"h{hosts_rng.randrange(2)}" if shared else silo for silo in self.procs}
         # Jobs a retried schedule call added again after its earlier try had run and left no record
         # (README, "Schedule calls and retries": one more run, never two live copies).
         self.added_again: set[str] = set()
