@@ -117,6 +117,22 @@ def test_a_seed_that_draws_no_operator_runs_as_before_operator_pauses() -> None:
         assert run_seed(result.seed, Faults(operator_pauses=False)).digest == result.digest
 
 
+def test_a_seed_whose_silos_share_no_host_runs_as_before_shared_hosts() -> None:
+    """Hosts draw from a generator of their own: seeds whose silos each have a host keep their worlds."""
+    results = [run_seed(seed) for seed in range(8)]
+    plain = [r for r in results if not any("silos share hosts" in line for line in r.trace)]
+    assert 0 < len(plain) < len(results)
+    for result in plain:
+        assert run_seed(result.seed, Faults(shared_hosts=False)).digest == result.digest
+
+
+def test_silos_on_one_host_see_a_dead_peers_process_gone() -> None:
+    """Seeds that share hosts reach the proof of death found without Ray (issue 28), and keep every invariant."""
+    results = [run_seed(seed) for seed in range(12)]
+    assert sum(r.stats.get("peers seen gone on their host", 0) for r in results) > 0
+    assert not [r.seed for r in results if r.violations]
+
+
 def test_operator_seeds_pause_and_resume_jobs_under_faults() -> None:
     """Seeds with an operator pause jobs and resume them, across kills and adoptions: nothing of a
     paused job is sent, and everything owed fires once resumed (checked by every seed)."""
