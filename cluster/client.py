@@ -310,9 +310,10 @@ class Client:
             return answer == "paused", PauseRecord.from_wire(info)
         return answer == "resumed", None
 
-    async def _at_owner(self, job: ScheduledJob, method: str, *args: Any) -> tuple[str, Any]:
+    async def _at_owner(self, job: ScheduledJob, method: str, *args: Any, search: bool = True) -> tuple[str, Any]:
         """Call ``method(shard, job.id, *args)`` on the silo owning ``job``'s shard, following its
-        moves; the first answer that is neither a forward nor "not the owner"."""
+        moves; the first answer that is neither a forward nor "not the owner". A shard gone is
+        searched for (``search``), else answered as ("not_owner", None)."""
         if job.shard is None:
             raise InvalidJob("job.shard", "this job was not returned by schedule_job; cannot locate it")
         shard: str = job.shard
@@ -325,7 +326,7 @@ class Client:
             elif answer == "not_owner" and info is None:
                 # The shard is gone: drained and deleted after the job moved on. Look in every
                 # shard from the job's first window on (rare: old handles of recurring jobs).
-                return await self._at_owner_by_search(job, method, *args)
+                return await self._at_owner_by_search(job, method, *args) if search else (answer, info)
             elif answer == "not_owner":
                 owner = info.rpartition("#")[0]
                 silo = owner if owner in self.silo_ids else None
@@ -344,6 +345,11 @@ class Client:
         due = datetime_to_us(job.due)
         for shard, owner in await self._call("shards_from", due - due % duration):
             answer, info = await self._call(method, shard, job.id, *args, prefer=owner.rpartition("#")[0])
+            if answer == "not_owner" and info is not None:
+                # The shard is there, its owner another silo or being replaced (adopted): asked
+                # where it is held now, as any call is. Passed over, a job it holds would be
+                # answered absent, and a cancel (a put's of the generation it replaces) not made.
+                answer, info = await self._at_owner(dataclasses.replace(job, shard=shard), method, *args, search=False)
             if answer not in ("absent", "moved", "not_owner"):
                 return answer, info
         return "absent", None

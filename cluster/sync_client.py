@@ -113,6 +113,7 @@ class SyncNamedJobs(_Blocking[NamedJobs]):
     """``client.jobs`` of a ``SyncClient``: the names of ``NamedJobs``, blocking."""
 
     put = _blocking(NamedJobs.put)
+    put_many = _blocking(NamedJobs.put_many)
     get = _blocking(NamedJobs.get)
     list = _blocking(NamedJobs.list)
     list_page = _blocking(NamedJobs.list_page)

@@ -15,6 +15,7 @@ from .base import (
     LogInfo,
     LogPage,
     LogStat,
+    MetadataWrite,
     RetryPolicy,
     ServerTime,
     Store,
@@ -36,7 +37,7 @@ from .errors import (
     Unavailable,
 )
 from .file import FileStore
-from .generations import LogHead, LogState, find_log, generation_name, list_logs, read_log
+from .generations import LogHead, LogState, LogTail, find_log, generation_name, list_logs, read_log, read_tail
 from .log import LogOptions, LogWriter
 from .memory import MemoryStore
 from .records import Damage, Decoded, Frame, Torn, decode, encode
@@ -44,11 +45,12 @@ from .urls import DEFAULT_URL, open_store
 
 __all__ = [
     "AZURE_MAX_BLOCKS", "MAX_BLOCK_BYTES", "DEFAULT_URL",
-    "Store", "LogInfo", "LogPage", "LogStat", "Appended", "Fetched", "RetryPolicy", "ServerTime",
+    "Store", "LogInfo", "LogPage", "LogStat", "MetadataWrite", "Appended", "Fetched", "RetryPolicy", "ServerTime",
     "MemoryStore", "FileStore", "open_store",
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "LogCorrupted", "LandedAfterFailure", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
     "Decoded", "Frame", "Torn", "Damage", "decode", "encode",
-    "LogHead", "LogState", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "generation_name",
+    "LogHead", "LogState", "LogTail", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "read_tail",
+    "generation_name",
     "DAMAGED_PREFIX", "damaged_name", "describe_damage", "keep_damaged",
 ]

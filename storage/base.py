@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import NamedTuple, TypeVar
 
-from .errors import InvalidMetadata, RecordTooLarge, Transient, Unavailable
+from .errors import InvalidMetadata, RecordTooLarge, StorageError, Transient, Unavailable
 
 #: The largest block one append may carry: Azure's append-block limit, applied to every store.
 MAX_BLOCK_BYTES = 4 * 1024 * 1024
@@ -59,6 +59,23 @@ class LogStat:
     etag: str
     size: int
     blocks: int
+
+
+#: What ``write_metadata_many`` answers per write: the new ETag, None (deleted), or the error.
+WriteOutcome = str | None | StorageError
+WriteOutcomes = list[WriteOutcome]
+#: What ``stat_many`` answers: per name, its ``LogStat`` or the error.
+Stats = list[LogStat | StorageError]
+
+
+class MetadataWrite(NamedTuple):
+    """One write of ``Store.write_metadata_many``: create a log (``create``), replace its metadata
+    while its ETag is ``if_match`` (None: whatever it is), or delete it (``metadata`` None)."""
+
+    name: str
+    metadata: Mapping[str, str] | None
+    if_match: str | None = None
+    create: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,6 +256,44 @@ class Store(ABC):
     @abstractmethod
     async def server_time(self) -> ServerTime | None:
         """The store's clock, read by one cheap call; None if the store shares the caller's clock."""
+
+    async def stat_many(self, names: Sequence[str]) -> Stats:
+        """``stat`` of each of ``names``, in order: its ``LogStat``, or the error (``NotFound``...).
+
+        This default stats them concurrently; the file store reads them in one thread hop.
+        """
+
+        async def one(name: str) -> LogStat | StorageError:
+            try:
+                return await self.stat(name)
+            except StorageError as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(name) for name in names)))
+
+    async def write_metadata_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        """Make every write of ``writes`` (distinct names), each one alone; return, in order, the
+        new ETag of each created or changed log, None for each deleted one, or the error that
+        write met (``Fenced``, ``AlreadyExists``, ``NotFound``: it was not made; any other: it may
+        have been). Nothing is atomic across writes: what they share is the cost (group commit).
+
+        This default makes them concurrently; the file store shares its fsyncs among them.
+        """
+        if len({w.name for w in writes}) != len(writes):
+            raise ValueError("write_metadata_many: a name appears twice")
+
+        async def one(w: MetadataWrite) -> WriteOutcome:
+            try:
+                if w.metadata is None:
+                    await self.delete(w.name, w.if_match)
+                    return None
+                if w.create:
+                    return await self.create(w.name, w.metadata)
+                return await self.set_metadata(w.name, w.metadata, w.if_match)
+            except StorageError as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(w) for w in writes)))
 
     async def append(self, name: str, payload: bytes, if_match: str) -> str:
         """Append ``payload`` as one block if the ETag is still ``if_match``; return the new ETag."""

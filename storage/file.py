@@ -1,8 +1,11 @@
 """``file://``: durable logs on one machine, safe between processes through OS file locks.
 
-Each log is three files in one directory: ``<name>.log`` (the body), ``<name>.meta`` (JSON:
-metadata, committed size, block count, version) and ``<name>.lock`` (an ``flock`` target that
-is never deleted, so two processes always lock the same inode). An append writes the payload
+Each log is up to three files in one directory: ``<name>.log`` (the body; none while the log
+is empty), ``<name>.meta`` (JSON: metadata, committed size, block count, version) and
+``<name>.lock`` (an ``flock`` target). A lock file goes with its log: whoever holds it when it
+finds the log gone unlinks it, and whoever then locks the unlinked file sees that it is no
+longer the one at its path and locks that one instead, so two processes never hold locks on
+two different files of one log. An append writes the payload
 at the committed size, fsyncs it, then atomically replaces ``.meta``: the acknowledgement
 happens only after both are on disk. A process killed mid-append leaves a torn tail past the
 committed size; readers never see it and the next append overwrites it.
@@ -18,6 +21,7 @@ loop while a block is being made durable: that overlap is what group commit feed
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import heapq
@@ -26,9 +30,9 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
 from .base import (
@@ -38,8 +42,11 @@ from .base import (
     LogInfo,
     LogPage,
     LogStat,
+    MetadataWrite,
     ServerTime,
+    Stats,
     Store,
+    WriteOutcomes,
     check_metadata,
     check_name,
     check_page,
@@ -49,6 +56,8 @@ from .base import (
 from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError, Unavailable
 
 log = logging.getLogger("timeshard.storage")
+T = TypeVar("T")
+R = TypeVar("R")
 
 # What a readable .meta holds besides its metadata: anything else is a damaged file.
 _META_FIELDS = (("incarnation", str), ("version", int), ("size", int), ("blocks", int))
@@ -59,6 +68,10 @@ _META_FIELDS = (("incarnation", str), ("version", int), ("size", int), ("blocks"
 LOCK_TIMEOUT_S = 2.0
 _SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
 _MAX_FILENAME = 240
+#: Threads fsyncing one batch of ``write_metadata_many``: ext4 commits concurrent fsyncs together
+#: (measured: 16 at once made ~10,000 small files durable a second where one at a time made ~450).
+SYNC_THREADS = 16
+_PER_LANE = 32  # writes prepared per thread at least: fewer are not worth a thread hop
 
 
 def _encode(name: str) -> str:
@@ -66,6 +79,23 @@ def _encode(name: str) -> str:
     if len(encoded) > _MAX_FILENAME or encoded.startswith("."):
         raise ValueError(f"log name {name!r}: too long for a file name, or starts with '.'")
     return encoded
+
+
+def _unlock(fd: int, base: str) -> None:
+    """Let go of a lock taken by ``FileStore._lock``; its file goes too if the log is gone (deleted,
+    never made), so that no lock file outlives its log: a waiter on it finds it unlinked and
+    takes the lock anew."""
+    try:
+        if not os.path.exists(base + ".meta"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(base + ".lock")
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _fsync_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.fsync(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -86,6 +116,7 @@ class FileStore(Store):
         self.lock_timeout = lock_timeout
         self._made_root = False
         self._reported: set[str] = set()  # damaged logs already logged
+        self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None  # write_metadata_many's fsyncs
 
     # -- paths, locks and the meta record ------------------------------------------------
 
@@ -94,17 +125,36 @@ class FileStore(Store):
 
     @contextlib.contextmanager
     def _locked(self, name: str, exclusive: bool) -> Iterator[None]:
-        if not self._made_root:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._made_root = True
-        fd = os.open(self._path(name, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        base = str(self._path(name, ""))
         try:
-            self._acquire(fd, name, exclusive)
+            fd = self._lock(base, name, exclusive)
+        except OSError as exc:
+            raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
+        try:
             yield
         except OSError as exc:
             raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
         finally:
-            os.close(fd)  # closing the descriptor releases the lock
+            _unlock(fd, base)
+
+    def _lock(self, base: str, name: str, exclusive: bool) -> int:
+        """Open and lock ``<base>.lock``, the file at that path now: a holder that found its log
+        gone unlinked the file it held (``_unlock``), so a lock taken on an inode no longer at
+        the path is let go and taken again on the current one."""
+        if not self._made_root:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._made_root = True
+        while True:
+            fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._acquire(fd, name, exclusive)
+                with contextlib.suppress(FileNotFoundError):
+                    if os.stat(base + ".lock").st_ino == os.fstat(fd).st_ino:
+                        return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
 
     def _acquire(self, fd: int, name: str, exclusive: bool) -> None:
         """Lock ``fd``, waiting at most ``lock_timeout``: a holder that is stopped (SIGSTOP, a
@@ -228,7 +278,7 @@ class FileStore(Store):
             if meta["blocks"] >= self.max_blocks:
                 raise LogFull(f"log {name!r} holds {meta['blocks']} blocks, the limit")
             end = meta["size"] + len(payload)
-            fd = os.open(self._path(name, ".log"), os.O_WRONLY)
+            fd = os.open(self._path(name, ".log"), os.O_WRONLY | os.O_CREAT, 0o644)  # a log made empty has none yet
             try:
                 # Writing at the committed size overwrites whatever a killed writer left there.
                 view = memoryview(payload)
@@ -250,9 +300,11 @@ class FileStore(Store):
             size = meta["size"]
             if not 0 <= offset <= size:
                 raise StorageError(f"read {name!r} at {offset}: outside the body (size {size})")
-            with open(self._path(name, ".log"), "rb") as f:
-                f.seek(offset)
-                data = f.read(size - offset)
+            data = b""
+            if size > offset:  # a log made empty by write_metadata_many has no body file
+                with open(self._path(name, ".log"), "rb") as f:
+                    f.seek(offset)
+                    data = f.read(size - offset)
             return Fetched(data, self._etag(meta), dict(meta["metadata"]), size, meta["blocks"])
 
     def _delete(self, name: str, if_match: str | None) -> None:
@@ -263,8 +315,118 @@ class FileStore(Store):
             self._path(name, ".log").unlink(missing_ok=True)
             _fsync_dir(self.root)
 
+    def _write_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        """``write_metadata_many`` in three phases, each shared by the whole batch: every log
+        locked, checked and its new ``.meta`` written beside it; then all of those fsynced at
+        once (after the last is written: one journal commit carries most of them); then each
+        renamed into place and the directory fsynced once. The first two phases run in up to
+        ``SYNC_THREADS`` threads; each locks its logs in name order, so batches of two processes
+        never wait on each other in a circle."""
+        if len({w.name for w in writes}) != len(writes):
+            raise ValueError("write_metadata_many: a name appears twice")
+        order = sorted(range(len(writes)), key=lambda i: writes[i].name)
+        lanes = max(1, min(SYNC_THREADS, len(order) // _PER_LANE))
+        chunks = [order[k::lanes] for k in range(lanes)]  # each in name order
+        results: WriteOutcomes = [None] * len(writes)
+        held: list[tuple[int, int, dict[str, Any] | None, int | None]] = []  # index, lock fd, new meta, .meta.tmp fd
+        try:
+            for chunk, outs in zip(chunks, self._in_lanes(self._prepare_all, [[writes[i] for i in c] for c in chunks]),
+                                   strict=True):
+                for i, out in zip(chunk, outs, strict=True):
+                    if isinstance(out, StorageError):
+                        results[i] = out
+                    else:
+                        held.append((i, *out))
+            tmps = [tmp for _, _, _, tmp in held if tmp is not None]
+            syncs = min(SYNC_THREADS, len(tmps))  # every fsync of a small batch at once: the journal joins them
+            self._in_lanes(_fsync_all, [tmps[k::syncs] for k in range(syncs)])
+            for i, _, meta, _ in held:
+                base = str(self._path(writes[i].name, ""))
+                if meta is None:
+                    os.unlink(base + ".meta")
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(base + ".log")
+                else:
+                    os.replace(base + ".meta.tmp", base + ".meta")
+                    results[i] = self._etag(meta)
+            if held:
+                _fsync_dir(self.root)
+        except OSError as exc:
+            failed = StorageError(f"file store {self.root}: a batch of writes: {exc}")
+            for i, _, _, _ in held:  # may have been made: renamed, or not, and not yet fsynced
+                results[i] = failed
+        finally:
+            for i, lock, _, tmp in held:
+                if tmp is not None:
+                    os.close(tmp)
+                    os.close(lock)  # releases its lock
+                else:
+                    _unlock(lock, str(self._path(writes[i].name, "")))  # deleted: its lock file goes too
+        return results
+
+    def _in_lanes(self, work: Callable[[list[T]], R], lanes: list[list[T]]) -> list[R]:
+        return [work(lane) for lane in lanes] if len(lanes) <= 1 else list(self._syncer().map(work, lanes))
+
+    def _prepare_all(self, writes: list[MetadataWrite]) -> list[tuple[int, dict[str, Any] | None, int | None] | StorageError]:
+        return [self._prepare(w) for w in writes]
+
+    def _prepare(self, write: MetadataWrite) -> tuple[int, dict[str, Any] | None, int | None] | StorageError:
+        """Lock ``write``'s log and check it: (lock fd, new meta or None to delete, unsynced new
+        .meta fd or None); the error instead when it cannot be made (nothing held then)."""
+        try:
+            metadata = None if write.metadata is None else check_metadata(write.metadata)
+        except StorageError as exc:
+            return exc
+        base = str(self._path(write.name, ""))
+        try:
+            fd = self._lock(base, write.name, exclusive=True)
+        except StorageError as exc:
+            return exc
+        except OSError as exc:
+            return StorageError(f"file store {self.root}: log {write.name!r}: {exc}")
+        try:
+            if write.create:
+                if os.path.exists(base + ".meta"):
+                    raise AlreadyExists(f"log {write.name!r} already exists in {self.root}")
+                # No body file: an empty log needs none (the first append makes it).
+                meta: dict[str, Any] = {"incarnation": uuid.uuid4().hex[:12], "version": 1, "size": 0, "blocks": 0}
+            else:
+                meta = self._match(write.name, write.if_match)
+            if metadata is None:
+                return fd, None, None
+            meta["metadata"] = metadata
+            if not write.create:
+                meta["version"] += 1
+            tmp = os.open(base + ".meta.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(tmp, json.dumps(meta, separators=(",", ":")).encode())
+            except OSError:
+                os.close(tmp)
+                raise
+            return fd, meta, tmp
+        except StorageError as exc:
+            _unlock(fd, base)
+            return exc
+        except OSError as exc:
+            _unlock(fd, base)
+            return StorageError(f"file store {self.root}: log {write.name!r}: {exc}")
+
+    def _syncer(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._sync_pool is None:
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="filestore-fsync")
+        return self._sync_pool
+
     def _stat_locked(self, name: str) -> LogStat:
         return self._stat(name, self._read_meta(name))
+
+    def _stat_many(self, names: Sequence[str]) -> Stats:
+        out: Stats = []
+        for name in names:
+            try:
+                out.append(self._stat_locked(name))
+            except StorageError as exc:
+                out.append(exc)
+        return out
 
     # -- the async interface ---------------------------------------------------------------
 
@@ -289,6 +451,11 @@ class FileStore(Store):
         _encode(name)
         return await asyncio.to_thread(self._stat_locked, name)
 
+    async def stat_many(self, names: Sequence[str]) -> Stats:
+        for name in names:
+            _encode(name)
+        return await asyncio.to_thread(self._stat_many, list(names))
+
     async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
         return await asyncio.to_thread(self._set_metadata, name, check_metadata(metadata), if_match)
 
@@ -299,6 +466,9 @@ class FileStore(Store):
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         return await asyncio.to_thread(self._fetch, name, offset)
 
+    async def write_metadata_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        return await asyncio.to_thread(self._write_many, list(writes))
+
     async def server_time(self) -> ServerTime | None:
         # The logs live on this host (flock does not hold across machines), so this host's
         # clock is the store's: every process using the store reads the same one.
@@ -306,3 +476,8 @@ class FileStore(Store):
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await asyncio.to_thread(self._delete, name, if_match)
+
+    async def close(self) -> None:
+        pool, self._sync_pool = self._sync_pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)

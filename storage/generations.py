@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import LogInfo, Store, check_metadata
-from .errors import InvalidMetadata, NotFound, Unavailable
+from .errors import InvalidMetadata, NotFound, StorageError, Transient, Unavailable
 from .records import Decoded, decode
 
 SEPARATOR = "~"
@@ -134,3 +134,43 @@ async def read_log(store: Store, base: str, *, attempts: int = 5) -> LogState:
         kept = fetched.data if decoded.damaged else b""
         return LogState(head, decoded, dict(fetched.metadata), fetched.size, fetched.blocks, kept)
     raise Unavailable(f"log {base!r}: kept rotating under {attempts} reads")
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """What one generation of a log holds past a point already read (see ``read_tail``).
+
+    ``decoded`` starts at the offset given: its ``end`` and ``last_seq`` are where the next
+    ``read_tail`` starts, as a ``LogState``'s are after a whole read.
+    """
+
+    name: str
+    decoded: Decoded
+    etag: str
+    size: int
+
+    def records(self) -> Iterable[Any]:
+        return self.decoded.records()
+
+
+async def read_tail(store: Store, name: str, *, offset: int, after: int) -> LogTail | None:
+    """The rest of a log read before: what generation ``name`` holds from ``offset`` on, numbered
+    past ``after`` (the ``decoded.end`` and ``decoded.last_seq`` of that read), in one ranged read.
+
+    Decoding goes on exactly as a whole read would at that offset (a torn tail is read again, and
+    left out again unless whole frames now follow it), so folding the records read before and
+    then these is folding the log read whole. None when the read cannot be continued: the
+    generation was superseded by a rotation or deleted, or is shorter than ``offset`` (not the
+    log read before): read it whole with ``read_log``. Raises ``Unavailable`` as a read does.
+    """
+    try:
+        fetched = await store.fetch(name, offset)
+    except NotFound:
+        return None
+    except (Unavailable, Transient):
+        raise
+    except StorageError:
+        return None  # outside the body: cut short or replaced, so whatever it holds is read whole
+    if NEXT_KEY in fetched.metadata:
+        return None
+    return LogTail(name, decode(fetched.data, offset=offset, after=after), fetched.etag, fetched.size)

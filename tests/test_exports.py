@@ -26,6 +26,8 @@ CLUSTER = [
     "Misfire",
     "NamedJob",
     "Overlap",
+    "PutInDoubt",
+    "PutManyFailed",
     "RetryPolicy",
     "Schedule",
     "ScheduleInDoubt",

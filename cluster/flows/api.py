@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.flows.log import FlowLogDamaged, FlowState, create_log, read_flow, update
+from cluster.flows.log import FlowLogDamaged, FlowState, create_log, read_flow, update, write_definition
 from cluster.flows.model import (
     FLOW_CANCELLED,
     FLOW_HALTED,
@@ -24,17 +24,18 @@ from cluster.flows.model import (
     compile_flow,
 )
 from cluster.flows.progress import advance
-from cluster.model.clock import wall_clock_us
+from cluster.model.clock import SYSTEM_CLOCK, Clock
 from cluster.model.errors import ValidationError
 from cluster.model.jobs import ScheduledJob
 from cluster.model.ports import JobSubmitter
 from cluster.model.wire import us_to_datetime
-from storage import AlreadyExists, LogInfo, Store, open_store
+from storage import AlreadyExists, Fenced, LogInfo, Store, Unavailable, open_store
 
 __all__ = ["FLOW_STATES", "DamagedFlow", "FlowIndex", "FlowPage", "Flows"]
 
 FLOW_STATES = (FLOW_RUNNING, FLOW_SUCCEEDED, FLOW_HALTED, FLOW_CANCELLED)
 _READS_AT_ONCE = 16  # flow logs fetched concurrently by one page; enough to hide store latency
+_DEFINE_TRIES = 5  # races with other submits of one name, each lost only to a write that landed
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,14 @@ def _flow_name(info: LogInfo) -> str:
 
 class Flows:
     """``client.flows``: submit, inspect, cancel and list flows. Reads and writes flow logs in the
-    cluster's store (its URL comes from a silo) and schedules root steps through the silos."""
+    cluster's store (its URL comes from a silo) and schedules root steps through the silos.
 
-    def __init__(self, client: JobSubmitter) -> None:
+    ``clock`` times the flow's records and its root steps' due times (the host's, unless a test
+    runs the client on a clock of its own)."""
+
+    def __init__(self, client: JobSubmitter, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._client = client
+        self._clock = clock
         self._owner = f"client-{uuid.uuid4().hex[:8]}"
         self._store_url: str | None = None
         self._index = FlowIndex()
@@ -139,28 +144,48 @@ class Flows:
             self._store_url = (await self._client.describe())["store_url"]
         return open_store(self._store_url)
 
-    async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str | None]:
+    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (), /) -> list[str | None]:
+        assert not suspects, "a client never takes over a flow's intent (silos reconcile flows)"
         return [job.shard for job in await self._client.submit_jobs(jobs)]
 
     async def submit(self, flow: Flow) -> FlowStatus:
         """Validate ``flow``, store it and start its root steps; returns its status.
 
-        Submitting the same definition under the same name again returns the existing flow;
-        a different definition under a taken name raises ``FlowExists``.
+        Submitting the same definition under the same name again returns the existing flow,
+        moved on from wherever a failed submit of it stopped (so submitting again after an error
+        is how to make sure it runs); a different definition under a taken name raises ``FlowExists``.
         """
-        plan = compile_flow(flow, flow_id=uuid.uuid4().hex[:16], created_us=wall_clock_us(),
+        plan = compile_flow(flow, flow_id=uuid.uuid4().hex[:16], created_us=self._clock.now_us(),
                             resolve=self._client.resolve_target)
         async with await self._open() as store:
-            try:
-                await create_log(store, plan)
-            except AlreadyExists:
-                existing = await read_flow(store, flow.name)
-                if existing is None or _definition(existing.plan) != _definition(plan):
-                    raise FlowExists("name", "a different flow already has this name", flow.name) from None
-                return existing.status()
-            state = await advance(store, plan.name, self._owner, self._schedule)
+            await self._define(store, plan)
+            # Also for a flow submitted before: a submit that failed after writing the definition
+            # may have scheduled none of its root steps, and nothing else would (reconcile takes
+            # over only steps some writer meant to schedule).
+            state = await advance(store, plan.name, self._owner, self._schedule, now_us=self._clock.now_us)
         assert state is not None
         return state.status()
+
+    async def _define(self, store: Store, plan: FlowPlan) -> None:
+        """Make the flow's log hold ``plan``'s definition: written now, or written before by a
+        submit of the same definition (whose call may have failed after writing it)."""
+        for _ in range(_DEFINE_TRIES):
+            try:
+                await create_log(store, plan)
+                return
+            except AlreadyExists:
+                pass
+            existing = await read_flow(store, plan.name)
+            if existing is None:  # created by a submit that failed before writing the definition
+                try:
+                    await write_definition(store, plan)
+                    return
+                except Fenced:
+                    continue  # written meanwhile (perhaps by this very append, its answer lost): read again
+            if _definition(existing.plan) != _definition(plan):
+                raise FlowExists("name", "a different flow already has this name", plan.name)
+            return
+        raise Unavailable(f"flow log {plan.name!r}: lost {_DEFINE_TRIES} races to define it")
 
     async def get(self, name: str) -> FlowStatus | None:
         """The flow's state and every step's, or None if there is no flow of that name."""
@@ -187,9 +212,12 @@ class Flows:
         attempt finishes first). True if it was running; False if finished or unknown."""
         async with await self._open() as store:
             wrote: list[list[Any]] = []
+            token = uuid.uuid4().hex[:16]
 
             def decide(s: FlowState) -> list[list[Any]]:
-                wrote[:] = [r for r in [["cancel", wall_clock_us()]] if s.apply(r)]
+                if s.cancel_token == token:
+                    return []  # ours landed, its answer lost: read again, it is there (``wrote`` says so)
+                wrote[:] = [r for r in [["cancel", self._clock.now_us(), token]] if s.apply(r)]
                 return wrote
 
             state = await update(store, name, decide)
@@ -212,7 +240,7 @@ class Flows:
                     await self._client.try_cancel_job(dataclasses.replace(job, shard=step.shard))
                 cancelled.append(plan.name)
             if cancelled:
-                record = ["cancelled", cancelled, wall_clock_us()]
+                record = ["cancelled", cancelled, self._clock.now_us()]
                 await update(store, name, lambda s: [record] if s.apply(record) else [])
         return True
 

@@ -9,16 +9,21 @@ from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any
 
+from cluster.flows.log import FlowLogDamaged
 from cluster.flows.model import FLOW_META, FLOW_PREFIX, STEP_META
-from cluster.flows.progress import Limits, advance, reconcile
+from cluster.flows.progress import Limits, advance, job_outcome, reconcile
+from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.membership import Membership
 from cluster.runtime.runs import log_if_failed
+from cluster.runtime.shardlog import CANCELLED, EXHAUSTED, SUCCEEDED
 from storage import StorageError, Store
 
 log = logging.getLogger("timeshard.flows")
+
+RECORD_RETRY_S = 0.5  # the first wait before a step's record that failed is written again; it doubles
 
 
 def _step_of(job: ScheduledJob) -> tuple[str, str] | None:
@@ -50,6 +55,7 @@ class FlowHooks(SiloHooks):
             suspicion_us=options.suspicion_timeout // timedelta(microseconds=1),
         )
         self._finished: set[str] = set()  # flows that can never change again: not read twice
+        self._launching: set[str] = set()  # tokens of this silo's intents being scheduled now
         self._wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         self._loop = asyncio.get_running_loop().create_task(self._reconcile_loop(), name="flow-reconcile")
@@ -77,6 +83,34 @@ class FlowHooks(SiloHooks):
             record = ["fail", step, event.attempt, end.error, at]
         await self._record(flow, [record])
 
+    async def attempt_unsure(self, event: AttemptEvent) -> None:
+        found = _step_of(event.job)
+        if found is not None and event.shard:
+            self._spawn(self._settle_unsure(found[0], found[1], event))
+
+    async def _settle_unsure(self, flow: str, step: str, event: AttemptEvent) -> None:
+        """Record how an attempt whose outcome write was in doubt ended, read from its shard's
+        log now: later, a drained shard may be deleted, and reconcile would take the step for
+        one whose job was lost and run it again."""
+        delay = RECORD_RETRY_S
+        while True:
+            try:
+                outcome = await job_outcome(self._store, event.shard, event.job.id)
+                break
+            except StorageError as exc:
+                log.warning("could not read an unsure step's outcome; trying again",
+                            extra={"flow": flow, "error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, self._interval)
+        at = self._now_us()
+        if outcome == SUCCEEDED:
+            await self._record(flow, [["ok", step, event.attempt, at]])
+        elif outcome == EXHAUSTED:
+            await self._record(flow, [["fail", step, event.attempt, "retries exhausted (outcome read from its shard)", at]])
+        elif outcome == CANCELLED:
+            await self._record(flow, [["cancelled", [step], at]])
+        # Still live: it runs again, and is told of again. Gone with its shard: reconcile runs it again.
+
     async def shard_loaded(self, jobs: Sequence[tuple[ScheduledJob, int, int]], adopted: bool) -> None:
         if adopted and any(_step_of(job) for job, _, _ in jobs):
             self._wake.set()
@@ -87,9 +121,15 @@ class FlowHooks(SiloHooks):
             task.cancel()
         await asyncio.gather(self._loop, *self._background, return_exceptions=True)
 
-    async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
+    def _now_us(self) -> int:
+        # The silo's reading of the store's time, as its attempts' start and end times are: a
+        # step's due time and the silences reconcile measures then agree with its jobs' clock.
+        return self._silo.clock.now_us()
+
+    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (), /) -> list[str]:
         # Straight into this silo's own shards: the same call a client makes, without Ray.
-        return await self._silo.schedule([(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs])
+        return await self._silo.schedule([(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs],
+                                         suspects)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -98,12 +138,37 @@ class FlowHooks(SiloHooks):
         task.add_done_callback(log_if_failed)
 
     async def _record(self, flow: str, events: list[list[Any]]) -> None:
+        """Record ``events`` now, or else in the background until they land.
+
+        Only this silo knows them while they are not in the flow log: a step's outcome is
+        durable in its shard, but reconcile reads it from there only once the step has been
+        silent for an attempt's length, and a drained shard is deleted sooner. Given up on,
+        a success would be taken for a lost job and its step run again.
+        """
+        if not await self._try_record(flow, events):
+            self._spawn(self._record_until_landed(flow, events))
+
+    async def _record_until_landed(self, flow: str, events: list[list[Any]]) -> None:
+        delay = RECORD_RETRY_S
+        while True:
+            await asyncio.sleep(delay)
+            if await self._try_record(flow, events):
+                return
+            delay = min(2 * delay, self._interval)
+
+    async def _try_record(self, flow: str, events: list[list[Any]]) -> bool:
+        """Whether ``events`` are in the flow log now (or never can be: its log is damaged)."""
         try:
-            await advance(self._store, flow, self._silo.owner, self._schedule, events)
+            await advance(self._store, flow, self._silo.owner, self._schedule, events, now_us=self._now_us,
+                          launching=self._launching)
+        except FlowLogDamaged as exc:
+            log.error("flow log damaged: a step's record is lost", extra={"flow": flow, "error": repr(exc)})
+            return True
         except Exception as exc:  # storage, or no silo took the dependants: never stop the silo
-            # The step's outcome is durable in its shard: reconcile recovers it from there.
-            log.warning("could not record a flow step", extra={"flow": flow, "error": repr(exc)})
+            log.warning("could not record a flow step; trying again", extra={"flow": flow, "error": repr(exc)})
             self._wake.set()
+            return False
+        return True
 
     async def _reconcile_loop(self) -> None:
         while True:
@@ -126,6 +191,13 @@ class FlowHooks(SiloHooks):
             flow = info.name[len(FLOW_PREFIX):].rpartition("~")[0]
             if flow in self._finished:
                 continue
-            state = await reconcile(self._store, flow, self._silo.owner, self._schedule, self._limits, members)
+            try:
+                state = await reconcile(self._store, flow, self._silo.owner, self._schedule, self._limits, members,
+                                        now_us=self._now_us, launching=self._launching)
+            except (EarlierTryUnsettled, ScheduleInDoubt, SiloStopping) as exc:
+                # A writer it takes over from is not proven dead yet, or the schedule call failed:
+                # its intent stays unconfirmed, and the next round takes it over again.
+                log.info("flow steps not scheduled yet", extra={"flow": flow, "error": repr(exc)})
+                continue
             if state is not None and state.finished:
                 self._finished.add(flow)

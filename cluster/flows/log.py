@@ -18,7 +18,9 @@ Records (msgpack lists, first item the kind):
   succeeded / exhausted its retries (the first ``fail`` halts the flow);
 - ``["intent", token, owner, [step, ...], at_us]`` — ``owner`` is about to schedule these steps;
 - ``["sched", token, [[step, shard, due_us], ...], at_us]`` — ... and did: their jobs are durable;
-- ``["cancel", at_us]`` then ``["cancelled", [step, ...], at_us]`` — a user cancelled the flow.
+- ``["cancel", at_us, token]`` then ``["cancelled", [step, ...], at_us]`` — a user cancelled the
+  flow; ``token`` (absent in logs written before it) tells the cancelling call its own record
+  when the append's answer was lost.
 
 **Moving on.** When a step's job finishes, the silo's hook appends ``ok`` (or ``fail``) and, in
 the same frame, an ``intent`` for every step whose dependencies have now all succeeded; only the
@@ -30,15 +32,21 @@ rescheduled after a crash is recognisable in the shard logs and in the flow log.
 silo), when it adopts a shard holding flow jobs, and every ``10 x adoption_interval``:
 
 - an ``intent`` without its ``sched`` whose writer is dead, replaced, or silent for longer than
-  the grace period is taken over by a new intent and scheduled again;
+  the grace period (or the reconciling silo's own, once its launch failed) is taken over by a new
+  intent and scheduled again: as its first writer sent the job (due at that intent's time), naming
+  every earlier writer's silo as a suspect, so that a copy one of them added is found, not added
+  again; a ``sched`` that lands after the takeover's intent still schedules the step;
 - a step silent for longer than an attempt can last (``handler_timeout`` after its start, or
   after its retry time / due time plus ``undeliverable_timeout``) has its shard log read: the
   job's ``remove`` there tells its outcome, which is recorded as the lost hook would have done;
   a job that is gone without a trace (its drained shard was deleted) is run again — at least
   once, like every job.
 
-The remaining window is a silo killed after a step's ``remove`` is durable and before its hook
-wrote ``ok``, with the shard deleted before any reconcile looked: the step then runs twice.
+A silo that runs on writes a step's record until it lands, and reads an outcome whose write was
+in doubt from the shard log at once (``SiloHooks.attempt_unsure``). The remaining window is a
+silo killed after a step's ``remove`` is durable and before its hook wrote ``ok``, with the shard
+deleted before any reconcile looked: the step then runs twice (the simulator sees it in about one
+step start of a hundred with kills every few seconds).
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from cluster.flows.model import (
     CANCELLED_STEP,
@@ -72,8 +80,15 @@ from storage.records import decode, encode
 
 _CAS_ATTEMPTS = 50
 
-Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[Sequence[str | None]]]
-"""Durably add jobs and return the shard each went to: through the client, or a silo directly."""
+class Schedule(Protocol):
+    """Durably add jobs and return the shard each went to: through the client, or a silo directly.
+
+    ``suspects``: silos that may hold an earlier try of these very jobs (an intent taken over from
+    a writer that may have scheduled them): jobs found there are answered with their shard and
+    not added again (``cluster.runtime.scheduling``)."""
+
+    def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ..., /) -> Awaitable[Sequence[str | None]]:
+        ...
 
 
 class FlowLogDamaged(StorageError):
@@ -118,6 +133,7 @@ class FlowState:
     confirmed: set[str] = field(default_factory=set)
     halted_by: str | None = None
     cancelled_us: int | None = None
+    cancel_token: str | None = None  # the cancel record's, to tell the call that wrote it
     ended_us: int | None = None
 
     @classmethod
@@ -168,13 +184,18 @@ class FlowState:
                 return False
             self.confirmed.add(token)
             for name, shard, due_us in placed:
-                if self.steps[name].token == token:
-                    self.steps[name].shard, self.steps[name].due_us = shard, due_us
+                step = self.steps[name]
+                if step.token != token and step.token in self.confirmed:
+                    continue  # a taker scheduled it first, finding this one's job or proving it never landed
+                # Its own; or a taker's intent is still unconfirmed: this writer's job is durable, so
+                # the step is scheduled, and the taker, searching this writer's silo, finds it.
+                step.token, step.shard, step.due_us = token, shard, due_us
             return True
         if kind == "cancel":
             if self.finished:
                 return False
             self.cancelled_us = self.ended_us = record[1]
+            self.cancel_token = record[2] if len(record) > 2 else None
             return True
         if kind == "cancelled":
             changed = False
@@ -226,6 +247,15 @@ class FlowState:
             and all(self.steps[d].state == SUCCEEDED_STEP for d in s.depends_on)
         ]
 
+    def earlier_tries(self, step: str) -> list[Intent]:
+        """The unconfirmed intents naming ``step`` since its last confirmed one, oldest first:
+        each writer may have scheduled its job before it stopped."""
+        tries: list[Intent] = []
+        for intent in self.intents.values():  # in log order
+            if step in intent.steps:
+                tries = [] if intent.token in self.confirmed else [*tries, intent]
+        return tries
+
     def unconfirmed(self) -> list[Intent]:
         """Intents still current for some step whose ``sched`` never came."""
         return [
@@ -261,6 +291,16 @@ async def create_log(store: Store, plan: FlowPlan) -> None:
     name = log_name(plan.name)
     etag = await store.create(name, {"flow_id": plan.id})
     await store.append_block(name, encode(0, [["flow", plan.to_wire()]]), etag)
+
+
+async def write_definition(store: Store, plan: FlowPlan) -> None:
+    """Write ``plan`` into its flow's log, created but still empty (the call that created it
+    failed before writing the definition); ``Fenced`` if anything is there by now."""
+    name = log_name(plan.name)
+    fetched = await store.fetch(name)
+    if fetched.data:
+        raise Fenced(f"flow log {plan.name!r} is no longer empty")
+    await store.append_block(name, encode(0, [["flow", plan.to_wire()]]), fetched.etag)
 
 
 async def read_flow(store: Store, flow: str) -> FlowState | None:

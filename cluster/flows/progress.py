@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cluster.flows.log import FlowState, Intent, Schedule, StepState, applied, read_flow, update
 from cluster.flows.model import PENDING, RETRYING, RUNNING, TERMINAL_STEP_STATES
 from cluster.model.clock import wall_clock_us
-from cluster.model.wire import datetime_to_us, us_to_datetime
+from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import Member, parse_owner
 from cluster.runtime.shardlog import ADD, CANCELLED, EXHAUSTED, REMOVE, SNAPSHOT, SUCCEEDED
 from storage import NotFound, Store, read_log
@@ -25,13 +25,27 @@ log = logging.getLogger("timeshard.flows")
 # -- moving a flow on -----------------------------------------------------------------------------
 
 
+Now = Callable[[], int]
+"""The wall clock (µs) a writer times its records and its steps' due times by: a silo's is the
+store's time as it reads it (``SiloView.clock``), so a step is due when its silo says "now"."""
+
+
 async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
-                  events: Sequence[list[Any]] = (), *, retake: dict[str, str | None] | None = None) -> FlowState | None:
+                  events: Sequence[list[Any]] = (), *, retake: dict[str, str | None] | None = None,
+                  now_us: Now = wall_clock_us, silos: Collection[str] = (), lost: Collection[str] = (),
+                  launching: set[str] | None = None) -> FlowState | None:
     """Record ``events``, then schedule every step they made ready, and the steps in ``retake``.
 
     ``retake`` maps steps to the intent token they had when a crash was diagnosed; each is
-    scheduled again only if that is still so on the state read under the CAS. Only the writer
-    whose frame lands schedules: its intent carries a fresh token.
+    scheduled again only if that is still so on the state read under the CAS, and that intent
+    is still unconfirmed — unless the step is in ``lost``: its job, confirmed, was found gone
+    (a diagnosis read before a slow writer confirmed would otherwise schedule it twice). Only the writer
+    whose frame lands schedules: its intent carries a fresh token. A step taken over from
+    intents never confirmed may have been scheduled by any of them: its job goes out as the
+    first of them sent it (due at that intent's time, so into the same window), naming each
+    writer's silo as a suspect — every one of ``silos`` for a client's intent — so that a copy
+    one of them added is found, not added again.
+    ``launching`` holds the tokens of this writer's intents whose launch is under way.
     """
     token = uuid.uuid4().hex[:16]
     retake = retake or {}
@@ -40,26 +54,48 @@ async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
         out = applied(state, events)
         if state.finished:
             return out
-        steps = [s for s, seen in retake.items() if state.steps[s].token == seen and state.steps[s].state not in TERMINAL_STEP_STATES]
+        steps = [s for s, seen in retake.items()
+                 if state.steps[s].token == seen and state.steps[s].state not in TERMINAL_STEP_STATES
+                 and (s in lost or seen not in state.confirmed)]
         steps += [s for s in state.ready() if s not in steps]
         if steps:
-            out += applied(state, [["intent", token, owner, steps, wall_clock_us()]])
+            out += applied(state, [["intent", token, owner, steps, now_us()]])
         return out
 
-    state = await update(store, flow, decide)
-    if state is None or token not in state.intents:
-        return state
-    return await launch(store, state, state.intents[token], schedule)
+    launching = set() if launching is None else launching
+    launching.add(token)
+    try:
+        state = await update(store, flow, decide)
+        if state is None or token not in state.intents:
+            return state
+        return await launch(store, state, state.intents[token], schedule, now_us=now_us, silos=silos)
+    finally:
+        launching.discard(token)
 
 
-async def launch(store: Store, state: FlowState, intent: Intent, schedule: Schedule) -> FlowState | None:
-    """Schedule the jobs of ``intent``'s steps, then confirm them (with their shards) in the log."""
-    now = us_to_datetime(wall_clock_us())
-    jobs = [state.plan.job(step, now) for step in intent.steps]
-    shards = await schedule(jobs)
-    placed = [[step, shard, datetime_to_us(now)] for step, shard in zip(intent.steps, shards, strict=True)]
-    sched = ["sched", intent.token, placed, wall_clock_us()]
+async def launch(store: Store, state: FlowState, intent: Intent, schedule: Schedule, *,
+                 now_us: Now = wall_clock_us, silos: Collection[str] = ()) -> FlowState | None:
+    """Schedule the jobs of ``intent``'s steps, then confirm them (with their shards) in the log.
+
+    Each job is due at its intent's time, as the log says (at its first earlier try's, when
+    taken over): every writer of a step sends the same job, into the same window, where a
+    taker's suspects are searched."""
+    # Read from the log, not carried from the decision: a decision made again (its append's
+    # answer lost, the append landed) sees its own intent there, and must send the same jobs.
+    earlier = {step: [i for i in state.earlier_tries(step) if i.token != intent.token] for step in intent.steps}
+    due = {step: earlier[step][0].at_us if earlier[step] else intent.at_us for step in intent.steps}
+    jobs = [state.plan.job(step, us_to_datetime(due[step])) for step in intent.steps]
+    suspects = sorted({silo for tries in earlier.values() for i in tries for silo in _silos_of(i.owner, silos)})
+    shards = await (schedule(jobs, suspects) if suspects else schedule(jobs))
+    placed = [[step, shard, due[step]] for step, shard in zip(intent.steps, shards, strict=True)]
+    sched = ["sched", intent.token, placed, now_us()]
     return await update(store, state.plan.name, lambda s: applied(s, [sched]))
+
+
+def _silos_of(owner: str, silos: Collection[str]) -> Collection[str]:
+    """The silos a writer's schedule call may have reached: its own, or any for a client."""
+    parsed = parse_owner(owner)
+    return silos if parsed is None else (parsed[0],)
 
 
 # -- recovering what a crash lost ------------------------------------------------------------------
@@ -112,14 +148,23 @@ async def job_outcome(store: Store, shard: str, job_id: str) -> str | None:
 
 
 async def reconcile(store: Store, flow: str, owner: str, schedule: Schedule, limits: Limits,
-                    members: dict[str, Member]) -> FlowState | None:
-    """Finish what crashed writers left half done in ``flow`` (see the module docstring)."""
+                    members: dict[str, Member], *, now_us: Now = wall_clock_us,
+                    launching: set[str] | None = None) -> FlowState | None:
+    """Finish what crashed writers left half done in ``flow`` (see the module docstring).
+
+    ``launching``: the tokens of ``owner``'s intents whose launch is under way (``advance``).
+    Given, an intent of ``owner``'s own that is unconfirmed and not among them is one whose
+    launch failed (its schedule call refused): taken over like a dead writer's, without waiting
+    out the grace period.
+    """
     state = await read_flow(store, flow)
     if state is None or state.finished:
         return state
-    now = wall_clock_us()
+    now = now_us()
     retake: dict[str, str | None] = {
-        s: i.token for i in state.unconfirmed() if _writer_gone(i.owner, i.at_us, members, limits, now)
+        s: i.token for i in state.unconfirmed()
+        if (launching is not None and i.owner == owner and i.token not in launching)
+        or _writer_gone(i.owner, i.at_us, members, limits, now)
         for s in i.steps if state.steps[s].token == i.token
     }
     events: list[list[Any]] = []
@@ -140,4 +185,6 @@ async def reconcile(store: Store, flow: str, owner: str, schedule: Schedule, lim
             retake[plan.name] = step.token
     if not retake and not events:
         return state
-    return await advance(store, flow, owner, schedule, events, retake=retake)
+    lost = [s for s, token in retake.items() if token in state.confirmed]
+    return await advance(store, flow, owner, schedule, events, retake=retake, now_us=now_us, silos=members, lost=lost,
+                         launching=launching)

@@ -103,6 +103,48 @@ class ScheduleInDoubt(RuntimeError):
         return (type(self), (self.reason, self.may_fire))
 
 
+class PutInDoubt(RuntimeError):
+    """A named job's ``put`` failed after its registry entry was written, or while it was.
+
+    ``name`` may point at the new generation (a whole job: durable, with its definition) or
+    still at the one before; ``landed`` is True when it is known to point at the new one, whose
+    older generation's cancel is then what was cut short. Either way no half-made job is
+    visible. Put it again (``overwrite=True``) or delete it to settle: until one of them returns,
+    the older generation may still start. Any other error of ``put`` means nothing was put.
+    """
+
+    def __init__(self, message: str, name: str, *, landed: bool = False) -> None:
+        self.reason = message
+        self.name = name
+        self.landed = landed
+        super().__init__(f"named job {name!r}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_put_in_doubt, (self.reason, self.name, self.landed))
+
+
+def _put_in_doubt(message: str, name: str, landed: bool) -> PutInDoubt:
+    return PutInDoubt(message, name, landed=landed)
+
+
+class PutManyFailed(RuntimeError):
+    """Some jobs of a ``put_many`` call were not put: every job of the call was tried.
+
+    ``put`` maps each name put to its ``NamedJob``; ``errors`` each other name to its error: a
+    ``PutInDoubt`` may have landed, any other was not put.
+    """
+
+    def __init__(self, put: dict[str, object], errors: dict[str, BaseException]) -> None:
+        self.put = dict(put)
+        self.errors = dict(errors)
+        first = next(iter(self.errors.items()))
+        super().__init__(f"{len(self.errors)} of {len(self.put) + len(self.errors)} named jobs not put "
+                         f"(first: {first[0]!r}: {first[1]!r})")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.put, self.errors))
+
+
 class JobNotFound(LookupError):
     """The job to act on does not exist, or has nothing left to run: never scheduled, finished,
     cancelled or deleted. Raised by trigger, pause and resume; nothing is written."""

@@ -2,9 +2,11 @@
 
 A name is unique per ``(namespace, app_id)`` (both default to ``"default"``). Every ``put`` makes
 a new **generation**: a new job with a new id (the generation id) and ``generation`` one higher.
-``put`` validates everything first, writes the definition, schedules the new job durably, points
-the registry entry at it by compare-and-swap, and cancels the previous generation through its
-shard's owner (following it through failovers) before it returns. So once ``put`` or
+``put`` validates everything first, schedules the new job durably, points the registry entry at
+it by compare-and-swap (the entry carries the definition, so the two become visible together),
+and cancels the previous generation through its shard's owner (following it through failovers)
+before it returns. Puts and deletes made concurrently in one process share those writes
+(``cluster.named.writes``), and ``put_many`` puts many jobs in one go. So once ``put`` or
 ``delete`` has returned, no occurrence of an older generation starts. An older generation whose
 cancel was cut short (the caller died) stays listed in the entry and is cancelled by the next
 ``put`` or ``delete`` of that name.
@@ -24,35 +26,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, InvalidJob, JobNotFound, ValidationError
-from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target, new_job_id
+from cluster.model.errors import InvalidJob, JobNotFound, PutManyFailed, ValidationError
+from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target
 from cluster.model.limits import DEFAULT_LIMITS
 from cluster.model.pause import PauseRecord, check_by, check_note
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
 from cluster.model.trigger import triggered_run
-from cluster.model.wire import datetime_to_us, pack, unpack, us_to_datetime
+from cluster.model.wire import datetime_to_us, us_to_datetime
 from cluster.named.registry import (
     NAMED_MARK,
     RESERVED_METADATA,
     Entry,
     JobStatus,
-    Retired,
     check_name,
     check_scope,
-    definition_key,
     entry_key,
     namespace_prefix,
     read_entry,
     scope_prefix,
     update_entry,
 )
-from storage import AlreadyExists as LogExists
+from cluster.named.writes import PutRequest, PutWriter, locator, read_definition, write_definition
 from storage import Fenced, NotFound, Store, open_store
 
 __all__ = ["NamedJob", "NamedJobPage", "NamedJobs", "MAX_PAGE", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
@@ -130,6 +130,7 @@ class NamedJobs:
         self.max_data_bytes = max_data_bytes
         self._store_url = store_url  # the silos' store; asked of the cluster when None
         self._stores: dict[int, Store] = {}  # per event loop: a store's connections belong to one
+        self._writers: dict[int, PutWriter] = {}  # per event loop, as the stores
 
     async def _store(self) -> Store:
         loop = id(asyncio.get_running_loop())
@@ -142,7 +143,7 @@ class NamedJobs:
 
     async def close(self) -> None:
         """Release the store connections this object opened (optional; the process exit does it)."""
-        stores, self._stores = self._stores, {}
+        stores, self._stores, self._writers = self._stores, {}, {}
         for store in stores.values():
             await store.close()
 
@@ -184,24 +185,79 @@ class NamedJobs:
                  "overlap": overlap}
         job = self._build(name, key, target, schedule, due_time, repeats, ttl, data, metadata, failure_policy, now,
                           shape)
-        store = await self._store()
-        for _ in range(_PUT_ATTEMPTS):
-            entry = await read_entry(store, key)
-            if entry is not None and not overwrite:
-                raise AlreadyExists(name, app_id, namespace)
-            generation = 1 if entry is None else entry.generation + 1
-            new = replace(job, id=new_job_id(), generation=generation)
-            await _write_definition(store, new)
-            (new,) = await self.client.submit_jobs([new])
-            written = await _point_at(store, key, entry, new, datetime_to_us(now))
-            if written is None:
-                await self._abandon(store, new)  # another put won the entry meanwhile
-                if not overwrite:
-                    raise AlreadyExists(name, app_id, namespace)
-                continue
-            await self._retire(store, written)
-            return NamedJob(name, namespace, app_id, generation, new, written.status, now)
-        raise Fenced(f"named job {name!r}: the entry kept changing under {_PUT_ATTEMPTS} concurrent puts")
+        self._check_limits(job, now)
+        entry, new = await (await self._writer()).put(
+            PutRequest(key, name, app_id, namespace, job, overwrite, datetime_to_us(now)))
+        return NamedJob(name, namespace, app_id, new.generation, new, entry.status, now)
+
+    async def put_many(self, specs: Iterable[Mapping[str, Any]]) -> list[NamedJob]:
+        """Put many jobs: each spec holds ``put``'s arguments, ``name`` included; returns them in order.
+
+        Every spec is validated first: bad input raises a ``ValidationError`` (its field prefixed
+        with ``specs[i].``) and writes nothing, as does a name given twice. The jobs are then put
+        together, each as ``put`` puts it (its own generation, its own last-write-wins), sharing
+        the writes. If some are not put, ``PutManyFailed`` says which were and why each other was
+        not, once every put of the call has ended.
+        """
+        now = utc_now()
+        asks: list[PutRequest] = []
+        keys: set[str] = set()
+        for i, spec in enumerate(specs):
+            try:
+                ask = self._ask(spec, now)
+            except ValidationError as exc:
+                raise type(exc)(f"specs[{i}].{exc.field}", exc.rule, exc.value, accepted=exc.accepted) from None
+            if ask.key in keys:
+                raise ValidationError(f"specs[{i}].name", "appears twice in this call", ask.name)
+            keys.add(ask.key)
+            asks.append(ask)
+        results = await (await self._writer()).put_many(asks)
+        done: dict[str, NamedJob] = {}
+        errors: dict[str, BaseException] = {}
+        for ask, result in zip(asks, results, strict=True):
+            if isinstance(result, BaseException):
+                errors[ask.name] = result
+            else:
+                entry, new = result
+                done[ask.name] = NamedJob(ask.name, ask.namespace, ask.app_id, new.generation, new, entry.status, now)
+        if errors:
+            raise PutManyFailed(dict(done), errors)
+        return list(done.values())
+
+    def _ask(self, spec: Mapping[str, Any], now: datetime) -> PutRequest:
+        """A put_many spec, validated as ``put`` validates its arguments."""
+        if not isinstance(spec, Mapping):
+            raise InvalidJob("spec", "must be a mapping of put's arguments", spec)
+        unknown = sorted(set(spec) - _PUT_FIELDS)
+        if unknown:
+            raise InvalidJob("spec", f"unknown field(s) {unknown}; fields: {', '.join(sorted(_PUT_FIELDS))}")
+        if "target" not in spec or "name" not in spec:
+            raise InvalidJob("spec", "'name' and 'target' are required", sorted(spec))
+        name, app_id = spec["name"], spec.get("app_id", DEFAULT_SCOPE)
+        namespace, overwrite = spec.get("namespace", DEFAULT_SCOPE), spec.get("overwrite", False)
+        if not isinstance(overwrite, bool):
+            raise InvalidJob("overwrite", "must be True or False", overwrite)
+        key = _key(name, app_id, namespace)
+        shape = {k: spec[k] for k in ("jitter", "not_before", "not_after", "exclude", "overlap") if k in spec}
+        job = self._build(name, key, spec["target"], spec.get("schedule"), spec.get("due_time"), spec.get("repeats"),
+                          spec.get("ttl"), spec.get("data"), spec.get("metadata"), spec.get("failure_policy"), now,
+                          shape)
+        self._check_limits(job, now)
+        return PutRequest(key, name, app_id, namespace, job, overwrite, datetime_to_us(now))
+
+    def _check_limits(self, job: ScheduledJob, now: datetime) -> None:
+        """The cluster's limits, checked before the put is queued: one job breaking them must
+        not fail the round it would share with others."""
+        options = getattr(self.client, "options", None)
+        if options is not None:
+            options.job_limits().check(job, now, resolved=set())
+
+    async def _writer(self) -> PutWriter:
+        loop = id(asyncio.get_running_loop())
+        writer = self._writers.get(loop)
+        if writer is None:
+            writer = self._writers[loop] = PutWriter(await self._store(), self.client)
+        return writer
 
     def _build(self, name: str, key: str, target: Any, schedule: Any, due_time: Any, repeats: Any, ttl: Any,
                data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime,
@@ -224,24 +280,8 @@ class NamedJobs:
             raise type(exc)("due_time", exc.rule, exc.value, accepted=exc.accepted) from None
         return job
 
-    async def _abandon(self, store: Store, job: ScheduledJob) -> None:
-        await self.client.try_cancel_job(job)
-        await _delete_definition(store, job.id)
-
     async def _cancel(self, job_id: str, shard: str, due_us: int) -> None:
-        await self.client.try_cancel_job(_locator(job_id, shard, due_us))
-
-    async def _retire(self, store: Store, entry: Entry) -> None:
-        """Cancel the older generations ``entry`` lists, then forget them."""
-        if not entry.retire:
-            return
-        for old in entry.retire:
-            await self._cancel(old.job_id, old.shard, old.due_us)
-        done = {old.job_id for old in entry.retire}
-        await update_entry(store, entry.key, entry.job_id,
-                           lambda e: replace(e, retire=tuple(r for r in e.retire if r.job_id not in done)), entry)
-        for job_id in done:
-            await _delete_definition(store, job_id)
+        await self.client.try_cancel_job(locator(job_id, shard, due_us))
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -326,7 +366,7 @@ class NamedJobs:
 
     async def _named(self, store: Store, entry: Entry, namespace: str, app_id: str) -> NamedJob | None:
         try:
-            job = await _read_definition(store, entry.job_id)
+            job = await read_definition(store, entry)
         except NotFound:
             return None  # replaced meanwhile and its definition deleted: read the entry again
         status = with_next_fires(entry.status, job, utc_now(), paused=entry.status.paused)
@@ -352,7 +392,7 @@ class NamedJobs:
             if entry is None:
                 break
             try:
-                job = await _read_definition(store, entry.job_id)
+                job = await read_definition(store, entry)
             except NotFound:
                 continue  # replaced meanwhile and its definition deleted: read the entry again
             (run,) = await self.client.submit_jobs([triggered_run(job, utc_now())])
@@ -412,9 +452,9 @@ class NamedJobs:
 
     async def _apply_pause(self, store: Store, entry: Entry, paused: bool, note: str | None, by: str | None) -> bool:
         """Pause or resume ``entry``'s generation in its shard, then mirror the answer in its status."""
-        locator = _locator(entry.job_id, entry.shard, entry.due_us)
+        where = locator(entry.job_id, entry.shard, entry.due_us)
         try:
-            changed, record = await self.client.set_paused(locator, paused, note=note, by=by)
+            changed, record = await self.client.set_paused(where, paused, note=note, by=by)
         except JobNotFound:
             if paused:
                 raise JobNotFound(f"named job {entry.name!r}") from None
@@ -448,26 +488,7 @@ class NamedJobs:
     async def delete(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> bool:
         """Delete the job ``name``: True if it existed. Once this returns, it does not start again."""
         key = _key(name, app_id, namespace)
-        store = await self._store()
-        entry = await read_entry(store, key)
-        if entry is None:
-            return False
-        for _ in range(_PUT_ATTEMPTS * 4):
-            for job in (Retired(entry.job_id, entry.shard, entry.due_us), *entry.retire):
-                await self._cancel(job.job_id, job.shard, job.due_us)
-            try:
-                await store.delete(key, if_match=entry.etag)
-            except NotFound:
-                return True
-            except Fenced:  # a status update, or a put that made a newer generation to cancel
-                entry = await read_entry(store, key)
-                if entry is None:
-                    return True
-                continue
-            for job_id in [entry.job_id] + [r.job_id for r in entry.retire]:
-                await _delete_definition(store, job_id)
-            return True
-        raise Fenced(f"named job {name!r}: the entry kept changing while being deleted")
+        return await (await self._writer()).delete(key, name)
 
     async def delete_prefix(self, prefix: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
         """Delete every job whose name starts with ``prefix`` (``""``: all of the scope); returns how many."""
@@ -500,12 +521,6 @@ def _with_pause(entry: Entry, record: PauseRecord | None) -> Entry | None:
     return None if new == status else replace(entry, status=new)
 
 
-def _locator(job_id: str, shard: str, due_us: int) -> ScheduledJob:
-    """Return a stand-in job that says only where job ``job_id`` lives: all try_cancel_job reads."""
-    due = us_to_datetime(due_us)
-    return ScheduledJob(job_id, None, Target("actor", "-"), due, None, {}, None, None, None, None, due, shard=shard)
-
-
 def _scope_of(namespace: str, app_id: str) -> str:
     return scope_prefix(check_scope(namespace, "namespace"), check_scope(app_id, "app_id"))
 
@@ -523,43 +538,8 @@ def _key(name: str, app_id: str, namespace: str) -> str:
     return entry_key(check_scope(namespace, "namespace"), check_scope(app_id, "app_id"), name)
 
 
-async def _point_at(store: Store, key: str, entry: Entry | None, job: ScheduledJob, now_us: int) -> Entry | None:
-    """Point the entry at ``job`` by CAS; None when another put changed the generation first.
-
-    Status updates of the old generation may land in between: they only change the status,
-    which the new generation starts afresh, so the CAS is simply tried again.
-    """
-    assert job.shard is not None
-    while True:
-        retire = () if entry is None else (Retired(entry.job_id, entry.shard, entry.due_us), *entry.retire)
-        new = Entry(key, "", job.generation, job.id, job.shard, datetime_to_us(job.first_fire), now_us,
-                    JobStatus(next_fire=job.first_fire), retire)
-        try:
-            if entry is None:
-                etag = await store.create(key, new.metadata())
-            else:
-                etag = await store.set_metadata(key, new.metadata(), if_match=entry.etag)
-            return replace(new, etag=etag)
-        except (LogExists, Fenced, NotFound):
-            fresh = await read_entry(store, key)
-            if entry is None or fresh is None or fresh.job_id != entry.job_id:
-                return None
-            entry = fresh
-
-
-async def _write_definition(store: Store, job: ScheduledJob) -> None:
-    name = definition_key(job.id)
-    etag = await store.create(name, {})
-    await store.append(name, pack(job.to_wire()), if_match=etag)
-
-
-async def _read_definition(store: Store, job_id: str) -> ScheduledJob:
-    body, _ = await store.read(definition_key(job_id))
-    if not body:
-        raise NotFound(f"definition of {job_id} is not written yet")
-    return ScheduledJob.from_wire(unpack(body))
-
-
-async def _delete_definition(store: Store, job_id: str) -> None:
-    with contextlib.suppress(NotFound):
-        await store.delete(definition_key(job_id), if_match=None)
+#: What ``put_many`` reads of a spec: ``put``'s arguments.
+_PUT_FIELDS = frozenset({"name", "target", "schedule", "due_time", "repeats", "ttl", "data", "metadata", "failure_policy",
+                         "jitter", "not_before", "not_after", "exclude", "overlap", "overwrite", "app_id", "namespace"})
+#: Kept for the callers that write a definition the way ``put`` wrote every one before (tests, benchmarks).
+_write_definition = write_definition

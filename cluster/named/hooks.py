@@ -18,7 +18,7 @@ from typing import Any
 
 from cluster.model.jobs import ScheduledJob
 from cluster.model.trigger import TRIGGERED_FROM, triggered_from
-from cluster.model.wire import unpack
+from cluster.model.wire import datetime_to_us, unpack
 from cluster.named.fence import Clearance
 from cluster.named.recorder import StatusRecorder
 from cluster.named.registry import (
@@ -26,6 +26,7 @@ from cluster.named.registry import (
     AttemptRecord,
     Entry,
     JobStatus,
+    Retired,
     clip_error,
     update_entry,
     with_history,
@@ -159,11 +160,17 @@ class NamedJobHooks(SiloHooks):
 
     async def _admit_triggered(self, event: AttemptEvent, key: str) -> bool:
         """A triggered run: record it as running while the entry points at the generation it ran
-        from, else refuse it. Not named by the entry, so checked at each start (module docstring of fence)."""
+        from, else refuse it. Not named by the entry as a generation is, so checked at each start
+        (module docstring of fence); and the same compare-and-swap lists the run among the jobs
+        the entry retires. Admitted, the attempt still has a way to go before it starts: a put or
+        delete that replaces the generation meanwhile then cancels the run before it returns (a
+        cancel stops an attempt not yet sent), as it cancels the generation itself."""
         owner = self._silo.owner
         job_id = triggered_from(event.job)
+        run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)) if event.shard else None
         await self.recorder.flush_key(key)  # this run's own earlier changes first, in order
-        return await self._update(key, job_id, lambda e: replace(e, status=started(e.status, event, owner))) is not None
+        return await self._update(key, job_id, lambda e: replace(e, status=started(e.status, event, owner),
+                                                                  retire=_retiring(e.retire, run))) is not None
 
     async def attempt_started(self, event: AttemptEvent) -> None:
         key = event.job.metadata.get(NAMED_MARK)
@@ -176,8 +183,11 @@ class NamedJobHooks(SiloHooks):
         key = event.job.metadata.get(NAMED_MARK)
         if key is not None:
             owner, size = self._silo.owner, self._silo.options.history_size
+            # A triggered run over for good has nothing left for a put or delete to cancel.
+            done = event.job.id if end.finished and TRIGGERED_FROM in event.job.metadata else None
             self.recorder.add(key, triggered_from(event.job),
-                              lambda e: replace(e, status=ended(e.status, event, end, owner, size)))
+                              lambda e: replace(e, status=ended(e.status, event, end, owner, size),
+                                                retire=tuple(r for r in e.retire if r.job_id != done)))
             if end.finished:
                 self.clearance.forget(event.job.id)
 
@@ -222,6 +232,13 @@ class NamedJobHooks(SiloHooks):
                 self._known.clear()
             self._known[key] = entry
         return entry
+
+
+def _retiring(retire: tuple[Retired, ...], run: Retired | None) -> tuple[Retired, ...]:
+    """``retire`` with ``run`` on it, once (a retry of the run is admitted again)."""
+    if run is None or any(r.job_id == run.job_id for r in retire):
+        return retire
+    return (*retire, run)
 
 
 def _interrupting(owner: str, size: int, triggered: bool) -> Callable[[Entry], Entry | None]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from cluster.named.registry import Entry, update_entry
@@ -55,7 +54,9 @@ class StatusRecorder:
         self._known = known
         self._pending: dict[str, list[tuple[str, Change]]] = {}
         self._soon: dict[str, None] = {}  # keys written in the next round
-        self._starts: dict[str, float] = {}  # keys holding only starts, by when the first came (in order)
+        # Keys holding only starts, by when the first came (in order), on the loop's clock: a
+        # simulation on virtual time then replays, where the process's monotonic clock would not.
+        self._starts: dict[str, float] = {}
         self._tries: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -73,7 +74,7 @@ class StatusRecorder:
             if self._wake is not None:
                 self._wake.set()
         elif key not in self._starts:
-            self._starts[key] = time.monotonic()
+            self._starts[key] = asyncio.get_running_loop().time()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -107,7 +108,7 @@ class StatusRecorder:
             await asyncio.sleep(LINGER_S if len(self._soon) > EAGER_KEYS else 0)
             keys = list(self._soon)
             self._soon.clear()
-            horizon = time.monotonic() - START_LINGER_S + LINGER_S
+            horizon = asyncio.get_running_loop().time() - START_LINGER_S + LINGER_S
             started = []
             for key, since in self._starts.items():
                 if since > horizon:

@@ -6,8 +6,10 @@ Layout in the store (the same one the shards live in):
   the whole record — generation, job id, shard, due time, the jobs still to retire, and the
   status — so that every change is one compare-and-swap on its ETag and a listing of a scope is
   one ``store.list`` call.
-- ``named-defs/<job id>``: one log per generation holding the job definition (data may be up
-  to 256 KiB, far more than metadata takes), written once before the entry points at it.
+- the definition of the generation the entry points at is in the entry's own metadata (``def``:
+  packed, base64) when it fits, so that one write makes a name and its job visible together; one
+  that does not fit (data may be up to 256 KiB, far more than metadata takes) is in
+  ``named-defs/<job id>``, one log per generation, written before the entry points at it.
 
 Components are escaped byte-wise (``~XX`` for anything but ``A-Z a-z 0-9 - _``), so any
 name is a safe, printable store name, and the escape of a prefix is a prefix of the escape:
@@ -18,14 +20,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from cluster.model.errors import ValidationError
 from cluster.model.wire import datetime_to_us, us_to_datetime
-from storage import Fenced, NotFound, Store
+from storage import Fenced, NotFound, StorageError, Store
+from storage.base import MAX_METADATA_BYTES
 
 __all__ = [
     "NAMED_MARK",
@@ -45,6 +48,7 @@ __all__ = [
     "name_of",
     "definition_key",
     "read_entry",
+    "read_entries",
     "update_entry",
 ]
 
@@ -59,6 +63,10 @@ MAX_SCOPE_CHARS = 64
 # '%2F'; 200 leaves room for that on every store.
 MAX_KEY_CHARS = 200
 MAX_ERROR_CHARS = 500
+#: The longest definition kept in the entry's own metadata (packed, then base64): most jobs
+#: (data of a few hundred bytes) are written in one write with their entry; a longer one goes
+#: to ``named-defs/``. Leaves the status over 5 KiB of Azure's 8 KiB.
+INLINE_DEFINITION_CHARS = 2400
 # An error kept in ``status.history`` is clipped harder than the last attempt's, and the history
 # as a whole is held under HISTORY_BYTES of JSON (oldest dropped first), so that a job whose
 # attempts all fail with long errors in non-ASCII text (6 bytes a character once escaped) still
@@ -362,6 +370,10 @@ class Retired:
     job_id: str
     shard: str
     due_us: int
+    external: bool = True  # its definition is in ``named-defs/`` (every one written before inline ones)
+
+    def row(self) -> list[Any]:
+        return [self.job_id, self.shard, self.due_us] if self.external else [self.job_id, self.shard, self.due_us, 0]
 
 
 @dataclass(frozen=True)
@@ -377,10 +389,17 @@ class Entry:
     updated_us: int
     status: JobStatus = field(default_factory=JobStatus)
     retire: tuple[Retired, ...] = ()
+    #: The definition, packed and base64-encoded, when it fits (``INLINE_DEFINITION_CHARS``);
+    #: None: it is in ``named-defs/<job id>`` (too big, or written before definitions were inline).
+    definition: str | None = None
 
     @property
     def name(self) -> str:
         return name_of(self.key)
+
+    def retired(self) -> Retired:
+        """This entry's generation as the next one retires it."""
+        return Retired(self.job_id, self.shard, self.due_us, self.definition is None)
 
     def metadata(self) -> dict[str, str]:
         """Return the store metadata of this entry: printable ASCII (JSON with ASCII escapes)."""
@@ -390,8 +409,9 @@ class Entry:
             "shard": self.shard,
             "due": str(self.due_us),
             "updated": str(self.updated_us),
-            "retire": _json([[r.job_id, r.shard, r.due_us] for r in self.retire]),
-            "status": _json(self.status.to_json()),
+            "retire": _json([r.row() for r in self.retire]),
+            "status": _json(_fitting(self)),
+            **({} if self.definition is None else {"def": self.definition}),
         }
 
     @classmethod
@@ -399,8 +419,23 @@ class Entry:
         return cls(
             key, etag, int(metadata["gen"]), metadata["job"], metadata["shard"], int(metadata["due"]),
             int(metadata["updated"]), JobStatus.from_json(json.loads(metadata["status"])),
-            tuple(Retired(*r) for r in json.loads(metadata["retire"])),
+            tuple(Retired(r[0], r[1], r[2], bool(r[3]) if len(r) > 3 else True) for r in json.loads(metadata["retire"])),
+            metadata.get("def"),
         )
+
+
+def _fitting(entry: Entry) -> dict[str, Any]:
+    """The status's JSON, its oldest history dropped while the entry would pass Azure's 8 KiB of
+    metadata: an inline definition takes up to ``INLINE_DEFINITION_CHARS`` of them."""
+    status = entry.status.to_json()
+    if entry.definition is None:
+        return status
+    room = MAX_METADATA_BYTES - len(entry.definition) - 600 - 40 * len(entry.retire)  # keys, ids and numbers
+    history = list(status.get("h", ()))
+    while history and len(_json(status)) > room:
+        history.pop()
+        status["h"] = history
+    return status
 
 
 def _json(obj: Any) -> str:
@@ -421,6 +456,19 @@ async def read_entry(store: Store, key: str) -> Entry | None:
     except NotFound:
         return None
     return Entry.from_metadata(key, stat.metadata, stat.etag)
+
+
+async def read_entries(store: Store, keys: Sequence[str]) -> list[Entry | None | StorageError]:
+    """``read_entry`` of each of ``keys`` in one store call: the entry, None, or the read's error."""
+    out: list[Entry | None | StorageError] = []
+    for key, stat in zip(keys, await store.stat_many(keys), strict=True):
+        if isinstance(stat, NotFound):
+            out.append(None)
+        elif isinstance(stat, StorageError):
+            out.append(stat)
+        else:
+            out.append(Entry.from_metadata(key, stat.metadata, stat.etag))
+    return out
 
 
 async def update_entry(

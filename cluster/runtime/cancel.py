@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.runtime.adoption import Adoption
@@ -18,6 +19,26 @@ from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, OWNER, RELEASED, SHA
 from storage import LogCorrupted, StorageError, Store, Unavailable, list_logs, read_log
 
 CancelAnswer = tuple[str, "str | None"]
+
+#: Cancels of one shard answered by one look at it and one append, at most.
+MAX_BATCH = 1_000
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What a batch found for one cancel: its answer and the runs of older copies of the shard
+    to stop, or the run in flight its caller cancels (``held``: whose outcome it holds)."""
+
+    answer: CancelAnswer | None = None
+    stale: list[Run] = field(default_factory=list)
+    run: Run | None = None
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    job_id: str
+    answer: asyncio.Future[_Found]
 
 
 class Cancelling:
@@ -38,6 +59,7 @@ class Cancelling:
         # Per run id, the cancel of that run under way: its answer, or the error it raised.
         self._cancelling: dict[str, asyncio.Future[CancelAnswer | Exception]] = {}
         self._jobs_cancelling: dict[str, str] = {}  # job id -> the run id whose cancel is under way
+        self._batches: dict[Shard, list[_Waiting]] = {}  # per shard, the cancels waiting for its next batch
 
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
@@ -51,59 +73,140 @@ class Cancelling:
             if shard is None:
                 return "not_owner", await self.owner_of(shard_base)
         run = self._runs.find(job_id)
-        if run is None or run.shard is not shard:
-            if shard.state is not None and job_id in shard.state.pending:
-                # Moved, but not known to have landed: settle first, so the forward given is the
-                # one shard that holds the job.
-                entry = await self._moves.settle(shard, job_id)
-                if entry is not None:
-                    # Not pushed as is: a target that already held the move (settled meanwhile by
-                    # the adoption of this shard) hands back its current entry, which may be in
-                    # flight: queued again, it started a second run of one occurrence (found by
-                    # the simulation, seed 30091).
-                    self._loading.queue_entry(job_id, entry)
-            held = False
-            try:
-                async with shard.gate.exclusive():
-                    run = self._runs.find(job_id)
-                    if run is None or run.shard is not shard:
-                        answer = await self._cancel_queued(shard, job_id)
-                        stale = self._older_runs(shard, job_id)
-                    else:
-                        # It started while we waited for the gate: cancel the run in flight. Marked
-                        # now, before any await, so that its outcome (a retry, the next occurrence,
-                        # or a refusal that queues it again) brings nothing back; held, so that
-                        # its outcome still counts should the removal fail (see _cancel_one_run).
-                        run.cancelled = True
-                        if run.run_id not in self._cancelling:
-                            run.hold_outcome()
-                            held = True
-                        stale, answer = [], None
-            except BaseException:
-                if held and run is not None:
-                    run.release_outcome()
-                raise
-            if answer is not None:
-                # "moved" too: the caller goes on to cancel the job where it moved, and hears
-                # "cancelled" there while a run of this shard's older copy may still be on its way.
-                if answer[0] in ("cancelled", "moved"):
-                    for old in stale:
-                        await self._stop_stale(old)
-                return answer
-            assert run is not None
-            return await self._cancel_run(run, held)
-        return await self._cancel_run(run)
+        if run is not None and run.shard is shard:
+            return await self._cancel_run(run)
+        if shard.state is not None and job_id in shard.state.pending:
+            # Moved, but not known to have landed: settle first, so the forward given is the
+            # one shard that holds the job.
+            entry = await self._moves.settle(shard, job_id)
+            if entry is not None:
+                # Not pushed as is: a target that already held the move (settled meanwhile by
+                # the adoption of this shard) hands back its current entry, which may be in
+                # flight: queued again, it started a second run of one occurrence (found by
+                # the simulation, seed 30091).
+                self._loading.queue_entry(job_id, entry)
+        found = await self._in_batch(shard, job_id)
+        if found.run is not None:
+            # It started while we waited for the gate: cancel the run in flight.
+            return await self._cancel_run(found.run, found.held)
+        assert found.answer is not None
+        if found.answer[0] in ("cancelled", "moved"):
+            # "moved" too: the caller goes on to cancel the job where it moved, and hears
+            # "cancelled" there while a run of this shard's older copy may still be on its way.
+            for old in found.stale:
+                await self._stop_stale(old)
+        return found.answer
+
+    async def _in_batch(self, shard: Shard, job_id: str) -> _Found:
+        """Look at ``job_id`` in ``shard`` and remove it, together with the other cancels waiting
+        for the same shard: one look at its log and one append for them all.
+
+        Cancels of one shard take its gate exclusive, one after the other; each of a dormant
+        shard also read its log, and each wrote its removal alone. Batched, the ones that come
+        while a batch holds the gate go in the next: the same looks and removals, as many reads
+        and appends as there are batches (issue 25, point 3).
+        """
+        future: asyncio.Future[_Found] = asyncio.get_running_loop().create_future()
+        batch = self._batches.get(shard)
+        if batch is None or len(batch) >= MAX_BATCH:
+            batch = self._batches[shard] = []
+            self._runs.spawn(self._run_batch(shard, batch))
+        batch.append(_Waiting(job_id, future))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # Answered while this caller was cancelled: the run it found must not stay held.
+            if future.done() and not future.cancelled() and future.exception() is None:
+                found = future.result()
+                if found.held and found.run is not None:
+                    found.run.release_outcome()
+            raise
+
+    async def _run_batch(self, shard: Shard, batch: list[_Waiting]) -> None:
+        try:
+            async with shard.gate.exclusive():
+                if self._batches.get(shard) is batch:
+                    del self._batches[shard]  # cancels from now on wait for the next batch
+                await self._cancel_batch(shard, [w for w in batch if not w.answer.done()])
+        except Exception as exc:
+            for waiting in batch:
+                if not waiting.answer.done():
+                    waiting.answer.set_exception(exc)
+        except BaseException:
+            for waiting in batch:
+                waiting.answer.cancel()
+            raise
+
+    async def _cancel_batch(self, shard: Shard, batch: list[_Waiting]) -> None:
+        """Cancel the jobs of ``batch`` in ``shard`` (the caller holds its gate exclusive).
+
+        Each is answered: a run found in flight (its caller cancels it), "absent" or "moved"
+        (nothing written), or, once the removals are durable, "cancelled". If they are not,
+        each caller whose job was to be removed gets the error, and the jobs are queued again.
+        """
+        state = shard.state
+        if state is None:  # dormant: what its log says, without loading the shard
+            state = await self._shards.views.state(shard)
+        # From here to the write, no await: what is looked at is what is removed.
+        ops: list[list[Any]] = []
+        removing: dict[str, tuple[_Waiting, tuple[int, list[Any]] | None, list[Any]]] = {}
+        twice: list[_Waiting] = []  # cancels of a job another one of this batch removes
+        for waiting in batch:
+            job_id = waiting.job_id
+            run = self._runs.find(job_id)
+            if run is not None and run.shard is shard:
+                # It started while we waited for the gate. Marked now, before any await, so that
+                # its outcome (a retry, the next occurrence, or a refusal that queues it again)
+                # brings nothing back; held, so that its outcome still counts should the removal
+                # fail (see _cancel_one_run).
+                run.cancelled = True
+                held = run.run_id not in self._cancelling
+                if held:
+                    run.hold_outcome()
+                waiting.answer.set_result(_Found(run=run, held=held))
+                continue
+            if job_id in removing:
+                twice.append(waiting)
+                continue
+            entry = state.live.get(job_id)
+            if entry is None:
+                moved = state.moved.get(job_id)
+                answer: CancelAnswer = ("moved", moved) if moved else ("absent", None)
+                waiting.answer.set_result(_Found(answer, self._older_runs(shard, job_id)))
+                continue
+            removing[job_id] = (waiting, self._queue.get(job_id), entry)
+            self._queue.cancel(job_id)  # first: it must not start while the removal is written
+            ops.append(remove_op(job_id, entry[OCCURRENCE], CANCELLED))
+        if not ops:
+            return
+        try:
+            await shard.write(ops)
+        except StorageError as exc:
+            # Not after ``LogCorrupted``: memory is not what the log says; the take-back queues the job.
+            for job_id, (_, queued, entry) in removing.items():
+                if (queued is not None and queued[1] is entry and state.live.get(job_id) is entry
+                        and not isinstance(exc, LogCorrupted)):
+                    self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
+            for waiting in [w for w, _, _ in removing.values()] + twice:
+                waiting.answer.set_exception(exc)
+            return
+        for job_id in removing:
+            await call_hooks(self._hooks, "job_cancelled", job_id)
+        for job_id, (waiting, _, _) in removing.items():
+            waiting.answer.set_result(_Found(("cancelled", None), self._older_runs(shard, job_id)))
+        for waiting in twice:
+            waiting.answer.set_result(_Found(("absent", None), self._older_runs(shard, waiting.job_id)))
 
     def _older_runs(self, shard: Shard, job_id: str) -> list[Run]:
         """Runs of ``job_id`` in flight from older copies of ``shard`` (dropped, or taken back).
 
         Both places matter: the run table's own entry, while the job has not started again from
-        the fresh copy, and its displaced one, once it has. The fresh copy's run may already have
+        the fresh copy, and its displaced ones, once it has. The fresh copy's run may already have
         ended (its outcome queued the next occurrence, which a cancel then finds queued) while the
         older copy's call is still on its way to the handler (found by the simulation, seed 9159:
         it started 1.1 s after "cancelled").
         """
-        return [run for run in (self._runs.find(job_id), self._runs.displaced.get(job_id))
+        return [run for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id))
                 if run is not None and run.shard is not shard and run.shard.base == shard.base]
 
     async def _stop_stale(self, run: Run) -> None:
@@ -122,28 +225,6 @@ class Cancelling:
             self._runs.release(run)
             return
         await run.wait_finished()
-
-    async def _cancel_queued(self, shard: Shard, job_id: str) -> CancelAnswer:
-        """Cancel a job of ``shard`` that is not running (the caller holds the gate exclusive)."""
-        state = shard.state
-        if state is None:  # dormant: fold the log to look, without loading the shard
-            state = ShardState().replay((await read_log(self._store, shard.base)).records())
-        entry = state.live.get(job_id)
-        if entry is None:
-            moved = state.moved.get(job_id)
-            return ("moved", moved) if moved else ("absent", None)
-        queued = self._queue.get(job_id)
-        self._queue.cancel(job_id)  # first: it must not start while the removal is written
-        try:
-            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])
-        except StorageError as exc:
-            # Not after ``LogCorrupted``: memory is not what the log says; the take-back queues the job.
-            if (queued is not None and queued[1] is entry and state.live.get(job_id) is entry
-                    and not isinstance(exc, LogCorrupted)):
-                self._queue.push(job_id, queued[0], entry)  # not cancelled after all: it still fires
-            raise
-        await call_hooks(self._hooks, "job_cancelled", job_id)
-        return "cancelled", None
 
     async def _cancel_run(self, run: Run, held: bool = False) -> CancelAnswer:
         """Cancel a run in flight, or share the answer of a cancel of it already under way.
@@ -198,22 +279,18 @@ class Cancelling:
         if not held:
             run.hold_outcome()
         try:
-            displaced = self._runs.displaced.get(run.job_id)
-            if displaced is not None and displaced.shard.base == run.shard.base:
-                displaced.cancelled = True  # a run of an older copy of this shard, perhaps waiting in its handler
+            # Runs of older copies of this shard, perhaps waiting in their handler.
+            displaced = [old for old in self._runs.displaced_of(run.job_id) if old.shard.base == run.shard.base]
+            for old in displaced:
+                old.cancelled = True
             staged = self._runs.staged.pop(run.job_id, None)
             dropped = False
             if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
                 dropped = await self.withdraw_sent(run)
             try:
                 await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
-            except LogCorrupted:
-                # The log holds what memory does not (an outcome of this very run may have landed
-                # behind a lost answer): nothing carries on from memory. The shard is taken back
-                # from its log (``ShardTable.retaking``), which queues what the log says is live.
-                raise
-            except StorageError:
-                await self._carry_on(run, staged)
+            except StorageError as exc:
+                await self._carry_on(run, staged, known=not isinstance(exc, LogCorrupted))
                 raise
         finally:
             run.release_outcome()  # before waiting for the run's end below: its outcome may go on now
@@ -224,15 +301,52 @@ class Cancelling:
         # The attempt already started and runs to its end; wait so that nothing it was about to
         # write (a retry, the next occurrence) outlives this cancel.
         await run.wait_finished()
-        if displaced is not None and displaced.shard.base == run.shard.base:
+        for old in displaced:
             # Kept from starting, or waited for, as a stale run found beside a queued job is (found
             # by the simulation, seed 1258 with operator pauses: it started after "cancelled").
-            await self._stop_stale(displaced)
+            await self._stop_stale(old)
         moved = await self._moved_on(run)
         if moved is not None:
             return "moved", moved
+        left = await self._cancel_left_here(run)
+        if left is not None:
+            return left
         await call_hooks(self._hooks, "job_cancelled", run.job_id)
         return "cancelled", None
+
+    async def _cancel_left_here(self, run: Run) -> CancelAnswer | None:
+        """Remove the next occurrence ``run``'s outcome left live in its shard; None if there is none.
+
+        The outcome may have written it (the same shard: an ADD replacing the entry) before this
+        cancel marked the run. This cancel's removal then names an occurrence already ended and
+        removes nothing; the outcome removes the next one itself (``Outcomes._cancel_next``),
+        but that write may fail, or be fenced by a peer that claimed the shard meanwhile, and
+        the run ends all the same. The next occurrence then lives on in the log the shard's next
+        owner reads: "cancelled" would not hold (found by the simulation, seed 65829: a silo,
+        SIGSTOPped with the cancel pending, learnt at SIGCONT that it was declared dead, and the
+        adopter ran the job). Still ours, it is removed here as a queued job is; no longer ours,
+        the caller follows the shard to its owner, whose log holds it.
+        """
+        shard, job_id = run.shard, run.job_id
+        if shard.state is None or job_id not in shard.state.live:
+            return None
+        if not self._shards.holds(shard):
+            return "not_owner", await self.owner_of(shard.base)
+        try:
+            found = await self._in_batch(shard, job_id)
+        except StorageError:
+            if not self._shards.holds(shard):  # lost meanwhile (its write fenced): its owner's log holds it
+                return "not_owner", await self.owner_of(shard.base)
+            # Not removed: it fires, as the log says. The outcome took it off the queue
+            # before its own removal failed, and queued nothing, the run being cancelled.
+            entry = None if shard.state is None else shard.state.live.get(job_id)
+            if entry is not None and self._queue.get(job_id) is None:
+                self._loading.queue_entry(job_id, entry)
+            raise
+        if found.run is not None:  # the next occurrence started meanwhile: cancel that run
+            return await self._cancel_run(found.run, found.held)
+        answer = found.answer
+        return None if answer == ("absent", None) else answer  # absent: removed meanwhile, by another cancel
 
     async def _moved_on(self, run: Run) -> str | None:
         """The shard ``run``'s job moved on to, if its outcome moved it there and it is not known ended there.
@@ -262,7 +376,7 @@ class Cancelling:
             return None  # it landed there and ended there: cancelled by its outcome
         return target
 
-    async def _carry_on(self, run: Run, staged: Run | None) -> None:
+    async def _carry_on(self, run: Run, staged: Run | None, known: bool = True) -> None:
         """The removal of ``run``'s job is not durable: not cancelled after all, the job carries on,
         unless it has ended otherwise meanwhile.
 
@@ -271,6 +385,12 @@ class Cancelling:
         that cancel returned "cancelled" (found by the simulation). So only a job still live in
         the shard as this run's entry carries on, checked under the shard's gate, which a cancel
         of a queued job holds from its look at the log to its removal.
+
+        ``known``: the shard's memory still says what its log holds. Not so once its writer found
+        a write it was told failed had landed (``LogCorrupted``): a run that ended is then not
+        run again from memory, as its outcome may be that very write (found by the simulation,
+        seed 154 with named jobs: it ran twice); the shard is taken back from its log, which
+        queues the job again if it is still to run.
         """
         async with run.shard.gate.exclusive():
             state = run.shard.state
@@ -279,7 +399,7 @@ class Cancelling:
             run.cancelled = False
             if staged is not None:
                 self._runs.staged[run.job_id] = staged
-            elif run.finished:
+            elif run.finished and known:
                 # It ended meanwhile and skipped its outcome for the cancel: run it again.
                 self._queue.push(run.job_id, run.due_us, run.entry)
 

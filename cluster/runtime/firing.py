@@ -446,10 +446,11 @@ class Firing:
                 admitted.append(run)
                 continue
             if verdict is None:
-                # Undecided: not started, asked again a little later (fail closed, never stuck).
+                # Undecided: not started, asked again a little later (fail closed, never stuck),
+                # and never before its due time: a run sent ahead is asked before it is due.
                 self._runs.release(run)
                 if not run.shard.lost and not run.cancelled:
-                    self._queue.push(run.job_id, self._clock.now_us() + ADMIT_RETRY_US, run.entry)
+                    self._queue.push(run.job_id, max(run.due_us, self._clock.now_us() + ADMIT_RETRY_US), run.entry)
                 continue
             log.info("attempt refused: superseded definition", extra={"job": run.job_id})
             try:

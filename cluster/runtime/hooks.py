@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 
@@ -87,6 +88,12 @@ class SiloHooks:
     async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
         """An attempt's outcome is durable in its shard."""
 
+    async def attempt_unsure(self, event: AttemptEvent) -> None:
+        """An attempt ended, but whether its outcome is durable is unknown: the write's answer
+        was lost and the shard was dropped or taken back from its log. The shard's log tells: a
+        job still there runs again (and is told of again); a job gone from it ended as its
+        ``remove`` there says, and ``attempt_ended`` will not come for this attempt."""
+
     async def attempt_staged(self, event: AttemptEvent, target: str, since: datetime) -> None:
         """An attempt is due but its target (``target``, e.g. ``actor mailer@app``) does not exist
         yet: it waits, staged, since ``since`` (see ``cluster.runtime.staging``). Told once per run."""
@@ -150,8 +157,14 @@ class SiloView(Protocol):
     @property
     def options(self) -> ClusterOptions: ...
 
-    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]]) -> list[str]:
-        """Durably add ``(id, due_us, packed job)`` items to this silo's shards; their shards."""
+    @property
+    def clock(self) -> Clock:
+        """The store's time as this silo reads it: what its due times and attempt times are on."""
+        ...
+
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+        """Durably add ``(id, due_us, packed job)`` items to this silo's shards; their shards.
+        ``suspects``: silos that may hold an earlier try of these jobs (see ``Silo.schedule``)."""
         ...
 
 

@@ -63,6 +63,7 @@ class Loading:
     async def load_due(self) -> None:
         """Load every held shard whose window starts within the lookahead."""
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
+        self._shards.views.trim()  # a burst of cancels in a dormant shard does not keep its fold for good
         for shard in self._shards:
             if not shard.loaded and shard.meta.window_start <= horizon:
                 async with shard.gate.exclusive():

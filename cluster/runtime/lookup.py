@@ -28,12 +28,14 @@ class Lookup:
     async def find(self, shard_base: str, job_id: str) -> FindAnswer:
         """Where ``job_id`` is as ``shard_base`` says: see ``FindAnswer``."""
         shard = self._shards.get(shard_base)
-        state = shard.state if shard is not None and self._shards.holds(shard) else None
-        if state is None:  # dormant, or not ours: fold its log to look, without loading it
-            try:
+        try:
+            if shard is not None and self._shards.holds(shard):
+                # Loaded, or dormant: what its log says, without loading it.
+                state = shard.state if shard.state is not None else await self._shards.views.state(shard)
+            else:  # not ours: fold its log to look
                 state = ShardState().replay((await read_log(self._store, shard_base)).records())
-            except NotFound:
-                return "gone", None
+        except NotFound:
+            return "gone", None
         entry = state.live.get(job_id)
         if entry is not None:
             return "found", entry[JOB]

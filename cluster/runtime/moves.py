@@ -156,6 +156,11 @@ class Moves:
                 state = target.state
                 if state is not None and state.holds_move(job_id, nxt[NEXT_OCCURRENCE]):
                     return True, state.live.get(job_id)
+                if state is None and (await self._shards.views.state(target)).holds_move(job_id, nxt[NEXT_OCCURRENCE]):
+                    # Dormant, and it holds the move already: a move settled again (its source taken
+                    # back from its log, whose decision still names this target) must not add the
+                    # occurrence once more, reviving a job cancelled here since.
+                    return True, None
                 op = add_op(job_id, nxt[NEXT_DUE], nxt[NEXT_JOB], nxt[NEXT_OCCURRENCE], nxt[NEXT_ATTEMPTS],
                             nxt[NEXT_SCHEDULED], source=source.base,
                             paused=nxt[NEXT_PAUSED] if len(nxt) > NEXT_PAUSED else None)

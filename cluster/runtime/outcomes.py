@@ -151,6 +151,9 @@ class Outcomes:
             end = AttemptEnd(True, None, now_datetime(self._clock), None, None, True)
             for run in hooked:
                 await call_hooks(run.hooks, "attempt_ended", run.event(), end)
+        for run in runs:
+            if run.hooks and run not in written and run not in marked:
+                await call_hooks(run.hooks, "attempt_unsure", run.event())
         await asyncio.gather(*(self.complete(r, Outcome(r.run_id), counted=True) for r in marked))
 
     def _discarded(self, run: Run) -> bool:
@@ -198,6 +201,8 @@ class Outcomes:
             self._runs.release(run)
         if end is not None and run.hooks:
             await call_hooks(run.hooks, "attempt_ended", run.event(), end)
+        elif run.hooks and not run.cancelled:
+            await call_hooks(run.hooks, "attempt_unsure", run.event())
 
     async def _until_durable(self, shard: Shard, write: Callable[[], Awaitable[T]], *, done: Callable[[], bool],
                              jobs: int) -> T | None:

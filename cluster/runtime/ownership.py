@@ -18,6 +18,7 @@ from typing import Any
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us as us
+from cluster.runtime.dormant import DormantViews
 from cluster.runtime.lease import Lease
 from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
@@ -56,6 +57,7 @@ class ShardTable:
         self._open: dict[int, Shard] = {}  # window start -> this incarnation's open shard
         self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.pending: set[str] = set()  # shards this silo is creating or claiming right now
+        self.views = DormantViews(store, clock)  # what held dormant shards' logs say, kept between looks
         self._counter = 0
         # Takes back a held shard whose log writer stopped on a corrupted log; True once it is
         # settled (replaced by a fresh claim, or lost to another silo). Set once adoption is wired.

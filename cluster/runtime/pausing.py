@@ -49,7 +49,7 @@ from cluster.runtime.shardlog import (
     remove_op,
     resume_op,
 )
-from storage import StorageError, Store, read_log
+from storage import StorageError, Store
 
 #: ("paused" | "already_paused" | "resumed" | "not_paused" | "absent" | "moved" | "not_owner", info):
 #: info is the pause record ``[note, by, since_us]`` now in force after a pause, the shard the job
@@ -142,8 +142,8 @@ class Pausing:
     async def _state(self, shard: Shard) -> ShardState:
         if shard.state is not None:
             return shard.state
-        # Dormant: fold the log to look, without loading the shard (its load folds the record).
-        return ShardState().replay((await read_log(self._store, shard.base)).records())
+        # Dormant: what its log says, without loading the shard (its load folds the record).
+        return await self._shards.views.state(shard)
 
     @staticmethod
     def _elsewhere(state: ShardState, job_id: str) -> PauseAnswer:
@@ -178,7 +178,7 @@ class Pausing:
                     if due is not None:  # parked: an operator's release-quarantine queues it
                         self._queue.push(job_id, due, now)
                 raise
-        for run in (self._runs.find(job_id), self._runs.displaced.get(job_id)):
+        for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id)):
             if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished
                     and self.withdraw_sent is not None):
                 # Sent to its handler to wait for its due time (by this copy of the shard, or by

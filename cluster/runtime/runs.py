@@ -203,9 +203,10 @@ class RunTable:
         self.max_concurrency = max_concurrency
         self.inflight: dict[str, Run] = {}
         self.staged: dict[str, Run] = {}  # due, waiting for their target actor to exist
-        # A run of an older copy of a shard (dropped, or taken back from its log) whose job was
-        # queued anew and started again from the fresh copy: still in flight, out of ``inflight``.
-        self.displaced: dict[str, Run] = {}
+        # Runs of older copies of a shard (dropped, or taken back from its log) whose job was
+        # queued anew and started again from a fresher copy: still in flight, out of ``inflight``.
+        # Every one of them, oldest first: a shard taken back twice in a row leaves two per job.
+        self.displaced: dict[str, list[Run]] = {}
         self.closing = False  # the silo is stopping: no new work, give up on retries at the end
         self._capacity = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
@@ -230,7 +231,9 @@ class RunTable:
         old = inflight.get(run.job_id)
         inflight[run.job_id] = run
         if old is not None and old is not run and not old.finished:
-            self.displaced[run.job_id] = old  # a cancel or pause must still reach it (see Cancelling)
+            # A cancel or pause must still reach it (see Cancelling), and any it displaced before
+            # (found by the simulation, seed 66001: only the last was kept, and the first started).
+            self.displaced.setdefault(run.job_id, []).append(old)
 
     def notify_room(self) -> None:
         """Slots were freed: wake the fire loop if it waits for room."""
@@ -245,8 +248,13 @@ class RunTable:
         for run in runs:
             if self.inflight.get(run.job_id) is run:
                 del self.inflight[run.job_id]
-            elif displaced and displaced.get(run.job_id) is run:
-                del displaced[run.job_id]
+            elif displaced and run.job_id in displaced:
+                # By identity: runs are dataclasses, and == would compare every field.
+                left = [old for old in displaced[run.job_id] if old is not run]
+                if left:
+                    displaced[run.job_id] = left
+                else:
+                    del displaced[run.job_id]
             run.finish()
         self._capacity.set()
 
@@ -256,6 +264,10 @@ class RunTable:
 
     def find(self, job_id: str) -> Run | None:
         return self.inflight.get(job_id) or self.staged.get(job_id)
+
+    def displaced_of(self, job_id: str) -> list[Run]:
+        """The runs of ``job_id`` from older copies of its shard still in flight (a copy of the list)."""
+        return list(self.displaced.get(job_id, ()))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` in the background, keeping a reference so it is not collected mid-way."""

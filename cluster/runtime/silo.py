@@ -185,6 +185,11 @@ class Silo:
         return {"silo_id": self.silo_id, "owner": self.owner, "pid": os.getpid(), "node": self.node}
 
     @property
+    def clock(self) -> Clock:
+        """The store's time as read on this host (``cluster.runtime.skew``): what hooks time records by."""
+        return self._r.skew.clock
+
+    @property
     def node(self) -> str:
         """The Ray node this silo runs on ("" outside Ray)."""
         return self._r.me.row.node.partition("/")[0]

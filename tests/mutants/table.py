@@ -12,6 +12,7 @@ from __future__ import annotations
 from tests.mutants.model import Mutant, Pytest, Sim
 
 EARLY = "early by 50 ms on a fault path"
+FLOWS = "default,+flows"  # flows are not a default kind yet (``tests.sim.world.Faults.flows``)
 UNDURABLE = "acknowledge before durable"
 FIFTY_MS = '__import__("datetime").timedelta(milliseconds=50)'
 
@@ -101,9 +102,10 @@ MUTANTS: tuple[Mutant, ...] = (
         name="cancel-queued-writes-nothing",
         kind="a cancel that writes nothing",
         path="cluster/runtime/cancel.py",
-        old="            await shard.write([remove_op(job_id, entry[OCCURRENCE], CANCELLED)])\n",
+        old="            await shard.write(ops)\n",
         new="            pass\n",
         catch=Sim(0, 200),
+        also=(Pytest(("tests/runtime/test_dormant.py::test_concurrent_cancels_of_one_dormant_shard_share_one_look_and_one_append",)),),
         why="cancel answers 'cancelled' having only unqueued the job: the shard's next owner (after a kill) fires it",
     ),
     Mutant(
@@ -228,5 +230,65 @@ MUTANTS: tuple[Mutant, ...] = (
         catch=Pytest(("tests/runtime/test_pause_lease.py",)),
         why="a silo resumed from SIGSTOP past its lease answers a resume from memory of a shard a peer took: "
             "\"not paused\", and the job stays paused for good (simulator seed 349)",
+    ),
+    Mutant(
+        name="flow-step-on-a-running-dependency",
+        kind="a flow step before its dependencies",
+        path="cluster/flows/log.py",
+        old="            and all(self.steps[d].state == SUCCEEDED_STEP for d in s.depends_on)\n",
+        new="            and all(self.steps[d].state in (SUCCEEDED_STEP, RUNNING) for d in s.depends_on)\n",
+        catch=Sim(2000, 200, FLOWS),
+        why="a step starts while a step it depends on is still running: its input may not exist, and it runs "
+            "even when that step then fails",
+    ),
+    Mutant(
+        name="flow-cancel-leaves-steps-scheduled",
+        kind="a flow cancel that does not hold",
+        path="cluster/flows/api.py",
+        old="                    await self._client.try_cancel_job(dataclasses.replace(job, shard=step.shard))\n",
+        new="                    pass\n",
+        catch=Sim(2000, 200, FLOWS),
+        why="flows.cancel returns True and marks the flow cancelled, but its steps' jobs already scheduled "
+            "(waiting for their due time or a retry) still start",
+    ),
+    Mutant(
+        name="flow-resubmit-not-moved-on",
+        kind="an acknowledged flow lost",
+        path="cluster/flows/api.py",
+        old="            await self._define(store, plan)\n",
+        new="""            try:
+                await create_log(store, plan)
+            except AlreadyExists:
+                existing = await read_flow(store, plan.name)
+                if existing is None or _definition(existing.plan) != _definition(plan):
+                    raise FlowExists("name", "a different flow already has this name", plan.name) from None
+                return existing.status()
+""",
+        catch=Sim(2000, 200, FLOWS),
+        also=(Pytest(("tests/flows/test_recovery.py::test_a_flow_submitted_again_after_a_failed_submit_runs",)),),
+        why="a flow submitted again after a submit that failed half way is acknowledged, yet none of its steps "
+            "ever runs (the bug as the simulator found it, seed 15 then)",
+    ),
+    Mutant(
+        name="flow-takeover-without-suspects",
+        kind="a flow step run twice",
+        path="cluster/flows/progress.py",
+        old="    shards = await (schedule(jobs, suspects) if suspects else schedule(jobs))\n",
+        new="    shards = await schedule(jobs)\n",
+        catch=Sim(2000, 200, FLOWS),
+        also=(Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_step_taken_over_twice_searches_every_earlier_writer_in_the_first_ones_window",)),),
+        why="a silo taking over a flow step from a paused or falsely dead writer adds its job again beside the "
+            "copy that writer added: the step runs twice, from two shards",
+    ),
+    Mutant(
+        name="dormant-fold-not-brought-up-to-date",
+        kind="a stale read",
+        path="cluster/runtime/dormant.py",
+        old="            if self.state is not None:\n",
+        new="            if self.state is not None:\n                return self.state\n",
+        catch=Pytest(("tests/runtime/test_dormant.py::test_a_kept_fold_sees_what_the_shards_new_owner_wrote_since",)),
+        why="a dormant shard's kept fold answers from what its log said at the first look: a job the shard's new "
+            "owner cancelled since is removed again (fenced) instead of answered absent, one added since is absent",
     ),
 )

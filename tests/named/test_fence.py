@@ -19,10 +19,12 @@ from cluster.model.attempt import JobContext
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
 from cluster.model.options import ClusterOptions
 from cluster.model.routing import Router
+from cluster.model.trigger import TRIGGERED_FROM
 from cluster.model.wire import datetime_to_us, pack
 from cluster.named.api import NamedJobs
 from cluster.named.hooks import NamedJobHooks
 from cluster.named.registry import Entry, JobStatus, entry_key, read_entry
+from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.roles import Roles
 from tests.runtime.harness import OPTIONS, Blocking, ManualClock, fire_due, make_parts
 
@@ -171,3 +173,66 @@ async def test_a_job_whose_put_has_not_named_it_yet_waits_for_it_and_then_runs()
     await fire_for(parts, 2)
     assert starts.log == [job.id]
     assert (await read_entry(parts.store, key)) is not None
+
+
+class HeldBeforeSend(SiloHooks):
+    """A hook holding each triggered attempt between its admission and its call going out (the
+    silo's own awaits there, stretched: a write, a pause of the process, a slow event loop)."""
+
+    def __init__(self) -> None:
+        self.admitted, self.release = asyncio.Event(), asyncio.Event()
+
+    async def attempt_started(self, event: AttemptEvent) -> None:
+        if TRIGGERED_FROM in event.job.metadata:
+            self.admitted.set()
+            await self.release.wait()
+
+
+async def test_a_triggered_run_admitted_before_an_overwrite_does_not_start_after_it_returns() -> None:
+    """Simulator seed 147: a triggered run's attempt was admitted (the entry still pointed at its
+    generation), an overwrite returned, and then the attempt went out and started."""
+    parts, jobs, starts = await start()
+    parts.hooks.append(held := HeldBeforeSend())
+    first = await jobs.put("tick", target=TARGET, schedule="@every 1h")
+    run = await jobs.trigger("tick")
+    firing = asyncio.ensure_future(fire_for(parts, 1))
+    await asyncio.wait_for(held.admitted.wait(), 10)
+    put = asyncio.ensure_future(jobs.put("tick", target=TARGET, schedule="@every 1h", overwrite=True))
+    await asyncio.sleep(0.05)
+    held.release.set()
+    second = await put
+    starts.log.append("put returned")
+    await firing
+    await fire_for(parts, 2)
+    assert run.id not in starts.after("put returned"), (first.job.id, run.id, second.job.id)
+    assert (await jobs.get("tick")).job.id == second.job.id  # type: ignore[union-attr]
+
+
+async def test_a_triggered_run_admitted_before_a_delete_does_not_start_after_it_returns() -> None:
+    parts, jobs, starts = await start()
+    parts.hooks.append(held := HeldBeforeSend())
+    await jobs.put("tick", target=TARGET, schedule="@every 1h")
+    run = await jobs.trigger("tick")
+    firing = asyncio.ensure_future(fire_for(parts, 1))
+    await asyncio.wait_for(held.admitted.wait(), 10)
+    delete = asyncio.ensure_future(jobs.delete("tick"))
+    await asyncio.sleep(0.05)
+    held.release.set()
+    assert await delete
+    starts.log.append("delete returned")
+    await firing
+    await fire_for(parts, 2)
+    assert run.id not in starts.after("delete returned")
+
+
+async def test_a_triggered_run_that_ended_leaves_nothing_for_the_next_put_to_cancel() -> None:
+    parts, jobs, starts = await start()
+    await jobs.put("tick", target=TARGET, schedule="@every 1h")
+    run = await jobs.trigger("tick")
+    await fire_for(parts, 1)
+    assert starts.log == [run.id]
+    for hook in parts.hooks:
+        if isinstance(hook, NamedJobHooks):
+            await hook.recorder.flush()
+    entry = await read_entry(parts.store, entry_key("default", "default", "tick"))
+    assert entry is not None and entry.retire == ()

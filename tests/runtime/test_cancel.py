@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from cluster.model.attempt import JobContext
 from cluster.model.jobs import ScheduledJob
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import CANCELLED, OCCURRENCE, REMOVE, ShardState
-from storage import LandedAfterFailure, MemoryStore, StorageError, read_log
+from cluster.runtime.shardlog import ADD, CANCELLED, OCCURRENCE, REMOVE, ShardState
+from storage import Appended, LandedAfterFailure, MemoryStore, StorageError, Unavailable, decode, read_log
 from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
 
 
@@ -264,3 +265,152 @@ async def test_a_shard_whose_take_back_found_the_store_down_is_taken_back_by_the
     await parts.shards.retake_stopped()  # what the maintenance round does
     new = parts.shards.get(name)
     assert new is not None and new is not old and new.writer.stopped is None
+class HeldOnTheirWay:
+    """A handler whose calls are each held on their way (Ray calls delayed in transit) until
+    ``arrive[n]`` is set, n counting calls from 0; ``events`` notes each attempt as it starts."""
+
+    def __init__(self, events: list[str], calls: int) -> None:
+        self.events = events
+        self.arrive = [asyncio.Event() for _ in range(calls)]
+        self.calls = 0
+
+    async def __call__(self, ctx: JobContext) -> None:
+        n = self.calls
+        self.calls += 1
+        await self.arrive[n].wait()
+        self.events.append(f"call {n} started")
+
+
+async def test_a_cancel_stops_the_runs_of_every_older_copy_of_the_shard() -> None:
+    """Found by the simulation (seed 66001): a shard was taken back from its log twice in a row
+    while a job's call was on its way, so three copies of the shard each sent the job. The run
+    table kept only the run of the copy displaced last: the cancel stopped that one and the
+    fresh copy's, answered "cancelled", and the first copy's call started the job after it."""
+    events: list[str] = []
+    parts = await make_parts()
+    parts.transport.handlers["h"] = handler = HeldOnTheirWay(events, 3)
+    j = job()
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    for n in range(3):
+        parts.firing.dispatch(parts.queue.pop_due(limit=10))
+        await _until(lambda n=n: handler.calls == n + 1)  # type: ignore[misc]  # sent, on its way
+        if n < 2:
+            # Its writer stopped (an append landed behind a lost answer): the silo takes the
+            # shard back from its log, which queues the job anew.
+            copy = parts.shards.get(name)
+            assert copy is not None and await parts.shards.taken_back(copy)
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    cancelling.add_done_callback(lambda _: events.append("cancel returned"))
+    await until_idle()
+    handler.arrive[2].set()
+    handler.arrive[1].set()
+    await _until(lambda: len(events) >= 2)
+    await until_idle()  # time for the cancel to answer, had it nothing more to wait for
+    handler.arrive[0].set()  # the first copy's call reaches the handler
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    assert events == ["call 2 started", "call 1 started", "call 0 started", "cancel returned"]
+
+
+PEER = "x#1"
+
+
+class NextOccurrenceKept(GatedStore):
+    """Keeps a job's next occurrence from being removed while ``armed()``: an append removing
+    occurrence 2 of ``job_id`` as cancelled fails, or, with ``claim``, finds the shard claimed
+    by a peer (``PEER``) just before it, and is fenced."""
+
+    def __init__(self, job_id: str, claim: bool) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.claim = claim
+        self.armed: Callable[[], bool] = lambda: False
+        self.kept = 0  # appends kept from removing it
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Appended:
+        ops = [op[:4] for op in decode(payload).records()]
+        if self.armed() and [REMOVE, self.job_id, 2, CANCELLED] in ops:
+            self.kept += 1
+            if not self.claim:
+                raise Unavailable("injected: the removal of the next occurrence failed")
+            head = await self.inner.stat(name)
+            await self.inner.set_metadata(name, {**head.metadata, "owner": PEER}, head.etag)
+        appended: Appended = await self.__getattr__("append_block")(name, payload, if_match)
+        return appended
+
+
+async def _cancel_as_the_next_occurrence_is_written(claim: bool, kept_for_good: bool) -> tuple[
+        Any, NextOccurrenceKept, Blocking, Any, str, Any]:
+    """A recurring job runs; its outcome writes the next occurrence into the same shard, and a
+    cancel marks the run while that write is on its way. Then the outcome's own removal of the
+    next occurrence is kept from landing (and, ``kept_for_good``, every later one too).
+    ``(cancel's task, store, handler, silo's roles, shard, job)``."""
+    j = job(schedule="@every 1s", repeats=3)
+    store = NextOccurrenceKept(j.id, claim)
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    slow = Blocking()
+    parts.transport.handlers["h"] = slow
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await slow.started.wait()
+    writing = store.gate("append_block", name)
+    slow.finish.set()
+    await store.reached("append_block", name).wait()  # the outcome writes the next occurrence
+    # The outcome's removal of it (while the run is in flight), not the cancel's own, unless for good.
+    store.armed = (lambda: True) if kept_for_good else (lambda: j.id in parts.runs.inflight)
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    await until_idle()  # the cancel marked the run; its removal waits behind the outcome's write
+    writing.set()
+    return cancelling, store, slow, parts, name, j
+
+
+async def _log_of(store: GatedStore, name: str, job_id: str) -> dict[str, Any]:
+    """The live jobs of ``name``'s log, once checked that it holds the interleaving these tests
+    are about: the next occurrence landed before the first one's removal by the cancel."""
+    records = list((await read_log(store, name)).records())  # type: ignore[arg-type]
+    ops = [op[:5] if op[0] == ADD and op[1] == job_id else op[:4] for op in records]
+    added = next(i for i, op in enumerate(ops) if op[0] == ADD and op[1] == job_id and op[4] == 2)
+    assert added < ops.index([REMOVE, job_id, 1, CANCELLED])
+    return ShardState().replay(records).live
+
+
+@pytest.mark.parametrize(("claim", "answer"), [(False, ("cancelled", None)), (True, ("not_owner", PEER))],
+                         ids=["its-removal-failed", "a-peer-claimed-the-shard"])
+async def test_a_cancel_that_came_as_the_run_wrote_its_next_occurrence_answers_what_the_log_holds(
+        claim: bool, answer: tuple[str, str | None]) -> None:
+    """Found by the simulation (seed 65829): a silo SIGSTOPped with a cancel of a running
+    recurring job pending went on at SIGCONT; the run's outcome wrote the next occurrence into
+    the same shard as the cancel marked the run, so the cancel's removal named the occurrence
+    that had just ended and removed nothing. The outcome's own removal of the next occurrence
+    was fenced (the silo had been declared dead, a peer claimed the shard) and the cancel
+    answered "cancelled" all the same: the peer ran the job. The caller must hear "cancelled"
+    only once the shard's log, which its next owner reads, no longer holds the job; else where
+    to find it."""
+    cancelling, store, slow, parts, name, j = await _cancel_as_the_next_occurrence_is_written(claim, False)
+    assert await asyncio.wait_for(cancelling, 5) == answer
+    assert store.kept  # the outcome's removal of the next occurrence was kept from landing
+    live = await _log_of(store, name, j.id)
+    if answer[0] == "cancelled":
+        assert j.id not in live
+        parts.clock.advance(5)
+        parts.lease.renew(parts.clock.monotonic())
+        await fire_due(parts)
+        assert slow.ran == [1]
+    else:  # the shard's new owner holds it: the caller, following, cancels it there
+        assert live[j.id][OCCURRENCE] == 2
+
+
+async def test_a_cancel_that_cannot_remove_the_next_occurrence_fails_and_the_job_fires() -> None:
+    """The same, the cancel's own removal of the next occurrence failing too: not cancelled, so
+    the next occurrence fires as the log says, rather than stay live and never queued."""
+    cancelling, store, slow, parts, name, j = await _cancel_as_the_next_occurrence_is_written(False, True)
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(cancelling, 5)
+    assert (await _log_of(store, name, j.id))[j.id][OCCURRENCE] == 2
+    parts.clock.advance(1)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert slow.ran == [1, 2]

@@ -5,6 +5,7 @@ past its sender's lease."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -15,10 +16,11 @@ from cluster.model.errors import ValidationError
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import FailurePolicy
 from cluster.model.wire import datetime_to_us, timedelta_to_us
+from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ATTEMPTS, CANCELLED, REMOVE
 from cluster.runtime.transport import Ping
-from storage import MemoryStore, read_log
+from storage import MemoryStore, Unavailable, read_log
 from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, add, job, make_parts, until_idle
 
 AHEAD_US = timedelta_to_us(OPTIONS.dispatch_ahead)
@@ -523,3 +525,117 @@ async def test_a_success_whose_write_is_retried_when_a_cancel_comes_is_recorded_
     assert j.id not in parts.queue and not parts.runs.inflight
     records = [op[:4] for op in (await read_log(parts.store, name)).records() if op[0] == REMOVE]
     assert [op[1] for op in records] == [j.id] and records[0][3] != CANCELLED  # its success, recorded
+
+
+@pytest.mark.parametrize("stop", ["cancel", "pause"])
+async def test_a_job_sent_ahead_by_every_copy_of_a_shard_taken_back_twice_never_starts_once_stopped(
+        stop: str) -> None:
+    """Found by the simulation (seed 66001): the shard was taken back from its log twice while
+    the job waited in its handler, so three copies of the shard each sent it ahead. The run
+    table kept only the run of the copy displaced last, so a cancel (or a pause) withdrew that
+    one and the fresh copy's, and the first copy's started the job at its due time."""
+    clock, starts, transport, parts = await one_silo()
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    for copy in range(3):
+        await send_ahead(parts)
+        assert transport.delivered() == [j.id] * (copy + 1)  # this copy sent it too
+        if copy < 2:
+            # Its writer stopped (an append landed behind a lost answer): the silo takes the
+            # shard back from its log, which queues the job anew.
+            shard = parts.shards.get(name)
+            assert shard is not None and await parts.shards.taken_back(shard)
+    if stop == "cancel":
+        assert await parts.cancelling.cancel(name, j.id) == ("cancelled", None)
+    else:
+        assert (await parts.pausing.pause(name, j.id, None, "op"))[0] == "paused"
+    await settle()
+    clock.advance(1)
+    await settle()
+    assert starts.started == []
+
+
+class UndecidedOnce(SiloHooks):
+    """A hook that cannot decide the first time it is asked (its registry read failed)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def admit(self, event: Any) -> bool | None:
+        self.asked += 1
+        return None if self.asked == 1 else True
+
+
+async def test_a_run_sent_ahead_and_deferred_by_a_hook_never_starts_before_its_due_time() -> None:
+    """Simulator seed 823 (named jobs, 1.9 s ahead): a named job's clearance read failed as its
+    run was sent ahead, so the run was deferred, queued again a second later; that was still
+    before its due time, and the run went out with the retry's time as its own: 0.4 s early."""
+    clock = ManualClock()
+    starts = Starts(clock)
+    lt = LocalTransport(handlers={"h": starts}, clock=clock)
+    ahead = replace(OPTIONS, dispatch_ahead=timedelta(seconds=1.9))  # wider than the retry's second
+    parts = await make_parts(clock=clock, transport=lt, options=ahead)
+    parts.lease.renew(clock.monotonic())
+    parts.hooks.append(hook := UndecidedOnce())
+    j = job(due=timedelta(seconds=3))
+    await add(parts, j)
+    clock.advance(1.1)  # the window opens: the run is sent ahead, and deferred
+    await send_ahead(parts)
+    assert hook.asked == 1 and starts.started == []
+    for _ in range(40):
+        clock.advance(0.1)
+        parts.lease.renew(clock.monotonic())
+        await send_ahead(parts)
+    assert [job_id for job_id, _ in starts.started] == [j.id]
+    assert starts.started[0][1] >= due_us(j), (starts.started[0][1] - due_us(j)) / SECOND
+
+
+async def test_a_run_whose_success_landed_unanswered_is_not_run_again_by_a_failed_cancel() -> None:
+    """Simulator seed 154 (named jobs): a recurring job's run succeeded and its outcome landed with
+    the answer lost, and the log could not be read back, so the writer took it back and it was
+    retried; a cancel came, and the retry, seeing the run cancelled, stopped. The cancel's own
+    removal then found that write in the log (``LandedAfterFailure``) and, not cancelling after
+    all, queued the ended run again from the shard's memory, which still held it live; the shard
+    could not be taken back from its log at once, and the same owner ran the occurrence twice."""
+    from storage import StorageError
+    from tests.runtime.harness import GatedStore
+
+    class LandsUnanswered(GatedStore):
+        unanswered = 0
+
+        async def append_block(self, name: str, payload: bytes, if_match: str) -> Any:
+            if self.unanswered:
+                self.unanswered -= 1
+                await self.inner.append_block(name, payload, if_match)
+                raise Unavailable("injected: append_block landed, its answer was lost")
+            return await self.__getattr__("append_block")(name, payload, if_match)
+
+    store = LandsUnanswered()
+    clock, starts, transport, parts = await one_silo(store)
+    starts.hold = asyncio.Event()
+    j = job(due=timedelta(seconds=1), schedule="@every 5s", repeats=2)  # its outcome queues the next
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    clock.advance(AHEAD_US / 2 / SECOND + 0.001)
+    await settle()
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # started, held
+    store.unanswered = 1  # its success's removal lands unanswered
+    store.fail_next("fetch", 1, name)  # and is not read back: taken back, retried
+    starts.hold.set()
+    await settle()
+    withdraw = asyncio.Event()
+    transport.hold_withdraws.append(withdraw)
+    cancel = asyncio.create_task(parts.cancelling.cancel(name, j.id))
+    await settle()
+    await asyncio.sleep(1)  # the outcome's retry sees the run cancelled, and stops
+    store.fail_next("list", 50, "shards/")  # the shard cannot be taken back from its log for now
+    withdraw.set()
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(cancel, 10)
+    for _ in range(3):
+        clock.advance(1)
+        parts.lease.renew(clock.monotonic())
+        await send_ahead(parts)
+    assert len(starts.started) == 1, starts.started  # one run of the occurrence

@@ -62,8 +62,13 @@ CALL_TIMEOUT_S = 60.0
 class SimRay:
     """The ``SiloCall`` of a real ``Client`` in the simulation: one call to one silo process."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, rng: random.Random | None = None, *, ends_superseded: bool = False) -> None:
         self._world = world
+        self._rng = rng if rng is not None else world.client_rng  # another user's calls draw from their own
+        # Whether a silo superseded by a newer process of itself fails the calls it took, as its
+        # process ends on Ray. Off for the real client's seeds, found before it was modelled: a
+        # call into such a silo never answers there, and the caller gives up (``CALL_TIMEOUT_S``).
+        self._ends_superseded = ends_superseded
         # Jobs a cancel call reached and then lost its answer on (killed, partitioned): it may
         # have cancelled them, so the client's retry may rightly find them "absent".
         self.cancel_maybe_acted: set[str] = set()
@@ -77,6 +82,7 @@ class SimRay:
             for item in args[0]:
                 self.schedule_due[item[0]] = item[1]
                 self.schedule_suspects[item[0]].update(args[1] if len(args) > 1 else ())
+        self._world.say(f"ray: {_call_text(method, args)} to {silo_id}")
         try:
             answer = await self._call(silo_id, method, args)
         except (SiloLost, SiloRefused) as exc:
@@ -96,20 +102,25 @@ class SimRay:
         if proc.silo is None or proc.state == "dead":
             raise SiloLost(f"silo {silo_id} is dead or restarting (RayActorError)")
         epoch, silo = proc.epoch, proc.silo
-        rng = world.client_rng
+        rng = self._rng
         if world.faults.latency:
             await asyncio.sleep(rng.random() * 0.05)
         await self._taken(proc, epoch, method)
         if proc.partitioned:
             raise SiloLost(f"silo {silo_id}: Ray lost its node; {method} did not reach it")
+        if self._ends_superseded and proc.superseded.is_set():
+            raise SiloLost(f"silo {silo_id}: its process ended, a newer one joined (RayActorError)")
         task = asyncio.ensure_future(getattr(silo, method)(*args))
-        died = asyncio.ensure_future(proc.died.wait())
+        ends = [asyncio.ensure_future(proc.died.wait())]
+        if self._ends_superseded:
+            ends.append(asyncio.ensure_future(proc.superseded.wait()))
         try:
-            await asyncio.wait({task, died}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, *ends}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            died.cancel()
+            for end in ends:
+                end.cancel()
         if not task.done():
-            # Killed mid-call: its coroutine runs on (its store calls hang), but nothing comes back.
+            # Killed mid-call (or ended): its coroutine runs on, but nothing comes back.
             task.add_done_callback(_drop)
             self._maybe_acted(method, args)
             raise SiloLost(f"silo {silo_id} was killed during {method}")
@@ -223,7 +234,7 @@ class SimClient:
             for job_id, shard in sorted(may_fire.items()):
                 # A retry's batch in doubt may have landed as an acknowledged one does: the same rule.
                 if shard is not None and job_id in self.ray.schedule_maybe_acted:
-                    await self._earlier_try(job_id, shard, acknowledged=False)
+                    await earlier_try(self._world, self.ray, job_id, shard, acknowledged=False)
             return
         except Exception as exc:
             self._refused(ids, f"{type(exc).__name__}: {exc}")
@@ -235,56 +246,9 @@ class SimClient:
             self.jobs[scheduled_job.id] = scheduled_job
             world.acked[scheduled_job.id] = scheduled_job.shard
             if scheduled_job.id in self.ray.schedule_maybe_acted:
-                await self._earlier_try(scheduled_job.id, scheduled_job.shard)
+                await earlier_try(world, self.ray, scheduled_job.id, scheduled_job.shard)
         world.stats["acked"] += len(scheduled)
         world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
-
-    async def _earlier_try(self, job_id: str, shard: str, *, acknowledged: bool = True) -> None:
-        """A job acknowledged by a call that lost a try after it reached a silo, whose first
-        occurrence ran from another shard before the acknowledgement: the retry did not find
-        that try, so it must have left no live copy (README: one more run, never two live copies),
-        nor any record in the shards a retry reads (else it had to answer that shard). Then its
-        runs from the retry's copy are excused; otherwise they are judged as any runs are.
-
-        Not ``acknowledged``: the call ended in doubt, naming ``shard`` for the job, where a
-        retry's batch may have landed and stayed (its take-back failed): the same rule, but a
-        live copy elsewhere is no violation yet, as the batch may not have landed (seed 56728:
-        the earlier try's chain had run out and its shards were deleted as drained; a retry
-        wrote the jobs again, could not take them back, and they ran again)."""
-        world = self._world
-        # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
-        # fired from another, it was added twice.
-        if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
-            return
-        live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
-                and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
-        if live:
-            if acknowledged:
-                world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
-            return
-        kept = await self._where_a_retry_looks(job_id, shard)
-        if kept:
-            # The retry had to find it there: no excuse, its runs are judged as runs.
-            world.note(f"client schedule: {job_id}'s earlier try ran; its record is still in {kept}, not excused")
-            return
-        world.added_again.add(job_id)
-        told = "added again" if acknowledged else "in doubt"
-        world.stats[f"client: {told} after its earlier try ran"] += 1
-        world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")
-
-    async def _where_a_retry_looks(self, job_id: str, shard: str) -> list[str]:
-        """The shards besides ``shard`` that still record ``job_id`` (an ADD not taken back) where a
-        retry looks for its earlier try: those its suspects created for the job's first window."""
-        world = self._world
-        suspects = self.ray.schedule_suspects.get(job_id, set())
-        window = window_of(self.ray.schedule_due[job_id], timedelta_to_us(world.options.shard_duration))
-        kept = []
-        for head in await list_logs(world.store, f"{SHARD_PREFIX}{format_window(window)}-"):
-            creator = creator_of(head.base)
-            if head.base != shard and creator is not None and creator[0] in suspects and landed_ids(
-                    (await read_log(world.store, head.base)).records(), {job_id}):
-                kept.append(head.base)
-        return kept
 
     def _refused(self, ids: Sequence[str], why: str) -> None:
         now_us = true_now_us(self._world.loop)
@@ -343,6 +307,53 @@ class SimClient:
                               f"({why})")
         world.stats["client: in doubt"] = len(self.in_doubt)
         world.stats["client: in doubt, fired"] = len(self.in_doubt & {d.job_id for d in world.deliveries})
+
+
+async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, acknowledged: bool = True) -> None:
+    """A job acknowledged by a call that lost a try after it reached a silo, whose first
+    occurrence ran from another shard before the acknowledgement: the retry did not find
+    that try, so it must have left no live copy (README: one more run, never two live copies),
+    nor any record in the shards a retry reads (else it had to answer that shard). Then its
+    runs from the retry's copy are excused; otherwise they are judged as any runs are.
+
+    Not ``acknowledged``: the call ended in doubt, naming ``shard`` for the job, where a
+    retry's batch may have landed and stayed (its take-back failed): the same rule, but a
+    live copy elsewhere is no violation yet, as the batch may not have landed (seed 56728:
+    the earlier try's chain had run out and its shards were deleted as drained; a retry
+    wrote the jobs again, could not take them back, and they ran again)."""
+    # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
+    # fired from another, it was added twice.
+    if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
+        return
+    live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
+            and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
+    if live:
+        if acknowledged:
+            world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
+        return
+    kept = await _where_a_retry_looks(world, ray, job_id, shard)
+    if kept:
+        # The retry had to find it there: no excuse, its runs are judged as runs.
+        world.note(f"client schedule: {job_id}'s earlier try ran; its record is still in {kept}, not excused")
+        return
+    world.added_again.add(job_id)
+    told = "added again" if acknowledged else "in doubt"
+    world.stats[f"client: {told} after its earlier try ran"] += 1
+    world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")
+
+
+async def _where_a_retry_looks(world: World, ray: SimRay, job_id: str, shard: str) -> list[str]:
+    """The shards besides ``shard`` that still record ``job_id`` (an ADD not taken back) where a
+    retry looks for its earlier try: those its suspects created for the job's first window."""
+    suspects = ray.schedule_suspects.get(job_id, set())
+    window = window_of(ray.schedule_due[job_id], timedelta_to_us(world.options.shard_duration))
+    kept = []
+    for head in await list_logs(world.store, f"{SHARD_PREFIX}{format_window(window)}-"):
+        creator = creator_of(head.base)
+        if head.base != shard and creator is not None and creator[0] in suspects and landed_ids(
+                (await read_log(world.store, head.base)).records(), {job_id}):
+            kept.append(head.base)
+    return kept
 
 
 def client_rng(seed: int) -> random.Random:

@@ -1,0 +1,105 @@
+"""Creating named jobs beside creating plain ones, on one cluster, in one run.
+
+    RAY_ADDRESS=local python -m benchmarks.named_put [--jobs 5000] [--silos 2] [--store file,azure]
+
+Per store, one fresh cluster (``--silos``) measures, in this order, every job due days ahead
+(dormant: this is the write path, ``benchmarks.named_fire`` measures firing):
+
+- **plain**: ``schedule_job`` from ``--callers`` concurrent callers, and ``schedule_jobs`` in
+  batches of 1,000: the rates a named put is held against;
+- **put**: ``client.jobs.put`` of ``--jobs`` new names from ``--callers`` concurrent callers;
+- **put_many**: ``client.jobs.put_many`` of ``--jobs`` other new names, 1,000 a call (skipped
+  where the client has none);
+- **overwrite**: ``put(..., overwrite=True)`` of ``--overwrites`` of the names put above, from
+  ``--callers`` callers (each cancels the generation it replaces, in a dormant shard).
+
+Prints one JSON object; writes nothing outside its scratch folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from benchmarks.cluster import BATCH, bench_env, far_future, in_batches, rate, running_cluster, specs
+from cluster import Target
+from cluster.client import Client
+
+TARGET = Target.actor("bench-named-put-nobody", "nowhere")  # never fires: every job is days ahead
+
+
+async def plain(client: Client, n: int, callers: int) -> dict[str, Any]:
+    await in_batches(client, specs([TARGET], far_future(BATCH)))  # warm: shards open, pools filled
+    dues = far_future(n)
+
+    async def caller(k: int) -> None:
+        for due in dues[k::callers]:
+            await client.schedule_job(TARGET, due=due)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(k) for k in range(callers)))
+    single = rate(n, time.perf_counter() - started)
+    started = time.perf_counter()
+    await in_batches(client, specs([TARGET], far_future(n)))
+    return {"schedule_job_per_s": single, "schedule_jobs_per_s": rate(n, time.perf_counter() - started)}
+
+
+async def puts(client: Client, names: Sequence[str], due: datetime, callers: int, overwrite: bool) -> float:
+    async def caller(k: int) -> None:
+        for name in names[k::callers]:
+            await client.jobs.put(name, target=TARGET, due_time=due, overwrite=overwrite)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(k) for k in range(callers)))
+    return rate(len(names), time.perf_counter() - started)
+
+
+async def put_many(client: Client, names: Sequence[str], due: datetime) -> float | None:
+    bulk = getattr(client.jobs, "put_many", None)
+    if bulk is None:
+        return None
+    started = time.perf_counter()
+    for i in range(0, len(names), BATCH):
+        await bulk([{"name": name, "target": TARGET, "due_time": due} for name in names[i:i + BATCH]])
+    return rate(len(names), time.perf_counter() - started)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with bench_env(args.store) as env:
+        for kind in args.store:
+            with running_cluster(env, kind, args.silos) as cluster:
+                client = cluster.client()
+                due = datetime.now(timezone.utc) + timedelta(days=2)
+                await client.jobs.put("warm", target=TARGET, due_time=due)
+                result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "callers": args.callers}
+                result["plain"] = await plain(client, args.jobs, args.callers)
+                names = [f"put-{i:07d}" for i in range(args.jobs)]
+                result["put_per_s"] = await puts(client, names, due, args.callers, overwrite=False)
+                result["put_many_per_s"] = await put_many(client, [f"bulk-{i:07d}" for i in range(args.jobs)], due)
+                result["overwrite_per_s"] = await puts(client, names[:args.overwrites], due + timedelta(hours=1),
+                                                       args.callers, overwrite=True)
+                result["put_over_schedule_job"] = result["put_per_s"] / max(result["plain"]["schedule_job_per_s"], 1e-9)
+                results[kind] = result
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.named_put", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--overwrites", type=int, default=1_000)
+    parser.add_argument("--silos", type=int, default=2)
+    parser.add_argument("--callers", type=int, default=64)
+    parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
+    args = parser.parse_args(argv)
+    print(json.dumps(asyncio.run(main_async(args)), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""Flows through failures, without Ray: a submit that failed half way, a step's record the store
+refused, an outcome write in doubt, intents taken over from writers that may have scheduled
+(memory store). Each case was found by the simulator's flows (``tests/sim/flows.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from cluster import Flow, Step, Target
+from cluster.flows import hooks as flow_hooks
+from cluster.flows.api import Flows
+from cluster.flows.hooks import FlowHooks
+from cluster.flows.log import create_log, read_flow, update
+from cluster.flows.model import FLOW_PREFIX, compile_flow
+from cluster.flows.progress import Limits, advance, reconcile
+from cluster.model.clock import SYSTEM_CLOCK, Clock
+from cluster.model.jobs import ScheduledJob
+from cluster.model.options import ClusterOptions
+from cluster.model.wire import datetime_to_us, pack, us_to_datetime
+from cluster.runtime.hooks import AttemptEnd, AttemptEvent
+from cluster.runtime.membership import ACTIVE, Member
+from cluster.runtime.shardlog import SUCCEEDED, add_op, remove_op
+from storage import Fenced, MemoryStore, Store, Unavailable, generation_name
+from storage.records import encode
+from tests.runtime.harness import OPTIONS
+
+T = Target.actor("worker", namespace="test")
+
+
+def two_steps(name: str = "etl") -> Flow:
+    return Flow(name, [Step("a", T), Step("b", T, depends_on=["a"])])
+
+
+class FailingStore(MemoryStore):
+    """Fails the ``n``-th call of a method (counted from 1) once, before it reaches the store."""
+
+    def __init__(self, **fail_at: int) -> None:
+        super().__init__()
+        self.fail_at = dict(fail_at)
+        self.calls: dict[str, int] = {}
+
+    def _maybe_fail(self, method: str, name: str) -> None:
+        if not name.startswith(FLOW_PREFIX):
+            return
+        self.calls[method] = self.calls.get(method, 0) + 1
+        if self.fail_at.get(method) == self.calls[method]:
+            raise Unavailable(f"injected: {method} {name}")
+
+    async def fetch(self, name: str, offset: int = 0) -> Any:
+        self._maybe_fail("fetch", name)
+        return await super().fetch(name, offset)
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Any:
+        self._maybe_fail("append_block", name)
+        return await super().append_block(name, payload, if_match)
+
+
+class Submitter:
+    """A ``JobSubmitter`` that adds jobs to no silo: it records them, each in ``shards/s0``."""
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def try_cancel_job(self, job: ScheduledJob) -> bool:
+        self.cancelled.append(job.metadata["timeshard.step"])
+        return True
+
+    async def submit_jobs(self, jobs: Sequence[ScheduledJob]) -> list[ScheduledJob]:
+        self.jobs += [j.metadata["timeshard.step"] for j in jobs]
+        return [dataclasses.replace(j, shard="shards/s0") for j in jobs]
+
+    def resolve_target(self, target: Target) -> Target:
+        return target
+
+    async def describe(self) -> dict[str, Any]:
+        raise AssertionError("the store is given")
+
+
+class StoreFlows(Flows):
+    def __init__(self, client: Any, store: Store) -> None:
+        super().__init__(client)
+        self._given = store
+
+    async def _open(self) -> Store:
+        return self._given
+
+
+@pytest.mark.parametrize("fail", [
+    {"fetch": 1},  # the definition written, the read before the root steps' intent failed
+    {"append_block": 1},  # the log created, its definition never written
+], ids=["after-the-definition", "before-the-definition"])
+async def test_a_flow_submitted_again_after_a_failed_submit_runs(fail: dict[str, int]) -> None:
+    store, submitter = FailingStore(**fail), Submitter()
+    flows = StoreFlows(submitter, store)
+    with pytest.raises(Unavailable):
+        await flows.submit(two_steps())
+    assert submitter.jobs == []
+    status = await flows.submit(two_steps())  # the same definition: "returns the existing flow"
+    assert submitter.jobs == ["a"], "its root step is scheduled: nothing else would ever schedule it"
+    assert status.state == "running"
+    state = await read_flow(store, "etl")
+    assert state is not None and state.steps["a"].shard == "shards/s0" and state.unconfirmed() == []
+
+
+class LostAnswerStore(MemoryStore):
+    """The ``n``-th append to a flow log lands, then answers ``Fenced`` (as Azure's retry does)."""
+
+    def __init__(self, lose: int) -> None:
+        super().__init__()
+        self.lose, self.appends = lose, 0
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Any:
+        appended = await super().append_block(name, payload, if_match)
+        self.appends += name.startswith(FLOW_PREFIX)
+        if self.appends == self.lose:
+            raise Fenced("injected: landed, its answer lost")
+        return appended
+
+
+async def test_a_cancel_whose_write_landed_with_its_answer_lost_returns_true_and_cancels_the_steps() -> None:
+    """Read again, the flow is cancelled by this very call: answering False ("finished") would
+    leave its steps' jobs running in a flow that never completes."""
+    store, submitter = LostAnswerStore(lose=4), Submitter()  # definition, intent, sched; then the cancel
+    flows = StoreFlows(submitter, store)
+    await flows.submit(two_steps())
+    assert await flows.cancel("etl") is True
+    assert submitter.cancelled == ["a"], "the scheduled step's job is cancelled"
+    status = await flows.get("etl")
+    assert status is not None and status.state == "cancelled"
+
+
+class View:
+    """The ``SiloView`` a hook sees: one silo whose schedule calls are recorded."""
+
+    owner = "s0#1"
+    options: ClusterOptions = dataclasses.replace(OPTIONS, adoption_interval=timedelta(hours=1))
+    clock: Clock = SYSTEM_CLOCK
+
+    def __init__(self) -> None:
+        self.scheduled: list[str] = []
+
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+        self.scheduled += [job_id for job_id, _, _ in jobs]
+        return ["shards/s0"] * len(jobs)
+
+
+async def started(store: Store, view: View) -> tuple[FlowHooks, Any]:
+    plan = compile_flow(two_steps(), flow_id="f1", created_us=0)
+    await create_log(store, plan)
+    await advance(store, "etl", "client-1", Recorded())
+    hooks = FlowHooks(store, view)
+    event = AttemptEvent(plan.job("a", us_to_datetime(0)), "run-1", 1, 1, us_to_datetime(0), us_to_datetime(1),
+                         "shards/20300101T000000.000000Z-s0.1-000001")
+    return hooks, event
+
+
+async def test_a_step_outcome_the_store_refused_is_recorded_once_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given up on, the success is known only to its shard, which a drain deletes before
+    reconcile reads it: the step would run again, and its dependants wait for that."""
+    monkeypatch.setattr(flow_hooks, "RECORD_RETRY_S", 0.01)
+    store, view = FailingStore(), View()
+    hooks, event = await started(store, view)
+    try:
+        store.calls.clear()
+        store.fail_at = {"append_block": 1}  # the first try's write of "a succeeded"
+        await hooks.attempt_ended(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
+        for _ in range(100):
+            state = await read_flow(store, "etl")
+            if state is not None and state.steps["a"].state == "succeeded":
+                break
+            await asyncio.sleep(0.01)
+        assert state is not None and state.steps["a"].state == "succeeded"
+        assert view.scheduled == [f"{state.plan.id}-1"], "its dependant is scheduled, once"
+    finally:
+        await hooks.close()
+
+
+async def test_an_outcome_write_in_doubt_is_read_from_the_shard_log() -> None:
+    """The silo's write of the step's success answered an error but landed, and the shard was
+    taken back from its log: no ``attempt_ended`` comes. The log says it succeeded."""
+    store, view = MemoryStore(), View()
+    hooks, event = await started(store, view)
+    try:
+        job = event.job
+        name = generation_name(event.shard, 0)
+        etag = await store.create(name, {})
+        await store.append_block(name, encode(0, [add_op(job.id, 0, pack(job.to_wire())),
+                                                  remove_op(job.id, 1, SUCCEEDED)]), etag)
+        await hooks.attempt_unsure(event)
+        for _ in range(100):
+            state = await read_flow(store, "etl")
+            if state is not None and state.steps["a"].state == "succeeded":
+                break
+            await asyncio.sleep(0.01)
+        assert state is not None and state.steps["a"].state == "succeeded"
+        assert view.scheduled == [f"{state.plan.id}-1"]
+    finally:
+        await hooks.close()
+
+
+class Recorded:
+    """A silo's schedule call: what it was asked to add, with its due times and suspects."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], list[int], list[str]]] = []
+
+    async def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ()) -> list[str]:
+        self.calls.append(([j.metadata["timeshard.step"] for j in jobs], [datetime_to_us(j.due) for j in jobs],
+                           list(suspects)))
+        return ["shards/s9"] * len(jobs)
+
+
+LIMITS = Limits(grace_us=60_000_000, attempt_us=10_000_000, staging_us=10_000_000, suspicion_us=2_000_000)
+NOW = 6_000_000  # every step quiet for less than an attempt: only intents are looked into
+LIVE = {"5": Member("5", 1, ACTIVE, NOW)}  # silo 5's first incarnation, heard from just now
+
+
+def now() -> int:
+    return NOW
+
+
+async def flow_with(*records: list[Any]) -> MemoryStore:
+    store = MemoryStore()
+    await create_log(store, compile_flow(two_steps(), flow_id="f1", created_us=0))
+    await update(store, "etl", lambda s: [r for r in records if s.apply(r)])
+    return store
+
+
+async def test_a_step_taken_over_twice_searches_every_earlier_writer_in_the_first_ones_window() -> None:
+    """Writer 3 may have added a's job, then stopped; writer 4 took over and stopped too. A third
+    taker sends the job as writer 3 did (due at its intent's time: the same window) and names
+    both silos, so that the copy either added is found rather than added again."""
+    store = await flow_with(["intent", "t0", "3#1", ["a"], 100], ["intent", "t1", "4#1", ["a"], 5_000_000])
+    schedule = Recorded()
+    await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now)
+    assert schedule.calls == [(["a"], [100], ["3", "4"])]
+
+
+async def test_a_writer_that_confirms_after_being_taken_over_keeps_the_step() -> None:
+    """Writer 3's jobs landed while a taker's intent was pending: the step is scheduled (by 3),
+    not waiting for a taker, which would otherwise be taken over in turn and add it again."""
+    store = await flow_with(["intent", "t0", "3#1", ["a"], 100], ["intent", "t1", "4#1", ["a"], 200],
+                            ["sched", "t0", [["a", "shards/s3", 100]], 300])
+    state = await read_flow(store, "etl")
+    assert state is not None and state.steps["a"].shard == "shards/s3" and state.unconfirmed() == []
+    schedule = Recorded()
+    await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now)
+    assert schedule.calls == []
+
+
+async def test_a_takeover_decided_on_a_stale_read_schedules_nothing_once_confirmed() -> None:
+    """Reconcile saw t0 unconfirmed; its writer confirmed before the takeover's write: nothing to take."""
+    store = await flow_with(["intent", "t0", "3#1", ["a"], 100], ["sched", "t0", [["a", "shards/s3", 100]], 300])
+    schedule = Recorded()
+    await advance(store, "etl", "5#1", schedule, retake={"a": "t0"}, now_us=now)
+    assert schedule.calls == []
+
+
+async def test_a_silo_takes_over_its_own_intent_once_its_launch_is_over() -> None:
+    store = await flow_with(["intent", "t0", "5#1", ["a"], 100])
+    schedule = Recorded()
+    await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now, launching={"t0"})
+    assert schedule.calls == [], "its launch is under way"
+    await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now, launching=set())
+    assert schedule.calls == [(["a"], [100], ["5"])], "its launch failed: taken over, its own shards searched"
