@@ -39,7 +39,7 @@ class Cluster:
     async def start(self, silo_id: str) -> None:
         # A restart follows a SIGKILL on this node: the new incarnation sees the old process gone.
         self.silos[silo_id] = Silo(silo_id, "memory://", OPTIONS, "test", hooks=lambda _store, _view: [],
-                                   transport=LocalTransport(predecessors_exited=True), clock=SYSTEM_CLOCK,
+                                   transport=LocalTransport(predecessors_exited=True, node=f"local/{silo_id}"), clock=SYSTEM_CLOCK,
                                    store=self.store)
         await self.silos[silo_id].ready()
 

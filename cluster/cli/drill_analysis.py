@@ -129,6 +129,9 @@ class DrillReport:
     durable_s: list[float] = field(default_factory=list)
     unacknowledged_fires: list[str] = field(default_factory=list)  # jobs neither acknowledged nor in doubt
     storm_load: StormLoad | None = None
+    #: per kill, the worst lateness (s, first start minus the due time the client was told) of the
+    #: jobs due within the failover bound after it that had not run at the kill (any silo's)
+    late_after_kill_s: list[float] = field(default_factory=list)
 
     def history_of(self, shard: str | None) -> list[tuple[float, str]]:
         return self.shard_owners.get(shard or "", [])
@@ -301,6 +304,7 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     two_owner = _superseded_fires(records, shard_of, observer)
     zombie, paused_dead = _zombie_fires(records, hits, observer)
     failover, unmeasured = _failover(jobs, records, events, runs, failover_bound(options))
+    late_after_kill = _late_after_kills(jobs, events, runs, failover_bound(options))
     lost_jobs = [(j.id, j.shard, due[j.id]) for j in jobs if j.id not in runs][:100]
     return DrillReport(len(due), len(records), lost, len(early_runs), duplicates, explained, failover,
                        failover_bound(options), unmeasured, len(zombie), len(two_owner), paused_dead, storm=storm,
@@ -315,7 +319,7 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
                        readings=[(round(a, 3), round(b, 3)) for a, b in observer.samples] if observer else [],
                        explained_by_log=by_log,
                        explained_by_window=len(by_window), window_margins=by_window, durable_s=_durable_times(observer, runs),
-                       unacknowledged_fires=unacknowledged[:100])
+                       unacknowledged_fires=unacknowledged[:100], late_after_kill_s=late_after_kill)
 
 
 def _duplicates(runs: Mapping[str, list[dict[str, Any]]], hits: list[Event],
@@ -425,6 +429,22 @@ def _failover(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: l
             else:
                 unmeasured.append(f"{e.owner} {shard}")
     return failover, unmeasured
+
+
+def _late_after_kills(jobs: list[ScheduledJob], events: list[Event], runs: Mapping[str, list[dict[str, Any]]],
+                      bound: float) -> list[float]:
+    """Per kill, the worst lateness of the jobs due in the ``bound`` after it that had not started
+    by then, judged by the due time each job's client was told (a job never run counts as lost,
+    not here). Kills within a second of each other count as one: what their users saw together."""
+    kills = sorted(e.at for e in events if e.kind == "kill")
+    worst = []
+    for at in (t for i, t in enumerate(kills) if i == 0 or t - kills[i - 1] > 1.0):
+        late = [min(r["started"] for r in runs[j.id]) - acknowledged_due(j) for j in jobs
+                if at < acknowledged_due(j) <= at + bound and j.id in runs
+                and not any(r["started"] <= at for r in runs[j.id])]
+        if late:
+            worst.append(round(max(late), 3))
+    return worst
 
 
 def timeline(report: DrillReport, jobs: list[ScheduledJob], records: list[dict[str, Any]], path: Path) -> Path | None:

@@ -2,8 +2,9 @@
 
 Every ``heartbeat_interval`` a silo rewrites its membership row by CAS (which renews its firing
 lease), then looks at its peers: one whose row this silo has watched unchanged for
-``suspicion_timeout`` (longer than any lease), or whose process Ray saw exit, is declared dead by
-CAS with that proof, and its shards become orphans at once. One that Ray reports dead without
+``suspicion_timeout`` (longer than any lease), or whose process is proven ended (Ray saw it exit,
+or this host's process table no longer has it), is declared dead by CAS with that proof, and its
+shards become orphans at once. One that Ray reports dead without
 such proof (a lost node, a partition) is declared dead too, but its shards wait until its lease
 has provably run out. A silo that finds its own row taken (declared dead while paused or cut off)
 drops every shard and joins again as a new incarnation.
@@ -15,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
@@ -57,6 +58,9 @@ class Heartbeat:
         self._transport = transport
         self._metrics = metrics
         self._watch = HeartbeatWatch()
+        # Peers' incarnations declared dead without proof -> when first seen so (monotonic): while
+        # their lease may hold, proof that came late still spares peers waiting it out.
+        self._unproven: dict[str, float] = {}
         self._writing = asyncio.Lock()  # held while our row is written: a stop waits for it
         self.watching_peers = True  # off while stopping: keep our lease, take on nothing new
         self._unsure: Member | None = None  # our last row write, if its outcome is unknown
@@ -185,19 +189,31 @@ class Heartbeat:
         now = self._clock.monotonic()
         self._watch.observe(members, now)
         timeout = self._options.suspicion_timeout.total_seconds()
-        causes: dict[str, tuple[Member, str]] = {}
+        silent = {m.silo_id: m for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id)}
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
+        # A peer whose process this host's table shows gone needs no ping: taken over before the
+        # pings, a slow one (a peer Ray is restarting waits out its timeout) does not hold it up.
+        gone = [m for m in alive if m.silo_id not in silent and self._transport.exited(m.node, m.pid)]
+        if gone:
+            await self._declare({m.silo_id: (m, EXITED) for m in gone})
+        causes: dict[str, tuple[Member, str]] = {}
+        alive = [m for m in alive if m not in gone]
         ping_timeout = self._options.heartbeat_interval.total_seconds()
         answers = await asyncio.gather(*(self._transport.ping(m.silo_id, ping_timeout) for m in alive))
         for m, answer in zip(alive, answers, strict=True):
-            if answer in (Ping.EXITED, Ping.GONE):
-                causes[m.silo_id] = (m, EXITED if answer is Ping.EXITED else REPORTED)
-        for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id):
-            causes[m.silo_id] = (m, SILENT)  # the strongest proof: every incarnation of it is over
-        declared = [m for m, cause in causes.values() if await self._membership.declare_dead(m, cause)]
+            cause = await self._cause(m, answer)  # one by one: no task per peer, which would reorder the rounds
+            if cause is not None:
+                causes[m.silo_id] = (m, cause)
+        causes |= {silo_id: (m, SILENT) for silo_id, m in silent.items()}  # the strongest proof: every incarnation of it is over
+        await self._declare(causes, await self._prove_reported(members, now))
+
+    async def _declare(self, causes: dict[str, tuple[Member, str]], proven: Sequence[Member] = ()) -> None:
+        """Declare each of ``causes`` dead for its cause; with ``proven`` (rows already marked EXITED),
+        adopt what that made orphans."""
+        declared = {m.owner: cause for m, cause in causes.values() if await self._membership.declare_dead(m, cause)}
+        declared |= dict.fromkeys((m.owner for m in proven), EXITED)
         if declared:
-            log.warning("peers declared dead", extra={"silos": [m.owner for m in declared], "by": self._me.owner,
-                                                      "causes": {m.owner: causes[m.silo_id][1] for m in declared}})
+            log.warning("peers declared dead", extra={"silos": list(declared), "by": self._me.owner, "causes": declared})
             await self._adoption.adopt_orphans()
 
     async def declare_peer_dead(self, silo_id: str) -> bool:
@@ -212,10 +228,41 @@ class Heartbeat:
         answer = await self._transport.ping(silo_id, self._options.heartbeat_interval.total_seconds())
         if answer is Ping.ALIVE:
             return False
-        dead = await self._membership.declare_dead(member, EXITED if answer is Ping.EXITED else REPORTED)
+        dead = await self._membership.declare_dead(member, await self._cause(member, answer) or REPORTED)
         if dead:
             await self._adoption.adopt_orphans()
         return dead
+
+    async def _prove_reported(self, members: dict[str, Member], now: float) -> list[Member]:
+        """Rows declared dead without proof whose process is now proven ended, marked so (EXITED).
+
+        Ray marks an actor dead when it sends ``ray.kill``, a moment before the process exits: the
+        round that saw it gone may have found no proof yet. Looked at until its lease is surely
+        over, when proof would change nothing.
+        """
+        lease = self._options.firing_lease.total_seconds()
+        reported = {m.owner: m for m in members.values() if m.silo_id != self._me.silo_id and m.status == DEAD
+                    and m.cause == REPORTED and m.ended_through < m.incarnation}
+        self._unproven = {o: self._unproven.get(o, now) for o in reported}
+        looking = [m for o, m in reported.items() if now - self._unproven[o] <= lease]
+        # One by one, as in ``detect_failures``; rarely more than one, and a host's proof costs nothing.
+        return [m for m in looking if await self._transport.ended(m.silo_id, m.node, m.pid)
+                and await self._membership.prove_ended(m)]
+
+    async def _cause(self, member: Member, answer: Ping) -> str | None:
+        """Why ``member``'s incarnation is to be declared dead now, given its ping's ``answer``, or None.
+
+        A peer that did not answer is looked at further: its process proven ended (this host's
+        process table, or Ray's record of that very process's exit) is EXITED however the ping
+        ended, so its shards are taken at once rather than after suspicion and its lease (issue
+        28). Without such proof, Ray's word that it is dead is REPORTED (its lease is waited
+        out), and silence alone is left to the heartbeat watch.
+        """
+        if answer is Ping.ALIVE:
+            return None
+        if answer is Ping.EXITED or await self._transport.ended(member.silo_id, member.node, member.pid):
+            return EXITED
+        return REPORTED if answer is Ping.GONE else None
 
     def peers(self) -> list[str]:
         """The other silos this one has seen in the membership table."""

@@ -238,6 +238,19 @@ class Membership:
         return True
 
 
+    async def prove_ended(self, row: Member) -> bool:
+        """Record on a row already marked dead that its process is now proven ended (EXITED), so
+        peers take its shards without waiting out its lease; False if the row moved on meanwhile."""
+        ended = row.ended_with(True)
+        if ended == row.ended_through:
+            return False  # an older incarnation's end is unproven: this proof changes nothing
+        try:
+            await self.update(row, cause=EXITED, ended_through=ended)
+        except (Fenced, NotFound):
+            return False
+        return True
+
+
 class HeartbeatWatch:
     """Suspects peers by how long *this* silo has seen their heartbeat unchanged.
 

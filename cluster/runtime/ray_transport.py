@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
+from ray.core.generated.common_pb2 import ActorDiedErrorContext  # type: ignore[attr-defined]  # generated, no stubs
 
 from cluster.model.ahead import Ahead
 from cluster.model.attempt import DELIVER, Attempt, Outcome
@@ -36,11 +37,42 @@ WORKER_EXITED = "The actor is dead because its worker process has died."
 WITHDRAW = "timeshard_withdraw"
 #: How long one lookup of an actor by name may take (s) before its target counts as absent for now.
 LOOKUP_TIMEOUT = 10.0
+#: How long (s) a silo Ray has marked dead may take to exit on this host before its peers give up
+#: waiting for that proof (they then wait out its lease). A killed worker exits in ~60 ms idle.
+EXIT_GRACE_S = 0.3
 
 
 def proves_exit(exc: BaseException) -> bool:
     """Whether Ray's error for a call says the actor's worker process exited (not just unreachable)."""
     return isinstance(exc, ray.exceptions.ActorDiedError) and WORKER_EXITED in str(exc)
+
+
+def record_proves_exit(record: Mapping[str, Any], node: str, pid: int) -> bool:
+    """Whether Ray's record of an actor (``ray._private.state``'s actor table row) proves that
+    process ``pid`` on ``node`` (``<Ray node id>/<pid namespace>``, a membership row's) ended.
+
+    Only a death the raylet on the actor's own node reported counts (WORKER_DIED: it saw the
+    worker process exit), and only for that very process: the record's last pid and node. Ray
+    records RAY_KILL when it sends the kill, NODE_DIED when it stops hearing from a node, and
+    either may name a process that runs on behind a partition; an older process of a restarted
+    actor may run on too (its node was thought lost), so a record of another pid proves nothing.
+    """
+    cause = record.get("DeathCause")
+    if record.get("State") != "DEAD" or cause is None or pid <= 0 or not node:
+        return False
+    if cause.WhichOneof("context") != "actor_died_error_context":
+        return False
+    if cause.actor_died_error_context.reason != ActorDiedErrorContext.WORKER_DIED:
+        return False
+    where = record.get("Address") or {}
+    return bool(record.get("Pid") == pid and where.get("NodeID") and where.get("NodeID") == node.partition("/")[0])
+
+
+def _actor_record(actor_id: str) -> Mapping[str, Any]:
+    """Ray's record of one actor, dead or alive, from its GCS (a blocking round trip; no dashboard needed)."""
+    from ray._private.state import state  # private, but the only reader that needs no dashboard
+
+    return dict(state.actor_table(actor_id) or {})
 
 
 def pid_namespace() -> str:
@@ -143,6 +175,7 @@ class RayTransport:
         self.namespace = namespace
         self._directory = ActorDirectory(namespace)
         self._peers: dict[str, Any] = {}
+        self._actor_ids: dict[str, str] = {}  # silo id -> the id of the last actor found under its name
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namespace": self.namespace}
@@ -158,6 +191,38 @@ class RayTransport:
     def exited(self, node: str, pid: int) -> bool:
         # Known only where it ran: the same Ray node and pid namespace, so the pid names that process.
         return bool(node) and pid > 0 and node == self.node_id() and pid != os.getpid() and process_ended(pid)
+
+    async def ended(self, silo_id: str, node: str, pid: int) -> bool:
+        if self.exited(node, pid):
+            return True
+        record = await self._record(silo_id)
+        if record_proves_exit(record, node, pid):
+            return True
+        if node == self.node_id() and record.get("State") == "DEAD" and record.get("Pid") == pid:
+            # Ray marks an actor dead as it sends the kill, a moment before the process exits:
+            # this host's process table tells once it has.
+            return await self._exits_within(pid, EXIT_GRACE_S)
+        return False
+
+    async def _record(self, silo_id: str) -> Mapping[str, Any]:
+        """Ray's record of the last actor found under ``silo_id``'s name; {} if none or no answer."""
+        actor_id = self._actor_ids.get(silo_id)
+        if actor_id is None:
+            return {}  # never found under its name here: no record to ask about
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(_actor_record, actor_id), LOOKUP_TIMEOUT)
+        except Exception:  # Ray's GCS slow or unreachable: nothing is known
+            return {}
+
+    async def _exits_within(self, pid: int, seconds: float) -> bool:
+        """Whether process ``pid`` of this host ends within ``seconds``, looking every few ms."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while not process_ended(pid):
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def resolve(self, target: Target) -> Any:
         return await self._directory.resolve(target)
@@ -224,6 +289,9 @@ class RayTransport:
                 found = await asyncio.wait_for(asyncio.to_thread(
                     ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
                 handle = self._peers[silo_id] = found
+                actor_id = getattr(found, "_actor_id", None)
+                if actor_id is not None:
+                    self._actor_ids[silo_id] = actor_id.hex()
             await asyncio.wait_for(handle.ping.remote(), timeout)
             return Ping.ALIVE
         except ValueError:

@@ -39,6 +39,16 @@ class Transport(Protocol):
         """Whether process ``pid`` on ``node`` provably ended: True only on that node, once it is gone."""
         ...
 
+    async def ended(self, silo_id: str, node: str, pid: int) -> bool:
+        """Whether peer ``silo_id``'s process ``pid`` on ``node`` (its row's) provably ended.
+
+        Only what a process that still runs cannot bring about counts: this host's process table
+        (``exited``), or Ray's record that the raylet on its node saw that very process exit. A
+        timeout, a network error, a refused call, "node lost" or "killed" (Ray records a kill when
+        it sends it, to a process that may be cut off and run on) prove nothing.
+        """
+        ...
+
     async def resolve(self, target: Target) -> Any:
         """A handle on ``target``'s actor, activating a grain; ``TargetAbsent`` if there is none.
 

@@ -279,3 +279,16 @@ async def test_a_read_the_store_cannot_answer_is_taken_up_by_the_next_one_and_a_
     clock[0] += watch.MAX_BLIND_S + 0.1  # finish() waits no longer than MAX_BLIND_S from when it went blind
     await seen.finish()
     assert seen.errors == 2 and "could not be read" in seen.error_examples[1]
+
+
+def test_lateness_after_a_kill_is_judged_by_the_due_time_acknowledged_for_jobs_due_after_it():
+    # Kills at T+10 (two at once, one moment) and T+20. Due just after the first: j11 (due T+11,
+    # fired by the new owner at T+11.8, though the record a silo reports says it was due later),
+    # j12 (on time). j9 fell due before the kill, and j30 (1 s late) after the bound: neither counts.
+    jobs = [job(9, due=T + 9.9), job(11), job(12), job(30), job(21), job(99)]
+    records = [run(9, "0#1", T + 9.95), run(11, "1#1", T + 11.8, scheduled_for=T + 11.7), run(12, "1#1", T + 12.05),
+               run(30, "1#1", T + 31.0), run(21, "1#1", T + 21.3)]
+    kills = [KILL, Event("kill", T + 10.0004, "2", "2#1", ["shards/b"]), Event("kill", T + 20, "1", "1#1", [])]
+    report = analyse(jobs, records, kills, ClusterOptions(), observer(a=[(T, "0#1"), (T + 11, "1#1")]))
+    assert report.late_after_kill_s == [0.8, 0.3]  # j99 never ran: lost, not late
+    assert report.lost == 1

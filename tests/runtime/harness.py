@@ -102,6 +102,11 @@ class LocalTransport:
     alive: dict[str, Ping] = field(default_factory=dict)  # ping answers by silo id (else UNKNOWN)
     notified: list[str] = field(default_factory=list)
     predecessors_exited: bool = False  # whether a rejoining silo finds its predecessor's process gone
+    # Peers whose row's process this silo can prove ended (this host's process table, or Ray's record of its exit)
+    ended_peers: set[str] = field(default_factory=set)
+    node: str = "local"  # set per silo by ``make_parts``: each silo on a host of its own
+    exited_nodes: set[str] = field(default_factory=set)  # hosts whose silo process this host's table shows gone
+    pinging: dict[str, asyncio.Event] = field(default_factory=dict)  # pings of these silos held until set
     # Handlers that wait for due times, as JobHandler does, on this clock (None: they cannot
     # wait, as actors that do not subclass JobHandler; the silo then sends each job when due).
     clock: ManualClock | None = None
@@ -114,10 +119,14 @@ class LocalTransport:
     _waiting: dict[str, WaitingHandler] = field(default_factory=dict)
 
     def node_id(self) -> str:
-        return "local"
+        return self.node
 
     def exited(self, node: str, pid: int) -> bool:
-        return self.predecessors_exited
+        # Every silo here shares one process: only a silo's own host (its predecessor's) is judged.
+        return node in self.exited_nodes or (self.predecessors_exited and node == self.node)
+
+    async def ended(self, silo_id: str, node: str, pid: int) -> bool:
+        return silo_id in self.ended_peers or self.exited(node, pid)
 
     async def resolve(self, target: Target) -> Any:
         held = self.resolving.get(target.name)
@@ -169,6 +178,9 @@ class LocalTransport:
         return outcomes
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:
+        held = self.pinging.get(silo_id)
+        if held is not None:
+            await held.wait()  # a slow answer: a peer Ray is restarting, say
         return self.alive.get(silo_id, Ping.UNKNOWN)
 
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
@@ -265,8 +277,11 @@ async def make_parts(store: Store | None = None, silo_id: str = "0", *, clock: M
                      transport: LocalTransport | None = None, options: ClusterOptions = OPTIONS,
                      hooks: Sequence[SiloHooks] = (), join: bool = True) -> Roles:
     """Wire one silo's roles on ``store`` (a new memory store by default) and join membership."""
+    transport = transport or LocalTransport()
+    if transport.node == "local":
+        transport.node = f"local/{silo_id}"
     parts = wire(silo_id, store if store is not None else MemoryStore(), options, clock=clock or ManualClock(),
-                 transport=transport or LocalTransport(), metrics=SiloMetrics(silo_id), rng=random.Random(7))
+                 transport=transport, metrics=SiloMetrics(silo_id), rng=random.Random(7))
     parts.hooks.extend(hooks)
     if join:
         await parts.heartbeat.join()

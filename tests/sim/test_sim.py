@@ -27,7 +27,7 @@ CLOCKS_JUMP = "  0.000000 clocks jump"
 NAMED = "  0.000000 a caller works named jobs"
 # Fault kinds added after every seed of FOUND was found: off for those, so each keeps its world;
 # a seed found with them on names them (``+torn_logs``), and they stay on for it.
-LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs,-named,-flows,-dormant_overwrites,-turns"
+LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs,-named,-flows,-dormant_overwrites,-turns,-shared_hosts"
 USES_FLOWS = "  0.000000 a user runs flows"
 CHUNKS = 10  # a chunk per test, so progress shows and a failure names its range
 # What every chunk of 200 seeds must at least do, so that "kept every invariant" means something: a
@@ -150,6 +150,22 @@ def test_a_seed_that_draws_no_operator_runs_as_before_operator_pauses() -> None:
     assert 0 < len(plain) < len(results)
     for result in plain:
         assert run_seed(result.seed, Faults(operator_pauses=False)).digest == result.digest
+
+
+def test_a_seed_whose_silos_share_no_host_runs_as_before_shared_hosts() -> None:
+    """Hosts draw from a generator of their own: seeds whose silos each have a host keep their worlds."""
+    results = [run_seed(seed) for seed in range(8)]
+    plain = [r for r in results if not r.stats.get("silos sharing a host")]
+    assert 0 < len(plain) < len(results)
+    for result in plain:
+        assert run_seed(result.seed, Faults(shared_hosts=False)).digest == result.digest
+
+
+def test_silos_on_one_host_see_a_dead_peers_process_gone() -> None:
+    """Seeds that share hosts reach the proof of death found without Ray (issue 28), and keep every invariant."""
+    results = [run_seed(seed) for seed in range(12)]
+    assert sum(r.stats.get("peers seen gone on their host", 0) for r in results) > 0
+    assert not [r.seed for r in results if r.violations]
 
 
 def test_operator_seeds_pause_and_resume_jobs_under_faults() -> None:

@@ -101,6 +101,7 @@ OVERDUE_S = 1.0  # a job queued this long past its due time at the end, while no
 P_DUPLICATE = 0.05
 TURNS_SHARE = 0.5  # seeds whose silos list shards in turn (drawn from their own generator)
 OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
+SHARED_HOSTS_SHARE = 0.5  # seeds in which silos share hosts (drawn from their own generator)
 MAX_SKEW_US = 1_500_000
 # A lease end crosses µs and float seconds on its way to a handler: a rounding, not a margin.
 LEASE_ROUNDING_US = 2
@@ -166,6 +167,9 @@ class Faults:
     # "absent", and the job stayed paused there for good), and the seeds CI runs must pass.
     # Default it on once it is fixed.
     turns: bool = False
+    # In a share of seeds silos share hosts, so a peer sees a dead silo's process gone from its
+    # host's process table: proof of its end without Ray (issue 28). Never of one that runs on.
+    shared_hosts: bool = True
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -412,11 +416,24 @@ class SimTransport:
 
     def exited(self, node: str, pid: int) -> bool:
         """What this node's process table shows: a process of an older epoch of this very silo
-        is gone (a restart comes after the kill). Other nodes' processes are not visible here."""
+        is gone (a restart comes after the kill); a peer's on a shared host, once it is dead.
+        Other hosts' processes are not visible here."""
         here, _, epoch = node.rpartition("/")
-        if here != node_of(self._proc.silo_id, 0).rpartition("/")[0] or not epoch.isdigit():
+        if not here.startswith("sim-") or not epoch.isdigit():
             return False
-        return int(epoch) < self._epoch
+        silo = here[len("sim-"):]
+        if silo == self._proc.silo_id:
+            return int(epoch) < self._epoch
+        peer = self._world.procs.get(silo)
+        if peer is None or self._world.host.get(silo) != self._world.host[self._proc.silo_id]:
+            return False
+        gone = int(epoch) < peer.epoch or (int(epoch) == peer.epoch and peer.state == DEAD)
+        self._world.stats["peers seen gone on their host"] += gone
+        return gone
+
+    async def ended(self, silo_id: str, node: str, pid: int) -> bool:
+        """Only this host's process table proves anything here (Ray's records are not simulated)."""
+        return self.exited(node, pid)
 
     async def resolve(self, target: Target) -> Any:
         return target.name
@@ -632,6 +649,11 @@ class World:
         self.settle_tried: set[str] = set()  # jobs whose unanswered call the world is settling after healing
         self.settle_rng = random.Random(f"settle/{seed}")  # its own: the draws of other seeds stay theirs
         self.procs = {f"s{i}": Process(self, f"s{i}") for i in range(SILOS)}
+        # Which host each silo runs on, from a generator of its own: seeds that share none replay as before.
+        hosts_rng = random.Random(f"hosts/{seed}")
+        shared = faults.shared_hosts and hosts_rng.random() < SHARED_HOSTS_SHARE
+        self.host = {silo: f"h{hosts_rng.randrange(2)}" if shared else silo for silo in self.procs}
+        self.stats["silos sharing a host"] = len(self.host) - len(set(self.host.values()))  # not traced: line 1 is the ahead kind's
         # Jobs a retried schedule call added again after its earlier try had run and left no record
         # (README, "Schedule calls and retries": one more run, never two live copies).
         self.added_again: set[str] = set()
