@@ -93,9 +93,10 @@ async def launch(store: Store, state: FlowState, intent: Intent, schedule: Sched
 
 
 def _silos_of(owner: str, silos: Collection[str]) -> Collection[str]:
-    """The silos a writer's schedule call may have reached: its own, or any for a client."""
-    parsed = parse_owner(owner)
-    return silos if parsed is None else (parsed[0],)
+    """The suspects a writer's schedule call may have reached: a silo writer's own incarnation
+    ("s0#2": its next one, holding an old shard of the window, sends no earlier try), or every
+    silo, any incarnation, for a client."""
+    return silos if parse_owner(owner) is None else (owner,)
 
 
 # -- recovering what a crash lost ------------------------------------------------------------------

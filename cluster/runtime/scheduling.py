@@ -57,6 +57,12 @@ Item = tuple[Any, ...]
 WITHDRAW_ATTEMPTS = 3
 
 
+def _silo_of(suspect: str) -> str:
+    """The silo a suspect names: a silo id, or one incarnation of it ("s0#2")."""
+    parsed = parse_owner(suspect)
+    return suspect if parsed is None else parsed[0]
+
+
 def _recurring(item: Item) -> bool:
     """Whether the job of ``item`` (checked by ``Silo.schedule``) has a schedule: only such a job moves on."""
     return unpack(item[2])[7] is not None
@@ -85,7 +91,9 @@ class Scheduling:
 
     async def schedule(self, jobs: Sequence[Item], suspects: Collection[str] = ()) -> list[str]:
         """Add ``jobs``; returns each one's shard, in order. ``suspects``: silos that may hold an
-        earlier try of this call (a retry); jobs found there are not added again."""
+        earlier try of this call (a retry), each named by id or, when only one incarnation can
+        have sent it (a flow intent's writer), as that incarnation ("s0#2"); jobs found there
+        are not added again."""
         duration = timedelta_to_us(self._options.shard_duration)
         by_window: dict[int, list[int]] = defaultdict(list)
         for i, item in enumerate(jobs):
@@ -188,7 +196,8 @@ class Scheduling:
         it still owns one it created for these windows and is not yet proven dead, or it is
         this silo and a schedule call is still in progress here.
         """
-        if self._me.silo_id in suspects and self._calls:
+        silos = {_silo_of(suspect) for suspect in suspects}
+        if self._me.silo_id in silos and self._calls:
             raise EarlierTryUnsettled(f"silo {self._me.silo_id} is still writing a schedule call")
         members = await self._adoption.read_members()
         found: dict[str, str] = {}
@@ -196,7 +205,7 @@ class Scheduling:
         for window, ids in ids_by_window.items():
             for head in await list_logs(self._store, f"{SHARD_PREFIX}{format_window(window)}-"):
                 creator = creator_of(head.base)
-                if creator is None or creator[0] not in suspects:
+                if creator is None or creator[0] not in silos:
                     continue
                 if not await self._fenced_from_suspects(head.base, head.metadata, creator, suspects, members):
                     unsettled.append(head.base)
@@ -241,15 +250,21 @@ class Scheduling:
         """Whether no suspect can append to ``base`` any more; claims it if it is an orphan still
         under a suspect, since only a claim's CAS fences a write to come.
 
-        A claim by the creator's next incarnation is no fence (the creator is a suspect):
-        the earlier try may be that very incarnation's (a flow step's intent names it), still
-        running. Taken as fenced, the retry found nothing and wrote its copy, and the paused
-        writer, resumed, wrote its own into a fresh shard: the step ran twice (simulator seed
-        154 with flows: s0#2 had claimed s0#1's shard, then wrote an intent and paused)."""
+        A claim by the creator's next incarnation fences the creator, but is taken as no fence
+        when ``suspects`` names that very incarnation ("s0#2": a flow step's intent written by
+        it): the earlier try may be its own, still running. Taken as fenced, the retry found
+        nothing and wrote its copy, and the paused writer, resumed, wrote its own into a fresh
+        shard: the step ran twice (simulator seed 154 with flows: s0#2 had claimed s0#1's shard,
+        then wrote an intent and paused). A suspect named by silo alone (a client's retry, a
+        client's flow intent) is not such an incarnation: waiting on its next incarnation's
+        claim waited as long as the shard lived, which need not end (seed 2053 with flows: s1#2
+        held s1#1's drained shard to the end of the run, and the client's intent was never
+        taken over)."""
         owner = metadata.get("owner")
         held_by = parse_owner(owner) if owner is not None else None
-        if owner not in (f"{creator[0]}#{creator[1]}", RELEASED) and (held_by is None or held_by[0] != creator[0]):
-            return True  # claimed since by another silo: its creator's writer is fenced
+        if owner not in (f"{creator[0]}#{creator[1]}", RELEASED) and (
+                held_by is None or held_by[0] != creator[0] or owner not in suspects):
+            return True  # claimed since by another silo, or by an incarnation sending no earlier try
         if self._shards.get(base) is not None or owner == self._me.owner:
             return True  # our own, and no call of ours is in progress (checked before)
         if not self._adoption.orphaned(metadata, members):

@@ -221,7 +221,7 @@ async def test_an_intent_left_by_a_dead_writer_is_taken_over_once():
     limits = Limits(grace_us=60_000_000, attempt_us=10_000_000, staging_us=10_000_000, suspicion_us=2_000_000)
     await asyncio.gather(*(reconcile(store, "example-flow", f"{i}#1", schedule, limits, members={}) for i in range(3)))
     assert schedule.jobs == ["a"]
-    assert schedule.suspects == ["3"], "the dead writer may have scheduled it: its silo is searched for the job"
+    assert schedule.suspects == ["3#1"], "the dead writer may have scheduled it: its incarnation is searched for"
     state = await read_flow(store, "example-flow")
     assert state is not None and state.unconfirmed() == []
 

@@ -236,11 +236,11 @@ async def flow_with(*records: list[Any]) -> MemoryStore:
 async def test_a_step_taken_over_twice_searches_every_earlier_writer_in_the_first_ones_window() -> None:
     """Writer 3 may have added a's job, then stopped; writer 4 took over and stopped too. A third
     taker sends the job as writer 3 did (due at its intent's time: the same window) and names
-    both silos, so that the copy either added is found rather than added again."""
+    both writers' incarnations, so that the copy either added is found rather than added again."""
     store = await flow_with(["intent", "t0", "3#1", ["a"], 100], ["intent", "t1", "4#1", ["a"], 5_000_000])
     schedule = Recorded()
     await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now)
-    assert schedule.calls == [(["a"], [100], ["3", "4"])]
+    assert schedule.calls == [(["a"], [100], ["3#1", "4#1"])]
 
 
 async def test_a_writer_that_confirms_after_being_taken_over_keeps_the_step() -> None:
@@ -269,4 +269,4 @@ async def test_a_silo_takes_over_its_own_intent_once_its_launch_is_over() -> Non
     await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now, launching={"t0"})
     assert schedule.calls == [], "its launch is under way"
     await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now, launching=set())
-    assert schedule.calls == [(["a"], [100], ["5"])], "its launch failed: taken over, its own shards searched"
+    assert schedule.calls == [(["a"], [100], ["5#1"])], "its launch failed: taken over, its own shards searched"

@@ -188,9 +188,9 @@ async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_an
 
 async def test_a_retry_waits_for_a_live_suspect_holding_its_dead_incarnations_shard() -> None:
     """A silo's next incarnation that claimed its old shard is the suspect itself, alive, and
-    may still be sending the earlier try (a flow step's intent names that incarnation). Before:
-    the shard counted as fenced, the retry found nothing and wrote its copy, and the earlier
-    try, resumed, wrote its own into a fresh shard: two copies (simulator seed 154, flows)."""
+    may still be sending the earlier try (a flow step's intent names that incarnation: "a#2").
+    Before: the shard counted as fenced, the retry found nothing and wrote its copy, and the
+    earlier try, resumed, wrote its own into a fresh shard: two copies (simulator seed 154, flows)."""
     store = MemoryStore()
     first = await make_parts(store, "a")
     (old,) = await first.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # "a#1"'s shard of that window
@@ -199,9 +199,30 @@ async def test_a_retry_waits_for_a_live_suspect_holding_its_dead_incarnations_sh
     second = await make_parts(store, "b")
     j = job(due=timedelta(hours=1))
     with pytest.raises(EarlierTryUnsettled):
-        await second.scheduling.schedule([item(j)], suspects=["a"])
+        await second.scheduling.schedule([item(j)], suspects=["a#2"])
     await again.scheduling.schedule([item(j)])  # the earlier try goes on
     assert len(await copies(store, j.id)) == 1
+
+
+async def test_a_retry_naming_a_silo_is_not_held_up_by_its_next_incarnation_holding_the_old_shard() -> None:
+    """Named by silo alone (a client's retry, a reconcile taking over a client's flow intent),
+    the suspect's earlier try is fenced once its shard left the incarnation that created it,
+    also for the creator's next incarnation: an adopted shard takes no new jobs. Before: the
+    retry waited while "a#2" held the shard, which need not end (it held it, drained, to the
+    end of the run); the client's flow intent was never taken over and its steps never ran
+    (simulator seed 2053 with flows)."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(hours=1))
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    again = await make_parts(store, "a", transport=restarted())
+    assert await again.adoption.claim_for_cancel(earlier) is not None  # "a#2" holds it now
+    second = await make_parts(store, "b")
+    assert await second.scheduling.schedule([item(j)], suspects=["a"]) == [earlier]
+    assert await copies(store, j.id) == [earlier]
+    fresh = job(due=timedelta(hours=1))  # an earlier try that never landed is added, once
+    (name,) = await second.scheduling.schedule([item(fresh)], suspects=["a"])
+    assert "-b.1-" in name and await copies(store, fresh.id) == [name]
 
 
 async def test_a_call_whose_silo_rejoined_meanwhile_writes_nothing_under_the_next_incarnation() -> None:

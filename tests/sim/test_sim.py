@@ -551,6 +551,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     (154, FLOWS_ON, "takeover added a step's job beside its writer's copy", "duplicate"),
     (136, FLOWS_ON, "takeover decided on a stale read", "duplicate"),
     (419, FLOWS_ON, "a taken-over writer's confirmation ignored", "duplicate"),
+    # A client's flow intent names every silo a suspect; the takeover waited on s1#1's shard of
+    # the window while s1's next incarnation held it (an adopted shard, sealed), which it did to
+    # the end: the steps never ran. named and dormant_overwrites (in default) are named so they stay on.
+    (2053, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+shared_hosts",
+     "takeover of a client's intent waited on a shard its creator's next incarnation held", "flow lost"),
 ]
 
 
