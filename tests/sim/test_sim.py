@@ -496,6 +496,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # and could not take them back (in doubt): they ran once more, as the README allows. The
     # excuse held only for a retry acknowledged; now for one in doubt too, on the same grounds.
     (56728, "all,+real_client,+clock_jumps", "oracle: a retry in doubt added again", "duplicate"),
+    # The simulator's own bug (default kinds). A named trigger's schedule call lost its try on a
+    # partitioned silo and was sent again to one SIGSTOPped for 9 s; meanwhile the earlier try's
+    # run fired and its shard was deleted as drained, so the retry found nothing and added it
+    # again (one more run, as docs/failover.md allows). The named client's acknowledged retries
+    # were never judged as the real client's and the flows' are (``earlier_try``).
+    (3330, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
+     "oracle: a named trigger's retry added again", "duplicate"),
+    (3903, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
+     "oracle: a named trigger's retry added again", "duplicate"),
     # The default kinds. A silo, SIGSTOPped with a cancel of a running recurring job pending,
     # went on at SIGCONT: the run's outcome wrote the next occurrence into the shard as the
     # cancel marked the run, so the cancel's removal named the ended occurrence. The silo learnt
