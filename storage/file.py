@@ -70,6 +70,9 @@ LOCK_TIMEOUT_S = 2.0
 #: Threads fsyncing one batch of ``write_metadata_many``: ext4 commits concurrent fsyncs together
 #: (measured: 16 at once made ~10,000 small files durable a second where one at a time made ~450).
 SYNC_THREADS = 16
+#: Threads fsyncing the directories one batch renamed into: ext4 commits those together too
+#: (measured: 1,000 directories in 5 s one at a time, 0.3 s from 16 threads, 0.1 s from 64).
+DIR_SYNC_THREADS = 64
 _PER_LANE = 32  # writes prepared per thread at least: fewer are not worth a thread hop
 
 
@@ -409,7 +412,7 @@ class FileStore(Store):
                     os.replace(base + ".meta.tmp", base + ".meta")
                     results[i] = self._etag(meta)
             ordered = sorted(dirs)
-            lanes = min(SYNC_THREADS, len(ordered))  # together: one journal commit carries them all
+            lanes = min(DIR_SYNC_THREADS, len(ordered))  # together: a few journal commits carry them all
             self._in_lanes(_fsync_dirs, [ordered[k::lanes] for k in range(lanes)])
             gone = [writes[i].name for i, _, meta, _ in held if meta is None]
             with contextlib.suppress(StorageError):  # a row left behind is pruned by the next listing
@@ -476,7 +479,7 @@ class FileStore(Store):
 
     def _syncer(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._sync_pool is None:
-            self._sync_pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="filestore-fsync")
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(DIR_SYNC_THREADS, thread_name_prefix="filestore-fsync")
         return self._sync_pool
 
     def _stat_locked(self, name: str) -> LogStat:
