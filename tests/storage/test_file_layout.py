@@ -103,8 +103,7 @@ async def test_no_directory_holds_more_than_its_share_of_one_kind(tmp_path: Path
     await fill(store, "names/a/", 0, 3000)
     await fill(store, "shards/", 0, 50)
     await store.create("plain", {})
-    top = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
-    assert top == ["%", "names", "shards"]  # a directory per kind ('%': names without '/')
+    assert kinds(tmp_path) == ["%", "names", "shards"]  # a directory per kind ('%': names without '/')
     widest = max(len(os.listdir(d)) for d, _, _ in os.walk(tmp_path) if d != str(tmp_path))
     assert widest <= 256  # the kind directories: 256 buckets; no bucket near 3,000 logs' files
     buckets = [d for d in (tmp_path / "names").iterdir()]
@@ -114,9 +113,14 @@ async def test_no_directory_holds_more_than_its_share_of_one_kind(tmp_path: Path
     await store.close()
 
 
+def kinds(root: Path) -> list[str]:
+    """What ``root`` holds besides the store's dot-files."""
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+
+
 def expected_flat(root: Path) -> None:
     """Nothing flat is left in ``root``: only the kinds' directories and the store's dot-files."""
-    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["flows", "members", "names", "shards"]
+    assert kinds(root) == ["flows", "members", "names", "shards"]
 
 
 async def reads_as_written(store: FileStore) -> None:
@@ -197,12 +201,16 @@ async def test_a_row_a_crash_left_behind_is_skipped_and_pruned_by_the_next_listi
     await store.close()
 
 
+def lose_index(root: Path) -> None:
+    for file in root.glob(INDEX_FILE + "*"):  # the database, its WAL and shared memory
+        file.unlink()
+
+
 async def test_a_lost_index_is_made_again_from_the_files(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     await fill(store, "names/a/", 0, 20)
     await store.close()
-    for file in tmp_path.glob(INDEX_FILE + "*"):
-        file.unlink()
+    lose_index(tmp_path)
     store = FileStore(tmp_path)
     assert await store.count("names/a/") == 20
     assert [i.name for i in (await store.list_page("names/a/", limit=3)).infos] == [f"names/a/{i:05d}" for i in range(3)]
