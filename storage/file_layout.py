@@ -97,7 +97,14 @@ def _ancestors(name: str) -> list[str]:
 
 def _upper(prefix: str) -> str | None:
     """The least string above every one starting with ``prefix`` (None: no bound)."""
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else None
+    if not prefix:
+        return None
+    following = ord(prefix[-1]) + 1
+    # Past U+D7FF the next character SQLite can hold is U+E000 (surrogates have no UTF-8), and no
+    # name holds a surrogate; a prefix ending in U+10FFFF (no name holds that either) has no bound.
+    if following > 0x10FFFF:
+        return _upper(prefix[:-1])
+    return prefix[:-1] + chr(0xE000 if 0xD800 <= following <= 0xDFFF else following)
 
 
 class Index:
@@ -188,12 +195,16 @@ class Index:
             if prefix == "" or prefix.endswith("/"):
                 row = db.execute(f"SELECT {'n' if nested else 'direct'} FROM dirs WHERE prefix = ?", (prefix,)).fetchone()
                 return int(row[0]) if row else 0
-            sql = "SELECT count(*) FROM logs WHERE name >= ? AND name < ?"
-            if nested:
-                return int(db.execute(sql, (prefix, _upper(prefix))).fetchone()[0])
-            skip = prefix.rfind("/") + 2  # substr() counts from 1: what follows the prefix's directory
-            return int(db.execute(sql + " AND instr(substr(name, ?), '/') = 0",
-                                  (prefix, _upper(prefix), skip)).fetchone()[0])
+            upper = _upper(prefix)
+            sql = "SELECT count(*) FROM logs WHERE name >= ?"
+            args: list[str | int] = [prefix]
+            if upper is not None:
+                sql += " AND name < ?"
+                args.append(upper)
+            if not nested:
+                sql += " AND instr(substr(name, ?), '/') = 0"
+                args.append(prefix.rfind("/") + 2)  # substr() counts from 1: what follows the prefix's directory
+            return int(db.execute(sql, args).fetchone()[0])
 
     def version(self) -> int:
         with self._using(write=False) as db:
