@@ -1,6 +1,7 @@
 """How long the dashboard's named-jobs list takes with many jobs in one scope: paged vs list-then-slice.
 
     python -m benchmarks.named_listing [--jobs 100000] [--stores file,azure] [--repeat 3]
+    python -m benchmarks.named_listing --jobs 1000000 --stores file --before --old-repeat 0
 
 Fills one scope with ``--jobs`` named jobs, then times ``GET /api/jobs`` of ``timeshard ui``
 (served by aiohttp's test server over the real store) for: the first page, a page deep in (its
@@ -11,7 +12,17 @@ path, ``client.jobs.list(prefix)`` then a slice of one page, served the same way
 What is filled: each job's registry entry and definition, written as ``client.jobs.put``
 writes them (``_write_definition``, then the entry), without Ray and without scheduling the jobs
 into shards: the listing reads only the registry and the definitions, so the shards do not
-change what is measured. Writes only under ``TIMESHARD_BENCH_DIR`` (a scratch directory when
+change what is measured. ``--fill put_many`` writes them through ``NamedJobs.put_many`` instead
+(definitions inline, as puts write them now; 2,000 a call), and ``--fill entries`` (the default)
+writes those entries straight into the registry, 5,000 a ``write_metadata_many``: the way to
+1,000,000 in minutes.
+
+Besides the dashboard's requests, each run times the store's own ``list_page(limit=50)`` and
+``count`` of the scope, and ``NamedJobs.list_page`` / ``count``. With ``--before`` (file store)
+the same figures are taken first on the flat layout every log had until the directory layout
+(the ``FileStore`` of commit ``BEFORE``, loaded from git), filled once; then the store is opened
+by today's ``FileStore``, which moves it in (timed), and measured again: before and after on the
+same names, in one run. Writes only under ``TIMESHARD_BENCH_DIR`` (a scratch directory when
 unset); prints its figures and writes nothing else.
 """
 
@@ -19,12 +30,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import dataclasses
+import importlib.util
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -38,13 +53,18 @@ from benchmarks._azurite import Azurite
 from cluster.cli.jobs import named_job_to_json
 from cluster.cli.ui import UiSource, make_app
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
-from cluster.model.wire import datetime_to_us
+from cluster.model.wire import datetime_to_us, pack
 from cluster.named.api import NamedJobs, _write_definition
 from cluster.named.registry import NAMED_MARK, Entry, JobStatus, entry_key
-from storage import Store, open_store
+from storage import AlreadyExists as LogExists
+from storage import MetadataWrite, Store, open_store
 
 PAGE = 50
 FILLERS = 64
+PUT_MANY = 2000
+ENTRIES = 5000
+#: The branch point of the directory layout: its FileStore keeps every file flat in the root.
+BEFORE = "9844743"
 T0 = datetime.now(timezone.utc).replace(microsecond=0)
 
 
@@ -62,6 +82,76 @@ async def put_like(store: Store, name: str) -> None:
     entry = Entry(key, "", 1, job.id, "shard-0", datetime_to_us(job.first_fire), datetime_to_us(T0),
                   JobStatus(next_fire=job.first_fire))
     await store.create(key, entry.metadata())
+
+
+class Unscheduled:
+    """What ``NamedJobs.put_many`` needs of a cluster, without one: jobs land in a stand-in shard."""
+
+    async def describe(self) -> dict[str, Any]:
+        return {}
+
+    async def submit_jobs(self, jobs: Sequence[ScheduledJob]) -> list[ScheduledJob]:
+        return [dataclasses.replace(j, shard="shards/bench") for j in jobs]
+
+    def resolve_target(self, target: Target) -> Target:
+        return target
+
+    async def try_cancel_job(self, job: ScheduledJob) -> bool:
+        return True
+
+
+def flat_store(root: Path) -> Store:
+    """The ``FileStore`` of ``BEFORE`` (every log's files flat in ``root``), read from git."""
+    source = subprocess.run(["git", "show", f"{BEFORE}:storage/file.py"], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parent.parent).stdout
+    spec = importlib.util.spec_from_loader("storage._file_before", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "storage"
+    sys.modules[spec.name] = module
+    exec(compile(source, f"storage/file.py at {BEFORE}", "exec"), module.__dict__)  # noqa: S102  our own code, from git
+    store: Store = module.FileStore(root)
+    return store
+
+
+async def fill_put_many(jobs: NamedJobs, count: int) -> None:
+    started = time.perf_counter()
+    due = T0 + timedelta(days=30)
+    for start in range(0, count, PUT_MANY):
+        await jobs.put_many([{"name": job_name(i), "target": Target.actor("h", "apps"), "due_time": due}
+                             for i in range(start, min(count, start + PUT_MANY))])
+        done = min(count, start + PUT_MANY)
+        if done % max(PUT_MANY, count // 20) < PUT_MANY or done == count:
+            rate = done / (time.perf_counter() - started)
+            print(f"\r  filling: {done}/{count} jobs ({rate:.0f}/s)", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+
+
+def inline_entry(name: str) -> MetadataWrite:
+    """The registry entry a put writes now (its definition inline), as one write of a batch."""
+    key = entry_key("default", "default", name)
+    job = ScheduledJob.create(Target.actor("h", "apps"), name, due=T0 + timedelta(minutes=5), schedule="@every 1m",
+                              metadata={NAMED_MARK: key}, now=T0)
+    job = replace(job, id=new_job_id(), generation=1, shard="shard-0")
+    packed = base64.b64encode(pack(job.to_wire())).decode("ascii")
+    entry = Entry(key, "", 1, job.id, "shard-0", datetime_to_us(job.first_fire), datetime_to_us(T0),
+                  JobStatus(next_fire=job.first_fire), (), packed)
+    return MetadataWrite(key, entry.metadata(), create=True)
+
+
+async def fill_entries(store: Store, count: int) -> None:
+    started = time.perf_counter()
+    for start in range(0, count, ENTRIES):
+        outcomes = await store.write_metadata_many([inline_entry(job_name(i))
+                                                    for i in range(start, min(count, start + ENTRIES))])
+        # AlreadyExists: a create retried after a lost answer (Azure) finds its own first try.
+        failed = [o for o in outcomes if not isinstance(o, str | LogExists)]
+        assert not failed, failed[:3]
+        done = min(count, start + ENTRIES)
+        if done % max(ENTRIES, count // 20) < ENTRIES or done == count:
+            rate = done / (time.perf_counter() - started)
+            print(f"\r  filling: {done}/{count} jobs ({rate:.0f}/s)", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
 
 
 async def fill(store: Store, count: int) -> None:
@@ -82,9 +172,17 @@ async def fill(store: Store, count: int) -> None:
     print(file=sys.stderr)
 
 
+def named_jobs(url: str, store: Store | None = None) -> NamedJobs:
+    """NamedJobs over ``url``, or over ``store`` itself (the flat one) in the running loop."""
+    jobs = NamedJobs(Unscheduled(), store_url=url)  # type: ignore[arg-type]  # no cluster: only the registry
+    if store is not None:
+        jobs._stores[id(asyncio.get_running_loop())] = store
+    return jobs
+
+
 @asynccontextmanager
-async def dashboard(url: str) -> AsyncIterator[TestClient]:
-    jobs = NamedJobs(None, store_url=url)  # type: ignore[arg-type]  # no cluster: only the registry is read
+async def dashboard(url: str, store: Store | None = None) -> AsyncIterator[TestClient]:
+    jobs = named_jobs(url, store)
     app = make_app(UiSource(status=lambda: [], jobs=jobs))
 
     async def old(request: web.Request) -> web.Response:
@@ -108,7 +206,28 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - started
 
 
-async def measure(url: str, count: int, repeat: int, old_repeat: int) -> dict[str, list[float]]:
+async def measure_store(store: Store, jobs: NamedJobs, count: int, repeat: int) -> dict[str, list[float]]:
+    """The store's own page and count of the scope, and NamedJobs' (no HTTP)."""
+    scope = entry_key("default", "default", "x")[:-1]
+    deep = entry_key("default", "default", job_name(int(count * 0.9)))
+    expect = await store.count(scope, nested=False)
+    assert expect == count, (expect, count)
+    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("store: list_page(limit=50), first", lambda: store.list_page(scope, limit=PAGE)),
+        ("store: list_page(limit=50), deep", lambda: store.list_page(scope, after=deep, limit=PAGE)),
+        ("store: count(scope)", lambda: store.count(scope, nested=False)),
+        ("named: list_page(limit=50)", lambda: jobs.list_page(limit=PAGE)),
+        ("named: count()", jobs.count),
+    ]
+    figures: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        for label, call in cases:
+            figures.setdefault(label, []).append(await timed(call))
+    return figures
+
+
+async def measure(url: str, count: int, repeat: int, old_repeat: int,
+                  store: Store | None = None) -> dict[str, list[float]]:
     deep = job_name(int(count * 0.9))
     prefix = job_name(count // 2)[:-2]  # 100 jobs
 
@@ -120,7 +239,7 @@ async def measure(url: str, count: int, repeat: int, old_repeat: int) -> dict[st
         return dict(body)
 
     figures: dict[str, list[float]] = {}
-    async with dashboard(url) as ui:
+    async with dashboard(url, store) as ui:
         cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
             ("paged: first page", lambda: get(f"/api/jobs?size={PAGE}")),
             ("paged: deep page (cold cursor)", lambda: get(f"/api/jobs?size={PAGE}&after={deep}")),
@@ -140,26 +259,71 @@ async def measure(url: str, count: int, repeat: int, old_repeat: int) -> dict[st
     return figures
 
 
-async def run_store(kind: str, root: Path, count: int, repeat: int, old_repeat: int) -> None:
+async def run_store(kind: str, root: Path, args: argparse.Namespace) -> None:
     if kind == "file":
         url = f"file://{root / 'file-store'}"
-        await run_url(kind, url, count, repeat, old_repeat)
+        if args.before:
+            await run_before_after(url, root / "file-store", args)
+        else:
+            await run_url(kind, url, args)
         return
     with Azurite() as azurite:
         secret = azurite.write_connection_string(root / "azurite.secret")
-        await run_url(kind, azurite.store_url("named-listing", secret), count, repeat, old_repeat)
+        await run_url(kind, azurite.store_url("named-listing", secret), args)
 
 
-async def run_url(kind: str, url: str, count: int, repeat: int, old_repeat: int) -> None:
-    print(f"{kind}: {count} named jobs in one scope", flush=True)
-    async with open_store(url) as store:
-        started = time.perf_counter()
-        await fill(store, count)
-        print(f"  filled in {time.perf_counter() - started:.0f} s", flush=True)
-    figures = await measure(url, count, repeat, old_repeat)
+async def fill_store(url: str, count: int, how: str, store: Store | None = None) -> None:
+    started = time.perf_counter()
+    if how == "put_many":
+        jobs = named_jobs(url, store)
+        await fill_put_many(jobs, count)
+        if store is None:
+            await jobs.close()
+    elif how == "entries":
+        if store is not None:
+            await fill_entries(store, count)
+        else:
+            async with open_store(url) as opened:
+                await fill_entries(opened, count)
+    else:
+        async with open_store(url) as opened:
+            await fill(opened, count)
+    print(f"  filled in {time.perf_counter() - started:.0f} s", flush=True)
+
+
+async def report(url: str, args: argparse.Namespace, store: Store | None = None) -> None:
+    jobs = named_jobs(url, store)
+    figures = await measure_store(store if store is not None else await jobs._store(), jobs, args.jobs, args.repeat)
+    figures.update(await measure(url, args.jobs, args.repeat, args.old_repeat, store))
+    if store is None:
+        await jobs.close()
     for label, runs in figures.items():
         shown = ", ".join(f"{r * 1000:.0f}" for r in runs)
         print(f"  {label:40s} median {statistics.median(runs) * 1000:8.1f} ms   (runs: {shown} ms)", flush=True)
+
+
+async def run_url(kind: str, url: str, args: argparse.Namespace) -> None:
+    print(f"{kind}: {args.jobs} named jobs in one scope", flush=True)
+    await fill_store(url, args.jobs, args.fill)
+    await report(url, args)
+
+
+async def run_before_after(url: str, root: Path, args: argparse.Namespace) -> None:
+    print(f"file, before (flat layout of {BEFORE}): {args.jobs} named jobs in one scope", flush=True)
+    flat = flat_store(root)
+    await fill_store(url, args.jobs, args.fill, flat)
+    files = sum(1 for _ in os.scandir(root))
+    print(f"  {files} files in the store's one directory", flush=True)
+    await report(url, args, flat)
+    await flat.close()
+    print(f"file, after (directory layout, the same store moved in): {args.jobs} named jobs in one scope", flush=True)
+    started = time.perf_counter()
+    async with open_store(url) as store:
+        await store.count()  # the first call opens the layout: moves every file in, then indexes them
+    print(f"  moved into the directory layout in {time.perf_counter() - started:.1f} s", flush=True)
+    widest = max(len(os.listdir(d)) for d, _, _ in os.walk(root))
+    print(f"  the fullest directory holds {widest} entries", flush=True)
+    await report(url, args)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,12 +332,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stores", default="file,azure")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each paged request")
     parser.add_argument("--old-repeat", type=int, default=1, help="runs of each list-then-slice request")
+    parser.add_argument("--fill", choices=("entries", "put_many", "put_like"), default="entries",
+                        help="entries: each registry entry as a put writes it (definition inline), 5,000 a "
+                             "write_metadata_many; put_many: NamedJobs.put_many, 2,000 a call; put_like: one "
+                             "entry and definition at a time")
+    parser.add_argument("--before", action="store_true",
+                        help="file store: measure the flat layout first, then the same store moved into the new one")
     args = parser.parse_args(argv)
     base = os.environ.get("TIMESHARD_BENCH_DIR")
     root = Path(tempfile.mkdtemp(prefix="named-listing-", dir=base))
     print(f"scratch: {root}", flush=True)
     for kind in args.stores.split(","):
-        asyncio.run(run_store(kind, root, args.jobs, args.repeat, args.old_repeat))
+        asyncio.run(run_store(kind, root, args))
 
 
 if __name__ == "__main__":

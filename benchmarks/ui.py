@@ -1,6 +1,6 @@
 """How fast the dashboard renders a big cluster, in a real browser (issue 17).
 
-    python -m benchmarks.ui [--jobs 100000] [--concurrency 64] [--repeats 3] [--screenshot docs/ui-overview.png]
+    python -m benchmarks.ui [--jobs 100000] [--concurrency 64] [--put-many 1000] [--repeats 3] [--screenshot docs/ui-overview.png]
 
 Starts a local Ray and a cluster of silos on a file store in a scratch folder, fills ``--jobs``
 named jobs (nightly cron jobs, through ``client.jobs.put`` with ``--concurrency`` callers; the
@@ -76,17 +76,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def fill(report: Report, client: Any, target: Target, count: int, concurrency: int) -> dict[str, Any]:
-    """Put ``count`` nightly named jobs through ``concurrency`` callers; returns the rate."""
-    next_index = iter(range(count))
+async def fill(report: Report, client: Any, target: Target, count: int, concurrency: int,
+               put_many: int = 0) -> dict[str, Any]:
+    """Put ``count`` nightly named jobs through ``concurrency`` callers (``put_many`` of that many
+    a call, if given); returns the rate."""
+    next_index = iter(range(0, count, put_many or 1))
     done = 0
     started = time.perf_counter()
+
+    def spec(i: int) -> dict[str, Any]:
+        return {"name": f"job-{i:07d}", "target": target, "schedule": f"0 {i % 60} 3 * * *"}
 
     async def caller() -> None:
         nonlocal done
         for i in next_index:  # one shared iterator: each index goes to exactly one caller
-            await client.jobs.put(f"job-{i:07d}", target=target, schedule=f"0 {i % 60} 3 * * *")
-            done += 1
+            if put_many:
+                await client.jobs.put_many([spec(k) for k in range(i, min(count, i + put_many))])
+                done += min(count, i + put_many) - i
+            else:
+                await client.jobs.put(**spec(i))
+                done += 1
 
     async def progress() -> None:
         while True:
@@ -102,7 +111,8 @@ async def fill(report: Report, client: Any, target: Target, count: int, concurre
         ticker.cancel()
     seconds = time.perf_counter() - started
     report.progress(f"filled {count:,} named jobs in {seconds:,.1f} s ({count / seconds:,.0f}/s)")
-    return {"jobs": count, "concurrency": concurrency, "seconds": round(seconds, 2), "per_s": round(count / seconds, 1)}
+    return {"jobs": count, "concurrency": concurrency, "put_many": put_many, "seconds": round(seconds, 2),
+            "per_s": round(count / seconds, 1)}
 
 
 def serve(namespace: str) -> tuple[str, subprocess.Popen[bytes]]:
@@ -227,7 +237,7 @@ async def run(args: argparse.Namespace, report: Report, scratch: Path) -> dict[s
     process: subprocess.Popen[bytes] | None = None
     try:
         report.progress(f"cluster of {args.silos} silos up; filling {args.jobs:,} named jobs, {args.concurrency} callers")
-        filled = await fill(report, client, target, args.jobs, args.concurrency)
+        filled = await fill(report, client, target, args.jobs, args.concurrency, args.put_many)
         for i in range(args.firing):
             await client.jobs.put(f"tick-{i}", target=target, schedule="@every 1s", app_id=LOAD_APP)
         flow = Flow("nightly-etl", [Step("extract", target), Step("transform", target, depends_on=["extract"]),
@@ -256,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ui", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000, help="named jobs to fill (default 100,000)")
     parser.add_argument("--concurrency", type=int, default=64, help="callers of client.jobs.put while filling (default 64)")
+    parser.add_argument("--put-many", type=int, default=0,
+                        help="fill with client.jobs.put_many of this many jobs a call (default 0: client.jobs.put)")
     parser.add_argument("--silos", type=int, default=2, help="silos (default 2)")
     parser.add_argument("--firing", type=int, default=10, help="jobs firing every second during the run (default 10)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per page (default 3)")

@@ -190,6 +190,11 @@ def page_of(infos: Sequence[LogInfo], limit: int) -> LogPage:
     return LogPage(shown, shown[-1].name if len(infos) > limit else None)
 
 
+def nested_below(name: str, prefix: str) -> bool:
+    """Whether ``name`` has a ``/`` past the directory of ``prefix`` (``a/x/y`` under ``a/``)."""
+    return "/" in name[prefix.rfind("/") + 1:]
+
+
 def check_name(name: str) -> str:
     """Log names are non-empty printable text of at most 1024 characters (Azure's blob limit)."""
     if not isinstance(name, str) or not name or len(name) > 1024 or not name.isprintable():
@@ -232,6 +237,18 @@ class Store(ABC):
             return LogPage((), None)
         infos = await self.list(prefix)
         return page_of([i for i in infos if after is None or i.name > after], limit)
+
+    async def count(self, prefix: str = "", *, nested: bool = True) -> int:
+        """Return how many logs start with ``prefix``, reading no metadata; with ``nested``
+        False, only those with no ``/`` past the prefix's directory (``a/`` counts ``a/x``, not
+        ``a/x/y``).
+
+        This default counts ``names``; the file and memory stores keep counts and answer
+        without listing (Azure lists the names, 5,000 a call).
+        """
+        return sum(1 for name in await self.names(prefix) if nested or not nested_below(name, prefix))
+
+
 
     @abstractmethod
     async def stat(self, name: str) -> LogStat:

@@ -1,8 +1,9 @@
 """``file://``: durable logs on one machine, safe between processes through OS file locks.
 
-Each log is up to three files in one directory: ``<name>.log`` (the body; none while the log
-is empty), ``<name>.meta`` (JSON: metadata, committed size, block count, version) and
-``<name>.lock`` (an ``flock`` target). A lock file goes with its log: whoever holds it when it
+Each log is up to three files in its directory (``file_layout``: by kind and hash bucket, with an
+index that lists names in order): ``<name>.log`` (the body; none while the log is empty),
+``<name>.meta`` (JSON: metadata, committed size, block count, version) and ``<name>.lock`` (an
+``flock`` target). A lock file goes with its log: whoever holds it when it
 finds the log gone unlinks it, and whoever then locks the unlinked file sees that it is no
 longer the one at its path and locks that one instead, so two processes never hold locks on
 two different files of one log. An append writes the payload
@@ -24,16 +25,15 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
-import heapq
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote
 
 from .base import (
     AZURE_MAX_BLOCKS,
@@ -54,6 +54,7 @@ from .base import (
     page_start,
 )
 from .errors import AlreadyExists, DamagedLog, Fenced, LogFull, NotFound, StorageError, Unavailable
+from .file_layout import Index, encode, fsync_dir, log_dir, make_dir, open_layout
 
 log = logging.getLogger("timeshard.storage")
 T = TypeVar("T")
@@ -66,19 +67,17 @@ _META_FIELDS = (("incarnation", str), ("version", int), ("size", int), ("blocks"
 #: with ``Unavailable``. Critical sections last milliseconds (two fsyncs); far longer means the
 #: holder is stopped or hung.
 LOCK_TIMEOUT_S = 2.0
-_SAFE = "-_.~"  # quote() keeps letters and digits; '%' escapes the rest, '/' included
-_MAX_FILENAME = 240
 #: Threads fsyncing one batch of ``write_metadata_many``: ext4 commits concurrent fsyncs together
 #: (measured: 16 at once made ~10,000 small files durable a second where one at a time made ~450).
 SYNC_THREADS = 16
+#: Threads fsyncing the directories one batch renamed into: ext4 commits those together too
+#: (measured: 1,000 directories in 5 s one at a time, 0.3 s from 16 threads, 0.1 s from 64).
+DIR_SYNC_THREADS = 64
 _PER_LANE = 32  # writes prepared per thread at least: fewer are not worth a thread hop
 
 
 def _encode(name: str) -> str:
-    encoded = quote(check_name(name), safe=_SAFE)
-    if len(encoded) > _MAX_FILENAME or encoded.startswith("."):
-        raise ValueError(f"log name {name!r}: too long for a file name, or starts with '.'")
-    return encoded
+    return encode(check_name(name))
 
 
 def _unlock(fd: int, base: str) -> None:
@@ -98,12 +97,12 @@ def _fsync_all(fds: list[int]) -> None:
         os.fsync(fd)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _fsync_dirs(paths: list[Path]) -> None:
+    for path in paths:
+        fsync_dir(path)
+
+
+_fsync_dir = fsync_dir
 
 
 class FileStore(Store):
@@ -114,20 +113,30 @@ class FileStore(Store):
         self.root = Path(root)
         self.max_blocks = max_blocks
         self.lock_timeout = lock_timeout
-        self._made_root = False
+        self._index: Index | None = None  # opened (and the store moved into this layout) on first use
+        self._opening = threading.Lock()
+        self._made: set[Path] = set()  # log directories known to exist
         self._reported: set[str] = set()  # damaged logs already logged
         self._sync_pool: concurrent.futures.ThreadPoolExecutor | None = None  # write_metadata_many's fsyncs
 
     # -- paths, locks and the meta record ------------------------------------------------
 
+    def _ready(self) -> Index:
+        if self._index is None:
+            with self._opening:
+                if self._index is None:
+                    self._index = open_layout(self.root, self.lock_timeout)
+        return self._index
+
     def _path(self, name: str, suffix: str) -> Path:
-        return self.root / (_encode(name) + suffix)
+        self._ready()
+        return log_dir(self.root, name) / (_encode(name) + suffix)
 
     @contextlib.contextmanager
-    def _locked(self, name: str, exclusive: bool) -> Iterator[None]:
+    def _locked(self, name: str, exclusive: bool, make: bool = False) -> Iterator[None]:
         base = str(self._path(name, ""))
         try:
-            fd = self._lock(base, name, exclusive)
+            fd = self._lock(base, name, exclusive, make)
         except OSError as exc:
             raise StorageError(f"file store {self.root}: log {name!r}: {exc}") from exc
         try:
@@ -137,15 +146,20 @@ class FileStore(Store):
         finally:
             _unlock(fd, base)
 
-    def _lock(self, base: str, name: str, exclusive: bool) -> int:
+    def _lock(self, base: str, name: str, exclusive: bool, make: bool = False) -> int:
         """Open and lock ``<base>.lock``, the file at that path now: a holder that found its log
         gone unlinked the file it held (``_unlock``), so a lock taken on an inode no longer at
-        the path is let go and taken again on the current one."""
-        if not self._made_root:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._made_root = True
+        the path is let go and taken again on the current one. Its directory is made only for a
+        log about to be made (``make``): without it, no log of that name exists."""
+        where = Path(base).parent
+        if make and where not in self._made:
+            make_dir(where)
+            self._made.add(where)
         while True:
-            fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                raise NotFound(f"log {name!r} not found in {self.root}") from None
             try:
                 self._acquire(fd, name, exclusive)
                 with contextlib.suppress(FileNotFoundError):
@@ -195,7 +209,7 @@ class FileStore(Store):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self.root)  # the rename itself must survive a power cut
+        _fsync_dir(final.parent)  # the rename itself must survive a power cut
 
     @staticmethod
     def _etag(meta: dict[str, Any]) -> str:
@@ -214,31 +228,59 @@ class FileStore(Store):
     # -- blocking bodies, each one whole critical section ---------------------------------
 
     def _create(self, name: str, metadata: dict[str, str]) -> str:
-        with self._locked(name, exclusive=True):
+        with self._locked(name, exclusive=True, make=True):
             if self._path(name, ".meta").exists():
                 raise AlreadyExists(f"log {name!r} already exists in {self.root}")
-            with open(self._path(name, ".log"), "wb") as f:
-                os.fsync(f.fileno())
-            meta = {"incarnation": uuid.uuid4().hex[:12], "version": 1, "size": 0, "blocks": 0, "metadata": metadata}
-            self._write_meta(name, meta)
+            self._ready().add([name])  # listed before it exists: a crash leaves a row, never an unlisted log
+            try:
+                with open(self._path(name, ".log"), "wb") as f:
+                    os.fsync(f.fileno())
+                meta = {"incarnation": uuid.uuid4().hex[:12], "version": 1, "size": 0, "blocks": 0, "metadata": metadata}
+                self._write_meta(name, meta)
+            except BaseException:
+                if not self._path(name, ".meta").exists():
+                    with contextlib.suppress(StorageError):
+                        self._ready().remove([name])
+                raise
             return self._etag(meta)
 
     def _names(self, prefix: str) -> list[str]:
-        """The names of the logs starting with ``prefix``, from the directory alone (no file read)."""
+        """The names of the logs starting with ``prefix`` that have a ``.meta`` (damaged ones too)."""
+        found = []
+        for name in self._ready().scan(prefix):
+            if self._path(name, ".meta").exists():
+                found.append(name)
+            else:
+                self._prune(name)
+        return found
+
+    def _prune(self, name: str) -> None:
+        """Drop the row of a log that is not there (a crash between row and file), unless someone
+        is making or deleting it right now (then its lock is held, and it is theirs to settle)."""
+        base = str(self._path(name, ""))
         try:
-            files = os.listdir(self.root)
-        except FileNotFoundError:
-            return []
-        # quote() works character by character: a name starts with prefix iff its file does.
-        start = quote(prefix, safe=_SAFE)
-        return [unquote(file[: -len(".meta")]) for file in files if file.endswith(".meta") and file.startswith(start)]
+            fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # not even its directory
+            self._ready().remove([name])
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return
+        try:
+            if not os.path.exists(base + ".meta"):
+                self._ready().remove([name])
+        finally:
+            _unlock(fd, base)
 
     def _info(self, name: str) -> LogInfo | None:
         """The listing of one log; None if it was deleted meanwhile or is damaged (reported once)."""
         try:
             meta = self._read_meta(name)
         except NotFound:
-            return None  # deleted while we listed
+            self._prune(name)  # deleted while we listed, or a row a crash left
+            return None
         except DamagedLog as exc:
             # One damaged log must not hide every other one; it is reported once.
             if name not in self._reported:
@@ -248,21 +290,23 @@ class FileStore(Store):
         return LogInfo(name, dict(meta["metadata"]), self._etag(meta))
 
     def _list(self, prefix: str) -> list[LogInfo]:
-        infos = (self._info(name) for name in self._names(prefix))
-        return sorted(info for info in infos if info is not None)
+        infos = (self._info(name) for name in self._ready().scan(prefix))
+        return [info for info in infos if info is not None]
 
     def _list_page(self, prefix: str, after: str | None, limit: int) -> LogPage:
-        # The directory is listed whole (the OS has no ordered, resumable listing) but only the
-        # page's .meta files are read: a heap hands out the smallest names one by one, so a
-        # log deleted (or damaged) meanwhile is replaced by the next name.
-        names = [name for name in self._names(prefix) if after is None or name > after]
-        heapq.heapify(names)
+        # The index hands out names in order from ``after`` on, so only the page's rows and
+        # .meta files are read; a log deleted (or damaged) meanwhile is replaced by the next.
         infos: list[LogInfo] = []
-        while names and len(infos) < limit:
-            info = self._info(heapq.heappop(names))
+        for name in self._ready().scan(prefix, after, batch=limit + 1):
+            if len(infos) == limit:
+                return LogPage(tuple(infos), infos[-1].name)  # a name follows the page
+            info = self._info(name)
             if info is not None:
                 infos.append(info)
-        return LogPage(tuple(infos), infos[-1].name if names and infos else None)
+        return LogPage(tuple(infos), None)
+
+    def _count(self, prefix: str, nested: bool) -> int:
+        return self._ready().count(prefix, nested)
 
     def _set_metadata(self, name: str, metadata: dict[str, str], if_match: str | None) -> str:
         with self._locked(name, exclusive=True):
@@ -311,17 +355,20 @@ class FileStore(Store):
         with self._locked(name, exclusive=True):
             self._match(name, if_match)
             # Meta first: without it the log is gone, even if unlinking the body fails.
-            self._path(name, ".meta").unlink()
+            meta = self._path(name, ".meta")
+            meta.unlink()
             self._path(name, ".log").unlink(missing_ok=True)
-            _fsync_dir(self.root)
+            _fsync_dir(meta.parent)
+            self._ready().remove([name])  # after the file: a crash in between leaves a row, pruned later
 
     def _write_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
         """``write_metadata_many`` in three phases, each shared by the whole batch: every log
         locked, checked and its new ``.meta`` written beside it; then all of those fsynced at
         once (after the last is written: one journal commit carries most of them); then each
-        renamed into place and the directory fsynced once. The first two phases run in up to
-        ``SYNC_THREADS`` threads; each locks its logs in name order, so batches of two processes
-        never wait on each other in a circle."""
+        renamed into place and each directory fsynced once. The logs it makes get their index
+        rows in one transaction before any is renamed into place; those it deletes lose theirs
+        in one after. The first two phases run in up to ``SYNC_THREADS`` threads; each locks its
+        logs in name order, so batches of two processes never wait on each other in a circle."""
         if len({w.name for w in writes}) != len(writes):
             raise ValueError("write_metadata_many: a name appears twice")
         order = sorted(range(len(writes)), key=lambda i: writes[i].name)
@@ -337,11 +384,26 @@ class FileStore(Store):
                         results[i] = out
                     else:
                         held.append((i, *out))
+            made = [writes[i].name for i, _, meta, _ in held if meta is not None and writes[i].create]
+            try:
+                self._ready().add(made)
+            except StorageError as exc:  # nothing made: no row, so no .meta either
+                unlisted = {i for i, _, meta, _ in held if meta is not None and writes[i].create}
+                for i in unlisted:
+                    results[i] = exc
+                for i, lock, _, tmp in [h for h in held if h[0] in unlisted]:
+                    if tmp is not None:
+                        os.close(tmp)
+                    _unlock(lock, str(self._path(writes[i].name, "")))
+                held = [h for h in held if h[0] not in unlisted]
             tmps = [tmp for _, _, _, tmp in held if tmp is not None]
             syncs = min(SYNC_THREADS, len(tmps))  # every fsync of a small batch at once: the journal joins them
             self._in_lanes(_fsync_all, [tmps[k::syncs] for k in range(syncs)])
+            dirs: set[Path] = set()
             for i, _, meta, _ in held:
-                base = str(self._path(writes[i].name, ""))
+                path = self._path(writes[i].name, "")
+                base = str(path)
+                dirs.add(path.parent)
                 if meta is None:
                     os.unlink(base + ".meta")
                     with contextlib.suppress(FileNotFoundError):
@@ -349,8 +411,12 @@ class FileStore(Store):
                 else:
                     os.replace(base + ".meta.tmp", base + ".meta")
                     results[i] = self._etag(meta)
-            if held:
-                _fsync_dir(self.root)
+            ordered = sorted(dirs)
+            lanes = min(DIR_SYNC_THREADS, len(ordered))  # together: a few journal commits carry them all
+            self._in_lanes(_fsync_dirs, [ordered[k::lanes] for k in range(lanes)])
+            gone = [writes[i].name for i, _, meta, _ in held if meta is None]
+            with contextlib.suppress(StorageError):  # a row left behind is pruned by the next listing
+                self._ready().remove(gone)
         except OSError as exc:
             failed = StorageError(f"file store {self.root}: a batch of writes: {exc}")
             for i, _, _, _ in held:  # may have been made: renamed, or not, and not yet fsynced
@@ -379,7 +445,7 @@ class FileStore(Store):
             return exc
         base = str(self._path(write.name, ""))
         try:
-            fd = self._lock(base, write.name, exclusive=True)
+            fd = self._lock(base, write.name, exclusive=True, make=write.create)
         except StorageError as exc:
             return exc
         except OSError as exc:
@@ -413,7 +479,7 @@ class FileStore(Store):
 
     def _syncer(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._sync_pool is None:
-            self._sync_pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="filestore-fsync")
+            self._sync_pool = concurrent.futures.ThreadPoolExecutor(DIR_SYNC_THREADS, thread_name_prefix="filestore-fsync")
         return self._sync_pool
 
     def _stat_locked(self, name: str) -> LogStat:
@@ -437,8 +503,13 @@ class FileStore(Store):
         return await asyncio.to_thread(self._list, prefix)
 
     async def names(self, prefix: str = "") -> tuple[str, ...]:
-        """The names from the directory alone: a damaged log (left out of ``list``) is named here."""
-        return tuple(sorted(await asyncio.to_thread(self._names, prefix)))
+        """The names without reading a ``.meta``: a damaged log (left out of ``list``) is named here."""
+        return tuple(await asyncio.to_thread(self._names, prefix))
+
+    async def count(self, prefix: str = "", *, nested: bool = True) -> int:
+        """From the index: one row for a directory prefix (``""``, ``names/a/``), else a range
+        count. A log whose maker or deleter crashed midway counts until a listing passes it."""
+        return await asyncio.to_thread(self._count, prefix, nested)
 
     async def list_page(self, prefix: str = "", *, after: str | None = None, limit: int) -> LogPage:
         check_page(prefix, after, limit)
@@ -481,3 +552,6 @@ class FileStore(Store):
         pool, self._sync_pool = self._sync_pool, None
         if pool is not None:
             pool.shutdown(wait=False)
+        index, self._index = self._index, None
+        if index is not None:
+            index.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import heapq
+import bisect
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +21,7 @@ from .base import (
     check_name,
     check_page,
     check_payload,
+    nested_below,
     page_of,
     page_start,
 )
@@ -47,6 +48,7 @@ class MemoryStore(Store):
         self.max_blocks = max_blocks
         self.clock = clock
         self._logs: dict[str, _Log] = {}
+        self._order: list[str] = []  # the names, sorted: a page or a count costs a bisection, not a scan
         self._versions = itertools.count(1)
 
     def _etag(self) -> str:
@@ -72,6 +74,7 @@ class MemoryStore(Store):
         if name in self._logs:
             raise AlreadyExists(f"log {name!r} already exists")
         log = self._logs[name] = _Log(md, self._etag())
+        bisect.insort(self._order, name)
         return log.etag
 
     async def list(self, prefix: str = "") -> list[LogInfo]:
@@ -90,10 +93,18 @@ class MemoryStore(Store):
         after, empty = page_start(prefix, after)
         if empty:
             return LogPage((), None)
+        start = bisect.bisect_right(self._order, after) if after is not None else bisect.bisect_left(self._order, prefix)
         # One more than the page: it tells whether a next page exists.
-        names = heapq.nsmallest(limit + 1, (n for n in self._logs
-                                            if n.startswith(prefix) and (after is None or n > after)))
+        names = [n for n in self._order[start:start + limit + 1] if n.startswith(prefix)]
         return page_of([LogInfo(n, dict(self._logs[n].metadata), self._logs[n].etag) for n in names], limit)
+
+    async def count(self, prefix: str = "", *, nested: bool = True) -> int:
+        await asyncio.sleep(0)
+        start = bisect.bisect_left(self._order, prefix)
+        end = bisect.bisect_left(self._order, prefix[:-1] + chr(ord(prefix[-1]) + 1), start) if prefix else len(self._order)
+        if nested:
+            return end - start
+        return sum(1 for name in self._order[start:end] if not nested_below(name, prefix))
 
     async def stat(self, name: str) -> LogStat:
         await asyncio.sleep(0)
@@ -133,3 +144,4 @@ class MemoryStore(Store):
         await asyncio.sleep(0)
         self._match(name, if_match)
         del self._logs[name]
+        del self._order[bisect.bisect_left(self._order, name)]

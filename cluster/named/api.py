@@ -346,14 +346,14 @@ class NamedJobs:
     async def count(self, prefix: str = "", *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
         """Return how many jobs ``list`` would return, from the registry's names alone.
 
-        No definition and no entry is read: one directory listing on the file store, one List
-        Blobs call per 5,000 names on Azure. It still grows with the scope, so a page asks for
-        it when its filters change, not on every refresh.
+        No definition and no entry is read: the file and memory stores keep counts (one index
+        row for a whole scope, a range of the index for a prefix); Azure lists the names, one
+        List Blobs call per 5,000, so a page asks for it when its filters change, not on every
+        refresh.
         """
-        base = _scope_of(namespace, app_id)
-        start = _key_of(namespace, app_id, prefix, "prefix") if prefix else base
+        start = _key_of(namespace, app_id, prefix, "prefix") if prefix else _scope_of(namespace, app_id)
         store = await self._store()
-        return sum(1 for name in await store.names(start) if "/" not in name[len(base):])
+        return await store.count(start, nested=False)  # a name is escaped whole: a '/' below is no entry
 
     async def _named_again(self, store: Store, entry: Entry, namespace: str, app_id: str) -> NamedJob | None:
         """``entry`` as a NamedJob; one replaced meanwhile is read again, one deleted meanwhile is None."""

@@ -34,7 +34,9 @@ def fill_disk(store_url: str, due: datetime) -> None:
     window = window_of(datetime_to_us(due), SHARD_US)
     for counter in range(1, 9):
         name = generation_name(shard_name(window, "0.1", counter), 0)
-        store._path(name, ".meta.tmp").symlink_to("/dev/full")
+        tmp = store._path(name, ".meta.tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)  # the log's directory: made by its first write otherwise
+        tmp.symlink_to("/dev/full")
 
 
 def assert_one_plain_line(err: BaseException) -> None:

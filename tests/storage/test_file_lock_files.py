@@ -19,7 +19,8 @@ from storage.file import FileStore
 
 
 def files(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir())
+    """The logs' files, wherever the layout puts them (the index's dot-files aside)."""
+    return sorted(p.name for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
 async def test_no_lock_file_outlives_its_log(tmp_path: Path) -> None:
@@ -54,7 +55,7 @@ class Racing(FileStore):
 
 async def test_a_lock_taken_on_an_unlinked_lock_file_is_taken_again_on_the_current_one(tmp_path: Path) -> None:
     store = Racing(tmp_path)
-    with store._locked("a", exclusive=True):
+    with store._locked("a", exclusive=True, make=True):
         other = os.open(store._path("a", ".lock"), os.O_RDWR)
         try:
             with pytest.raises(BlockingIOError):  # held: on the file at the path, not the one unlinked

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import storage
 from storage import records
+from storage.file_layout import encode, log_dir
 
 _WRITER = """
 import asyncio, sys
@@ -45,8 +46,12 @@ asyncio.run(main())
 """
 
 
+def _file(root: Path, name: str, suffix: str) -> Path:
+    return log_dir(root, name) / (encode(name) + suffix)
+
+
 def _meta(root: Path, name: str) -> dict[str, int]:
-    return json.loads((root / f"{name}.meta").read_bytes())
+    return json.loads(_file(root, name, ".meta").read_bytes())
 
 
 async def test_kill_9_mid_append_leaves_a_torn_tail_that_is_never_replayed(tmp_path: Path) -> None:
@@ -55,7 +60,7 @@ async def test_kill_9_mid_append_leaves_a_torn_tail_that_is_never_replayed(tmp_p
     # Blocking on purpose: the loop below spins on stat() to catch the child mid-append.
     child = subprocess.Popen([sys.executable, "-c", _WRITER, url], stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220
     acked: list[int] = []
-    body = root / "crash~00000000.log"
+    body = _file(root, "crash~00000000", ".log")
     try:
         assert child.stdout is not None
         while len(acked) < 3:

@@ -179,3 +179,17 @@ async def test_names_are_the_listing_without_metadata(store: storage.Store) -> N
     await store.delete("b/4", None)
     for prefix in ("", "b/", "b", "nothing"):
         assert await store.names(prefix) == tuple(i.name for i in await store.list(prefix)), prefix
+
+
+async def test_count_is_how_many_names_a_prefix_has_and_follows_creates_and_deletes(store: storage.Store) -> None:
+    await fill(store)
+    await store.create("b/sub/x", {})
+    for prefix in ("", "a/", "b/", "b/2", "b", "b/sub/", "c", "nothing/"):
+        assert await store.count(prefix) == len(await store.names(prefix)), prefix
+    assert await store.count("b/") == 8
+    assert await store.count("b/", nested=False) == 7  # not b/sub/x: it is in a directory below
+    assert await store.count("b/s", nested=False) == 0
+    assert await store.count("", nested=False) == 2  # b~x and c
+    await store.delete("b/3", None)
+    await store.delete("b/sub/x", None)
+    assert (await store.count("b/"), await store.count("b/", nested=False), await store.count()) == (6, 6, 9)
