@@ -297,6 +297,9 @@ class Cancelling:
             dropped = False
             if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
                 dropped = await self.withdraw_sent(run)
+            state = run.shard.state
+            if state is not None and state.paused and run.job_id in state.paused:
+                run.pause_removed = state.paused[run.job_id]  # the removal drops it; a move still under way keeps it
             try:
                 await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
             except StorageError as exc:

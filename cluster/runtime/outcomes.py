@@ -311,6 +311,11 @@ class Outcomes:
             nxt_entry = add[2:7]
             state = run.shard.state
             paused = None if state is None or not state.paused else state.paused.get(run.job_id)
+            if paused is None and state is not None and run.job_id not in state.live:
+                # A cancel removed this occurrence while the outcome was under way, dropping its
+                # pause from the state; the job lives on by this move, still paused (found by the
+                # simulation, seed 73583: the next occurrence landed unpaused and fired).
+                paused = run.pause_removed
             if paused is not None:
                 nxt_entry.append(paused)  # paused while this attempt ran: the next occurrence stays paused
             decision = remove_op(run.job_id, entry[OCCURRENCE], MOVED, target.base, nxt_entry)

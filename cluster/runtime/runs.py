@@ -127,6 +127,9 @@ class Run:
     _job: ScheduledJob | None = None
     _cancels_writing: int = 0  # cancels that marked it and have not yet written its removal, or failed to
     _cancels_decided: asyncio.Event | None = None
+    # The pause a cancel's removal took out of its shard's state while this attempt may still
+    # move the job on (its outcome already under way): that move carries it (see Outcomes.end_occurrence).
+    pause_removed: list[Any] | None = None
 
     @property
     def job(self) -> ScheduledJob:

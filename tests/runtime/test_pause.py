@@ -272,3 +272,39 @@ async def test_an_entry_cancelled_while_a_claim_settled_its_moves_is_not_queued(
     parts.loading.queue_entry(j.id, entry)
     await fire_for(parts, 4)
     assert recorder.ran == []
+
+
+async def test_a_paused_job_cancelled_while_its_outcome_moves_it_on_moves_paused() -> None:
+    # Found by the simulation, seed 73583: an attempt's outcome was choosing the shard for the
+    # next occurrence when an operator paused the job and a cancel removed the occurrence; the
+    # removal dropped the pause from memory and the move went out without it. The cancel's
+    # follow-up into the new shard did not land there (its silo was declared dead), so the
+    # job, told "paused", fired there. The move must carry the pause into the new shard's log,
+    # which is what its next owner replays should that follow-up not land.
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    slow = Blocking()
+    parts.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
+    (name,) = await add(parts, j)
+    release = store.gate("create", "shards/")  # the outcome opening the next shard waits here
+    parts.clock.advance(9)
+    parts.lease.renew(parts.clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(parts))
+    await slow.started.wait()
+    slow.finish.set()
+    await store.reached("create", "shards/").wait()
+    assert (await parts.pausing.pause(name, j.id, "hold", "ops"))[0] == "paused"
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    await until_idle()
+    assert [op[3] for op in await records(parts, name) if op[0] == 1] == ["cancelled"]  # durable, the run not ended
+    release.set()
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    await firing
+    source = parts.shards.get(name)
+    assert source is not None and source.state is not None
+    target_name = source.state.moved[j.id]
+    moved_in = [op for op in await records(parts, target_name) if op[0] == 0 and op[1] == j.id]
+    assert [op[8][:2] for op in moved_in if len(op) > 8] == [["hold", "ops"]]  # its next owner replays it paused
+    await fire_for(parts, 6)
+    assert slow.ran == [1]

@@ -565,6 +565,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the end: the steps never ran. named and dormant_overwrites (in default) are named so they stay on.
     (2053, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+shared_hosts",
      "takeover of a client's intent waited on a shard its creator's next incarnation held", "flow lost"),
+    # A run's outcome was opening the shard for the next occurrence when an operator paused the
+    # job and a cancel removed the occurrence, dropping the pause from memory; the move went
+    # out unpaused, the cancel's follow-up into the new shard never landed (its silo declared
+    # dead), and the job, told "paused", fired there: the later resume found it not paused.
+    (73583, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
+     "cancel of a running occurrence dropped its pause from the move", "pause lost"),
 ]
 
 
