@@ -565,6 +565,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the end: the steps never ran. named and dormant_overwrites (in default) are named so they stay on.
     (2053, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+shared_hosts",
      "takeover of a client's intent waited on a shard its creator's next incarnation held", "flow lost"),
+    # An overwrite's entry write failed (PutInDoubt), leaving its generation-2 job unpointed at;
+    # a delete, then a put made generation 1 of the name anew. The fence took the lower
+    # generation for that overwrite still under way and deferred its job for good, asked again
+    # every second by each owner of its shard. A job now carries the job its put replaces.
+    (71301, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
+     "fence deferred for good an overwrite's job once its name was deleted and put anew", "stuck"),
 ]
 
 
