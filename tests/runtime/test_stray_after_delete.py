@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from cluster.model.errors import PutInDoubt
 from cluster.model.jobs import ScheduledJob
-from cluster.named.registry import REGISTRY_PREFIX
+from cluster.model.wire import datetime_to_us
+from cluster.named.registry import NAMED_MARK, REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus, read_entry
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ShardState
 from storage import Unavailable, read_log
@@ -67,3 +70,24 @@ async def live(parts: Roles) -> set[str]:
     for shard in parts.shards:
         found |= set(ShardState().replay((await read_log(parts.store, shard.base)).records()).live)
     return found
+
+
+async def test_an_overwrite_due_before_it_points_the_name_at_its_job_waits_and_then_runs() -> None:
+    """The other side of the rule above: while the entry still names the job an overwrite
+    replaces, that overwrite may still point the name at its job, which must wait, not go."""
+    parts, jobs, starts = await start()
+    first = await jobs.put("late", target=TARGET, schedule="@every 1h")
+    job = ScheduledJob.create(TARGET, "late", due=timedelta(seconds=1), now=datetime.now(timezone.utc),
+                              metadata={**first.job.metadata, REPLACES_MARK: first.job.id})
+    job = replace(job, generation=2)
+    (job,) = await jobs.client.submit_jobs([job])
+    await fire_for(parts, 2)  # due, the name not pointed at it yet
+    assert job.id not in starts.log
+    assert job.id in await live(parts), "refused while its put could still point the name at it"
+    entry = await read_entry(parts.store, first.job.metadata[NAMED_MARK])
+    assert entry is not None
+    pointed = Entry(entry.key, "", 2, job.id, job.shard or "", datetime_to_us(job.due), 0, JobStatus(next_fire=job.due),
+                    (entry.retired(),))
+    await parts.store.set_metadata(entry.key, pointed.metadata(), entry.etag)  # its compare-and-swap, now
+    await fire_for(parts, 2)
+    assert job.id in starts.log
