@@ -60,15 +60,22 @@ ADMIT_WAIT_S = 2.0  # an attempt waits this long for its put, then is deferred (
 CLEARED_LIMIT = 1_000_000  # remembered clearances (~100 B each); forgotten ones are read again
 
 
-def judge(entry: Entry | None, job_id: str, generation: int) -> str | bool | None:
+def judge(entry: Entry | None, job_id: str, generation: int, replaces: str | None = None) -> str | bool | None:
     """What ``entry`` says of job ``job_id`` of ``generation``: the shard it names (cleared),
-    False (superseded: refuse) or None (not yet: its put may still point the name at it)."""
+    False (superseded: refuse) or None (not yet: its put may still point the name at it).
+    ``replaces``: the job the entry named when that put read it (None: not known)."""
     if entry is not None and entry.job_id == job_id:
         return entry.shard
     if entry is None:
         # A first generation's put creates the entry after its job landed; a later one's put
         # compares against the entry it read, which is gone: it can never point at this job.
         return None if generation <= 1 else False
+    if replaces is not None and entry.job_id != replaces:
+        # Its put compares against an entry naming ``replaces`` and tries again with this job
+        # only while the entry still names it; a name never names a job again once it stopped
+        # (each try makes a fresh job). A lower generation here is a name deleted and put
+        # anew, not the put still under way: deferred, it was asked forever (seed 71301).
+        return False
     return None if entry.generation < generation else False
 
 
@@ -109,7 +116,7 @@ class Clearance:
         if self._prefetcher is None or self._prefetcher.done():
             self._prefetcher = loop.create_task(self._prefetching())
 
-    async def verdict(self, key: str, job_id: str, generation: int) -> str | bool | None:
+    async def verdict(self, key: str, job_id: str, generation: int, replaces: str | None = None) -> str | bool | None:
         """Judge ``job_id`` now (an attempt is due). One that landed here in the last
         ``ADMIT_WAIT_S`` waits that long for its put to point the name at it; any other is
         judged by one read (an attempt waiting would hold up the rest of its batch)."""
@@ -119,7 +126,7 @@ class Clearance:
         loop = asyncio.get_running_loop()
         give_up, delay = self._landed.get(job_id, 0.0) + ADMIT_WAIT_S, FIRST_POLL_S
         while True:
-            verdict = await self._judge(key, job_id, generation)
+            verdict = await self._judge(key, job_id, generation, replaces)
             if verdict is not None or loop.time() + delay > give_up:
                 return verdict
             await asyncio.sleep(delay)
@@ -130,7 +137,7 @@ class Clearance:
             self._prefetcher.cancel()
         self._waiting.clear()
 
-    async def _judge(self, key: str, job_id: str, generation: int) -> str | bool | None:
+    async def _judge(self, key: str, job_id: str, generation: int, replaces: str | None = None) -> str | bool | None:
         shard = self._cleared.get(job_id)
         if shard is not None:
             return shard
@@ -138,7 +145,7 @@ class Clearance:
             self._reads = asyncio.Semaphore(READS_AT_ONCE)
         async with self._reads:
             entry = await read_entry(self._store, key)
-        verdict = judge(entry, job_id, generation)
+        verdict = judge(entry, job_id, generation, replaces)
         if verdict is not None:
             self._landed.pop(job_id, None)
         if isinstance(verdict, str):

@@ -23,6 +23,7 @@ from cluster.named.fence import Clearance
 from cluster.named.recorder import StatusRecorder
 from cluster.named.registry import (
     NAMED_MARK,
+    REPLACES_MARK,
     AttemptRecord,
     Entry,
     JobStatus,
@@ -151,7 +152,7 @@ class NamedJobHooks(SiloHooks):
             return True
         if TRIGGERED_FROM in job.metadata:
             return await self._admit_triggered(event, key)
-        verdict = await self.clearance.verdict(key, job.id, job.generation)
+        verdict = await self.clearance.verdict(key, job.id, job.generation, job.metadata.get(REPLACES_MARK))
         if not isinstance(verdict, str):
             return verdict
         # A later occurrence was carried on from a copy that ran; a first one must be the copy

@@ -32,6 +32,7 @@ from storage.base import MAX_METADATA_BYTES
 
 __all__ = [
     "NAMED_MARK",
+    "REPLACES_MARK",
     "MAX_NAME_CHARS",
     "AttemptRecord",
     "JobStatus",
@@ -54,6 +55,9 @@ __all__ = [
 
 #: Job metadata key a named job carries: the key of its registry entry.
 NAMED_MARK = "timeshard.named"
+#: Job metadata key an overwriting put's job carries: the job its entry named when the put read
+#: it, the only one its compare-and-swap may replace (``cluster.named.fence``).
+REPLACES_MARK = "timeshard.replaces"
 RESERVED_METADATA = "timeshard."
 REGISTRY_PREFIX = "names/"
 DEFINITIONS_PREFIX = "named-defs/"

@@ -42,6 +42,7 @@ from cluster.model.ports import JobSubmitter
 from cluster.model.wire import datetime_to_us, pack, unpack, us_to_datetime
 from cluster.named.registry import (
     INLINE_DEFINITION_CHARS,
+    REPLACES_MARK,
     Entry,
     JobStatus,
     Retired,
@@ -215,8 +216,13 @@ class PutWriter:
         if p.entry is not None and not p.ask.overwrite:
             p.fail(p.taken())
             return False
-        generation = 1 if p.entry is None else p.entry.generation + 1
-        p.job = replace(p.ask.job, id=new_job_id(), generation=generation)
+        if p.entry is None:
+            p.job = replace(p.ask.job, id=new_job_id(), generation=1)
+        else:
+            # Kept on every retry of this job (``_refused`` keeps it only while the entry names
+            # the same job): the fence refuses it once the entry names another (seed 71301).
+            p.job = replace(p.ask.job, id=new_job_id(), generation=p.entry.generation + 1,
+                            metadata={**p.ask.job.metadata, REPLACES_MARK: p.entry.job_id})
         packed = base64.b64encode(pack(p.job.to_wire())).decode("ascii")
         p.definition = packed if len(packed) <= INLINE_DEFINITION_CHARS else None
         return True

@@ -571,6 +571,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # dead), and the job, told "paused", fired there: the later resume found it not paused.
     (73583, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
      "cancel of a running occurrence dropped its pause from the move", "pause lost"),
+    # An overwrite's entry write failed (PutInDoubt), leaving its generation-2 job unpointed at;
+    # a delete, then a put made generation 1 of the name anew. The fence took the lower
+    # generation for that overwrite still under way and deferred its job for good, asked again
+    # every second by each owner of its shard. A job now carries the job its put replaces.
+    (71301, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
+     "fence deferred for good an overwrite's job once its name was deleted and put anew", "stuck"),
 ]
 
 
