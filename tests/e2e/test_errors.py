@@ -20,7 +20,7 @@ from cluster.model.errors import RemoteTraceback
 from handlers import JobContext, JobHandler
 from storage import StorageError
 from tests.e2e.conftest import wait_for
-from tests.e2e.full_disk import NEEDS_DEV_FULL, assert_one_plain_line, fill_disk
+from tests.e2e.full_disk import assert_one_plain_line, fill_disk
 
 pytestmark = [pytest.mark.ray, pytest.mark.file_only]
 
@@ -35,7 +35,6 @@ def assert_silo_traceback_behind(err: BaseException, silo_method: str) -> None:
     assert "RayTaskError" not in printed, "Ray's wrapper is still chained to the error"
 
 
-@NEEDS_DEV_FULL
 async def test_a_full_disk_while_opening_a_shard_raises_storage_error_in_one_line(make_cluster, store_url):
     """Before: ``RayTaskError(StorageError)``, its text led by colour codes and the silo actor's repr."""
     client = make_cluster(silos=1).client()
@@ -48,7 +47,6 @@ async def test_a_full_disk_while_opening_a_shard_raises_storage_error_in_one_lin
     assert_silo_traceback_behind(caught.value, "schedule")
 
 
-@NEEDS_DEV_FULL
 async def test_a_full_disk_while_appending_to_a_shard_says_which_jobs_may_still_fire(make_cluster, store_url):
     """An append that failed may have landed: the caller is told so, in one plain line."""
     client = make_cluster(silos=1).client()
@@ -62,7 +60,6 @@ async def test_a_full_disk_while_appending_to_a_shard_says_which_jobs_may_still_
     assert_silo_traceback_behind(caught.value, "schedule")
 
 
-@NEEDS_DEV_FULL
 def test_the_command_line_prints_a_full_disk_as_one_line(make_cluster, store_url, capsys):
     cluster = make_cluster(silos=1)
     due = datetime.now(timezone.utc) + timedelta(hours=1)

@@ -14,7 +14,7 @@ import ray
 from cluster import SyncClient, Target
 from storage import StorageError
 from tests.e2e.conftest import executions
-from tests.e2e.full_disk import NEEDS_DEV_FULL, assert_one_plain_line, fill_disk
+from tests.e2e.full_disk import assert_one_plain_line, fill_disk
 
 pytestmark = [pytest.mark.ray, pytest.mark.file_only]
 
@@ -82,7 +82,6 @@ def test_ray_workers_call_it_handed_over_pickled(make_cluster, recorder) -> None
     ray.kill(caller)
 
 
-@NEEDS_DEV_FULL
 def test_a_silo_error_through_the_blocking_client_is_the_same_typed_error(make_cluster, store_url) -> None:
     """The disk-full case of ``test_errors``, through the blocking client."""
     client = make_cluster(silos=1).client(sync=True)
