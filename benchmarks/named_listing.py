@@ -10,7 +10,7 @@ as the next page's, "warm"), a prefix-filtered page (100 matches) and ``count=1`
 path, ``client.jobs.list(prefix)`` then a slice of one page, served the same way.
 
 What is filled: each job's registry entry and definition, written as ``client.jobs.put``
-writes them (``_write_definition``, then the entry), without Ray and without scheduling the jobs
+writes them (``write_definition``, then the entry), without Ray and without scheduling the jobs
 into shards: the listing reads only the registry and the definitions, so the shards do not
 change what is measured. ``--fill put_many`` writes them through ``NamedJobs.put_many`` instead
 (definitions inline, as puts write them now; 2,000 a call), and ``--fill entries`` (the default)
@@ -54,8 +54,9 @@ from cluster.cli.jobs import named_job_to_json
 from cluster.cli.ui import UiSource, make_app
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
 from cluster.model.wire import datetime_to_us, pack
-from cluster.named.api import NamedJobs, _write_definition
+from cluster.named.api import NamedJobs
 from cluster.named.registry import NAMED_MARK, Entry, JobStatus, entry_key
+from cluster.named.writes import write_definition
 from storage import AlreadyExists as LogExists
 from storage import MetadataWrite, Store, open_store
 
@@ -78,7 +79,7 @@ async def put_like(store: Store, name: str) -> None:
     job = ScheduledJob.create(Target.actor("h", "apps"), name, due=T0 + timedelta(minutes=5), schedule="@every 1m",
                               metadata={NAMED_MARK: key}, now=T0)
     job = replace(job, id=new_job_id(), generation=1, shard="shard-0")
-    await _write_definition(store, job)
+    await write_definition(store, job)
     entry = Entry(key, "", 1, job.id, "shard-0", datetime_to_us(job.first_fire), datetime_to_us(T0),
                   JobStatus(next_fire=job.first_fire))
     await store.create(key, entry.metadata())

@@ -52,7 +52,7 @@ from cluster.named.registry import (
     scope_prefix,
     update_entry,
 )
-from cluster.named.writes import PutRequest, PutWriter, locator, read_definition, write_definition
+from cluster.named.writes import PutRequest, PutWriter, locator, read_definition
 from storage import Fenced, NotFound, Store, open_store
 
 __all__ = ["NamedJob", "NamedJobPage", "NamedJobs", "MAX_PAGE", "DEFAULT_SCOPE", "EARLIEST_START", "MIN_PERIOD", "parse_target", "TARGET_FORMS"]
@@ -541,5 +541,3 @@ def _key(name: str, app_id: str, namespace: str) -> str:
 #: What ``put_many`` reads of a spec: ``put``'s arguments.
 _PUT_FIELDS = frozenset({"name", "target", "schedule", "due_time", "repeats", "ttl", "data", "metadata", "failure_policy",
                          "jitter", "not_before", "not_after", "exclude", "overlap", "overwrite", "app_id", "namespace"})
-#: Kept for the callers that write a definition the way ``put`` wrote every one before (tests, benchmarks).
-_write_definition = write_definition

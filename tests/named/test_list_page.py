@@ -1,6 +1,6 @@
 """``client.jobs.list_page`` and ``count``: server-side pages of a scope that read only their own jobs.
 
-No Ray: entries and definitions are written as ``put`` writes them (``_write_definition``, then
+No Ray: entries and definitions are written as ``put`` writes them (``write_definition``, then
 the entry by ``store.create``), without scheduling anything into a shard.
 """
 
@@ -18,8 +18,9 @@ from cluster.model.errors import ValidationError
 from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us
-from cluster.named.api import NamedJobs, _write_definition
+from cluster.named.api import NamedJobs
 from cluster.named.registry import NAMED_MARK, Entry, JobStatus, entry_key, scope_prefix
+from cluster.named.writes import write_definition
 from storage import Store
 
 T0 = datetime.now(timezone.utc).replace(microsecond=0)
@@ -37,7 +38,7 @@ async def seed(store: Store, name: str, *, namespace: str = "default", app_id: s
     job = ScheduledJob.create(Target.actor("h", "apps"), name, due=T0 + timedelta(minutes=5), schedule="@every 1m",
                               metadata={NAMED_MARK: key}, now=T0)
     job = replace(job, id=new_job_id(), generation=1, shard="shard-0")
-    await _write_definition(store, job)
+    await write_definition(store, job)
     entry = Entry(key, "", 1, job.id, "shard-0", datetime_to_us(job.first_fire), datetime_to_us(T0),
                   status or JobStatus(next_fire=job.first_fire))
     etag = await store.create(key, entry.metadata())
