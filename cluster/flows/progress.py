@@ -14,10 +14,11 @@ from typing import Any
 from cluster.flows.log import FlowState, Intent, Schedule, StepState, applied, read_flow, update
 from cluster.flows.model import PENDING, RETRYING, RUNNING, TERMINAL_STEP_STATES
 from cluster.model.clock import wall_clock_us
+from cluster.model.errors import EarlierTryUnsettled
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import Member, parse_owner
 from cluster.runtime.shardlog import ADD, CANCELLED, EXHAUSTED, REMOVE, SNAPSHOT, SUCCEEDED
-from storage import NotFound, Store, read_log
+from storage import NotFound, StorageError, Store, read_log
 
 log = logging.getLogger("timeshard.flows")
 
@@ -68,9 +69,43 @@ async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
         state = await update(store, flow, decide)
         if state is None or token not in state.intents:
             return state
-        return await launch(store, state, state.intents[token], schedule, now_us=now_us, silos=silos)
+        try:
+            return await launch(store, state, state.intents[token], schedule, now_us=now_us, silos=silos)
+        except EarlierTryUnsettled as exc:
+            await hand_over(store, flow, state.intents[token], owner, exc.holders, now_us=now_us)
+            raise
     finally:
         launching.discard(token)
+
+
+async def hand_over(store: Store, flow: str, intent: Intent, owner: str, holders: Sequence[str], *,
+                    now_us: Now = wall_clock_us) -> None:
+    """Give ``intent``'s steps, whose launch could not settle an earlier try, to the one silo
+    that can: the live incarnation holding every shard the earlier try may still reach.
+
+    Only a shard's holder knows whether a call of the earlier try is still under way in it; any
+    other silo waits until the shard leaves it, which need not happen (a shard holding a paused
+    job lives on). Taking the step over again by itself each round, the taker kept its intent
+    young, so the holder, seeing a live writer's fresh intent, never took it (simulator seeds
+    90830 and 90973 with flows: a client's steps never ran). The new intent names the holder as
+    its writer: the holder takes it over at its next reconcile, as its own whose launch is not
+    under way, and every other silo waits for it as for any live writer. Two holders or more:
+    no silo can settle it alone, and the step waits for their shards to leave them."""
+    me, holder = parse_owner(owner), parse_owner(holders[0]) if len(holders) == 1 else None
+    if me is None or holder is None or holder[0] == me[0]:
+        return  # a client's; its own (settled for it) or an earlier incarnation's, which adoption settles
+
+    def decide(state: FlowState) -> list[list[Any]]:
+        steps = [s for s in intent.steps if state.steps[s].token == intent.token
+                 and intent.token not in state.confirmed and state.steps[s].state not in TERMINAL_STEP_STATES]
+        if state.finished or not steps:
+            return []
+        return applied(state, [["intent", uuid.uuid4().hex[:16], holders[0], steps, now_us()]])
+
+    try:
+        await update(store, flow, decide)
+    except StorageError as exc:
+        log.warning("could not hand a flow step to the silo that can settle it", extra={"error": repr(exc)})
 
 
 async def launch(store: Store, state: FlowState, intent: Intent, schedule: Schedule, *,

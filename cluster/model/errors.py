@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 
 class ValidationError(ValueError):
@@ -106,7 +107,17 @@ class ClusterUnavailable(RuntimeError):
 
 class EarlierTryUnsettled(RuntimeError):
     """A retried schedule call cannot yet prove where its earlier try landed: a silo that may
-    hold it is not yet proven dead. Nothing was written; the client asks again shortly."""
+    hold it is not yet proven dead. Nothing was written; the client asks again shortly.
+
+    ``holders``: the incarnations ("s1#3") that hold a shard the earlier try may still reach,
+    this silo's own included: only such a holder can settle its own shard (it knows whether a
+    call of the earlier try is still under way in it). A client reaches it by asking every silo
+    in turn; a silo taking over a flow step hands the step to it (``cluster.flows.progress``).
+    Known in the silo that raised it only (not carried across Ray)."""
+
+    def __init__(self, message: str, holders: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.holders = tuple(holders)
 
 
 class ScheduleInDoubt(RuntimeError):

@@ -63,6 +63,16 @@ def _silo_of(suspect: str) -> str:
     return suspect if parsed is None else parsed[0]
 
 
+def _open_to_suspects(owner: str | None, creator: tuple[str, int], suspects: Collection[str]) -> bool:
+    """Whether a shard whose owner is ``owner`` may still take a suspect's earlier try: held by
+    its creator, released and not claimed yet, or held by the very incarnation a suspect names
+    (see ``Scheduling._fenced_from_suspects``)."""
+    if owner in (f"{creator[0]}#{creator[1]}", RELEASED):
+        return True
+    held_by = parse_owner(owner) if owner is not None else None
+    return held_by is not None and held_by[0] == creator[0] and owner in suspects
+
+
 def _recurring(item: Item) -> bool:
     """Whether the job of ``item`` (checked by ``Silo.schedule``) has a schedule: only such a job moves on."""
     return unpack(item[2])[7] is not None
@@ -202,20 +212,26 @@ class Scheduling:
         members = await self._adoption.read_members()
         found: dict[str, str] = {}
         unsettled: list[str] = []
+        holders: set[str] = set()  # who holds a shard an earlier try may still reach: see EarlierTryUnsettled
         for window, ids in ids_by_window.items():
             for head in await list_logs(self._store, f"{SHARD_PREFIX}{format_window(window)}-"):
                 creator = creator_of(head.base)
                 if creator is None or creator[0] not in silos:
                     continue
+                owner = head.metadata.get("owner")
+                if owner == self._me.owner and _open_to_suspects(owner, creator, suspects):
+                    holders.add(owner)  # settled for this silo; any other would wait on it
                 if not await self._fenced_from_suspects(head.base, head.metadata, creator, suspects, members):
                     unsettled.append(head.base)
+                    if owner is not None and parse_owner(owner) is not None:
+                        holders.add(owner)
                     continue
                 records = (await read_log(self._store, head.base)).records()
                 for job_id in landed_ids(records, ids - found.keys()):
                     found[job_id] = head.base
         if unsettled:
             raise EarlierTryUnsettled(f"shards {unsettled} may still take an earlier try of this call; "
-                                      "their creators are not yet proven dead")
+                                      "their creators are not yet proven dead", sorted(holders))
         if found:
             log.info("retried schedule call found jobs of its earlier try", extra={"jobs": len(found)})
         return found
@@ -261,9 +277,7 @@ class Scheduling:
         held s1#1's drained shard to the end of the run, and the client's intent was never
         taken over)."""
         owner = metadata.get("owner")
-        held_by = parse_owner(owner) if owner is not None else None
-        if owner not in (f"{creator[0]}#{creator[1]}", RELEASED) and (
-                held_by is None or held_by[0] != creator[0] or owner not in suspects):
+        if not _open_to_suspects(owner, creator, suspects):
             return True  # claimed since by another silo, or by an incarnation sending no earlier try
         if self._shards.get(base) is not None or owner == self._me.owner:
             return True  # our own, and no call of ours is in progress (checked before)

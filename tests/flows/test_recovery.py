@@ -20,6 +20,7 @@ from cluster.flows.log import create_log, read_flow, update
 from cluster.flows.model import FLOW_PREFIX, compile_flow
 from cluster.flows.progress import Limits, advance, reconcile
 from cluster.model.clock import SYSTEM_CLOCK, Clock
+from cluster.model.errors import EarlierTryUnsettled
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, pack, us_to_datetime
@@ -270,3 +271,50 @@ async def test_a_silo_takes_over_its_own_intent_once_its_launch_is_over() -> Non
     assert schedule.calls == [], "its launch is under way"
     await reconcile(store, "etl", "5#1", schedule, LIMITS, members=LIVE, now_us=now, launching=set())
     assert schedule.calls == [(["a"], [100], ["5#1"])], "its launch failed: taken over, its own shards searched"
+
+
+class Unsettled:
+    """A silo's schedule call refused: an earlier try may still land in shards ``holders`` hold."""
+
+    def __init__(self, *holders: str) -> None:
+        self.holders = holders
+
+    async def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ()) -> list[str]:
+        raise EarlierTryUnsettled("shards may still take an earlier try", self.holders)
+
+
+LATER = 70_000_000  # past the grace period of an intent written at 100
+BOTH = {silo: Member(silo, 1, ACTIVE, LATER) for silo in ("5", "6", "7")}
+
+
+def later() -> int:
+    return LATER
+
+
+async def test_a_takeover_the_taker_cannot_settle_is_handed_to_the_silo_holding_the_shard() -> None:
+    """A client's intent is taken over after the grace period; the taker's schedule call cannot
+    settle it, as silo 6 holds a shard of the window the client's call may still reach. The step
+    goes to silo 6, which takes it over at once (its own intent, not being launched) and
+    schedules it as the client sent it; silo 7 leaves it to 6, a live writer. Before: silo 5
+    took it over again itself each round, keeping the intent young, and the steps never ran
+    (simulator seeds 90830 and 90973 with flows)."""
+    store = await flow_with(["intent", "t0", "client-1", ["a"], 100])
+    with pytest.raises(EarlierTryUnsettled):
+        await reconcile(store, "etl", "5#1", Unsettled("6#1"), LIMITS, members=BOTH, now_us=later, launching=set())
+    state = await read_flow(store, "etl")
+    assert state is not None and state.intents[state.steps["a"].token or ""].owner == "6#1"
+    other = Recorded()
+    await reconcile(store, "etl", "7#1", other, LIMITS, members=BOTH, now_us=later, launching=set())
+    assert other.calls == []
+    holder = Recorded()
+    await reconcile(store, "etl", "6#1", holder, LIMITS, members=BOTH, now_us=later, launching=set())
+    assert holder.calls == [(["a"], [100], ["5", "5#1", "6", "6#1", "7"])]
+
+
+@pytest.mark.parametrize("holders", [("5#1",), ("6#1", "7#1"), ()], ids=["its-own", "two", "none"])
+async def test_a_takeover_no_other_single_silo_can_settle_stays_with_its_taker(holders: tuple[str, ...]) -> None:
+    store = await flow_with(["intent", "t0", "client-1", ["a"], 100])
+    with pytest.raises(EarlierTryUnsettled):
+        await reconcile(store, "etl", "5#1", Unsettled(*holders), LIMITS, members=BOTH, now_us=later, launching=set())
+    state = await read_flow(store, "etl")
+    assert state is not None and state.intents[state.steps["a"].token or ""].owner == "5#1"

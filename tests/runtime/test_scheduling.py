@@ -204,6 +204,28 @@ async def test_a_retry_waits_for_a_live_suspect_holding_its_dead_incarnations_sh
     assert len(await copies(store, j.id)) == 1
 
 
+async def test_a_retry_waiting_on_a_live_holder_names_it_and_the_holder_settles_it() -> None:
+    """Only the silo holding a shard an earlier try may still reach can tell that no call of it
+    is under way there: the refusal names it (this silo too, when a shard of its own would hold
+    up any other), so that a flow step taken over is handed to it. Before: nothing said who could
+    settle it, the taker tried again by itself each round, and a client's flow steps never ran
+    while the holder lived on (simulator seeds 90830 and 90973 with flows)."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(hours=1))
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    second = await make_parts(store, "b")
+    with pytest.raises(EarlierTryUnsettled) as refused:
+        await second.scheduling.schedule([item(j)], suspects=["a", "b"])
+    assert refused.value.holders == ("a#1",)
+    assert await first.scheduling.schedule([item(j)], suspects=["a", "b"]) == [earlier]
+    assert await copies(store, j.id) == [earlier]
+    await second.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # "b#1" holds a shard of the window too
+    with pytest.raises(EarlierTryUnsettled) as refused:
+        await second.scheduling.schedule([item(job(due=timedelta(hours=1)))], suspects=["a", "b"])
+    assert refused.value.holders == ("a#1", "b#1")
+
+
 async def test_a_retry_naming_a_silo_is_not_held_up_by_its_next_incarnation_holding_the_old_shard() -> None:
     """Named by silo alone (a client's retry, a reconcile taking over a client's flow intent),
     the suspect's earlier try is fenced once its shard left the incarnation that created it,

@@ -327,6 +327,8 @@ def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
 
 
 FLOWS_ON = "default,+real_client,+clock_jumps,+flows"  # the default kinds and flows, as the flow seeds were found
+# The default kinds and flows as seeds 90000 on were found (``--faults default,+flows``).
+FLOWS_NOW = "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+shared_hosts"
 # Seeds that each broke an invariant through a bug since fixed; see the module docstring. Those
 # found before handlers waited say -ahead: with it a seed may draw a waiting handler, another world;
 # and all say -operator_pauses, found before operators paused jobs (issue 16), for the same reason.
@@ -565,6 +567,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the end: the steps never ran. named and dormant_overwrites (in default) are named so they stay on.
     (2053, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+shared_hosts",
      "takeover of a client's intent waited on a shard its creator's next incarnation held", "flow lost"),
+    # A takeover of a client's flow intent was refused by its own silo: a shard of the window,
+    # held by its live creator, might still take the client's earlier try, and only that holder
+    # can tell. The taker took the step over again itself each round, keeping its intent young,
+    # and the holder waited for it as for any live writer: the steps never ran. A takeover that
+    # one live holder can settle is now handed to it.
+    (90830, FLOWS_NOW, "takeover kept by a taker that could not settle it", "flow lost"),
+    (90973, FLOWS_NOW, "takeover kept by a taker that could not settle it", "flow lost"),
     # A run's outcome was opening the shard for the next occurrence when an operator paused the
     # job and a cancel removed the occurrence, dropping the pause from memory; the move went
     # out unpaused, the cancel's follow-up into the new shard never landed (its silo declared
