@@ -36,6 +36,9 @@ __all__ = ["FLOW_STATES", "DamagedFlow", "FlowIndex", "FlowPage", "Flows"]
 FLOW_STATES = (FLOW_RUNNING, FLOW_SUCCEEDED, FLOW_HALTED, FLOW_CANCELLED)
 _READS_AT_ONCE = 16  # flow logs fetched concurrently by one page; enough to hide store latency
 _DEFINE_TRIES = 5  # races with other submits of one name, each lost only to a write that landed
+# How long a cancel waits for an intent's writer to confirm, so as to cancel its jobs where they
+# landed; a writer slower than that adds jobs the silos' admission refuses (``FlowHooks.admit``).
+_CONFIRM_POLLS, _CONFIRM_POLL_S = 100, 0.05
 
 
 @dataclass(frozen=True)
@@ -224,10 +227,10 @@ class Flows:
             if state is None or not wrote:
                 return False
             # An intent written just before the cancel is being scheduled: let its writer confirm.
-            for _ in range(100):
+            for _ in range(_CONFIRM_POLLS):
                 if not state.unconfirmed():
                     break
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(_CONFIRM_POLL_S)
                 state = await read_flow(store, name)
                 assert state is not None
             cancelled = []

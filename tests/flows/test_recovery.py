@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from cluster import Flow, Step, Target
+from cluster.flows import api as flow_api
 from cluster.flows import hooks as flow_hooks
 from cluster.flows.api import Flows
 from cluster.flows.hooks import FlowHooks
-from cluster.flows.log import create_log, read_flow, update
+from cluster.flows.log import applied, create_log, read_flow, update
 from cluster.flows.model import FLOW_PREFIX, compile_flow
 from cluster.flows.progress import Limits, advance, reconcile
 from cluster.model.clock import SYSTEM_CLOCK, Clock
@@ -318,3 +319,28 @@ async def test_a_takeover_no_other_single_silo_can_settle_stays_with_its_taker(h
         await reconcile(store, "etl", "5#1", Unsettled(*holders), LIMITS, members=BOTH, now_us=later, launching=set())
     state = await read_flow(store, "etl")
     assert state is not None and state.intents[state.steps["a"].token or ""].owner == "5#1"
+
+
+async def test_a_step_its_writer_adds_after_the_cancel_returned_does_not_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Silo 3 wrote its intent to schedule a, then paused before its schedule call: the cancel
+    knows no shard of a's job, waits a while for 3 to confirm, and returns True. Resumed, 3
+    adds the job; its start is refused. Before: it started after "cancelled" (simulator seed
+    92583 with flows)."""
+    monkeypatch.setattr(flow_api, "_CONFIRM_POLL_S", 0.001)
+    store, view = FailingStore(), View()
+    hooks, event = await started(store, view)  # a's job, confirmed: its flow runs, it may start
+    try:
+        assert await hooks.admit(event) is True
+        store.fail_at = {"fetch": store.calls.get("fetch", 0) + 1}
+        assert await hooks.admit(event) is None, "the flow cannot be read: asked again, never let through"
+        plan = compile_flow(two_steps("other"), flow_id="f2", created_us=0)
+        await create_log(store, plan)
+        await update(store, "other", lambda s: applied(s, [["intent", "t0", "3#1", ["a"], 100]]))
+        submitter = Submitter()
+        assert await StoreFlows(submitter, store).cancel("other") is True
+        assert submitter.cancelled == [], "no shard of a's job is known to the cancel"
+        late = dataclasses.replace(event, job=plan.job("a", us_to_datetime(100)))  # added by 3, resumed
+        assert await hooks.admit(late) is False
+        assert await hooks.admit(event) is True, "only the cancelled flow's steps are refused"
+    finally:
+        await hooks.close()

@@ -574,6 +574,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # one live holder can settle is now handed to it.
     (90830, FLOWS_NOW, "takeover kept by a taker that could not settle it", "flow lost"),
     (90973, FLOWS_NOW, "takeover kept by a taker that could not settle it", "flow lost"),
+    # A cancel waited 5 s for s2#1, SIGSTOPped between a step's intent and its schedule call, to
+    # confirm, then returned True knowing no shard of the step's job; resumed, s2#1 added the job
+    # and it started. A step's start is now refused once its flow log says cancelled (its world
+    # changed with that read: tests/flows/test_recovery.py holds the case).
+    (92583, FLOWS_NOW, "a cancel missed a step its paused writer added later", "flow cancel did not hold"),
     # A run's outcome was opening the shard for the next occurrence when an operator paused the
     # job and a cancel removed the occurrence, dropping the pause from memory; the move went
     # out unpaused, the cancel's follow-up into the new shard never landed (its silo declared
