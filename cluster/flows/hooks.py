@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from cluster.flows.log import FlowLogDamaged, read_flow
+from cluster.flows.log import FlowLogDamaged, applied, read_flow, update
 from cluster.flows.model import FLOW_ID_META, FLOW_META, FLOW_PREFIX, STEP_META
-from cluster.flows.progress import Limits, advance, job_outcome, reconcile
+from cluster.flows.progress import Limits, Unconfirmed, advance, job_outcome, reconcile
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack
@@ -192,11 +192,40 @@ class FlowHooks(SiloHooks):
         except FlowLogDamaged as exc:
             log.error("flow log damaged: a step's record is lost", extra={"flow": flow, "error": repr(exc)})
             return True
+        except Unconfirmed as exc:  # the events landed with the intent; its confirmation did not
+            self._confirm_until_landed(exc)
+            return True
         except Exception as exc:  # storage, or no silo took the dependants: never stop the silo
             log.warning("could not record a flow step; trying again", extra={"flow": flow, "error": repr(exc)})
             self._wake.set()
             return False
         return True
+
+    def _confirm_until_landed(self, unconfirmed: Unconfirmed) -> None:
+        """Write an intent's confirmation until it lands; until then the intent is this silo's
+        launch under way, which reconcile does not take over (see ``Unconfirmed``)."""
+        self._launching.add(unconfirmed.token)
+
+        async def confirm() -> None:
+            delay = RECORD_RETRY_S
+            try:
+                while True:
+                    await asyncio.sleep(delay)
+                    try:
+                        await update(self._store, unconfirmed.flow, lambda s: applied(s, [unconfirmed.record]))
+                        return
+                    except FlowLogDamaged as exc:
+                        log.error("flow log damaged: a confirmation is lost", extra={"flow": unconfirmed.flow,
+                                                                                      "error": repr(exc)})
+                        return
+                    except StorageError as exc:
+                        log.warning("could not confirm scheduled flow steps; trying again",
+                                    extra={"flow": unconfirmed.flow, "error": repr(exc)})
+                    delay = min(2 * delay, self._interval)
+            finally:
+                self._launching.discard(unconfirmed.token)
+
+        self._spawn(confirm())
 
     async def _reconcile_loop(self) -> None:
         while True:
@@ -222,6 +251,9 @@ class FlowHooks(SiloHooks):
             try:
                 state = await reconcile(self._store, flow, self._silo.owner, self._schedule, self._limits, members,
                                         now_us=self._now_us, launching=self._launching)
+            except Unconfirmed as exc:
+                self._confirm_until_landed(exc)
+                continue
             except (EarlierTryUnsettled, ScheduleInDoubt, SiloStopping) as exc:
                 # A writer it takes over from is not proven dead yet, or the schedule call failed:
                 # its intent stays unconfirmed, and the next round takes it over again.

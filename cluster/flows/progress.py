@@ -124,7 +124,24 @@ async def launch(store: Store, state: FlowState, intent: Intent, schedule: Sched
     shards = await (schedule(jobs, suspects) if suspects else schedule(jobs))
     placed = [[step, shard, due[step]] for step, shard in zip(intent.steps, shards, strict=True)]
     sched = ["sched", intent.token, placed, now_us()]
-    return await update(store, state.plan.name, lambda s: applied(s, [sched]))
+    try:
+        return await update(store, state.plan.name, lambda s: applied(s, [sched]))
+    except StorageError as exc:
+        raise Unconfirmed(state.plan.name, sched, exc) from exc
+
+
+class Unconfirmed(StorageError):
+    """An intent's jobs are durable, but its ``sched`` could not be written yet.
+
+    Its writer writes it until it lands, holding the intent as its own launch meanwhile: taken
+    over, the step is searched for where the jobs landed, and a job that ran meanwhile and left
+    with its drained shard is added again (simulator seed 93052 with flows: the silo, resumed
+    from a SIGSTOP, failed to confirm, took its own intent over at once, and ran the step that
+    had just succeeded a second time)."""
+
+    def __init__(self, flow: str, record: list[Any], cause: BaseException) -> None:
+        super().__init__(f"flow {flow!r}: jobs scheduled, their confirmation not written: {cause!r}")
+        self.flow, self.record, self.token = flow, record, str(record[1])
 
 
 def _silos_of(owner: str, silos: Collection[str]) -> Collection[str]:

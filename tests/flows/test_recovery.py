@@ -26,7 +26,7 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, pack, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
-from cluster.runtime.membership import ACTIVE, Member
+from cluster.runtime.membership import ACTIVE, Member, Membership
 from cluster.runtime.shardlog import SUCCEEDED, add_op, remove_op
 from storage import Fenced, MemoryStore, Store, Unavailable, generation_name
 from storage.records import encode
@@ -342,5 +342,32 @@ async def test_a_step_its_writer_adds_after_the_cancel_returned_does_not_start(m
         late = dataclasses.replace(event, job=plan.job("a", us_to_datetime(100)))  # added by 3, resumed
         assert await hooks.admit(late) is False
         assert await hooks.admit(event) is True, "only the cancelled flow's steps are refused"
+    finally:
+        await hooks.close()
+
+
+async def test_a_silo_whose_confirmation_failed_writes_it_again_and_does_not_take_its_step_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Silo s0 scheduled b's job, then its write of the confirmation failed. Taken over (its own
+    launch, over), b would be searched for where it landed, and a job that had run meanwhile
+    and left with its drained shard would be added again (simulator seed 93052 with flows: the
+    step ran twice). It is written again until it lands; reconcile leaves the step to it."""
+    monkeypatch.setattr(flow_hooks, "RECORD_RETRY_S", 0.01)
+    store, view = FailingStore(), View()
+    await Membership(store).join("s0", SYSTEM_CLOCK.now_us())  # s0#1, alive
+    hooks, event = await started(store, view)
+    try:
+        store.calls.clear()
+        store.fail_at = {"append_block": 2}  # 1: a's success with b's intent; 2: b's confirmation
+        await hooks.attempt_ended(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
+        await hooks.reconcile_all()
+        for _ in range(100):
+            state = await read_flow(store, "etl")
+            if state is not None and state.steps["b"].shard is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert state is not None and state.steps["b"].shard == "shards/s0" and state.unconfirmed() == []
+        await hooks.reconcile_all()
+        assert view.scheduled == [f"{state.plan.id}-1"], "b's job is added once"
     finally:
         await hooks.close()

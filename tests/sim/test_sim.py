@@ -579,6 +579,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # and it started. A step's start is now refused once its flow log says cancelled (its world
     # changed with that read: tests/flows/test_recovery.py holds the case).
     (92583, FLOWS_NOW, "a cancel missed a step its paused writer added later", "flow cancel did not hold"),
+    # s2#2 scheduled a step, was SIGSTOPped, and on SIGCONT failed to write the confirmation
+    # (the step had run meanwhile and succeeded); it gave the confirmation up and took its own
+    # intent over at once: the search found no copy (its shard drained and deleted) and the
+    # step ran a second time. A writer now writes its confirmation until it lands.
+    (93052, FLOWS_NOW, "a silo gave up confirming its own scheduled step and took it over", "duplicate"),
     # A run's outcome was opening the shard for the next occurrence when an operator paused the
     # job and a cancel removed the occurrence, dropping the pause from memory; the move went
     # out unpaused, the cancel's follow-up into the new shard never landed (its silo declared
