@@ -42,6 +42,7 @@ from storage import MemoryStore
 from storage.damage import DAMAGED_PREFIX
 from storage.generations import generation_name
 from storage.records import decode
+from tests.sim.loop import true_now_us
 
 if TYPE_CHECKING:
     from tests.sim.world import Process, World
@@ -100,6 +101,8 @@ class Logs:
         """Now and then, kill ``proc`` as it sends an append: the append is in flight at the kill."""
         if not (self.on and world.injecting and world.faults.kills) or self.rng.random() >= P_KILL_AT_APPEND:
             return
+        # A kill like the chaos's: what explains a run again after it (``World.faulted``) must see it.
+        world.faulted[proc.silo_id].append((true_now_us(world.loop), "kill"))
         proc.kill()
         world.stats["kills at an append"] += 1
         world.note(f"kill {proc.silo_id} (epoch {proc.epoch}) as it appends")
