@@ -29,7 +29,7 @@ from cluster.model.errors import ValidationError
 from cluster.model.jobs import ScheduledJob
 from cluster.model.ports import JobSubmitter
 from cluster.model.wire import us_to_datetime
-from storage import AlreadyExists, Fenced, LogInfo, Store, Unavailable, open_store
+from storage import AlreadyExists, Fenced, LogHead, Store, Unavailable, list_logs, open_store
 
 __all__ = ["FLOW_STATES", "DamagedFlow", "FlowIndex", "FlowPage", "Flows"]
 
@@ -43,7 +43,7 @@ _CONFIRM_POLLS, _CONFIRM_POLL_S = 100, 0.05
 
 @dataclass(frozen=True)
 class DamagedFlow:
-    """A flow whose log cannot be read (torn or corrupt): its name and what is wrong."""
+    """A flow whose log cannot be read whole (damaged frames, records lost): its name and what is wrong."""
 
     name: str
     reason: str
@@ -82,7 +82,7 @@ class FlowIndex:
         Bad arguments raise ``ValidationError`` naming the argument, before any read.
         """
         _check_page(prefix, state, offset, limit)
-        infos = await store.list(FLOW_PREFIX + prefix)
+        infos = await list_logs(store, FLOW_PREFIX + prefix)  # each flow's current generation
         listed = {info.name for info in infos}
         for name in [n for n in self._seen if n.startswith(FLOW_PREFIX + prefix) and n not in listed]:
             del self._seen[name]  # gone from the store: forget it
@@ -93,10 +93,10 @@ class FlowIndex:
         matching = [s for s in await self._read(store, infos) if isinstance(s, FlowStatus) and s.state == state]
         return FlowPage(tuple(matching[offset:offset + limit]), len(matching))
 
-    async def _read(self, store: Store, infos: Sequence[LogInfo]) -> list[FlowStatus | DamagedFlow | None]:
+    async def _read(self, store: Store, infos: Sequence[LogHead]) -> list[FlowStatus | DamagedFlow | None]:
         gate = asyncio.Semaphore(_READS_AT_ONCE)
 
-        async def one(info: LogInfo) -> FlowStatus | DamagedFlow | None:
+        async def one(info: LogHead) -> FlowStatus | DamagedFlow | None:
             seen = self._seen.get(info.name)
             if seen is not None and seen[0] == info.etag:
                 return seen[1]
@@ -107,6 +107,8 @@ class FlowIndex:
                 return DamagedFlow(_flow_name(info), str(exc))
             if state is None:
                 return None  # created, its definition not appended yet
+            if state.damage is not None:  # records lost until its next writer repairs it (a torn tail is not damage)
+                return DamagedFlow(_flow_name(info), f"flow log {_flow_name(info)!r}: {state.damage}")
             status = state.status()
             self._seen[info.name] = (state.etag, status)
             return status
@@ -124,8 +126,8 @@ def _check_page(prefix: Any, state: Any, offset: Any, limit: Any) -> None:
             raise ValidationError(name, f"must be an int >= {least}", value)
 
 
-def _flow_name(info: LogInfo) -> str:
-    return info.name[len(FLOW_PREFIX):].rpartition("~")[0]
+def _flow_name(info: LogHead) -> str:
+    return info.base[len(FLOW_PREFIX):]
 
 
 class Flows:
@@ -199,7 +201,7 @@ class Flows:
     async def list(self) -> list[FlowStatus]:
         """Every flow's status, in name order."""
         async with await self._open() as store:
-            infos = await store.list(FLOW_PREFIX)
+            infos = await list_logs(store, FLOW_PREFIX)
             states = [await read_flow(store, _flow_name(info)) for info in infos]
         return [s.status() for s in states if s is not None]
 

@@ -19,7 +19,7 @@ from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.membership import Membership
 from cluster.runtime.runs import log_if_failed
 from cluster.runtime.shardlog import CANCELLED, EXHAUSTED, SUCCEEDED
-from storage import StorageError, Store
+from storage import StorageError, Store, list_logs
 
 log = logging.getLogger("timeshard.flows")
 
@@ -244,8 +244,8 @@ class FlowHooks(SiloHooks):
     async def reconcile_all(self) -> None:
         """One reconcile pass over every flow not known to be finished."""
         members = await Membership(self._store).members()
-        for info in await self._store.list(FLOW_PREFIX):
-            flow = info.name[len(FLOW_PREFIX):].rpartition("~")[0]
+        for head in await list_logs(self._store, FLOW_PREFIX):
+            flow = head.base[len(FLOW_PREFIX):]
             if flow in self._finished:
                 continue
             try:

@@ -51,6 +51,11 @@ step start of a hundred with kills every few seconds).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import random
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -75,10 +80,25 @@ from cluster.flows.model import (
 )
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import us_to_datetime
-from storage import Fenced, NotFound, StorageError, Store, Unavailable, generation_name
+from storage import (
+    AlreadyExists,
+    Fenced,
+    LogFull,
+    LogWriter,
+    NotFound,
+    StorageError,
+    Store,
+    Unavailable,
+    describe_damage,
+    generation_name,
+    read_log,
+)
+from storage.generations import NEXT_KEY, current_head
 from storage.records import decode, encode
 
 _CAS_ATTEMPTS = 50
+_REPAIR_BACKOFF_S, _REPAIR_BACKOFF_MAX_S = 0.05, 2.0  # the most a writer waits, at random, after a repair lost a race
+logger = logging.getLogger("timeshard.flows")
 
 class Schedule(Protocol):
     """Durably add jobs and return the shard each went to: through the client, or a silo directly.
@@ -92,7 +112,8 @@ class Schedule(Protocol):
 
 
 class FlowLogDamaged(StorageError):
-    """A flow log has a torn or corrupt tail; appending after it would hide the new records."""
+    """A flow log that cannot be folded: its definition or a record in it is not one a flow
+    writes (a torn tail or a damaged frame is not this: see ``read_flow`` and ``repair``)."""
 
 
 # -- the fold ---------------------------------------------------------------------------------
@@ -111,6 +132,7 @@ class StepState:
     token: str | None = None  # the intent that scheduled (or is scheduling) it
     shard: str | None = None
     due_us: int | None = None
+    scheduled_us: int | None = None  # when the ``sched`` placing it was written: a takeover's job is due long before
 
 
 @dataclass(frozen=True)
@@ -135,14 +157,20 @@ class FlowState:
     cancelled_us: int | None = None
     cancel_token: str | None = None  # the cancel record's, to tell the call that wrote it
     ended_us: int | None = None
+    name: str = ""  # the generation read, where the next record goes (see ``update``)
+    # The log read has a torn tail, or damaged frames (``damage`` says where, and the records
+    # lost): the state is the fold of its whole records, and the next writer repairs it first.
+    torn: bool = False
+    damage: str | None = None
 
     @classmethod
-    def fold(cls, records: Iterable[Any], etag: str, last_seq: int) -> FlowState:
+    def fold(cls, records: Iterable[Any], etag: str, last_seq: int, *, name: str = "", torn: bool = False,
+             damage: str | None = None) -> FlowState:
         it = iter(records)
         first = next(it)
         if first[0] != "flow":
             raise FlowLogDamaged(f"a flow log must start with its definition, not {first[0]!r}")
-        state = cls(FlowPlan.from_wire(first[1]), etag, last_seq)
+        state = cls(FlowPlan.from_wire(first[1]), etag, last_seq, name=name, torn=torn, damage=damage)
         state.steps = {s.name: StepState() for s in state.plan.steps}
         for record in it:
             state.apply(record)
@@ -189,7 +217,7 @@ class FlowState:
                     continue  # a taker scheduled it first, finding this one's job or proving it never landed
                 # Its own; or a taker's intent is still unconfirmed: this writer's job is durable, so
                 # the step is scheduled, and the taker, searching this writer's silo, finds it.
-                step.token, step.shard, step.due_us = token, shard, due_us
+                step.token, step.shard, step.due_us, step.scheduled_us = token, shard, due_us, record[3]
             return True
         if kind == "cancel":
             if self.finished:
@@ -280,42 +308,99 @@ class FlowState:
 
 
 # -- reading and writing a flow log -------------------------------------------------------------
+#
+# A flow log is a log of ``storage`` (``flows/<name>~<generation>``) that every writer appends to
+# by compare-and-swap on its ETag. An append torn by a writer's crash leaves a tail no frame can
+# follow; a frame whose bytes changed in the store costs its own records. Either way the log is
+# read for its whole records, as a shard log is replayed, and its next writer first repairs it as
+# a shard log's next owner does: ``LogWriter.claim`` (a damaged generation copied aside with
+# ``keep_damaged``) and a rotation into a new generation holding the whole records. Nothing lost
+# was acknowledged to anyone in a torn tail; what a damaged frame held is lost, as in a shard.
+
+
+def log_base(flow: str) -> str:
+    return FLOW_PREFIX + flow
 
 
 def log_name(flow: str) -> str:
-    return generation_name(FLOW_PREFIX + flow, 0)
+    """The first generation of ``flow``'s log: where it is created, and read while never repaired."""
+    return generation_name(log_base(flow), 0)
 
 
 async def create_log(store: Store, plan: FlowPlan) -> None:
     """Create ``plan``'s log holding its definition; ``AlreadyExists`` if the name is taken."""
     name = log_name(plan.name)
     etag = await store.create(name, {"flow_id": plan.id})
+    await _first_only(store, plan.name, name, etag)
     await store.append_block(name, encode(0, [["flow", plan.to_wire()]]), etag)
+
+
+async def _first_only(store: Store, flow: str, name: str, etag: str) -> None:
+    """``AlreadyExists`` (the generation just created deleted again) if the flow's log was
+    repaired into a later generation: its first one is gone, so creating it succeeded."""
+    infos = [info for info in await store.list(log_base(flow) + "~") if info.name != name]
+    if current_head(log_base(flow), infos) is not None:
+        with contextlib.suppress(StorageError):
+            await store.delete(name, etag)
+        raise AlreadyExists(f"flow log {flow!r} already exists")
 
 
 async def write_definition(store: Store, plan: FlowPlan) -> None:
     """Write ``plan`` into its flow's log, created but still empty (the call that created it
     failed before writing the definition); ``Fenced`` if anything is there by now."""
-    name = log_name(plan.name)
-    fetched = await store.fetch(name)
-    if fetched.data:
+    log = await read_log(store, log_base(plan.name))
+    if any(True for _ in log.records()):
         raise Fenced(f"flow log {plan.name!r} is no longer empty")
-    await store.append_block(name, encode(0, [["flow", plan.to_wire()]]), fetched.etag)
+    if log.decoded.torn is not None or log.decoded.damaged:
+        await repair(store, plan.name)  # its definition's own append, torn
+        raise Fenced(f"flow log {plan.name!r} was repaired: read it again")
+    await store.append_block(log.head.name, encode(0, [["flow", plan.to_wire()]]), log.etag)
 
 
 async def read_flow(store: Store, flow: str) -> FlowState | None:
-    """The flow's current state, None if there is no such flow (or its definition is not written yet)."""
+    """The flow's current state, None if there is no such flow (or its definition is not written
+    yet). A torn tail or damaged frames leave out only their own records (``FlowState.torn``,
+    ``FlowState.damage``); ``FlowLogDamaged`` if what is left cannot be a flow's."""
     try:
         fetched = await store.fetch(log_name(flow))
+        name, data, etag = log_name(flow), fetched.data, fetched.etag
+        repaired = NEXT_KEY in fetched.metadata
     except NotFound:
-        return None
-    decoded = decode(fetched.data)
-    if decoded.torn is not None:
-        raise FlowLogDamaged(f"flow log {flow!r}: {decoded.torn.reason} at {decoded.torn.offset}")
+        repaired = True  # no flow, or its first generation deleted by a repair
+    if repaired:
+        try:
+            log = await read_log(store, log_base(flow))
+        except NotFound:
+            return None
+        name, decoded, etag = log.head.name, log.decoded, log.etag
+    else:
+        decoded = decode(data)
     records = list(decoded.records())
     if not records:
         return None
-    return FlowState.fold(records, fetched.etag, decoded.last_seq)
+    damage = describe_damage(decoded) if decoded.damaged else None
+    return FlowState.fold(records, etag, decoded.last_seq, name=name, torn=decoded.torn is not None, damage=damage)
+
+
+async def repair(store: Store, flow: str, *, full: bool = False) -> None:
+    """Move ``flow``'s log, torn or damaged (or ``full``: its generation took the store's most
+    blocks), into a new generation holding its whole records, as a shard log's claim and
+    rotation do (``LogWriter``); a damaged generation is copied aside first.
+
+    Another writer's append or repair meanwhile fences this one (``Fenced`` from the claim or
+    the rotation's commit): the caller reads again, and repairs again if it must."""
+    log = await read_log(store, log_base(flow))
+    if log.decoded.torn is None and not log.decoded.damaged and not full:
+        return
+    records = list(log.records())
+    writer = await LogWriter.claim(store, log, log.metadata, snapshot=lambda: records)
+    try:
+        await writer.rotate()
+    finally:
+        with contextlib.suppress(StorageError):
+            await writer.close()
+    logger.warning("flow log repaired", extra={"flow": flow, "damage": describe_damage(log.decoded),
+                                                "generation": writer.generation})
 
 
 Decide = Callable[[FlowState], list[list[Any]]]
@@ -325,8 +410,11 @@ async def update(store: Store, flow: str, decide: Decide) -> FlowState | None:
     """Append what ``decide`` asks for on the state just read; on a race, read and decide again.
 
     ``decide`` returns the records to append and has applied them to the state it was given
-    (which is thrown away if the append loses). Returns the state after the write.
+    (which is thrown away if the append loses). Returns the state after the write. A log torn or
+    damaged is repaired first (``repair``): appended to, a torn tail would be taken for damage;
+    one full goes on in a new generation the same way.
     """
+    backoff = _REPAIR_BACKOFF_S
     for _ in range(_CAS_ATTEMPTS):
         state = await read_flow(store, flow)
         if state is None:
@@ -334,12 +422,25 @@ async def update(store: Store, flow: str, decide: Decide) -> FlowState | None:
         records = decide(state)
         if not records:
             return state
+        full = False
+        if not state.torn and state.damage is None:
+            try:
+                appended = await store.append_block(state.name, encode(state.last_seq + 1, records), state.etag)
+            except Fenced:
+                continue
+            except LogFull:  # the generation holds the store's most blocks: on in a new one
+                full = True
+            else:
+                state.etag, state.last_seq = appended.etag, state.last_seq + len(records)
+                return state
         try:
-            appended = await store.append_block(log_name(flow), encode(state.last_seq + 1, records), state.etag)
-        except Fenced:
-            continue
-        state.etag, state.last_seq = appended.etag, state.last_seq + len(records)
-        return state
+            await repair(store, flow, full=full)
+        except (Fenced, AlreadyExists):
+            # Another writer repairs it too, or appended: each claim fences the repair before it,
+            # so writers that all repair at once would go on fencing each other; wait apart.
+            # Drawn from a fresh id: ids are what a simulation makes replay (``uuid4``).
+            await asyncio.sleep(random.Random(uuid.uuid4().int).uniform(0, backoff))
+            backoff = min(2 * backoff, _REPAIR_BACKOFF_MAX_S)
     raise Unavailable(f"flow log {flow!r}: lost {_CAS_ATTEMPTS} races in a row")
 
 

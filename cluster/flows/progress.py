@@ -180,7 +180,12 @@ def _silent(step: StepState, limits: Limits, now_us: int) -> bool:
     if step.state == RETRYING and step.next_retry_us is not None:
         return now_us - step.next_retry_us > limits.staging_us + limits.attempt_us
     if step.state == PENDING and step.due_us is not None:
-        return now_us - step.due_us > limits.staging_us + limits.attempt_us
+        # From its due time or, later, from when it was scheduled: a step taken over goes out due
+        # at its first try's time, maybe minutes back. Measured from that, it was "silent" at
+        # once, its shard read while its start and end were still on their way to the flow log,
+        # and a job that had run with its shard drained and deleted was run again (simulator
+        # with flows and torn_logs, seed 94).
+        return now_us - max(step.due_us, step.scheduled_us or 0) > limits.staging_us + limits.attempt_us
     return False
 
 

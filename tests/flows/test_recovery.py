@@ -371,3 +371,19 @@ async def test_a_silo_whose_confirmation_failed_writes_it_again_and_does_not_tak
         assert view.scheduled == [f"{state.plan.id}-1"], "b's job is added once"
     finally:
         await hooks.close()
+
+
+async def test_a_step_taken_over_is_silent_only_counting_from_when_it_was_scheduled() -> None:
+    """Taken over at 70 s, a's job went out due at the client's first try (100 µs). At 75 s it
+    may well have run, its shard drained and deleted, while its start and end are still on
+    their way to the flow log: not silent yet, so not run again. Before: silent from its due
+    time, at once (simulator with flows and torn_logs, seed 94: a step ran twice, no kill)."""
+    store = await flow_with(["intent", "t0", "client-1", ["a"], 100], ["intent", "t1", "5#1", ["a"], 70_000_000],
+                            ["sched", "t1", [["a", "shards/gone", 100]], 70_000_100])
+    members = {"5": Member("5", 1, ACTIVE, 75_000_000)}
+    schedule = Recorded()
+    await reconcile(store, "etl", "6#1", schedule, LIMITS, members=members, now_us=lambda: 75_000_000)
+    assert schedule.calls == []
+    quiet = 70_000_100 + LIMITS.staging_us + LIMITS.attempt_us + 1  # silent that long: its job is looked for
+    await reconcile(store, "etl", "6#1", schedule, LIMITS, members=members, now_us=lambda: quiet)
+    assert schedule.calls == [(["a"], [quiet], [])], "gone without a trace: run again"
