@@ -12,7 +12,7 @@ from __future__ import annotations
 from tests.mutants.model import Mutant, Pytest, Sim
 
 EARLY = "early by 50 ms on a fault path"
-FLOWS = "default,+flows"  # flows are not a default kind yet (``tests.sim.world.Faults.flows``)
+FLOWS = "default,+flows"  # the flow seeds these were found in (flows a default kind since)
 UNDURABLE = "acknowledge before durable"
 FIFTY_MS = '__import__("datetime").timedelta(milliseconds=50)'
 
