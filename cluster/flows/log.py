@@ -42,8 +42,15 @@ silo), when it adopts a shard holding flow jobs, and every ``10 x adoption_inter
   a job that is gone without a trace (its drained shard was deleted) is run again — at least
   once, like every job.
 
-A silo that runs on writes a step's record until it lands, and reads an outcome whose write was
-in doubt from the shard log at once (``SiloHooks.attempt_unsure``). The remaining window is a
+A takeover whose schedule call cannot settle an earlier try (a live silo holds a shard it may
+still reach) is handed to that holder: a new intent names it as writer, and it takes the steps
+over at its next reconcile (``progress.hand_over``).
+
+A silo that runs on writes a step's record until it lands, and its intent's ``sched`` too
+(holding the intent as its own launch meanwhile), and reads an outcome whose write was in doubt
+from the shard log at once (``SiloHooks.attempt_unsure``). Once a flow's ``cancel`` is in its log
+no step's attempt starts (``FlowHooks.admit``): a job its paused writer adds after the cancel
+returned is refused at its start. The remaining window is a
 silo killed after a step's ``remove`` is durable and before its hook wrote ``ok``, with the shard
 deleted before any reconcile looked: the step then runs twice (the simulator sees it in about one
 step start of a hundred with kills every few seconds).

@@ -282,6 +282,58 @@ MUTANTS: tuple[Mutant, ...] = (
             "copy that writer added: the step runs twice, from two shards",
     ),
     Mutant(
+        name="flow-takeover-kept-by-its-taker",
+        kind="an acknowledged flow lost",
+        path="cluster/flows/progress.py",
+        old="            await hand_over(store, flow, state.intents[token], owner, exc.holders, now_us=now_us)\n",
+        new="            pass\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_takeover_the_taker_cannot_settle_is_handed_to_the_silo_holding_the_shard",)),
+        why="a silo taking over a client's flow step that only the live holder of a shard can settle keeps it, "
+            "and the step never runs (simulator seeds 90830, 90973)",
+    ),
+    Mutant(
+        name="flow-step-admitted-after-cancel",
+        kind="a flow cancel that does not hold",
+        path="cluster/flows/hooks.py",
+        old="        if state is None or state.plan.id != flow_id or state.cancelled_us is None:\n",
+        new="        if True:\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_step_its_writer_adds_after_the_cancel_returned_does_not_start",)),
+        why="a step whose paused writer adds its job after flows.cancel returned True starts (simulator seed 92583)",
+    ),
+    Mutant(
+        name="flow-confirmation-given-up",
+        kind="a flow step run twice",
+        path="cluster/flows/progress.py",
+        old="        raise Unconfirmed(state.plan.name, sched, exc) from exc\n",
+        new="        raise\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_silo_whose_confirmation_failed_writes_it_again_and_does_not_take_its_step_over",)),
+        why="a silo whose write of a step's confirmation failed takes its own intent over: the step, run and gone "
+            "with its drained shard, runs again (simulator seed 93052)",
+    ),
+    Mutant(
+        name="flow-silent-from-first-try",
+        kind="a flow step run twice",
+        path="cluster/flows/progress.py",
+        old="        return now_us - max(step.due_us, step.scheduled_us or 0) > limits.staging_us + limits.attempt_us\n",
+        new="        return now_us - step.due_us > limits.staging_us + limits.attempt_us\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_step_taken_over_is_silent_only_counting_from_when_it_was_scheduled",)),
+        why="a step taken over is judged silent from its first try's due time, at once, and run again while its "
+            "end is on its way to the flow log",
+    ),
+    Mutant(
+        name="flow-log-appended-after-a-torn-tail",
+        kind="a damaged log not repaired",
+        path="cluster/flows/log.py",
+        old="        if not state.torn and state.damage is None:\n",
+        new="        if True:\n",
+        catch=Pytest(("tests/flows/test_damage.py",)),
+        why="a writer appends after a torn tail instead of moving the log on: the tail is taken for damage",
+    ),
+    Mutant(
         name="dormant-fold-not-brought-up-to-date",
         kind="a stale read",
         path="cluster/runtime/dormant.py",
