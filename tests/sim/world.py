@@ -1290,11 +1290,18 @@ class World:
                 self.spawn(self._settle(job_id))
 
     async def _live_in(self, job_id: str) -> str | None:
-        """A shard whose log in the store holds ``job_id`` live (read as the store is, no faults)."""
+        """A shard whose log in the store holds ``job_id`` live (read as the store is, no faults),
+        else one whose move of it is decided and not known to have landed: its target may lack the
+        ADD (torn at a kill), and the source's next owner carries the move out, the job's pause with
+        it (seed 106680 took such a job for absent, and its pause for settled)."""
+        moving = None
         for head in await list_logs(self.store, SHARD_PREFIX):
-            if job_id in ShardState().replay((await read_log(self.store, head.base)).records()).live:
+            state = ShardState().replay((await read_log(self.store, head.base)).records())
+            if job_id in state.live:
                 return head.base
-        return None
+            if moving is None and job_id in state.pending:
+                moving = head.base
+        return moving
 
     async def _settle(self, job_id: str) -> None:
         shard: str | None = None  # where the store says it is, once its schedule's shard was no help
