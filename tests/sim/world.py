@@ -389,7 +389,11 @@ class SimStore(Store):
                                 payload)
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
-        return await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))  # type: ignore[no-any-return]
+        fetched: Fetched = await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))
+        if offset == 0 and name.startswith(SHARD_PREFIX):
+            self._world.shard_reads[name.rpartition("~")[0]].append(
+                (true_now_us(self._world.loop), self._proc.silo_id, fetched.data))
+        return fetched
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await self._call("delete", name, lambda: self._world.store.delete(name, if_match))
@@ -657,6 +661,10 @@ class World:
         # Jobs a retried schedule call added again after its earlier try had run and left no record
         # (README, "Schedule calls and retries": one more run, never two live copies).
         self.added_again: set[str] = set()
+        # Job id -> when the retry that added it again was sent: its new chain's runs leave after.
+        self.chain_sent: dict[str, int] = {}
+        # Shard -> reads of its log (when, by which silo, what): what a retry's search saw.
+        self.shard_reads: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
         self.client_rng = client_rng(seed)
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
@@ -1470,8 +1478,9 @@ class World:
         """When the chain a retried schedule call added again began: its first occurrence sent from
         the shard the call acknowledged (the earlier chain's fired from another, ``SimClient``).
         Every run of the earlier chain was sent before: it had no live copy left when the retry wrote."""
-        shard = self.acked.get(job_id)
-        return min((d.sent_us for d in self.deliveries if d.job_id == job_id and d.occurrence == 1 and d.shard == shard),
+        shard, after = self.acked.get(job_id), self.chain_sent.get(job_id, 0)
+        return min((d.sent_us for d in self.deliveries
+                    if d.job_id == job_id and d.occurrence == 1 and d.shard == shard and d.sent_us >= after),
                    default=EPOCH_US + 10**15)
 
     def _why_again(self, first: Delivery, again: Delivery) -> tuple[str, str] | None:
