@@ -1524,8 +1524,12 @@ class World:
 
     @staticmethod
     def _busy(live: tuple[str, Silo]) -> bool:
+        """Whether ``live`` is still working something through. A shard being handed over holds
+        back the due jobs it takes off the queue for its next owner: until its release lands,
+        they are neither queued nor running (seed 108527 with torn logs, judged mid hand-over)."""
         roles = live[1]._r
-        return bool(roles.runs.inflight or roles.runs.displaced or roles.adoption.taking_back)
+        return bool(roles.runs.inflight or roles.runs.displaced or roles.adoption.taking_back
+                    or any(shard.leaving is not None for shard in roles.shards))
 
     def _stuck(self, silo: Silo) -> list[str]:
         """What ``silo`` has left undone at the end, one line each."""
