@@ -625,6 +625,7 @@ class World:
         self.cancel_true: dict[str, int] = {}  # job id -> when a cancel returned True (true µs)
         self.cancel_unknown: set[str] = set()  # a cancel without an answer: it may have landed
         self.cancel_damaged: dict[str, int] = {}  # job id -> when a frame with a REMOVE(cancelled) of it was damaged
+        self.pause_damaged: dict[str, list[int]] = defaultdict(list)  # job id -> when frames with a PAUSE of it were
         self.deliveries: list[Delivery] = []
         # The operator's pauses, drawn from a generator of their own as dispatch ahead is: seeds that
         # draw none run as they did before pauses existed.
@@ -718,6 +719,11 @@ class World:
     def cancel_frame_damaged(self, job_id: str) -> None:
         """A damaged frame held a REMOVE(cancelled) of ``job_id`` (``tests.sim.logs``)."""
         self.cancel_damaged[job_id] = true_now_us(self.loop)
+
+    def pause_frame_damaged(self, job_id: str) -> None:
+        """A damaged frame held a PAUSE of ``job_id`` (``tests.sim.logs``): a pause sent before it
+        may be the one whose record was lost, and its job then runs on from here (README, Damage)."""
+        self.pause_damaged[job_id].append(true_now_us(self.loop))
 
     def cancel_returned(self, job_id: str, sent_us: int) -> None:
         """A cancel of ``job_id`` sent at ``sent_us`` (true µs) returned True: from now on it must hold.
