@@ -18,7 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
-from cluster.model.errors import describe
+from cluster.model.errors import RemoteTraceback, describe, unwrapped
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.model.placement import Node, place
 from cluster.runtime import heap
@@ -64,6 +64,17 @@ def _ensure_ray(namespace: str, address: str | None = None) -> None:
         except ValueError:  # Ray found a running cluster to join (e.g. `ray start`): it sets the CPUs
             pass
     ray.init(address=address, **settings)
+
+
+def _get(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get``, but what a silo raised arrives as itself (``UnsupportedStoreFormat``,
+    ``StorageError`` ...), its traceback kept as the cause, not in Ray's coloured wrapper."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.RayTaskError as exc:
+        error = unwrapped(exc)
+    # Raised here, outside the handler: Ray's wrapper is then not chained to it (as in the client).
+    raise error
 
 
 def _alive_nodes() -> list[Node]:
@@ -127,7 +138,7 @@ class Cluster:
             waiting = []
             for silo_id, (node, handle) in spawned.items():
                 try:
-                    ray.get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    _get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
                 except ray.exceptions.ActorUnschedulableError:
                     if time.monotonic() > deadline:
                         raise
@@ -135,6 +146,20 @@ class Cluster:
                                                                                             "node": node})
                     lost.add(node)
                     waiting.append(silo_id)
+                except Exception as exc:
+                    if isinstance(exc.__cause__, RemoteTraceback):
+                        # The silo's start raised (its store refused it): it never serves, and a
+                        # detached actor left behind would be reused, refusing again, by the next start.
+                        self._discard([h for _, h in spawned.values()])
+                    raise
+
+    @staticmethod
+    def _discard(handles: Sequence[Any]) -> None:
+        for handle in handles:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception as exc:  # already gone: nothing to remove
+                log.warning("could not remove a silo that failed to start", extra={"error": describe(exc)})
 
     def _members(self) -> list[Member]:
         """The membership table's rows ([] when the store does not answer, or from async code)."""
@@ -214,14 +239,16 @@ class Cluster:
         ids = running_silo_ids(namespace)
         if not ids:
             raise LookupError(f"no timeshard silos in Ray namespace {namespace!r}; start them with Cluster.start")
+        why = ""
         for silo_id in ids:
             try:
                 handle = ray.get_actor(SILO_PREFIX + silo_id, namespace=namespace)
-                described = ray.get(handle.describe.remote(), timeout=timeout)
-            except Exception:  # gone or not answering: ask the next one
+                described = _get(handle.describe.remote(), timeout=timeout)
+            except Exception as exc:  # gone or not answering: ask the next one
+                why = f" (silo {silo_id}: {describe(exc)})"
                 continue
             return cls(namespace, ids, described["options"], described["store_url"])
-        raise LookupError(f"no timeshard silo in Ray namespace {namespace!r} answered within {timeout:g} s")
+        raise LookupError(f"no timeshard silo in Ray namespace {namespace!r} answered within {timeout:g} s{why}")
 
     def handles(self) -> dict[str, Any]:
         """The actor handle of each silo that exists now, by silo id; gone ones are left out."""
@@ -319,7 +346,7 @@ class Cluster:
                 try:
                     ray.get(ref, timeout=timeout + 10)
                 except Exception as exc:
-                    log.warning("silo did not stop gracefully", extra={"silo": silo_id, "error": repr(exc)})
+                    log.warning("silo did not stop gracefully", extra={"silo": silo_id, "error": describe(exc)})
         for handle in handles.values():
             ray.kill(handle, no_restart=True)
 
@@ -332,7 +359,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ray.get([h.ready.remote() for h in self.silos], timeout=max(1.0, deadline - time.monotonic()))
+                _get([h.ready.remote() for h in self.silos], timeout=max(1.0, deadline - time.monotonic()))
                 return
             except Exception:
                 if time.monotonic() > deadline:

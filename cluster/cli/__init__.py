@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from cluster.cli.jobs import add_job_commands
 from cluster.cli.ui import add_ui_command
-from cluster.model.errors import ValidationError
+from cluster.model.errors import ONE_LINE_ERRORS
 from cluster.model.options import DEFAULT_NAMESPACE
 from storage import StorageError
 
@@ -32,6 +32,9 @@ EPILOG = """examples:
 
 class UserError(Exception):
     """A failure to report in one line, without a traceback."""
+
+
+_PRINTED: tuple[type[BaseException], ...] = (UserError, StorageError, *ONE_LINE_ERRORS)
 
 
 def _add_up(sub: argparse._SubParsersAction) -> None:
@@ -198,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValidationError, StorageError) as exc:
+    except _PRINTED as exc:
         print(f"timeshard: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
