@@ -150,16 +150,17 @@ class Cluster:
                     if isinstance(exc.__cause__, RemoteTraceback):
                         # The silo's start raised (its store refused it): it never serves, and a
                         # detached actor left behind would be reused, refusing again, by the next start.
-                        self._discard([h for _, h in spawned.values()])
+                        self._discard({i: h for i, (_, h) in spawned.items()})
                     raise
 
-    @staticmethod
-    def _discard(handles: Sequence[Any]) -> None:
-        for handle in handles:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception as exc:  # already gone: nothing to remove
-                log.warning("could not remove a silo that failed to start", extra={"error": describe(exc)})
+    def _discard(self, spawned: dict[str, Any], timeout: float = 10.0) -> None:
+        """Remove the actors of silos that failed to start, and wait until their names are free:
+        Ray removes a killed actor a moment later, and a start meanwhile would be handed it."""
+        for handle in spawned.values():
+            ray.kill(handle, no_restart=True)
+        deadline = time.monotonic() + timeout
+        while set(spawned) & set(running_silo_ids(self.namespace)) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def _members(self) -> list[Member]:
         """The membership table's rows ([] when the store does not answer, or from async code)."""
