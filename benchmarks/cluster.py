@@ -15,7 +15,8 @@ counting handler actors whose ``execute_job`` only notes when it ran, and measur
   just before it.
 
 Failover time and replay speed live here too (``failover``, ``replay``), run by
-``python -m benchmarks.suite``. Writes benchmarks/results/cluster.json and cluster*.png.
+``python -m benchmarks.suite``. Writes cluster.json and cluster*.png
+(where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 import ray
 
 from benchmarks._azurite import Azurite
-from benchmarks.report import Report, machine_info, percentiles
+from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 from cluster import Cluster, ClusterOptions, Target
 from cluster.client import Client
 from cluster.model.attempt import JobContext
@@ -549,8 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=["file", "azure"], type=lambda s: s.split(","), help="file,azure (default both)")
     parser.add_argument("--silos", type=int, default=3)
     parser.add_argument("--dispatch-ahead", default=None, help="the silos' dispatch_ahead, e.g. 50ms (default: the option's)")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("cluster", quick=args.quick)
+    report = report_for("cluster", parser, args)
     report.progress(f"async actors run on {event_loop()}")
     results = asyncio.run(main_async(args, report))
     summarize(results, report, "azure" if "azure" in results else args.store[0])

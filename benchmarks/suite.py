@@ -1,6 +1,6 @@
 """The benchmarks side by side: timeshard against the ceiling, the floor and a durable peer.
 
-    python -m benchmarks.suite [cluster failover replay memory herd baselines] [--quick]
+    python -m benchmarks.suite [cluster failover replay memory herd baselines] [--quick | --publish]
 
 Runs the named benchmarks (default: all) in one process, on one Ray and one Azurite, so every
 figure is measured in the same run as its baselines: the no-op Ray call rate (ceiling), a
@@ -11,10 +11,11 @@ figures (``memory``: 10 million dormant and 1 million loaded jobs as RSS slopes;
 million jobs due at one instant through 3 silos; ``replay``: a 1-million-job shard), each of
 which takes minutes in a full run and prints progress as it goes.
 
-Writes benchmarks/results/suite.json (machine, versions, every figure), suite-*.png (one per
-comparison) and RESULTS.md, the table docs/benchmarks.md embeds: regenerate it with this command.
-A ``--quick`` run writes to ``$TIMESHARD_BENCH_DIR`` or a scratch folder (``$TMPDIR/timeshard-bench-quick``),
-never into benchmarks/results/.
+Writes suite.json (machine, versions, every figure), suite-*.png (one per comparison) and
+RESULTS.md, the table docs/benchmarks.md embeds, into ``$TIMESHARD_BENCH_DIR`` or a scratch folder
+(``$TMPDIR/timeshard-bench``; ``-quick`` for a quick run). ``--publish`` writes them into
+benchmarks/results/ instead and, for a full run of every benchmark at the default sizes,
+regenerates the table in docs/benchmarks.md; a ``--quick`` run is never published.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from benchmarks.cluster import (
     replay,
 )
 from benchmarks.queue import GOAL_HERD_GROWTH
-from benchmarks.report import DEFAULT_RESULTS_DIR, PUBLISHED, Report, machine_info
+from benchmarks.report import PUBLISHED, Report, add_publish_flag, machine_info, report_for
 
 NAMES = ("cluster", "failover", "replay", "memory", "herd", "baselines")
 ALIASES: dict[str, tuple[str, ...]] = {"scheduling": ("cluster",), "triggers": ("cluster",), "lateness": ("cluster",),
@@ -312,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loaded", type=memory.sizes_arg, default=None,
                         help="loaded-job sizes for memory (default 100k,250k,500k,750k,1M; quick 2.5k..10k)")
     parser.add_argument("--herd", type=memory.sizes_arg, default=None, help="herd sizes (default 100k,1M; quick 1k,4k)")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
     names: list[str] = []
     for given in args.names or NAMES:
@@ -322,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                 names.append(name)
     # Baselines first when present: the peer's figures then sit beside every row.
     names.sort(key=lambda n: n != "baselines")
-    report = Report("suite", quick=args.quick)
+    report = report_for("suite", parser, args)
     sizes = Sizes(args.dormant, args.loaded, args.herd)
     results, samples = asyncio.run(run(names, args.quick, report, sizes))
     table = rows(results)
@@ -338,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(table, args.quick, machine, report.data["when"])
     (out / "RESULTS.md").write_text(text)
     report.progress(f"table: {out / 'RESULTS.md'}")
-    if not args.quick and out == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES) and sizes == Sizes():
-        embed_in_page(text)
+    if args.publish and set(names) >= set(NAMES) and sizes == Sizes():
+        embed_in_page(text, RESULTS_PAGE)
         report.progress(f"{RESULTS_PAGE}: benchmark table regenerated")
     return report.finish()
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import herd, memory, report, suite
+from benchmarks import baselines, herd, memory, queue, report, storage, suite
+from benchmarks import cluster as cluster_bench
 from benchmarks.cluster import GOAL_REPLAY_PER_S
 from cluster.cli import build_parser
 from cluster.cli import main as cli_main
@@ -139,13 +140,77 @@ def test_a_quick_suite_from_a_checkout_writes_a_scratch_folder_never_the_publish
     assert str(scratch) in capsys.readouterr().out  # the user is told where the figures went
 
 
-def test_the_scratch_folder_of_quick_runs_is_outside_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_unpublished_runs_write_scratch_folders_outside_the_checkout(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
     monkeypatch.delenv("TIMESHARD_BENCH_DIR", raising=False)
     checkout = Path(suite.__file__).resolve().parent.parent
-    assert not report.results_dir(quick=True).resolve().is_relative_to(checkout)
-    assert report.results_dir(quick=False) == report.DEFAULT_RESULTS_DIR
+    for quick in (True, False):
+        assert not report.results_dir(quick=quick).resolve().is_relative_to(checkout)
+    assert report.results_dir(quick=False, publish=True) == report.DEFAULT_RESULTS_DIR
     monkeypatch.setenv("TIMESHARD_BENCH_DIR", str(tmp_path))
     assert report.results_dir(quick=True) == report.results_dir(quick=False) == tmp_path
+
+
+@pytest.fixture
+def folders(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
+    """Stand-ins for the published folder, the scratch folders and docs/benchmarks.md, so a
+    regression writes here, not over the checkout; the suite's steps do not run."""
+    found = {name: tmp_path / name for name in ("published", "scratch", "quick")}
+    found["published"].mkdir()
+    found["page"] = tmp_path / "benchmarks.md"
+    found["page"].write_text(f"# Benchmarks\n{suite.START}\nthe published table\n{suite.END}\n")
+    monkeypatch.setattr(report, "DEFAULT_RESULTS_DIR", found["published"])
+    monkeypatch.setattr(report, "SCRATCH_RESULTS_DIR", found["scratch"])
+    monkeypatch.setattr(report, "QUICK_RESULTS_DIR", found["quick"])
+    monkeypatch.setattr(suite, "RESULTS_PAGE", found["page"])
+    monkeypatch.delenv("TIMESHARD_BENCH_DIR", raising=False)
+
+    async def fake_run(names: list[str], quick: bool, report: Any, sizes: suite.Sizes) -> tuple[dict, dict]:
+        return {}, {}
+
+    monkeypatch.setattr(suite, "run", fake_run)
+    return found
+
+
+def test_a_full_run_is_published_only_with_publish(folders: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27, point 6: a full run someone tries locally no longer replaces the published figures."""
+    page = folders["page"].read_text()
+    assert cli_main(["bench"]) == 0
+    assert sorted(p.name for p in folders["scratch"].iterdir()) == ["RESULTS.md", "suite.json"]
+    assert list(folders["published"].iterdir()) == [] and folders["page"].read_text() == page
+    assert str(folders["scratch"]) in capsys.readouterr().out  # the user is told where the figures went
+
+    assert cli_main(["bench", "--publish"]) == 0
+    assert sorted(p.name for p in folders["published"].iterdir()) == ["RESULTS.md", "suite.json"]
+    table = (folders["published"] / "RESULTS.md").read_text().strip()
+    assert folders["page"].read_text() == f"# Benchmarks\n{suite.START}\n{table}\n{suite.END}\n"
+
+
+@pytest.mark.parametrize("module", [baselines, cluster_bench, herd, memory, queue, storage, suite],
+                         ids=lambda m: m.__name__)
+def test_a_quick_run_is_refused_publishing_before_it_runs(module: Any, folders: dict[str, Path],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        module.main(["--quick", "--publish"])
+    assert refused.value.code == 2
+    assert "--quick run's figures are indicative only and are never published" in capsys.readouterr().err
+    assert list(folders["published"].iterdir()) == [] and not folders["quick"].exists()
+
+
+def test_the_command_line_refuses_a_quick_published_run(folders: dict[str, Path]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli_main(["bench", "suite", "--quick", "--publish"])
+    assert refused.value.code == 2 and list(folders["published"].iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--quick"], []], ids=["quick", "full"])
+def test_the_published_folder_is_not_a_scratch_folder(argv: list[str], folders: dict[str, Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """TIMESHARD_BENCH_DIR naming benchmarks/results/ would publish without --publish."""
+    monkeypatch.setenv("TIMESHARD_BENCH_DIR", str(folders["published"]))
+    with pytest.raises(SystemExit) as refused:
+        suite.main(argv)
+    assert refused.value.code == 2 and list(folders["published"].iterdir()) == []
 
 
 def test_timeshard_bench_without_a_name_runs_the_suite() -> None:

@@ -133,17 +133,22 @@ def _run_drill(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="run benchmarks side by side (JSON + PNG in benchmarks/results)",
+        help="run benchmarks side by side (JSON + PNG in a scratch folder; --publish: benchmarks/results)",
         description="Run benchmarks by name; each is also `python -m benchmarks.<name>`.",
-        epilog="examples:\n  timeshard bench                 # the whole suite, as docs/benchmarks.md reports it\n"
+        epilog="examples:\n  timeshard bench                 # the whole suite, into $TIMESHARD_BENCH_DIR or $TMPDIR/timeshard-bench\n"
+        "  timeshard bench --publish       # the same, into benchmarks/results/ and docs/benchmarks.md's table\n"
         "  timeshard bench queue storage --quick",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("names", nargs="*", default=["suite"],
                    help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory, herd")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes, seconds each; indicative figures, written to $TIMESHARD_BENCH_DIR or a scratch "
-                   "folder ($TMPDIR/timeshard-bench-quick), never benchmarks/results")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="small sizes, seconds each; indicative figures, written to $TIMESHARD_BENCH_DIR or a scratch "
+                      "folder ($TMPDIR/timeshard-bench-quick), never published")
+    size.add_argument("--publish", action="store_true",
+                      help="write the figures into benchmarks/results/, the published ones (default: "
+                      "$TIMESHARD_BENCH_DIR, else a scratch folder, $TMPDIR/timeshard-bench)")
     p.set_defaults(func=_run_bench)
 
 
@@ -156,7 +161,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             module = importlib.import_module(f"benchmarks.{name}")
         except ImportError:
             raise UserError(f"no benchmark named {name!r} (python -m benchmarks.<name>)") from None
-        status |= module.main(["--quick"] if args.quick else [])
+        status |= module.main(["--quick"] if args.quick else ["--publish"] if args.publish else [])
     return status
 
 
