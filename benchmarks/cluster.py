@@ -37,6 +37,7 @@ from typing import Any
 
 import ray
 
+from benchmarks import peers
 from benchmarks._azurite import Azurite
 from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 from cluster import Cluster, ClusterOptions, Target
@@ -525,14 +526,14 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
          **{f"{k} x{CALLERS}": results[k]["scheduling"]["concurrent_single_per_s"] for k in stores},
          **{f"{k} x1": results[k]["scheduling"]["single_per_s"] for k in stores}}, None),
         ("batch scheduling, jobs/s", {k: results[k]["scheduling"]["batch_per_s"] for k in stores}, GOAL_BATCH_PER_S,
-         [("Dapr 921/s", 921.0)]),
+         [peers.DAPR_SCHEDULE_TARGET.reference]),
         ("triggers, jobs/s", {k: results[k]["triggers"]["per_s"] for k in stores},
-         min(GOAL_TRIGGERS_PER_S[k] for k in stores) if stores else None, [("Dapr 15,000/s", 15_000.0)]),
+         min(GOAL_TRIGGERS_PER_S[k] for k in stores) if stores else None, [peers.DAPR_TRIGGER_TARGET.reference]),
     ])
     report.cdf(f"lateness at a steady {STEADY_RATE:,} and {HIGH_RATE:,} jobs/s",
                {**{f"{k} {STEADY_RATE:,}/s": results[k]["lateness_samples_ms"] for k in stores},
                 **{f"{k} {HIGH_RATE:,}/s": results[k]["lateness_high_samples_ms"] for k in stores}},
-               goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)])
+               goal=GOAL_LATENESS_P99_MS)
 
 
 def event_loop() -> str:

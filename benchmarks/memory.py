@@ -48,8 +48,6 @@ from cluster.client import Client
 
 GOAL_DORMANT_BYTES_PER_JOB = 10
 GOAL_LOADED_BYTES_PER_JOB = 150
-# Published: Orleans keeps 200-500 B per job in memory; Celery ETA tasks ~11 KB each.
-PUBLISHED_BYTES_PER_JOB = [("Orleans durable jobs 200-500 B", 500.0)]
 _TARGET = Target.actor("bench-memory-target", "bench")  # never fires: the cluster stops first
 
 DORMANT_SIZES = (1_000_000, 2_500_000, 5_000_000, 7_500_000, 10_000_000)
@@ -240,8 +238,6 @@ def draw(report: Report, result: dict[str, Any], suffix: str = "") -> None:
         }
         goal = GOAL_DORMANT_BYTES_PER_JOB if name == "dormant" else GOAL_LOADED_BYTES_PER_JOB
         series[f"goal slope {goal} B/job"] = [(x, (goal * x + m["fit"]["intercept"]) / 2**20) for x in (0, xs[-1])]
-        if name == "loaded":
-            series["Orleans 500 B/job (published)"] = [(x, (500 * x + m["fit"]["intercept"]) / 2**20) for x in (0, xs[-1])]
         panels.append((f"{name} jobs ({m['store']})", series))
     report.lines("silo RSS after a collection against jobs held" + (" (quick: indicative)" if result.get("quick") else ""),
                  panels, xlabel="jobs", ylabel="MiB", suffix=suffix or "slope", log=False)

@@ -4,12 +4,13 @@ figures, and the suite's table rows for the scale figures (no Ray, no store)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks import baselines, herd, memory, queue, report, storage, suite
+from benchmarks import baselines, herd, memory, peers, queue, report, storage, suite
 from benchmarks import cluster as cluster_bench
 from benchmarks.cluster import GOAL_REPLAY_PER_S
 from cluster.cli import build_parser
@@ -86,7 +87,7 @@ def test_rows_put_each_scale_figure_beside_its_baseline_with_goals_on_slopes() -
     assert "APScheduler" in dormant["baselines"] and "360" in dormant["baselines"]
     loaded = table["Loaded jobs (in one silo): silo RSS slope, 100,000–1,000,000 jobs (B/job)"]
     assert loaded["value"] == 567.0 and loaded["goal"] == 150 and loaded["met"] is False
-    assert "Orleans 200–500 B" in loaded["published"]
+    assert loaded["published"] == "", "no peer publishes a per-job memory figure we could cite"
     crowd = table["Thundering herd: 1,000,000 jobs due at one instant, 3 silos (jobs/s; lateness p50 / p99 s)"]
     assert crowd["shown"] == "31,000 (16.0 / 32.0)" and "in-process timer queue 350,000" in crowd["baselines"]
     step = table["Herd: wall time per job, 1,000,000 over 100,000 jobs (×)"]
@@ -104,6 +105,27 @@ def test_herd_row_names_the_steady_trigger_rate_when_the_cluster_ran() -> None:
                "noop": {"concurrent_per_s": 1_100.0, "sequential_per_s": 330.0}}
     (crowd,) = [r for r in suite.rows(results) if r["figure"].startswith("Thundering herd")]
     assert "steady triggers (30,000 jobs) 17,000" in crowd["baselines"]
+
+
+CITATION = re.compile(r"\[[^\]]+\]\((https://[^)\s]+)\)")
+
+
+def test_every_published_figure_in_the_table_links_to_its_source() -> None:
+    """Issue 27, point 7: a peer's figure beside ours says where the peer publishes it."""
+    cluster = {"scheduling": {"batch_per_s": 16_000.0, "concurrent_single_per_s": 2_000.0, "single_per_s": 80.0},
+               "triggers": {"per_s": 17_000.0, "jobs": 30_000}, "lateness": {"p50": 3.0, "p99": 15.0, "max": 30.0}}
+    results = {**SCALE_RESULTS, "cluster_azure": cluster, "cluster_file": cluster,
+               "noop": {"concurrent_per_s": 1_100.0, "sequential_per_s": 330.0},
+               "failover": {"measured": 2, "p50": 0.5, "max": 1.0, "seconds": [0.5, 1.0]}}
+    table = suite.rows(results)
+    published = [r["published"] for r in table if r["published"]]
+    assert len(published) >= 3  # batch scheduling, triggers (two stores) and the herd: the rows Dapr publishes for
+    for text in published:
+        assert CITATION.sub("", text).strip("; ") == "", f"a published figure without its source: {text!r}"
+    sources = {url for text in published for url in CITATION.findall(text)}
+    assert sources == {f.source for f in peers.ALL}
+    for figure in peers.ALL:
+        assert f"{figure.value:,.0f}" in figure.label, f"{figure.label!r} does not say the value it is drawn at"
 
 
 def test_scale_runs_the_three_scale_steps_with_the_sizes_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
