@@ -329,7 +329,13 @@ class Cluster:
             free = (str(i) for i in range(10 * silos + len(current)) if str(i) not in current)
             added = [next(free) for _ in range(silos - len(current))]
             self.silo_ids = sorted(current + added, key=lambda s: (len(s), s))
-            self._add(added, timeout)
+            try:
+                self._add(added, timeout)
+            except Exception:
+                # Silos that refused to start were removed: the client must not route to them.
+                running = set(running_silo_ids(self.namespace))
+                self.silo_ids = [i for i in self.silo_ids if i in current or i in running]
+                raise
             log.info("silos added", extra={"namespace": self.namespace, "silos": added})
             return {"added": added, "removed": []}
         removed = current[silos:]

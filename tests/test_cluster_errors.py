@@ -14,22 +14,22 @@ import pytest
 import ray
 
 import cluster._cluster as cluster_module
-from cluster import Cluster, UnsupportedStoreFormat
+from cluster import Cluster, ClusterOptions, UnsupportedStoreFormat
 from cluster.cli import main as cli
 from cluster.model.errors import RemoteTraceback
 from cluster.model.placement import Node
-from storage import InvalidStoreUrl
+from storage import InvalidStoreUrl, StorageError
 from tests.test_client_errors import ray_wrapped
 
 REFUSAL = UnsupportedStoreFormat(2, 1, "timeshard 0.2.0")
 
 
 class SiloHandle:
-    """A silo actor's handle whose ``ready`` call fails as a silo refusing its store does."""
+    """A silo actor's handle; what its calls (``ready``, ``describe``) raise is ``ray.get``'s stand-in's."""
 
     def __init__(self, silo_id: str) -> None:
         self.silo_id = silo_id
-        self.ready = self
+        self.ready = self.describe = self
 
     def remote(self) -> str:
         return f"ready-of-{self.silo_id}"
@@ -65,6 +65,31 @@ def test_a_start_on_a_store_of_a_newer_format_raises_the_refusal_itself(refusing
     assert "\x1b" not in printed and "RayTaskError" not in printed, printed
     # A refusing silo never serves; left as a detached actor, the next start would reuse it.
     assert sorted(refusing_silos) == ["0", "1"]
+
+
+def test_a_scale_whose_new_silos_refuse_raises_the_refusal_and_keeps_only_the_silos_that_run(
+        refusing_silos: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_module, "running_silo_ids", lambda namespace: ["0"])
+    monkeypatch.setattr(Cluster, "_remove_lost", lambda self, silo_ids, timeout=2.0: list(silo_ids))
+    cluster = Cluster("test", ["0"], ClusterOptions(), "memory://")
+    with pytest.raises(UnsupportedStoreFormat) as caught:
+        cluster.scale(3)
+    assert isinstance(caught.value.__cause__, RemoteTraceback)
+    assert sorted(refusing_silos) == ["1", "2"] and cluster.silo_ids == ["0"]
+
+
+def test_connect_says_why_no_silo_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    def get(ref: Any, timeout: float | None = None) -> Any:
+        raise ray_wrapped(StorageError("file store /srv: [Errno 5] Input/output error"), "ray::SiloActor.describe")
+
+    monkeypatch.setattr(cluster_module, "_ensure_ray", lambda namespace, address=None: None)
+    monkeypatch.setattr(cluster_module, "running_silo_ids", lambda namespace: ["0"])
+    monkeypatch.setattr(ray, "get_actor", lambda name, namespace=None: SiloHandle("0"))
+    monkeypatch.setattr(ray, "get", get)
+    with pytest.raises(LookupError) as caught:
+        Cluster.connect("test", timeout=1)
+    assert str(caught.value) == ("no timeshard silo in Ray namespace 'test' answered within 1 s "
+                                 "(silo 0: StorageError: file store /srv: [Errno 5] Input/output error)")
 
 
 def test_the_command_line_prints_the_refusal_in_one_line(refusing_silos: list[str], tmp_path: Path,
