@@ -161,12 +161,11 @@ class Faults:
     # In a share of seeds silos list shards in turn (``adoption_listers`` 1: each every third
     # adoption interval), as in a cluster of more silos than listers (issue 28): what makes
     # orphans must be heard — a departure in the membership table, a peer's notice, a write of
-    # its own whose outcome is unknown — and looked for at once, not found on a turn. Only with
-    # ``all`` (or ``+turns``) for now: in seeds 0-1999 its timings find a product bug still
-    # open, a resume meeting a move not yet carried out (seed 1194: the move's target answered
-    # "absent", and the job stayed paused there for good), and the seeds CI runs must pass.
-    # Default it on once it is fixed.
-    turns: bool = False
+    # its own whose outcome is unknown — and looked for at once, not found on a turn.
+    # Default since seed 1194 (a resume meeting a move not yet carried out: the move's target
+    # answered "absent", and the job stayed paused there for good) was fixed; seeds 0-1999 and
+    # 130000-132999 then passed with it.
+    turns: bool = True
     # In a share of seeds silos share hosts, so a peer sees a dead silo's process gone from its
     # host's process table: proof of its end without Ray (issue 28). Never of one that runs on.
     shared_hosts: bool = True
@@ -177,7 +176,7 @@ class Faults:
 
     @classmethod
     def parse(cls, text: str) -> Faults:
-        """``"default"`` (every kind but ``torn_logs``, ``flows`` and ``turns``), ``"all"``, ``"none"``, or a comma list
+        """``"default"`` (every kind but ``torn_logs`` and ``flows``), ``"all"``, ``"none"``, or a comma list
         of kinds (``"kills,pauses"``); ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
         faults, listing = cls(), False
         for word in (w.strip() for w in text.split(",") if w.strip()):
