@@ -1,6 +1,6 @@
 """The benchmarks side by side: timeshard against the ceiling, the floor and a durable peer.
 
-    python -m benchmarks.suite [cluster failover replay memory herd baselines] [--quick | --publish]
+    python -m benchmarks.suite [cluster named failover replay memory herd baselines] [--quick | --publish]
 
 Runs the named benchmarks (default: all) in one process, on one Ray and one Azurite, so every
 figure is measured in the same run as its baselines: the no-op Ray call rate (ceiling), a
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baselines, herd, memory, peers
+from benchmarks import baselines, herd, memory, named_side, peers
 from benchmarks.cluster import (
     CALLERS,
     GOAL_BATCH_PER_S,
@@ -50,7 +50,7 @@ from benchmarks.cluster import (
 from benchmarks.queue import GOAL_HERD_GROWTH
 from benchmarks.report import PUBLISHED, Report, add_publish_flag, machine_info, report_for
 
-NAMES = ("cluster", "failover", "replay", "memory", "herd", "baselines")
+NAMES = ("cluster", "named", "failover", "replay", "memory", "herd", "baselines")
 ALIASES: dict[str, tuple[str, ...]] = {"scheduling": ("cluster",), "triggers": ("cluster",), "lateness": ("cluster",),
                                        "scale": ("memory", "herd", "replay")}
 GOAL_STORE = "azure"  # the issue's goals are set for this machine on Azurite
@@ -91,6 +91,11 @@ async def _cluster(env: BenchEnv, quick: bool, report: Report, results: dict[str
         results[f"cluster_{kind}"] = r
 
 
+async def _named(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                 sizes: Sizes) -> None:
+    results["named"] = await named_side.run(env, quick, report)
+
+
 async def _failover(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
                     sizes: Sizes) -> None:
     kills = 1 if quick else 6
@@ -128,7 +133,7 @@ async def _baselines(env: BenchEnv, quick: bool, report: Report, results: dict[s
 
 
 STEPS: dict[str, Callable[..., Any]] = {
-    "cluster": _cluster, "failover": _failover, "replay": _replay, "memory": _memory, "herd": _herd,
+    "cluster": _cluster, "named": _named, "failover": _failover, "replay": _replay, "memory": _memory, "herd": _herd,
     "baselines": _baselines,
 }
 
@@ -195,6 +200,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             row(f"Lateness at {_n(HIGH_RATE)} jobs/s, p50 / p99 / max (ms)", hi["p99"],
                 f"{hi['p50']:.1f} / {hi['p99']:.1f} / {hi['max']:.1f}", GOAL_LATENESS_P99_MS_HIGH,
                 f"p99 <= {GOAL_LATENESS_P99_MS_HIGH}", False, "; ".join(high), "")
+    if "named" in results:
+        named_side.rows(results["named"], row, _cite(peers.DAPR_SCHEDULE_TARGET, peers.DAPR_REMINDER_REGISTRATIONS))
     if "failover" in results and results["failover"]["measured"]:
         f = results["failover"]
         row(f"Failover, kill → first adopted fire, p50 / max (s, {f['measured']} kills)", f["p50"],
@@ -278,6 +285,8 @@ def draw(report: Report, results: dict[str, Any], samples: dict[str, list[float]
     if samples:
         report.cdf(f"lateness at a steady {STEADY_RATE:,} jobs/s (handler start - due)", samples,
                    goal=GOAL_LATENESS_P99_MS, suffix="lateness")
+    if "named" in results:
+        named_side.draw(report, results["named"])
     if results.get("failover", {}).get("measured"):
         f = results["failover"]
         report.bars("failover: SIGKILL -> first fire of adopted shards (s)", [
