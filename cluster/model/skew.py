@@ -87,8 +87,11 @@ class OffsetEstimator:
             return None
         return Offset(low, high, len(self._samples))
 
-    def next_phase(self, now_us: int, round_trip_us: int) -> int:
+    def next_phase(self, now_us: int, round_trip_us: int, lead_us: int = 0) -> int:
         """How long (µs, < one resolution) to wait so the next reading halves the interval.
+
+        ``round_trip_us`` is the request's flight, ``lead_us`` the time from calling the store to
+        its request leaving: the store reads its clock about ``lead_us + round_trip_us / 2`` in.
 
         The reading is aimed so that the store reads its clock right at a tick of its coarse
         clock, by the middle of the current estimate: whether the tick had passed tells on which
@@ -100,5 +103,5 @@ class OffsetEstimator:
         resolution = self._samples[-1].resolution_us
         if resolution <= 1:
             return 0
-        read_at = now_us + round_trip_us // 2 + estimate.mid_us  # store time of the read if sent now
+        read_at = now_us + lead_us + round_trip_us // 2 + estimate.mid_us  # store time of the read if called now
         return (-read_at) % resolution
