@@ -357,13 +357,18 @@ class AzureStore(Store):
         await self._call("delete", name, op)
 
     async def server_time(self) -> ServerTime | None:
-        """The ``Date`` header of a Get Container Properties answer (one-second resolution).
+        """The ``Date`` header of a Get Account Information answer (one-second resolution), or of
+        Get Container Properties under Microsoft Entra ID, which the former does not take.
 
-        The instants the request left and its answer came back are taken inside the SDK's pipeline
-        (its per-request hooks, which run per try next to the transport): the call around them also
-        signs the request, parses the answer and waits for the event loop, none of which the store's
-        clock can be read in. That cuts the milliseconds a silo fires late by (``ServerTime.in_flight``).
+        Azurite renders Get Container Properties' ``Date`` from Node's cached string, renewed by a
+        timer that turns it over a few ms late on a busy host; Get Account Information's is the
+        request's own arrival. The instants the request left and its answer came back are taken
+        inside the SDK's pipeline (its per-request hooks, which run per try next to the transport):
+        the call around them also signs the request, parses the answer and waits for the event
+        loop, none of which the store's clock can be read in (``ServerTime.in_flight``).
         """
+        read_clock = (self._container.get_container_properties if self._credential is not None
+                      else self._container.get_account_information)
         began = time.monotonic()
         flight: list[float] = []  # this try's instant of leaving, then of its answer arriving
         dates: list[str] = []
@@ -378,7 +383,7 @@ class AzureStore(Store):
         async def op() -> ServerTime:
             flight.clear()
             dates.clear()
-            await self._container.get_container_properties(raw_request_hook=left, raw_response_hook=answered)
+            await read_clock(raw_request_hook=left, raw_response_hook=answered)
             if not dates or not dates[-1]:
                 raise StorageError("server time: the answer carried no Date header")
             try:
