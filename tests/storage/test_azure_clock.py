@@ -10,11 +10,12 @@ import asyncio
 import random
 import time
 import uuid
-from pathlib import Path
 
 import pytest
+from azure.storage.blob.aio import BlobServiceClient
 
 import storage
+from storage.azure import AzureStore
 from tests.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
@@ -40,6 +41,7 @@ class WireWatch:
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.requests: list[int] = []
+        self.request_lines: list[bytes] = []  # "GET /account/container?restype=... HTTP/1.1"
         self.answers: list[int] = []
         self.server: asyncio.Server | None = None
 
@@ -57,20 +59,34 @@ class WireWatch:
         while data := await source.read(65536):
             if (len(self.answers) < len(self.requests)) if answer else (len(self.requests) == len(self.answers)):
                 (self.answers if answer else self.requests).append(time.monotonic_ns() // 1000)
+                if not answer:
+                    self.request_lines.append(data.split(b"\r\n", 1)[0])
             sink.write(data)
             await sink.drain()
         sink.close()
 
 
+class EntraCredential:
+    """Stands for DefaultAzureCredential: the store then reads the clock by Get Container
+    Properties, as Get Account Information takes only a shared key or SAS."""
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("credential", "operation"), [
+    (None, b"restype=account&comp=properties"), (EntraCredential(), b"restype=container")])
 async def test_an_azure_readings_flight_holds_the_request_and_answer_on_the_wire(
-        azurite: Azurite, tmp_path: Path) -> None:
+        azurite: Azurite, credential: EntraCredential | None, operation: bytes) -> None:
     """Where a flight began after its request was on the wire, or ended before the answer was, the
     store could have read its clock outside it: the silo's low bound would sit above the truth
     and jobs would fire early. A relay on the way notes both, for readings at any phase."""
     watch = WireWatch(azurite.port)
-    relayed = Azurite(port=await watch.start()).write_connection_string(tmp_path / "relayed")
-    async with storage.open_store(Azurite.store_url(f"ts-{uuid.uuid4().hex[:20]}", relayed)) as store:
+    client = BlobServiceClient.from_connection_string(Azurite(port=await watch.start()).connection_string,
+                                                      **AzureStore.client_options())
+    async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}", credential=credential) as store:
         await store.server_time()  # creates the container: several calls, not one flight
+        assert operation in watch.request_lines[-1]
         for _ in range(20):
             await asyncio.sleep(random.random() / 50)
             first_request = len(watch.requests)
