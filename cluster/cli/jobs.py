@@ -427,7 +427,10 @@ def _clock_text(clock: dict[str, Any] | None) -> list[str]:
         return ["  clock: not measured yet"]
     if clock["store_clock"] == "shared":
         return ["  clock: the store's is this host's"]
-    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s]"]
+    # Jobs fire by the interval's low end: up to its width late (an older silo reports no width).
+    late = clock.get("lateness_up_to_s", clock["offset_high_s"] - clock["offset_low_s"])
+    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s],"
+             f" jobs up to {late * 1e3:.1f} ms late"]
     if clock["exceeded"]:
         lines.append(f"  CLOCK SKEW beyond max_clock_skew ({clock['max_clock_skew_s']}s): fix this host's time sync")
     return lines
