@@ -62,6 +62,10 @@ _MARKER_CACHE = 4096
 #: Blobs asked for per List Blobs call while looking for a page's start (the service's maximum).
 _SCAN_BATCH = 5000
 _SECOND_US = 1_000_000
+#: How far a cached ``Date`` may lag the store's clock: Azurite renders Get Container Properties'
+#: from a string Node renews by a timer, whose second turns over up to tens of ms late on a busy
+#: host (49 ms seen). A lagging Date only lowers a reading's low side, which is what jobs fire by.
+CACHED_DATE_LAG_US = 100_000
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 
 
@@ -392,7 +396,9 @@ class AzureStore(Store):
                 raise StorageError(f"server time: unreadable Date header {dates[-1]!r}") from exc
             if when.tzinfo is None:
                 raise StorageError(f"server time: Date header {dates[-1]!r} names no zone")
-            return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US)
+            # Only Get Container Properties' Date may be a cached string that lags (Azurite's).
+            return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US,
+                              lag_us=CACHED_DATE_LAG_US if self._credential is not None else 0)
 
         reading = await self._call("server_time", self.container, op)
         ended = time.monotonic()

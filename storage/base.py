@@ -118,6 +118,7 @@ class ServerTime:
     resolution_us: int
     lead_us: int = 0
     tail_us: int = 0
+    lag_us: int = 0  # how far the reading's Date may lag the store's clock (a cached header)
 
     def in_flight(self, sent_us: int, received_us: int) -> tuple[int, int]:
         """The instants the request left and the answer arrived, from the caller's ``sent_us``

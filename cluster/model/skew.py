@@ -16,8 +16,11 @@ the same rate.
 The low end is what jobs fire by, and it holds whenever the store's ``Date`` never names a second
 that has not begun. The high end needs more: that the ``Date`` is current, which a server that
 renders it from a cached string renewed by a timer (Azurite: Node's) breaks for a few ms after
-each tick. A high end below the low by less than ``LAG`` is such a reading and is left out; a
-wider disagreement is a stepped clock, and the window starts over from the new reading.
+each tick. A reading that says its ``Date`` may lag (``Sample.lag_us``) and whose high end falls
+below the low by less than that is such a reading and is left out; any other disagreement is a
+stepped clock, and the window starts over from the new reading. Only readings that may lag get the
+tolerance: with it, a store clock stepped back by less than the lag goes unseen until the older
+readings age out, and jobs may fire up to that step early against the new store time.
 """
 
 from __future__ import annotations
@@ -27,11 +30,6 @@ from dataclasses import dataclass
 
 #: Readings kept; the estimate is their intersection.
 WINDOW = 16
-#: How far a ``Date`` header may lag the store's clock: a server may render it from a cached
-#: string renewed by a timer that runs late (Node's, in Azurite: its second turns over up to
-#: tens of ms late on a busy host). Only the high side of a reading depends on the ``Date`` being
-#: current; a lagging one can only lower the low side, which is what jobs fire by.
-LAG = 100_000
 #: How fast two clocks may drift apart (200 ppm: far beyond NTP-disciplined hosts), µs per µs.
 DRIFT = 200e-6
 
@@ -44,6 +42,7 @@ class Sample:
     received_us: int
     store_us: int
     resolution_us: int
+    lag_us: int = 0  # how far its Date may lag the store's clock (a cached header: ServerTime.lag_us)
 
     def bounds(self, now_us: int) -> tuple[int, int]:
         """The offset ``store - local`` this reading allows, widened for drift since it was taken."""
@@ -90,11 +89,12 @@ class OffsetEstimator:
         """The offset interval at local monotonic ``now_us``; None before the first reading."""
         if not self._samples:
             return None
-        bounds = [sample.bounds(now_us) for sample in self._samples]
-        low = max(lo for lo, _ in bounds)
-        # A high below the low by less than LAG is a Date that lagged the store's clock (the
-        # reading's store second had in truth already ended): left out, as the low is what holds.
-        highs = [hi for _, hi in bounds if hi >= low - LAG]
+        bounds = [(*sample.bounds(now_us), sample.lag_us) for sample in self._samples]
+        low = max(lo for lo, _, _ in bounds)
+        # A high below the low by less than its reading's lag is a Date that lagged the store's
+        # clock (the reading's store second had in truth already ended): left out, as the low is
+        # what holds. A reading that cannot lag and disagrees is a stepped clock.
+        highs = [hi for _, hi, lag in bounds if hi >= low - lag]
         if len(highs) < len(bounds):
             return None  # a clock was stepped
         high = min((hi for hi in highs if hi >= low), default=low)

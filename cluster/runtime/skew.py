@@ -94,7 +94,7 @@ class Skew:
             return
         sent, received = reading.in_flight(called, returned)
         self._round_trip_us, self._lead_us = received - sent, sent - called
-        if not self._estimator.add(Sample(sent, received, reading.at_us, reading.resolution_us)):
+        if not self._estimator.add(Sample(sent, received, reading.at_us, reading.resolution_us, reading.lag_us)):
             log.warning("the store's clock disagrees with earlier readings (a clock was stepped); measuring again",
                         extra={"silo": self._silo_id})
         self.clock.set_offset(self._estimator.offset(returned), returned)
