@@ -11,7 +11,7 @@ NPM_STAMP := node_modules/.timeshard-installed
 CHROMIUM_STAMP := $(VENV)/.timeshard-chromium
 PYTEST_ARGS ?=
 
-.PHONY: all setup browser test demo bench clean help
+.PHONY: all setup browser test demo bench bench-publish clean help
 
 help:
 	@echo "make demo   - set up and run the timeshard demo"
@@ -52,6 +52,12 @@ bench: setup
 	$(PY) -m benchmarks.queue
 	$(PY) -m benchmarks.storage
 	$(PY) -m benchmarks.suite
+
+# The same runs, written into the committed benchmarks/results/ and docs/benchmarks.md's table.
+bench-publish: setup
+	$(PY) -m benchmarks.queue --publish
+	$(PY) -m benchmarks.storage --publish
+	$(PY) -m benchmarks.suite --publish
 
 clean:
 	rm -rf $(VENV) node_modules .timeshard .pytest_cache .mypy_cache

@@ -1,1 +1,2 @@
-"""Runnable benchmarks: ``python -m benchmarks.<name>``; results go to benchmarks/results/."""
+"""Runnable benchmarks: ``python -m benchmarks.<name>``; results go to a scratch
+folder, or with ``--publish`` to benchmarks/results/ (``benchmarks.report``)."""

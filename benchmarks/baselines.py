@@ -9,7 +9,7 @@
   per stored job. Needs ``pip install 'apscheduler<4' sqlalchemy`` (the ``bench`` extra).
 
 The no-op Ray call rate, the third baseline, is measured by ``benchmarks.cluster``. Writes
-benchmarks/results/baselines.json and baselines*.png.
+baselines.json and baselines*.png (where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from benchmarks.cluster import STEADY_RATE, BenchEnv, TimerFloor, bench_env, rat
 
 __all__ = ["TimerFloor", "apscheduler", "run", "timer_floor"]
 from benchmarks.memory import rss_bytes
-from benchmarks.report import Report, machine_info, percentiles
+from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 
 
 def noop() -> None:
@@ -137,8 +137,9 @@ async def run(env: BenchEnv, quick: bool, report: Report) -> tuple[dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.baselines", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small runs, for the test suite")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("baselines", quick=args.quick)
+    report = report_for("baselines", parser, args)
 
     async def go() -> tuple[dict[str, Any], dict[str, list[float]]]:
         with bench_env([]) as env:

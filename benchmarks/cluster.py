@@ -15,7 +15,8 @@ counting handler actors whose ``execute_job`` only notes when it ran, and measur
   just before it.
 
 Failover time and replay speed live here too (``failover``, ``replay``), run by
-``python -m benchmarks.suite``. Writes benchmarks/results/cluster.json and cluster*.png.
+``python -m benchmarks.suite``. Writes cluster.json and cluster*.png
+(where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from typing import Any
 
 import ray
 
+from benchmarks import peers
 from benchmarks._azurite import Azurite
-from benchmarks.report import Report, machine_info, percentiles
+from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 from cluster import Cluster, ClusterOptions, Target
 from cluster.client import Client
 from cluster.model.attempt import JobContext
@@ -524,14 +526,14 @@ def summarize(results: dict[str, Any], report: Report, goal_store: str) -> None:
          **{f"{k} x{CALLERS}": results[k]["scheduling"]["concurrent_single_per_s"] for k in stores},
          **{f"{k} x1": results[k]["scheduling"]["single_per_s"] for k in stores}}, None),
         ("batch scheduling, jobs/s", {k: results[k]["scheduling"]["batch_per_s"] for k in stores}, GOAL_BATCH_PER_S,
-         [("Dapr 921/s", 921.0)]),
+         [peers.DAPR_SCHEDULE_TARGET.reference]),
         ("triggers, jobs/s", {k: results[k]["triggers"]["per_s"] for k in stores},
-         min(GOAL_TRIGGERS_PER_S[k] for k in stores) if stores else None, [("Dapr 15,000/s", 15_000.0)]),
+         min(GOAL_TRIGGERS_PER_S[k] for k in stores) if stores else None, [peers.DAPR_TRIGGER_TARGET.reference]),
     ])
     report.cdf(f"lateness at a steady {STEADY_RATE:,} and {HIGH_RATE:,} jobs/s",
                {**{f"{k} {STEADY_RATE:,}/s": results[k]["lateness_samples_ms"] for k in stores},
                 **{f"{k} {HIGH_RATE:,}/s": results[k]["lateness_high_samples_ms"] for k in stores}},
-               goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)])
+               goal=GOAL_LATENESS_P99_MS)
 
 
 def event_loop() -> str:
@@ -549,8 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=["file", "azure"], type=lambda s: s.split(","), help="file,azure (default both)")
     parser.add_argument("--silos", type=int, default=3)
     parser.add_argument("--dispatch-ahead", default=None, help="the silos' dispatch_ahead, e.g. 50ms (default: the option's)")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("cluster", quick=args.quick)
+    report = report_for("cluster", parser, args)
     report.progress(f"async actors run on {event_loop()}")
     results = asyncio.run(main_async(args, report))
     summarize(results, report, "azure" if "azure" in results else args.store[0])

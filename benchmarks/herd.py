@@ -11,8 +11,8 @@ the smallest, per job, shows whether there is a quadratic step (goal: at most
 
 Beside it, measured in the same run: the in-process timer queue's herd of the largest size (the
 same due times pushed into ``JobQueue`` 1,000 at a time between peeks and pops, then drained: the
-ceiling of the silo's queue alone, ``benchmarks.queue``). Writes benchmarks/results/herd.json and
-herd*.png (``TIMESHARD_BENCH_DIR`` elsewhere); the suite runs it as ``herd``.
+ceiling of the silo's queue alone, ``benchmarks.queue``). Writes herd.json and
+herd*.png (where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``); the suite runs it as ``herd``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from benchmarks.cluster import (
     wait_count,
 )
 from benchmarks.queue import GOAL_HERD_GROWTH, measure_herd
-from benchmarks.report import Report, machine_info, percentiles
+from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 from cluster.runtime.queue import JobQueue
 
 SIZES = (100_000, 1_000_000)
@@ -156,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default="file", choices=["file", "azure"])
     parser.add_argument("--sizes", default=None, type=lambda s: [int(float(x)) for x in s.split(",")],
                         help="herd sizes, comma-separated (default 100000,1000000)")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("herd", quick=args.quick)
+    report = report_for("herd", parser, args)
 
     async def go() -> dict[str, Any]:
         with bench_env([args.store]) as env:

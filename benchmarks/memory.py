@@ -24,8 +24,8 @@ silo needs no debug method.
 - loaded: jobs due within the lookahead — folded into live entries and queued (goal: slope
   <= 150 B per job, over 100k–1M jobs in the full run).
 
-Quick sizes (tens of thousands) are indicative only. Writes benchmarks/results/memory.json and
-memory.png (``TIMESHARD_BENCH_DIR`` elsewhere).
+Quick sizes (tens of thousands) are indicative only. Writes memory.json and
+memory.png (where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``).
 """
 
 from __future__ import annotations
@@ -42,14 +42,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from benchmarks.cluster import BenchEnv, bench_env, rate, running_cluster, schedule_range, silo_pid
-from benchmarks.report import Report, machine_info
+from benchmarks.report import Report, add_publish_flag, machine_info, report_for
 from cluster import ClusterOptions, Target
 from cluster.client import Client
 
 GOAL_DORMANT_BYTES_PER_JOB = 10
 GOAL_LOADED_BYTES_PER_JOB = 150
-# Published: Orleans keeps 200-500 B per job in memory; Celery ETA tasks ~11 KB each.
-PUBLISHED_BYTES_PER_JOB = [("Orleans durable jobs 200-500 B", 500.0)]
 _TARGET = Target.actor("bench-memory-target", "bench")  # never fires: the cluster stops first
 
 DORMANT_SIZES = (1_000_000, 2_500_000, 5_000_000, 7_500_000, 10_000_000)
@@ -240,8 +238,6 @@ def draw(report: Report, result: dict[str, Any], suffix: str = "") -> None:
         }
         goal = GOAL_DORMANT_BYTES_PER_JOB if name == "dormant" else GOAL_LOADED_BYTES_PER_JOB
         series[f"goal slope {goal} B/job"] = [(x, (goal * x + m["fit"]["intercept"]) / 2**20) for x in (0, xs[-1])]
-        if name == "loaded":
-            series["Orleans 500 B/job (published)"] = [(x, (500 * x + m["fit"]["intercept"]) / 2**20) for x in (0, xs[-1])]
         panels.append((f"{name} jobs ({m['store']})", series))
     report.lines("silo RSS after a collection against jobs held" + (" (quick: indicative)" if result.get("quick") else ""),
                  panels, xlabel="jobs", ylabel="MiB", suffix=suffix or "slope", log=False)
@@ -260,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default="file", choices=["file", "azure"])
     parser.add_argument("--dormant", type=sizes_arg, default=None, help="dormant sizes (default 1M,2.5M,5M,7.5M,10M)")
     parser.add_argument("--loaded", type=sizes_arg, default=None, help="loaded sizes (default 100k,250k,500k,750k,1M)")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("memory", quick=args.quick)
+    report = report_for("memory", parser, args)
 
     async def go() -> dict[str, Any]:
         with bench_env([args.store]) as env:

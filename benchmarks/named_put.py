@@ -1,6 +1,6 @@
 """Creating named jobs beside creating plain ones, on one cluster, in one run.
 
-    RAY_ADDRESS=local python -m benchmarks.named_put [--jobs 5000] [--silos 2] [--store file,azure]
+    RAY_ADDRESS=local python -m benchmarks.named_put [--jobs 5000] [--silos 2] [--store file,azure] [--phases]
 
 Per store, one fresh cluster (``--silos``) measures, in this order, every job due days ahead
 (dormant: this is the write path, ``benchmarks.named_fire`` measures firing):
@@ -13,6 +13,11 @@ Per store, one fresh cluster (``--silos``) measures, in this order, every job du
 - **overwrite**: ``put(..., overwrite=True)`` of ``--overwrites`` of the names put above, from
   ``--callers`` callers (each cancels the generation it replaces, in a dormant shard).
 
+``--phases`` adds, per measure, where a put's time went: the write path's rounds timed step by
+step in this process (read the entries, schedule the jobs, point the entries, retire what they
+replace), each step's share of the round, and how many puts a round carried. With ``--callers``
+callers waiting on their puts, a round carries them all, so puts/s is about callers / round time.
+
 Prints one JSON object; writes nothing outside its scratch folder.
 """
 
@@ -20,17 +25,57 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from benchmarks.cluster import BATCH, bench_env, far_future, in_batches, rate, running_cluster, specs
 from cluster import Target
 from cluster.client import Client
+from cluster.named.writes import PutWriter
 
 TARGET = Target.actor("bench-named-put-nobody", "nowhere")  # never fires: every job is days ahead
+#: The write path's steps (``PutWriter`` methods), in the order a round takes them.
+STEPS = ("_read", "_schedule", "_cancel_named", "_point", "_retire")
+
+
+@contextlib.contextmanager
+def phases(out: dict[str, Any]) -> Iterator[None]:
+    """Time each step of every ``PutWriter`` round made inside; fill ``out`` on the way out."""
+    spent: defaultdict[str, float] = defaultdict(float)
+    calls: Counter[str] = Counter()
+    sizes: list[int] = []
+
+    def timed(step: str, method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def run(self: PutWriter, *args: Any) -> Any:
+            if step == "_round":
+                sizes.append(len(args[0]))
+            started = time.perf_counter()
+            try:
+                return await method(self, *args)
+            finally:
+                spent[step] += time.perf_counter() - started
+                calls[step] += 1
+        return run
+
+    saved = {step: getattr(PutWriter, step) for step in (*STEPS, "_round")}
+    for step, method in saved.items():
+        setattr(PutWriter, step, timed(step, method))
+    try:
+        yield
+    finally:
+        for step, method in saved.items():
+            setattr(PutWriter, step, method)
+        rounds = spent["_round"] or 1e-9
+        out["rounds"] = calls["_round"]
+        out["puts_per_round"] = round(sum(sizes) / max(len(sizes), 1), 1)
+        out["round_ms"] = round(1000 * rounds / max(calls["_round"], 1), 1)
+        out["steps"] = {step.strip("_"): {"ms_per_round": round(1000 * spent[step] / max(calls["_round"], 1), 1),
+                                          "share": round(spent[step] / rounds, 3)} for step in STEPS}
 
 
 async def plain(client: Client, n: int, callers: int) -> dict[str, Any]:
@@ -69,6 +114,14 @@ async def put_many(client: Client, names: Sequence[str], due: datetime) -> float
     return rate(len(names), time.perf_counter() - started)
 
 
+async def profiled(measure: Awaitable[Any], profile: dict[str, Any] | None) -> Any:
+    """Await ``measure``, its rounds timed into ``profile`` (None: not timed)."""
+    if profile is None:
+        return await measure
+    with phases(profile):
+        return await measure
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with bench_env(args.store) as env:
@@ -80,10 +133,17 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "callers": args.callers}
                 result["plain"] = await plain(client, args.jobs, args.callers)
                 names = [f"put-{i:07d}" for i in range(args.jobs)]
-                result["put_per_s"] = await puts(client, names, due, args.callers, overwrite=False)
-                result["put_many_per_s"] = await put_many(client, [f"bulk-{i:07d}" for i in range(args.jobs)], due)
-                result["overwrite_per_s"] = await puts(client, names[:args.overwrites], due + timedelta(hours=1),
-                                                       args.callers, overwrite=True)
+                profile: dict[str, dict[str, Any]] = {"put": {}, "put_many": {}, "overwrite": {}}
+                timed = args.phases
+                result["put_per_s"] = await profiled(puts(client, names, due, args.callers, overwrite=False),
+                                                     profile["put"] if timed else None)
+                result["put_many_per_s"] = await profiled(
+                    put_many(client, [f"bulk-{i:07d}" for i in range(args.jobs)], due), profile["put_many"] if timed else None)
+                result["overwrite_per_s"] = await profiled(
+                    puts(client, names[:args.overwrites], due + timedelta(hours=1), args.callers, overwrite=True),
+                    profile["overwrite"] if timed else None)
+                if args.phases:
+                    result["phases"] = profile
                 result["put_over_schedule_job"] = result["put_per_s"] / max(result["plain"]["schedule_job_per_s"], 1e-9)
                 results[kind] = result
     return results
@@ -96,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silos", type=int, default=2)
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
+    parser.add_argument("--phases", action="store_true", help="also time each step of the write path's rounds")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

@@ -16,8 +16,7 @@
    while timing (the queue's tuples hold no cycles); the baseline's push phase stops after
    ``--baseline-budget`` seconds and then reports a lower bound.
 
-Writes benchmarks/results/queue.json, queue.png and queue-herd.png (``TIMESHARD_BENCH_DIR``
-elsewhere).
+Writes queue.json, queue.png and queue-herd.png (where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``).
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from benchmarks.queue_before import ResortingJobQueue
-from benchmarks.report import Report, machine_info, percentiles
+from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 from cluster.runtime.queue import JobQueue
 
 GOAL_PAIRS_PER_S = 300_000
@@ -289,11 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-budget", type=float, default=300.0,
                         help="seconds the queue before issue 15 may spend on one herd's pushes (default 300)")
     parser.add_argument("--quick", action="store_true", help="100,000 jobs and herds of 5,000 and 20,000, for tests")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
     n = 100_000 if args.quick else args.jobs
     sizes = QUICK_HERD_SIZES if args.quick else tuple(sorted(int(s) for s in args.herd.split(",")))
 
-    report = Report("queue", quick=args.quick)
+    report = report_for("queue", parser, args)
     report.progress(f"building a workload of {n:,} jobs")
     keys, dues = _workload(n)
     report.progress("timeshard JobQueue: enqueue, drain, tracemalloc")

@@ -1,13 +1,15 @@
 """What every benchmark shares: progress lines, a table, goals, JSON and a PNG in one place.
 
-Results land in ``benchmarks/results/<name>.json`` and ``<name>.png`` (override the folder with
-``TIMESHARD_BENCH_DIR``), so a run leaves figures people can compare and a picture of them. A
-``--quick`` run's figures are indicative only: without ``TIMESHARD_BENCH_DIR`` they go to
-``QUICK_RESULTS_DIR`` (``$TMPDIR/timeshard-bench-quick``), never over the published ones.
+A run writes ``<name>.json`` and ``<name>*.png`` into a scratch folder: ``$TIMESHARD_BENCH_DIR``
+when set, else ``$TMPDIR/timeshard-bench`` (``$TMPDIR/timeshard-bench-quick`` for a ``--quick``
+run, whose figures are indicative only). Only ``--publish`` writes into the committed
+``benchmarks/results/`` (the figures docs/benchmarks.md and docs/deploy.md are made from), and a
+quick run is never published: a run someone tried locally never replaces them by accident.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -19,20 +21,50 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+#: The published figures, committed; only a run with ``--publish`` writes here.
 DEFAULT_RESULTS_DIR = Path(__file__).parent / "results"
+SCRATCH_RESULTS_DIR = Path(tempfile.gettempdir()) / "timeshard-bench"
 QUICK_RESULTS_DIR = Path(tempfile.gettempdir()) / "timeshard-bench-quick"
 
 
-def results_dir(*, quick: bool) -> Path:
-    """Where a run writes: ``$TIMESHARD_BENCH_DIR`` when set, else the published folder for a full run.
+class NotPublishable(ValueError):
+    """A run asked to write the published figures that may not: a quick one, or one without ``--publish``."""
+
+
+def results_dir(*, quick: bool, publish: bool = False) -> Path:
+    """Where a run writes: the published folder with ``publish``; else ``$TIMESHARD_BENCH_DIR``
+    when set, else a scratch folder (one for quick runs, one for full ones).
 
     A quick run's small sizes give indicative figures only; written into the committed
     ``benchmarks/results/`` they replaced the published ones (and broke ``tests/test_sizing.py``).
     """
+    if publish:
+        if quick:
+            raise NotPublishable("--publish: a --quick run's figures are indicative only and are never published")
+        return DEFAULT_RESULTS_DIR
     given = os.environ.get("TIMESHARD_BENCH_DIR")
+    if given and Path(given).resolve() == DEFAULT_RESULTS_DIR.resolve():
+        raise NotPublishable(f"TIMESHARD_BENCH_DIR names the published results ({DEFAULT_RESULTS_DIR}): "
+                             "only a full run with --publish writes there")
     if given:
         return Path(given)
-    return QUICK_RESULTS_DIR if quick else DEFAULT_RESULTS_DIR
+    return QUICK_RESULTS_DIR if quick else SCRATCH_RESULTS_DIR
+
+
+def add_publish_flag(parser: argparse.ArgumentParser) -> None:
+    """``--publish``, the one way a benchmark writes into ``benchmarks/results/``."""
+    parser.add_argument("--publish", action="store_true",
+                        help="write the figures into benchmarks/results/ (the published ones; never with --quick); "
+                             "default: $TIMESHARD_BENCH_DIR, else a scratch folder under $TMPDIR")
+
+
+def report_for(name: str, parser: argparse.ArgumentParser, args: argparse.Namespace) -> Report:
+    """The run's ``Report``; a usage error (exit 2) before anything runs if it may not write where asked."""
+    try:
+        results_dir(quick=args.quick, publish=args.publish)
+    except NotPublishable as exc:
+        parser.error(str(exc))
+    return Report(name, quick=args.quick, publish=args.publish)
 
 
 def machine_info() -> dict[str, Any]:
@@ -102,9 +134,10 @@ def _draw_references(ax: Any, references: Sequence[Reference], *, vertical: bool
 class Report:
     """Collects one benchmark's figures, prints them as they come, and writes JSON + PNG."""
 
-    def __init__(self, name: str, *, quick: bool = False) -> None:
+    def __init__(self, name: str, *, quick: bool = False, publish: bool = False) -> None:
         self.name = name
         self.quick = quick
+        self.publish = publish
         self.started = time.perf_counter()
         self.data: dict[str, Any] = {"benchmark": name, "quick": quick, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self.goals: list[dict[str, Any]] = []
@@ -112,7 +145,7 @@ class Report:
     @property
     def results_dir(self) -> Path:
         """This run's output folder (see :func:`results_dir`)."""
-        return results_dir(quick=self.quick)
+        return results_dir(quick=self.quick, publish=self.publish)
 
     def progress(self, message: str) -> None:
         """A status line with elapsed time, so a long run shows it is alive."""
@@ -240,7 +273,8 @@ class Report:
         path.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
         pngs = self.data.get("pngs", [])
         print(f"results: {path}" + (f" and {', '.join(pngs)}" if pngs else ""))
-        if out == QUICK_RESULTS_DIR:
-            print(f"quick run: indicative figures, kept in the scratch folder {out} (not benchmarks/results/; "
-                  "TIMESHARD_BENCH_DIR chooses another)")
+        if not self.publish:
+            kind = "quick run: indicative figures" if self.quick else "not published"
+            print(f"{kind}, kept in {out} (not benchmarks/results/: only a full run with --publish writes there; "
+                  "TIMESHARD_BENCH_DIR chooses another folder)")
         return 0

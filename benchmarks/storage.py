@@ -5,7 +5,8 @@
 Per store: sequential single-record appends/s (one writer awaiting each append), group-
 committed records/s (64 concurrent writers on one log), replay records/s of a 1,000,000-record
 log (read + decode + iterate), and, on Azure in full mode, one run across the real 50,000-block
-limit of an append blob. Writes benchmarks/results/storage.json and storage.png.
+limit of an append blob. Writes storage.json and storage.png
+(where: ``benchmarks.report``; into benchmarks/results/ with ``--publish``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._azurite import Azurite
-from benchmarks.report import Report, machine_info
+from benchmarks.report import Report, add_publish_flag, machine_info, report_for
 from storage import AZURE_MAX_BLOCKS, LogOptions, LogWriter, NotFound, Store, open_store, read_log
 from storage.generations import generation_name
 from storage.records import encode_frame
@@ -201,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs; skips the 50,000-block crossing")
     parser.add_argument("--stores", default="memory,file,azure", type=lambda s: s.split(","))
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
-    report = Report("storage", quick=args.quick)
+    report = report_for("storage", parser, args)
     report.data["machine"] = machine_info()
     results = asyncio.run(main_async(args, report))
     report.data["stores"] = results

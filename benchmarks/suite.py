@@ -1,20 +1,22 @@
 """The benchmarks side by side: timeshard against the ceiling, the floor and a durable peer.
 
-    python -m benchmarks.suite [cluster failover replay memory herd baselines] [--quick]
+    python -m benchmarks.suite [cluster named failover replay memory herd baselines] [--quick | --publish]
 
 Runs the named benchmarks (default: all) in one process, on one Ray and one Azurite, so every
 figure is measured in the same run as its baselines: the no-op Ray call rate (ceiling), a
 non-durable asyncio timer (lateness floor) and APScheduler 3 on SQLite (durable Python peer).
-Published figures (Orleans, Dapr) are drawn as reference lines, labelled as not measured.
+Figures Dapr publishes (``benchmarks.peers``: each with its source) are drawn as reference lines,
+labelled as not measured, and linked from the table.
 ``scheduling``, ``triggers`` and ``lateness`` are names for ``cluster``; ``scale`` runs the scale
 figures (``memory``: 10 million dormant and 1 million loaded jobs as RSS slopes; ``herd``: 1
 million jobs due at one instant through 3 silos; ``replay``: a 1-million-job shard), each of
 which takes minutes in a full run and prints progress as it goes.
 
-Writes benchmarks/results/suite.json (machine, versions, every figure), suite-*.png (one per
-comparison) and RESULTS.md, the table docs/benchmarks.md embeds: regenerate it with this command.
-A ``--quick`` run writes to ``$TIMESHARD_BENCH_DIR`` or a scratch folder (``$TMPDIR/timeshard-bench-quick``),
-never into benchmarks/results/.
+Writes suite.json (machine, versions, every figure), suite-*.png (one per comparison) and
+RESULTS.md, the table docs/benchmarks.md embeds, into ``$TIMESHARD_BENCH_DIR`` or a scratch folder
+(``$TMPDIR/timeshard-bench``; ``-quick`` for a quick run). ``--publish`` writes them into
+benchmarks/results/ instead and, for a full run of every benchmark at the default sizes,
+regenerates the table in docs/benchmarks.md; a ``--quick`` run is never published.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import baselines, herd, memory
+from benchmarks import baselines, herd, memory, named_side, peers
 from benchmarks.cluster import (
     CALLERS,
     GOAL_BATCH_PER_S,
@@ -46,9 +48,9 @@ from benchmarks.cluster import (
     replay,
 )
 from benchmarks.queue import GOAL_HERD_GROWTH
-from benchmarks.report import DEFAULT_RESULTS_DIR, PUBLISHED, Report, machine_info
+from benchmarks.report import PUBLISHED, Report, add_publish_flag, machine_info, report_for
 
-NAMES = ("cluster", "failover", "replay", "memory", "herd", "baselines")
+NAMES = ("cluster", "named", "failover", "replay", "memory", "herd", "baselines")
 ALIASES: dict[str, tuple[str, ...]] = {"scheduling": ("cluster",), "triggers": ("cluster",), "lateness": ("cluster",),
                                        "scale": ("memory", "herd", "replay")}
 GOAL_STORE = "azure"  # the issue's goals are set for this machine on Azurite
@@ -89,6 +91,11 @@ async def _cluster(env: BenchEnv, quick: bool, report: Report, results: dict[str
         results[f"cluster_{kind}"] = r
 
 
+async def _named(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
+                 sizes: Sizes) -> None:
+    results["named"] = await named_side.run(env, quick, report)
+
+
 async def _failover(env: BenchEnv, quick: bool, report: Report, results: dict[str, Any], samples: dict[str, list[float]],
                     sizes: Sizes) -> None:
     kills = 1 if quick else 6
@@ -126,7 +133,7 @@ async def _baselines(env: BenchEnv, quick: bool, report: Report, results: dict[s
 
 
 STEPS: dict[str, Callable[..., Any]] = {
-    "cluster": _cluster, "failover": _failover, "replay": _replay, "memory": _memory, "herd": _herd,
+    "cluster": _cluster, "named": _named, "failover": _failover, "replay": _replay, "memory": _memory, "herd": _herd,
     "baselines": _baselines,
 }
 
@@ -137,6 +144,11 @@ STEPS: dict[str, Callable[..., Any]] = {
 def _n(value: float, digits: int = 0) -> str:
     shown = f"{value:,.{digits}f}"
     return shown[1:] if shown.startswith("-") and not shown.strip("-0.,") else shown  # no "-0.0"
+
+
+def _cite(*figures: peers.Published) -> str:
+    """Published figures for the table, each a link to where it is published."""
+    return "; ".join(f.cited() for f in figures)
 
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -156,7 +168,7 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         row("Batch scheduling, 1,000 per call (jobs/s)", s["batch_per_s"], _n(s["batch_per_s"]), GOAL_BATCH_PER_S,
             f">= {_n(GOAL_BATCH_PER_S)}", True,
             f"file store {_n(sf['batch_per_s'])}" + (f"; APScheduler add_job {_n(aps['schedule_per_s'])}" if aps else ""),
-            "Dapr ≈ 921/s (3 × 8 vCPU)")
+            _cite(peers.DAPR_SCHEDULE_TARGET, peers.DAPR_REMINDER_REGISTRATIONS))
         ratio = s["concurrent_single_per_s"] / noop["concurrent_per_s"]
         row(f"Single-call scheduling, {CALLERS} callers (jobs/s)", ratio, f"{_n(s['concurrent_single_per_s'])} "
             f"({ratio:.0%} of no-op)", GOAL_SINGLE_OVER_NOOP, f">= {GOAL_SINGLE_OVER_NOOP:.0%} of no-op call", True,
@@ -169,7 +181,7 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             t = store["triggers"]
             goal = GOAL_TRIGGERS_PER_S[kind]
             row(f"Trigger throughput into handler actors, {kind} store (jobs/s)", t["per_s"], _n(t["per_s"]), goal,
-                f">= {_n(goal)}", True, noop_text, "Dapr ≈ 15,000–19,000/s")
+                f">= {_n(goal)}", True, noop_text, _cite(peers.DAPR_TRIGGER_TARGET, peers.DAPR_REMINDER_TRIGGERS))
         lt = az["lateness"]
         base = [f"file store p99 {fi['lateness']['p99']:.1f}"]
         if floor:
@@ -178,7 +190,7 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             base.append(f"APScheduler p99 {_n(aps['lateness']['p99'])}")
         row(f"Lateness at {_n(STEADY_RATE)} jobs/s, p50 / p99 / max (ms)", lt["p99"],
             f"{lt['p50']:.1f} / {lt['p99']:.1f} / {lt['max']:.1f}", GOAL_LATENESS_P99_MS, f"p99 <= {GOAL_LATENESS_P99_MS}",
-            False, "; ".join(base), "Orleans ≈ 1 s precision")
+            False, "; ".join(base))
         hi, fh = az.get("lateness_high"), fi.get("lateness_high")
         if hi and fh:
             high = [f"file store p99 {fh['p99']:.1f}"]
@@ -188,22 +200,21 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             row(f"Lateness at {_n(HIGH_RATE)} jobs/s, p50 / p99 / max (ms)", hi["p99"],
                 f"{hi['p50']:.1f} / {hi['p99']:.1f} / {hi['max']:.1f}", GOAL_LATENESS_P99_MS_HIGH,
                 f"p99 <= {GOAL_LATENESS_P99_MS_HIGH}", False, "; ".join(high), "")
+    if "named" in results:
+        named_side.rows(results["named"], row, _cite(peers.DAPR_SCHEDULE_TARGET, peers.DAPR_REMINDER_REGISTRATIONS))
     if "failover" in results and results["failover"]["measured"]:
         f = results["failover"]
         row(f"Failover, kill → first adopted fire, p50 / max (s, {f['measured']} kills)", f["p50"],
-            f"{f['p50']:.2f} / {f['max']:.2f}", GOAL_FAILOVER_P50_S, f"p50 <= {GOAL_FAILOVER_P50_S:g}", False, "",
-            "Orleans 5–35 s; Dapr < 5 s")
+            f"{f['p50']:.2f} / {f['max']:.2f}", GOAL_FAILOVER_P50_S, f"p50 <= {GOAL_FAILOVER_P50_S:g}", False, "")
     if "replay" in results:
         r = results["replay"]
         kind = GOAL_STORE if GOAL_STORE in r else next(iter(r))
         row(f"Replay of a {_n(r[kind]['records'])}-job shard (records/s)", r[kind]["records_per_s"],
             _n(r[kind]["records_per_s"]), GOAL_REPLAY_PER_S, f">= {_n(GOAL_REPLAY_PER_S)}", True,
-            "; ".join(f"{k} store {_n(v['records_per_s'])}" for k, v in r.items() if k != kind),
-            "Orleans 100 ms–5 s per shard")
+            "; ".join(f"{k} store {_n(v['records_per_s'])}" for k, v in r.items() if k != kind))
     if "memory" in results:
         m = results["memory"]
-        for name, goal, published in (("dormant", memory.GOAL_DORMANT_BYTES_PER_JOB, "Orleans reminders: all in memory"),
-                                      ("loaded", memory.GOAL_LOADED_BYTES_PER_JOB, "Orleans 200–500 B; Celery ETA ≈ 11 KB")):
+        for name, goal in (("dormant", memory.GOAL_DORMANT_BYTES_PER_JOB), ("loaded", memory.GOAL_LOADED_BYTES_PER_JOB)):
             r = m[name]
             what = "Dormant jobs (due beyond the lookahead)" if name == "dormant" else "Loaded jobs (in one silo)"
             extra = f"; scheduled at {_n(r['schedule_per_s'])}/s" if name == "dormant" else ""
@@ -211,7 +222,7 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{_n(r['bytes_per_job'], 1)} (R² {r['r2']:.2f}; intercept {_n(r['intercept_mb'])} MiB; "
                 f"{_n(r['objects_per_job'], 1)} objects, {_n(r['blocks_per_job'], 1)} blocks per job{extra})",
                 goal, f"slope <= {goal}", False,
-                f"APScheduler (SQLite store) RSS per stored job {_n(aps['bytes_per_job'])}" if aps else "", published)
+                f"APScheduler (SQLite store) RSS per stored job {_n(aps['bytes_per_job'])}" if aps else "")
     if "herd" in results:
         h = results["herd"]
         late = h["lateness_ms"]
@@ -220,7 +231,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
             base.append(f"steady triggers ({_n(az['triggers']['jobs'])} jobs) {_n(az['triggers']['per_s'])}")
         row(f"Thundering herd: {_n(h['jobs'])} jobs due at one instant, {h['silos']} silos (jobs/s; lateness p50 / p99 s)",
             h["per_s"], f"{_n(h['per_s'])} ({late['p50'] / 1e3:.1f} / {late['p99'] / 1e3:.1f})",
-            GOAL_TRIGGERS_PER_S[GOAL_STORE], f">= {_n(GOAL_TRIGGERS_PER_S[GOAL_STORE])}", True, "; ".join(base), "Dapr ≈ 15,000–19,000/s")
+            GOAL_TRIGGERS_PER_S[GOAL_STORE], f">= {_n(GOAL_TRIGGERS_PER_S[GOAL_STORE])}", True, "; ".join(base),
+            _cite(peers.DAPR_TRIGGER_TARGET, peers.DAPR_REMINDER_TRIGGERS))
         if h.get("growth") is not None:
             small, large = (h["herds"][str(n)] for n in (h["sizes"][0], h["sizes"][-1]))
             row(f"Herd: wall time per job, {_n(h['sizes'][-1])} over {_n(h['sizes'][0])} jobs (×)", h["growth"],
@@ -260,23 +272,25 @@ def draw(report: Report, results: dict[str, Any], samples: dict[str, list[float]
         if aps:
             batch["APScheduler"] = single["APScheduler"] = aps["schedule_per_s"]
         report.bars("scheduling throughput (jobs/s)", [
-            ("batch, 1,000 per call", batch, GOAL_BATCH_PER_S, [("Dapr 921/s", 921.0)]),
+            ("batch, 1,000 per call", batch, GOAL_BATCH_PER_S,
+             [peers.DAPR_SCHEDULE_TARGET.reference, peers.DAPR_REMINDER_REGISTRATIONS.reference]),
             ("single call", single, GOAL_SINGLE_OVER_NOOP * noop["concurrent_per_s"]),
         ], suffix="scheduling")
         report.bars("trigger throughput into handler actors (jobs/s)", [
             ("jobs due at one instant", {"timeshard azure": az["triggers"]["per_s"], "timeshard file": fi["triggers"]["per_s"]},
-             GOAL_TRIGGERS_PER_S[GOAL_STORE], [("Dapr 15,000/s", 15_000.0), ("Dapr 19,000/s", 19_000.0),
+             GOAL_TRIGGERS_PER_S[GOAL_STORE], [peers.DAPR_TRIGGER_TARGET.reference, peers.DAPR_REMINDER_TRIGGERS.reference,
                                                (f"goal on file {GOAL_TRIGGERS_PER_S['file']:,}/s",
                                                 float(GOAL_TRIGGERS_PER_S["file"]))]),
         ], suffix="triggers")
     if samples:
         report.cdf(f"lateness at a steady {STEADY_RATE:,} jobs/s (handler start - due)", samples,
-                   goal=GOAL_LATENESS_P99_MS, references=[("Orleans ~1 s precision", 1_000.0)], suffix="lateness")
+                   goal=GOAL_LATENESS_P99_MS, suffix="lateness")
+    if "named" in results:
+        named_side.draw(report, results["named"])
     if results.get("failover", {}).get("measured"):
         f = results["failover"]
         report.bars("failover: SIGKILL -> first fire of adopted shards (s)", [
-            ("per kill", {f"kill {i + 1}": v for i, v in enumerate(f["seconds"])}, GOAL_FAILOVER_P50_S,
-             [("Orleans 5 s (best)", 5.0), ("Dapr 5 s", 5.0)]),
+            ("per kill", {f"kill {i + 1}": v for i, v in enumerate(f["seconds"])}, GOAL_FAILOVER_P50_S),
         ], suffix="failover")
     if "replay" in results:
         report.bars("replay: loading one large shard (records/s)", [
@@ -289,8 +303,7 @@ def draw(report: Report, results: dict[str, Any], samples: dict[str, list[float]
         if aps:
             per_job["APScheduler (SQLite)"] = aps["bytes_per_job"]
         report.bars("memory per job (RSS slope, bytes)", [
-            ("bytes per job", per_job, memory.GOAL_LOADED_BYTES_PER_JOB,
-             [("Orleans 500 B", 500.0), ("Celery ETA 11 KB", 11_000.0)]),
+            ("bytes per job", per_job, memory.GOAL_LOADED_BYTES_PER_JOB),
         ], suffix="memory", log=True)
         memory.draw(report, m, suffix="memory-slope")
     if "herd" in results:
@@ -299,7 +312,8 @@ def draw(report: Report, results: dict[str, Any], samples: dict[str, list[float]
         if az:
             compared[f"steady triggers {_n(az['triggers']['jobs'])}"] = az["triggers"]["per_s"]
         report.bars("thundering herd through a cluster (jobs/s)", [
-            ("jobs due at one instant", compared, GOAL_TRIGGERS_PER_S[GOAL_STORE], [("Dapr 15,000/s", 15_000.0)]),
+            ("jobs due at one instant", compared, GOAL_TRIGGERS_PER_S[GOAL_STORE],
+             [peers.DAPR_TRIGGER_TARGET.reference, peers.DAPR_REMINDER_TRIGGERS.reference]),
         ], suffix="herd", log=True)
         herd.draw(report, h, suffix="herd-rate")
 
@@ -312,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loaded", type=memory.sizes_arg, default=None,
                         help="loaded-job sizes for memory (default 100k,250k,500k,750k,1M; quick 2.5k..10k)")
     parser.add_argument("--herd", type=memory.sizes_arg, default=None, help="herd sizes (default 100k,1M; quick 1k,4k)")
+    add_publish_flag(parser)
     args = parser.parse_args(argv)
     names: list[str] = []
     for given in args.names or NAMES:
@@ -322,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 names.append(name)
     # Baselines first when present: the peer's figures then sit beside every row.
     names.sort(key=lambda n: n != "baselines")
-    report = Report("suite", quick=args.quick)
+    report = report_for("suite", parser, args)
     sizes = Sizes(args.dormant, args.loaded, args.herd)
     results, samples = asyncio.run(run(names, args.quick, report, sizes))
     table = rows(results)
@@ -338,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(table, args.quick, machine, report.data["when"])
     (out / "RESULTS.md").write_text(text)
     report.progress(f"table: {out / 'RESULTS.md'}")
-    if not args.quick and out == DEFAULT_RESULTS_DIR and set(names) >= set(NAMES) and sizes == Sizes():
-        embed_in_page(text)
+    if args.publish and set(names) >= set(NAMES) and sizes == Sizes():
+        embed_in_page(text, RESULTS_PAGE)
         report.progress(f"{RESULTS_PAGE}: benchmark table regenerated")
     return report.finish()
 

@@ -24,6 +24,7 @@ from cluster.model.errors import (
     PutManyFailed,
     ScheduleInDoubt,
     SiloStopping,
+    UnsupportedStoreFormat,
     ValidationError,
 )
 from cluster.model.jobs import ScheduledJob, Target
@@ -71,6 +72,7 @@ __all__ = [
     "StepStatus",
     "SyncClient",
     "Target",
+    "UnsupportedStoreFormat",
     "ValidationError",
     "parse_duration",
     "parse_period",

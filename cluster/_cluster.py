@@ -18,7 +18,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
-from cluster.model.errors import describe
+from cluster.model.errors import RemoteTraceback, describe, unwrapped
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
 from cluster.model.placement import Node, place
 from cluster.runtime import heap
@@ -64,6 +64,17 @@ def _ensure_ray(namespace: str, address: str | None = None) -> None:
         except ValueError:  # Ray found a running cluster to join (e.g. `ray start`): it sets the CPUs
             pass
     ray.init(address=address, **settings)
+
+
+def _get(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get``, but what a silo raised arrives as itself (``UnsupportedStoreFormat``,
+    ``StorageError`` ...), its traceback kept as the cause, not in Ray's coloured wrapper."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.RayTaskError as exc:
+        error = unwrapped(exc)
+    # Raised here, outside the handler: Ray's wrapper is then not chained to it (as in the client).
+    raise error
 
 
 def _alive_nodes() -> list[Node]:
@@ -127,7 +138,7 @@ class Cluster:
             waiting = []
             for silo_id, (node, handle) in spawned.items():
                 try:
-                    ray.get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    _get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
                 except ray.exceptions.ActorUnschedulableError:
                     if time.monotonic() > deadline:
                         raise
@@ -135,6 +146,21 @@ class Cluster:
                                                                                             "node": node})
                     lost.add(node)
                     waiting.append(silo_id)
+                except Exception as exc:
+                    if isinstance(exc.__cause__, RemoteTraceback):
+                        # The silo's start raised (its store refused it): it never serves, and a
+                        # detached actor left behind would be reused, refusing again, by the next start.
+                        self._discard({i: h for i, (_, h) in spawned.items()})
+                    raise
+
+    def _discard(self, spawned: dict[str, Any], timeout: float = 10.0) -> None:
+        """Remove the actors of silos that failed to start, and wait until their names are free:
+        Ray removes a killed actor a moment later, and a start meanwhile would be handed it."""
+        for handle in spawned.values():
+            ray.kill(handle, no_restart=True)
+        deadline = time.monotonic() + timeout
+        while set(spawned) & set(running_silo_ids(self.namespace)) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def _members(self) -> list[Member]:
         """The membership table's rows ([] when the store does not answer, or from async code)."""
@@ -214,14 +240,16 @@ class Cluster:
         ids = running_silo_ids(namespace)
         if not ids:
             raise LookupError(f"no timeshard silos in Ray namespace {namespace!r}; start them with Cluster.start")
+        why = ""
         for silo_id in ids:
             try:
                 handle = ray.get_actor(SILO_PREFIX + silo_id, namespace=namespace)
-                described = ray.get(handle.describe.remote(), timeout=timeout)
-            except Exception:  # gone or not answering: ask the next one
+                described = _get(handle.describe.remote(), timeout=timeout)
+            except Exception as exc:  # gone or not answering: ask the next one
+                why = f" (silo {silo_id}: {describe(exc)})"
                 continue
             return cls(namespace, ids, described["options"], described["store_url"])
-        raise LookupError(f"no timeshard silo in Ray namespace {namespace!r} answered within {timeout:g} s")
+        raise LookupError(f"no timeshard silo in Ray namespace {namespace!r} answered within {timeout:g} s{why}")
 
     def handles(self) -> dict[str, Any]:
         """The actor handle of each silo that exists now, by silo id; gone ones are left out."""
@@ -301,7 +329,13 @@ class Cluster:
             free = (str(i) for i in range(10 * silos + len(current)) if str(i) not in current)
             added = [next(free) for _ in range(silos - len(current))]
             self.silo_ids = sorted(current + added, key=lambda s: (len(s), s))
-            self._add(added, timeout)
+            try:
+                self._add(added, timeout)
+            except Exception:
+                # Silos that refused to start were removed: the client must not route to them.
+                running = set(running_silo_ids(self.namespace))
+                self.silo_ids = [i for i in self.silo_ids if i in current or i in running]
+                raise
             log.info("silos added", extra={"namespace": self.namespace, "silos": added})
             return {"added": added, "removed": []}
         removed = current[silos:]
@@ -319,7 +353,7 @@ class Cluster:
                 try:
                     ray.get(ref, timeout=timeout + 10)
                 except Exception as exc:
-                    log.warning("silo did not stop gracefully", extra={"silo": silo_id, "error": repr(exc)})
+                    log.warning("silo did not stop gracefully", extra={"silo": silo_id, "error": describe(exc)})
         for handle in handles.values():
             ray.kill(handle, no_restart=True)
 
@@ -332,7 +366,7 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                ray.get([h.ready.remote() for h in self.silos], timeout=max(1.0, deadline - time.monotonic()))
+                _get([h.ready.remote() for h in self.silos], timeout=max(1.0, deadline - time.monotonic()))
                 return
             except Exception:
                 if time.monotonic() > deadline:

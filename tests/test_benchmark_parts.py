@@ -4,12 +4,14 @@ figures, and the suite's table rows for the scale figures (no Ray, no store)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks import herd, memory, report, suite
+from benchmarks import baselines, herd, memory, peers, queue, report, storage, suite
+from benchmarks import cluster as cluster_bench
 from benchmarks.cluster import GOAL_REPLAY_PER_S
 from cluster.cli import build_parser
 from cluster.cli import main as cli_main
@@ -85,7 +87,7 @@ def test_rows_put_each_scale_figure_beside_its_baseline_with_goals_on_slopes() -
     assert "APScheduler" in dormant["baselines"] and "360" in dormant["baselines"]
     loaded = table["Loaded jobs (in one silo): silo RSS slope, 100,000–1,000,000 jobs (B/job)"]
     assert loaded["value"] == 567.0 and loaded["goal"] == 150 and loaded["met"] is False
-    assert "Orleans 200–500 B" in loaded["published"]
+    assert loaded["published"] == "", "no peer publishes a per-job memory figure we could cite"
     crowd = table["Thundering herd: 1,000,000 jobs due at one instant, 3 silos (jobs/s; lateness p50 / p99 s)"]
     assert crowd["shown"] == "31,000 (16.0 / 32.0)" and "in-process timer queue 350,000" in crowd["baselines"]
     step = table["Herd: wall time per job, 1,000,000 over 100,000 jobs (×)"]
@@ -103,6 +105,27 @@ def test_herd_row_names_the_steady_trigger_rate_when_the_cluster_ran() -> None:
                "noop": {"concurrent_per_s": 1_100.0, "sequential_per_s": 330.0}}
     (crowd,) = [r for r in suite.rows(results) if r["figure"].startswith("Thundering herd")]
     assert "steady triggers (30,000 jobs) 17,000" in crowd["baselines"]
+
+
+CITATION = re.compile(r"\[[^\]]+\]\((https://[^)\s]+)\)")
+
+
+def test_every_published_figure_in_the_table_links_to_its_source() -> None:
+    """Issue 27, point 7: a peer's figure beside ours says where the peer publishes it."""
+    cluster = {"scheduling": {"batch_per_s": 16_000.0, "concurrent_single_per_s": 2_000.0, "single_per_s": 80.0},
+               "triggers": {"per_s": 17_000.0, "jobs": 30_000}, "lateness": {"p50": 3.0, "p99": 15.0, "max": 30.0}}
+    results = {**SCALE_RESULTS, "cluster_azure": cluster, "cluster_file": cluster,
+               "noop": {"concurrent_per_s": 1_100.0, "sequential_per_s": 330.0},
+               "failover": {"measured": 2, "p50": 0.5, "max": 1.0, "seconds": [0.5, 1.0]}}
+    table = suite.rows(results)
+    published = [r["published"] for r in table if r["published"]]
+    assert len(published) >= 3  # batch scheduling, triggers (two stores) and the herd: the rows Dapr publishes for
+    for text in published:
+        assert CITATION.sub("", text).strip("; ") == "", f"a published figure without its source: {text!r}"
+    sources = {url for text in published for url in CITATION.findall(text)}
+    assert sources == {f.source for f in peers.ALL}
+    for figure in peers.ALL:
+        assert f"{figure.value:,.0f}" in figure.label, f"{figure.label!r} does not say the value it is drawn at"
 
 
 def test_scale_runs_the_three_scale_steps_with_the_sizes_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -139,13 +162,77 @@ def test_a_quick_suite_from_a_checkout_writes_a_scratch_folder_never_the_publish
     assert str(scratch) in capsys.readouterr().out  # the user is told where the figures went
 
 
-def test_the_scratch_folder_of_quick_runs_is_outside_the_checkout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_unpublished_runs_write_scratch_folders_outside_the_checkout(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
     monkeypatch.delenv("TIMESHARD_BENCH_DIR", raising=False)
     checkout = Path(suite.__file__).resolve().parent.parent
-    assert not report.results_dir(quick=True).resolve().is_relative_to(checkout)
-    assert report.results_dir(quick=False) == report.DEFAULT_RESULTS_DIR
+    for quick in (True, False):
+        assert not report.results_dir(quick=quick).resolve().is_relative_to(checkout)
+    assert report.results_dir(quick=False, publish=True) == report.DEFAULT_RESULTS_DIR
     monkeypatch.setenv("TIMESHARD_BENCH_DIR", str(tmp_path))
     assert report.results_dir(quick=True) == report.results_dir(quick=False) == tmp_path
+
+
+@pytest.fixture
+def folders(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
+    """Stand-ins for the published folder, the scratch folders and docs/benchmarks.md, so a
+    regression writes here, not over the checkout; the suite's steps do not run."""
+    found = {name: tmp_path / name for name in ("published", "scratch", "quick")}
+    found["published"].mkdir()
+    found["page"] = tmp_path / "benchmarks.md"
+    found["page"].write_text(f"# Benchmarks\n{suite.START}\nthe published table\n{suite.END}\n")
+    monkeypatch.setattr(report, "DEFAULT_RESULTS_DIR", found["published"])
+    monkeypatch.setattr(report, "SCRATCH_RESULTS_DIR", found["scratch"])
+    monkeypatch.setattr(report, "QUICK_RESULTS_DIR", found["quick"])
+    monkeypatch.setattr(suite, "RESULTS_PAGE", found["page"])
+    monkeypatch.delenv("TIMESHARD_BENCH_DIR", raising=False)
+
+    async def fake_run(names: list[str], quick: bool, report: Any, sizes: suite.Sizes) -> tuple[dict, dict]:
+        return {}, {}
+
+    monkeypatch.setattr(suite, "run", fake_run)
+    return found
+
+
+def test_a_full_run_is_published_only_with_publish(folders: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 27, point 6: a full run someone tries locally no longer replaces the published figures."""
+    page = folders["page"].read_text()
+    assert cli_main(["bench"]) == 0
+    assert sorted(p.name for p in folders["scratch"].iterdir()) == ["RESULTS.md", "suite.json"]
+    assert list(folders["published"].iterdir()) == [] and folders["page"].read_text() == page
+    assert str(folders["scratch"]) in capsys.readouterr().out  # the user is told where the figures went
+
+    assert cli_main(["bench", "--publish"]) == 0
+    assert sorted(p.name for p in folders["published"].iterdir()) == ["RESULTS.md", "suite.json"]
+    table = (folders["published"] / "RESULTS.md").read_text().strip()
+    assert folders["page"].read_text() == f"# Benchmarks\n{suite.START}\n{table}\n{suite.END}\n"
+
+
+@pytest.mark.parametrize("module", [baselines, cluster_bench, herd, memory, queue, storage, suite],
+                         ids=lambda m: m.__name__)
+def test_a_quick_run_is_refused_publishing_before_it_runs(module: Any, folders: dict[str, Path],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        module.main(["--quick", "--publish"])
+    assert refused.value.code == 2
+    assert "--quick run's figures are indicative only and are never published" in capsys.readouterr().err
+    assert list(folders["published"].iterdir()) == [] and not folders["quick"].exists()
+
+
+def test_the_command_line_refuses_a_quick_published_run(folders: dict[str, Path]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli_main(["bench", "suite", "--quick", "--publish"])
+    assert refused.value.code == 2 and list(folders["published"].iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--quick"], []], ids=["quick", "full"])
+def test_the_published_folder_is_not_a_scratch_folder(argv: list[str], folders: dict[str, Path],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """TIMESHARD_BENCH_DIR naming benchmarks/results/ would publish without --publish."""
+    monkeypatch.setenv("TIMESHARD_BENCH_DIR", str(folders["published"]))
+    with pytest.raises(SystemExit) as refused:
+        suite.main(argv)
+    assert refused.value.code == 2 and list(folders["published"].iterdir()) == []
 
 
 def test_timeshard_bench_without_a_name_runs_the_suite() -> None:

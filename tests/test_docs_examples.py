@@ -41,7 +41,9 @@ MOST_NOT_RUN = 3
 def ran(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     work = tmp_path_factory.mktemp("docs-examples")
     env = {**os.environ}
-    env.pop("RAY_ADDRESS", None)  # a local Ray of its own, as a reader's script starts, not the session's
+    # A local Ray of its own, as a reader's script starts: not the session's, nor one that another
+    # process runs on this machine (without an address, Cluster.start joins that one).
+    env["RAY_ADDRESS"] = "local"
     done = subprocess.run(
         [sys.executable, "-m", "tests.docs_examples", "--workdir", str(work / "work"), "--out", str(work / "report.json"),
          *PAGES], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)

@@ -37,6 +37,7 @@ CLUSTER = [
     "StepStatus",
     "SyncClient",
     "Target",
+    "UnsupportedStoreFormat",
     "ValidationError",
     "parse_duration",
     "parse_period",

@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cluster.cli.ui import UiSource, make_app
-from cluster.cli.ui.overview import alerts
+from cluster.cli.ui.overview import alerts, silo_row
 from cluster.cli.ui.sampler import SAMPLER, Sampler, Series, quantile
 from cluster.runtime.metrics import LATENESS_BOUNDS, Histogram
 
@@ -220,3 +220,13 @@ async def test_loaded_and_dormant_shards_are_listed_apart_sorted_and_paged() -> 
         assert (await client.get("/api/shards?loaded=maybe")).status == 400
     finally:
         await client.close()
+
+
+def test_a_silo_row_shows_how_late_its_reading_of_the_stores_clock_makes_jobs() -> None:
+    measured = {"store_clock": "measured", "offset_low_s": -0.0042, "offset_high_s": -0.0011, "width_s": 0.0031,
+                "lateness_up_to_s": 0.0031, "exceeded": False}
+    row = silo_row(silo("s", 1, 0, clock=measured))
+    assert (row["clock_late_ms"], row["clock_offset_ms"], row["clock_store"]) == (3.1, [-4.2, -1.1], "measured")
+    unmeasured = {"store_clock": "unmeasured", "offset_low_s": None, "offset_high_s": None, "width_s": None,
+                  "lateness_up_to_s": None, "exceeded": False}
+    assert silo_row(silo("s", 1, 0, clock=unmeasured))["clock_late_ms"] is None

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from cluster.cli.jobs import add_job_commands
 from cluster.cli.ui import add_ui_command
-from cluster.model.errors import ValidationError
+from cluster.model.errors import ONE_LINE_ERRORS
 from cluster.model.options import DEFAULT_NAMESPACE
 from storage import StorageError
 
@@ -32,6 +32,9 @@ EPILOG = """examples:
 
 class UserError(Exception):
     """A failure to report in one line, without a traceback."""
+
+
+_PRINTED: tuple[type[BaseException], ...] = (UserError, StorageError, *ONE_LINE_ERRORS)
 
 
 def _add_up(sub: argparse._SubParsersAction) -> None:
@@ -130,17 +133,22 @@ def _run_drill(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench",
-        help="run benchmarks side by side (JSON + PNG in benchmarks/results)",
+        help="run benchmarks side by side (JSON + PNG in a scratch folder; --publish: benchmarks/results)",
         description="Run benchmarks by name; each is also `python -m benchmarks.<name>`.",
-        epilog="examples:\n  timeshard bench                 # the whole suite, as docs/benchmarks.md reports it\n"
+        epilog="examples:\n  timeshard bench                 # the whole suite, into $TIMESHARD_BENCH_DIR or $TMPDIR/timeshard-bench\n"
+        "  timeshard bench --publish       # the same, into benchmarks/results/ and docs/benchmarks.md's table\n"
         "  timeshard bench queue storage --quick",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("names", nargs="*", default=["suite"],
                    help="benchmarks to run: suite (every figure side by side, the default), queue, storage, memory, herd")
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes, seconds each; indicative figures, written to $TIMESHARD_BENCH_DIR or a scratch "
-                   "folder ($TMPDIR/timeshard-bench-quick), never benchmarks/results")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="small sizes, seconds each; indicative figures, written to $TIMESHARD_BENCH_DIR or a scratch "
+                      "folder ($TMPDIR/timeshard-bench-quick), never published")
+    size.add_argument("--publish", action="store_true",
+                      help="write the figures into benchmarks/results/, the published ones (default: "
+                      "$TIMESHARD_BENCH_DIR, else a scratch folder, $TMPDIR/timeshard-bench)")
     p.set_defaults(func=_run_bench)
 
 
@@ -153,7 +161,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             module = importlib.import_module(f"benchmarks.{name}")
         except ImportError:
             raise UserError(f"no benchmark named {name!r} (python -m benchmarks.<name>)") from None
-        status |= module.main(["--quick"] if args.quick else [])
+        status |= module.main(["--quick"] if args.quick else ["--publish"] if args.publish else [])
     return status
 
 
@@ -198,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValidationError, StorageError) as exc:
+    except _PRINTED as exc:
         print(f"timeshard: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

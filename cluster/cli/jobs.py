@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, JobNotFound, ValidationError
+from cluster.model.errors import ONE_LINE_ERRORS
 from cluster.model.options import DEFAULT_NAMESPACE
 from cluster.model.times import format_duration
 from storage import StorageError
@@ -62,6 +62,9 @@ fire_all); a one-shot job already due fires at once. Exit code 1 if there is no 
 
 class _Failure(Exception):
     """A failure to report in one line."""
+
+
+_PRINTED: tuple[type[BaseException], ...] = (_Failure, StorageError, *ONE_LINE_ERRORS)
 
 
 #: How long a command waits for Ray's head to answer before saying it cannot reach it.
@@ -111,14 +114,10 @@ def _run(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[
     """Wrap a command: connect, run it, and turn user errors into one line and exit code 1."""
 
     def command(args: argparse.Namespace) -> int:
-        from cluster.client import ClusterUnavailable
-        from cluster.model.errors import ScheduleInDoubt
-
         try:
             client = _connect(args.namespace).client()
             return asyncio.run(_with_args(work, client, args))
-        except (_Failure, ValidationError, AlreadyExists, JobNotFound, ClusterUnavailable, StorageError,
-                ScheduleInDoubt) as exc:
+        except _PRINTED as exc:
             print(f"timeshard: error: {exc}", file=sys.stderr)
             return 1
 
@@ -428,7 +427,10 @@ def _clock_text(clock: dict[str, Any] | None) -> list[str]:
         return ["  clock: not measured yet"]
     if clock["store_clock"] == "shared":
         return ["  clock: the store's is this host's"]
-    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s]"]
+    # Jobs fire by the interval's low end: up to its width late (an older silo reports no width).
+    late = clock.get("lateness_up_to_s", clock["offset_high_s"] - clock["offset_low_s"])
+    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s],"
+             f" jobs up to {late * 1e3:.1f} ms late"]
     if clock["exceeded"]:
         lines.append(f"  CLOCK SKEW beyond max_clock_skew ({clock['max_clock_skew_s']}s): fix this host's time sync")
     return lines

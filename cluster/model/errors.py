@@ -191,6 +191,14 @@ class JobNotFound(LookupError):
         return (type(self), (self.what,))
 
 
+#: The project's errors whose message says all a user needs, in one line: the command line prints
+#: them so, without a traceback (``StorageError``, from the layer below, is printed so too).
+ONE_LINE_ERRORS: tuple[type[BaseException], ...] = (
+    ValidationError, UnsupportedStoreFormat, AlreadyExists, SiloStopping, ClusterUnavailable, EarlierTryUnsettled,
+    ScheduleInDoubt, PutInDoubt, PutManyFailed, JobNotFound,
+)
+
+
 # -- errors that crossed Ray ----------------------------------------------------------------------
 # Ray wraps what a remote call raised in a ``RayTaskError`` whose text starts with terminal colour
 # codes and the actor's repr. These helpers recognise it by name, so the model stays Ray-free.

@@ -8,8 +8,9 @@ pointed the name at it, a schedule call that landed late, a second copy of a job
 name's registry entry and seen it point at that job id, and the attempt runs the copy in the
 shard the entry names (a later occurrence, which the move protocol carried on from that copy,
 clears by its id). The read is made off the firing path — when the job lands here
-(``jobs_landed``) or its shard is loaded (``shard_loaded``) — and remembered; an attempt due
-before it is done waits for it. A clearance is never taken back, because:
+(``jobs_landed``; one landing in a window beyond the lookahead waits for its shard's load) or
+its shard is loaded (``shard_loaded``) — and remembered; an attempt due before it is done waits
+for it. A clearance is never taken back, because:
 
 1. the entry names every job it ever pointed at until that job's cancel is confirmed: ``put``
    moves the job it replaces into ``retire`` by the same compare-and-swap that points the name

@@ -200,12 +200,19 @@ class Loading:
 
         Not while a move decided in the shard is unsettled, nor while a shard that moved jobs
         into it exists: a move settled there later looks here for its proof (cluster.runtime.moves).
+        Nor once this silo no longer holds it: a shard handed over (or lost) while an earlier
+        one's delete was awaited is its next owner's to judge. Deleted here, it was judged against
+        a listing bounded by the sources of the shards still held, which missed its own source:
+        that source's next owner found the move's proof gone and ran the occurrence again
+        (found by the simulation with torn logs, seed 107341: a duplicate).
         """
         now = self._clock.now_us()
         # A shard just created (for a move's next occurrence, say) is empty until its first write.
         settled = self._clock.monotonic() - self._options.adoption_interval.total_seconds()
         existing: set[str] | None = None
         for shard in self._shards:
+            if not self._shards.holds(shard):
+                continue
             if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now and shard.held_since <= settled:
                 if self._runs.of_shard(shard) or (shard.state is not None and shard.state.pending):
                     continue
@@ -224,7 +231,7 @@ class Loading:
                     if not existing.isdisjoint(shard.state.sources):
                         continue
                 async with shard.gate.exclusive():
-                    if shard.live_count != 0:
+                    if shard.live_count != 0 or not self._shards.holds(shard):
                         continue
                     # Sealed first: its writer closes for the delete, so it must not stay its
                     # window's open shard, or what is written to that window later (a schedule,

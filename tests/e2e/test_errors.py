@@ -4,22 +4,27 @@ the silo's traceback kept behind it for debugging (issue 27, point 1). The full 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import traceback
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 
-from cluster import FailurePolicy, ScheduleInDoubt, Target
+from cluster import Cluster, FailurePolicy, ScheduleInDoubt, Target, UnsupportedStoreFormat
 from cluster.cli import main as cli
+from cluster.client import running_silo_ids
 from cluster.model.errors import RemoteTraceback
+from cluster.runtime.store_format import FORMAT_LOG
 from handlers import JobContext, JobHandler
 from storage import StorageError
-from tests.e2e.conftest import wait_for
+from storage.file import FileStore
+from tests.e2e.conftest import FAST, wait_for
 from tests.e2e.full_disk import assert_one_plain_line, fill_disk
 
 pytestmark = [pytest.mark.ray, pytest.mark.file_only]
@@ -110,3 +115,26 @@ async def test_a_handler_failure_shows_in_the_job_status_as_the_error_it_raised(
     await jobs.close()
     ray.kill(billing)
     ray.kill(ledger)
+
+
+@pytest.mark.silo_fails_with("UnsupportedStoreFormat: store format 2 (written by timeshard 0.2.0)")
+def test_a_start_on_a_store_of_a_newer_format_raises_the_refusal_and_leaves_no_silo(ray_session, store_url):
+    """Before: ``RayTaskError(UnsupportedStoreFormat)`` in colour codes, and the refusing silos left
+    running as detached actors, which the next start (or ``timeshard up``) reused."""
+    async def mark() -> None:
+        store = FileStore(Path(store_url.removeprefix("file://")))
+        await store.create(FORMAT_LOG, {"format": "2", "written_by": "timeshard 0.2.0"})
+        await store.close()
+
+    asyncio.run(mark())
+    namespace = f"ts-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(UnsupportedStoreFormat) as caught:
+        Cluster.start(store_url, silos=2, namespace=namespace, options=FAST)
+    err = caught.value
+    assert type(err) is UnsupportedStoreFormat and (err.found, err.written_by) == (2, "timeshard 0.2.0")
+    assert "\n" not in str(err) and "\x1b" not in str(err)
+    assert isinstance(err.__cause__, RemoteTraceback) and "SiloActor.ready" in err.__cause__.text
+    assert "store_format.py" in err.__cause__.text, "the silo's traceback is kept"
+    printed = "".join(traceback.format_exception(err))
+    assert "\x1b" not in printed and "RayTaskError" not in printed
+    assert running_silo_ids(namespace) == [], "a silo that refused its store was left running"

@@ -14,18 +14,23 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
 from cluster.client import Client
 from cluster.model.attempt import JobContext
+from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
 from cluster.model.options import ClusterOptions
 from cluster.model.routing import Router
 from cluster.model.trigger import TRIGGERED_FROM
 from cluster.model.wire import datetime_to_us, pack
+from cluster.named import fence
 from cluster.named.api import NamedJobs
 from cluster.named.hooks import NamedJobHooks
 from cluster.named.registry import Entry, JobStatus, entry_key, read_entry
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.roles import Roles
+from storage import Store
 from tests.runtime.harness import OPTIONS, Blocking, ManualClock, fire_due, make_parts
 
 TARGET = Target.actor("h", "test")
@@ -41,6 +46,10 @@ class View:
     @property
     def owner(self) -> str:
         return self.parts.me.owner
+
+    @property
+    def clock(self) -> Clock:
+        return self.parts.skew.clock
 
     async def schedule(self, jobs: object) -> list[str]:
         raise AssertionError("not used")
@@ -236,3 +245,37 @@ async def test_a_triggered_run_that_ended_leaves_nothing_for_the_next_put_to_can
             await hook.recorder.flush()
     entry = await read_entry(parts.store, entry_key("default", "default", "tick"))
     assert entry is not None and entry.retire == ()
+
+
+async def test_a_job_put_beyond_the_lookahead_costs_its_silo_no_registry_read_until_its_shard_loads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put's job landing in a dormant window was polled for at once, one to four registry reads
+    per put while the put was still pointing its name (issue 25: the silos' share of a put's
+    cost), for a clearance held days for nothing. It is cleared when its shard loads instead."""
+    reads: list[str] = []
+    real = fence.read_entry
+
+    async def counted(store: Store, key: str) -> Entry | None:
+        reads.append(key)
+        return await real(store, key)
+
+    monkeypatch.setattr(fence, "read_entry", counted)
+    parts, jobs, starts = await start()
+    hook = next(h for h in parts.hooks if isinstance(h, NamedJobHooks))
+    now = datetime.now(timezone.utc)
+    later = await jobs.put("later", target=TARGET, due_time=now + timedelta(seconds=60))  # its window: dormant
+    soon = await jobs.put("soon", target=TARGET, due_time=now + timedelta(seconds=3))  # within the lookahead
+    await asyncio.sleep(0.2)  # the prefetcher's polls (5 ms, then doubling)
+    assert entry_key("default", "default", "soon") in reads and hook.clearance.shard_of(soon.job.id) == soon.job.shard
+    assert entry_key("default", "default", "later") not in reads and hook.clearance.shard_of(later.job.id) is None
+    cleared_before_due = False
+    for _ in range(70):
+        parts.clock.advance(1)  # type: ignore[attr-defined]
+        parts.lease.renew(parts.clock.monotonic())
+        await parts.loading.load_due()
+        await asyncio.sleep(0.02)  # shard_loaded's clearance reads
+        if parts.clock.now_us() < datetime_to_us(later.job.due):
+            cleared_before_due = cleared_before_due or hook.clearance.shard_of(later.job.id) == later.job.shard
+        await fire_due(parts)
+    assert cleared_before_due  # by its shard's load, off the firing path
+    assert starts.log == [soon.job.id, later.job.id]

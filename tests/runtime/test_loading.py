@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 
 from cluster.model.wire import datetime_to_us
-from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardState
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, SUCCEEDED, ShardState, add_op, remove_op
 from storage import Unavailable, list_logs, read_log
-from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
+from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, item, job, make_parts, until_idle
 
 
 async def test_a_dormant_shard_loads_and_queues_its_jobs_once_its_window_is_within_the_lookahead() -> None:
@@ -134,6 +134,49 @@ async def test_a_drained_shards_delete_that_races_its_take_back_leaves_the_fresh
     after = await read_log(store, name)
     assert after.metadata["owner"] == RELEASED and hidden.id not in ShardState().replay(after.records()).live
     assert running.ran == [1]
+
+
+async def test_a_shard_handed_over_while_drained_shards_are_deleted_keeps_its_moves_proof() -> None:
+    """Found by the simulation with torn logs (seed 107341, a duplicate): a recurring job's next
+    occurrence moved from a peer's shard into one of ours and succeeded there. Our drained shards
+    were being deleted when we handed that target over; the delete went on to it all the same,
+    judging its source gone from a listing bounded by the sources of the shards we still held.
+    The source's log still named the move pending, so its next owner, finding no target, decided
+    the move again and ran the occurrence a second time. A shard handed over is its next owner's."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    peer = await make_parts(store, "1")  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = Recorder()
+    parts.lease.renew(parts.clock.monotonic())
+    (first,) = await add(parts, job(job_id="d"))  # drained first: its delete is held up
+    (earlier,) = await add(parts, job(job_id="e", due=timedelta(seconds=11)))
+    (target,) = await add(parts, job(job_id="b", due=timedelta(seconds=21)))
+    (source,) = await add(peer, job(job_id="a", due=timedelta(seconds=22)))  # the peer's, it lives on
+    assert first < earlier < target < source
+    for base, came_from in ((earlier, first), (target, source)):  # an occurrence moved in, then succeeded
+        shard = parts.shards.get(base)
+        assert shard is not None
+        jid, due_us, packed = item(job(job_id=f"moved-{base}", due=timedelta(seconds=21)))
+        async with shard.gate.shared():
+            await shard.write([add_op(jid, due_us, packed, 2, source=came_from)])
+            await shard.write([remove_op(jid, 2, SUCCEEDED)])
+    parts.clock.advance(25)
+    parts.lease.renew(parts.clock.monotonic())
+    await parts.loading.load_due()
+    await fire_due(parts)
+    parts.clock.advance(10)  # every shard of ours drained and past its window
+    parts.lease.renew(parts.clock.monotonic())
+    opened = store.gate("delete", first)
+    deleting = asyncio.ensure_future(parts.loading.delete_drained())
+    await store.reached("delete", first).wait()
+    for base in (earlier, target):
+        shard = parts.shards.get(base)
+        assert shard is not None and shard.live_count == 0 and await parts.balance.release(shard)
+    opened.set()
+    await deleting
+    kept = await read_log(store, target)  # type: ignore[arg-type]
+    assert kept.metadata["owner"] == RELEASED
+    assert ShardState().replay(kept.records()).holds_move(f"moved-{target}", 2)  # what the source's next owner reads
 
 
 async def test_a_skip_job_that_missed_occurrences_while_dormant_runs_none_of_them_and_goes_on() -> None:

@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
+from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 from cluster.model.trigger import TRIGGERED_FROM, triggered_run
@@ -33,6 +34,10 @@ class View:
     @property
     def owner(self) -> str:
         return self.parts.me.owner
+
+    @property
+    def clock(self) -> Clock:
+        return self.parts.skew.clock
 
     async def schedule(self, jobs: object) -> list[str]:
         raise AssertionError("not used")

@@ -46,6 +46,7 @@ from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import timedelta_to_us, us_to_datetime
 from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, creator_of, format_window, landed_ids, window_of
 from storage.generations import list_logs, read_log
+from storage.records import decode
 from tests.runtime.harness import job
 from tests.sim.loop import EPOCH_US, true_now_us
 
@@ -76,12 +77,15 @@ class SimRay:
         # Job id -> its due (µs) as a schedule call carried it, and the suspects its retries named.
         self.schedule_due: dict[str, int] = {}
         self.schedule_suspects: dict[str, set[str]] = defaultdict(set)
+        # Job id -> when its latest try was sent (true µs), and to which silo.
+        self.schedule_sent: dict[str, tuple[int, str]] = {}
 
     async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
         if method == "schedule":
             for item in args[0]:
                 self.schedule_due[item[0]] = item[1]
                 self.schedule_suspects[item[0]].update(args[1] if len(args) > 1 else ())
+                self.schedule_sent[item[0]] = (true_now_us(self._world.loop), silo_id)
         self._world.say(f"ray: {_call_text(method, args)} to {silo_id}")
         try:
             answer = await self._call(silo_id, method, args)
@@ -322,8 +326,11 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
     the earlier try's chain had run out and its shards were deleted as drained; a retry
     wrote the jobs again, could not take them back, and they ran again)."""
     # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
-    # fired from another, it was added twice.
-    if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries):
+    # fired from another, it was added twice; or from this one, by a try that ran to its end
+    # before a rotation compacted it away, and only then the retry looked.
+    sent_us, silo_id = ray.schedule_sent.get(job_id, (0, ""))
+    if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries) and (
+            not _compacted_before(world, job_id, shard, sent_us, silo_id)):
         return
     live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
             and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
@@ -337,9 +344,30 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
         world.note(f"client schedule: {job_id}'s earlier try ran; its record is still in {kept}, not excused")
         return
     world.added_again.add(job_id)
+    world.chain_sent[job_id] = sent_us
     told = "added again" if acknowledged else "in doubt"
     world.stats[f"client: {told} after its earlier try ran"] += 1
     world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")
+
+
+def _compacted_before(world: World, job_id: str, shard: str, sent_us: int, silo_id: str) -> bool:
+    """Whether ``job_id``'s earlier try ran in ``shard`` to its end and was compacted away there
+    before the retry that wrote it again looked (docs/failover.md: such a job is added again, one
+    more run): every occurrence the earlier try ran there ended durably (no live copy left), and
+    the first read of that log by the retry's silo once the retry was sent, the search's, held no
+    record of the job. A read that held one, the retry had to answer with (seed 83235 with torn
+    logs: the retry wrote into the very shard its earlier try had run from, rotated meanwhile)."""
+    earlier = {d.occurrence for d in world.deliveries if d.job_id == job_id and d.shard == shard and d.sent_us < sent_us}
+    if 1 not in earlier:
+        return False
+    ended = [world.outcome_landed.get((job_id, occurrence)) for occurrence in sorted(earlier)]
+    if None in ended:
+        return False
+    reads = [(at_us, data) for at_us, reader, data in world.shard_reads.get(shard, ()) if reader == silo_id and at_us >= sent_us]
+    if not reads:
+        return False
+    at_us, data = reads[0]
+    return max(t for t in ended if t is not None) < at_us and not landed_ids(decode(data).records(), {job_id})
 
 
 async def _where_a_retry_looks(world: World, ray: SimRay, job_id: str, shard: str) -> list[str]:

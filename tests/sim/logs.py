@@ -37,7 +37,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cluster.runtime.shardlog import ADD, CANCELLED, MOVED, REMOVE, SHARD_PREFIX, SNAPSHOT
+from cluster.runtime.shardlog import ADD, CANCELLED, MOVED, PAUSE, REMOVE, SHARD_PREFIX, SNAPSHOT
 from storage import MemoryStore
 from storage.damage import DAMAGED_PREFIX
 from storage.generations import generation_name
@@ -152,6 +152,8 @@ class Logs:
             for op in frames[i].records:
                 if op[0] == REMOVE and len(op) > 3 and op[3] == CANCELLED:
                     world.cancel_frame_damaged(op[1])  # a cancel still on its way back may not hold
+                elif op[0] == PAUSE and len(op) > 1:
+                    world.pause_frame_damaged(op[1])  # nor a pause whose record this was
 
     async def land_killed_append(self, world: World, name: str, payload: bytes, if_match: str) -> bool:
         """An append in flight at its silo's kill, which lands: torn (True, done here) or whole

@@ -159,12 +159,11 @@ class Faults:
     # In a share of seeds silos list shards in turn (``adoption_listers`` 1: each every third
     # adoption interval), as in a cluster of more silos than listers (issue 28): what makes
     # orphans must be heard — a departure in the membership table, a peer's notice, a write of
-    # its own whose outcome is unknown — and looked for at once, not found on a turn. Only with
-    # ``all`` (or ``+turns``) for now: in seeds 0-1999 its timings find a product bug still
-    # open, a resume meeting a move not yet carried out (seed 1194: the move's target answered
-    # "absent", and the job stayed paused there for good), and the seeds CI runs must pass.
-    # Default it on once it is fixed.
-    turns: bool = False
+    # its own whose outcome is unknown — and looked for at once, not found on a turn.
+    # Default since seed 1194 (a resume meeting a move not yet carried out: the move's target
+    # answered "absent", and the job stayed paused there for good) was fixed; seeds 0-1999 and
+    # 130000-132999 then passed with it.
+    turns: bool = True
     # In a share of seeds silos share hosts, so a peer sees a dead silo's process gone from its
     # host's process table: proof of its end without Ray (issue 28). Never of one that runs on.
     shared_hosts: bool = True
@@ -175,7 +174,7 @@ class Faults:
 
     @classmethod
     def parse(cls, text: str) -> Faults:
-        """``"default"`` (every kind but ``torn_logs`` and ``turns``), ``"all"``, ``"none"``, or a comma list
+        """``"default"`` (every kind but ``torn_logs``), ``"all"``, ``"none"``, or a comma list
         of kinds (``"kills,pauses"``); ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
         faults, listing = cls(), False
         for word in (w.strip() for w in text.split(",") if w.strip()):
@@ -387,7 +386,11 @@ class SimStore(Store):
                                 payload)
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
-        return await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))  # type: ignore[no-any-return]
+        fetched: Fetched = await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))
+        if offset == 0 and name.startswith(SHARD_PREFIX):
+            self._world.shard_reads[name.rpartition("~")[0]].append(
+                (true_now_us(self._world.loop), self._proc.silo_id, fetched.data))
+        return fetched
 
     async def delete(self, name: str, if_match: str | None) -> None:
         await self._call("delete", name, lambda: self._world.store.delete(name, if_match))
@@ -619,6 +622,7 @@ class World:
         self.cancel_true: dict[str, int] = {}  # job id -> when a cancel returned True (true µs)
         self.cancel_unknown: set[str] = set()  # a cancel without an answer: it may have landed
         self.cancel_damaged: dict[str, int] = {}  # job id -> when a frame with a REMOVE(cancelled) of it was damaged
+        self.pause_damaged: dict[str, list[int]] = defaultdict(list)  # job id -> when frames with a PAUSE of it were
         self.deliveries: list[Delivery] = []
         # The operator's pauses, drawn from a generator of their own as dispatch ahead is: seeds that
         # draw none run as they did before pauses existed.
@@ -655,6 +659,10 @@ class World:
         # Jobs a retried schedule call added again after its earlier try had run and left no record
         # (README, "Schedule calls and retries": one more run, never two live copies).
         self.added_again: set[str] = set()
+        # Job id -> when the retry that added it again was sent: its new chain's runs leave after.
+        self.chain_sent: dict[str, int] = {}
+        # Shard -> reads of its log (when, by which silo, what): what a retry's search saw.
+        self.shard_reads: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
         self.client_rng = client_rng(seed)
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
@@ -708,6 +716,11 @@ class World:
     def cancel_frame_damaged(self, job_id: str) -> None:
         """A damaged frame held a REMOVE(cancelled) of ``job_id`` (``tests.sim.logs``)."""
         self.cancel_damaged[job_id] = true_now_us(self.loop)
+
+    def pause_frame_damaged(self, job_id: str) -> None:
+        """A damaged frame held a PAUSE of ``job_id`` (``tests.sim.logs``): a pause sent before it
+        may be the one whose record was lost, and its job then runs on from here (README, Damage)."""
+        self.pause_damaged[job_id].append(true_now_us(self.loop))
 
     def cancel_returned(self, job_id: str, sent_us: int) -> None:
         """A cancel of ``job_id`` sent at ``sent_us`` (true µs) returned True: from now on it must hold.
@@ -1288,11 +1301,18 @@ class World:
                 self.spawn(self._settle(job_id))
 
     async def _live_in(self, job_id: str) -> str | None:
-        """A shard whose log in the store holds ``job_id`` live (read as the store is, no faults)."""
+        """A shard whose log in the store holds ``job_id`` live (read as the store is, no faults),
+        else one whose move of it is decided and not known to have landed: its target may lack the
+        ADD (torn at a kill), and the source's next owner carries the move out, the job's pause with
+        it (seed 106680 took such a job for absent, and its pause for settled)."""
+        moving = None
         for head in await list_logs(self.store, SHARD_PREFIX):
-            if job_id in ShardState().replay((await read_log(self.store, head.base)).records()).live:
+            state = ShardState().replay((await read_log(self.store, head.base)).records())
+            if job_id in state.live:
                 return head.base
-        return None
+            if moving is None and job_id in state.pending:
+                moving = head.base
+        return moving
 
     async def _settle(self, job_id: str) -> None:
         shard: str | None = None  # where the store says it is, once its schedule's shard was no help
@@ -1461,8 +1481,9 @@ class World:
         """When the chain a retried schedule call added again began: its first occurrence sent from
         the shard the call acknowledged (the earlier chain's fired from another, ``SimClient``).
         Every run of the earlier chain was sent before: it had no live copy left when the retry wrote."""
-        shard = self.acked.get(job_id)
-        return min((d.sent_us for d in self.deliveries if d.job_id == job_id and d.occurrence == 1 and d.shard == shard),
+        shard, after = self.acked.get(job_id), self.chain_sent.get(job_id, 0)
+        return min((d.sent_us for d in self.deliveries
+                    if d.job_id == job_id and d.occurrence == 1 and d.shard == shard and d.sent_us >= after),
                    default=EPOCH_US + 10**15)
 
     def _why_again(self, first: Delivery, again: Delivery) -> tuple[str, str] | None:
@@ -1506,8 +1527,12 @@ class World:
 
     @staticmethod
     def _busy(live: tuple[str, Silo]) -> bool:
+        """Whether ``live`` is still working something through. A shard being handed over holds
+        back the due jobs it takes off the queue for its next owner: until its release lands,
+        they are neither queued nor running (seed 108527 with torn logs, judged mid hand-over)."""
         roles = live[1]._r
-        return bool(roles.runs.inflight or roles.runs.displaced or roles.adoption.taking_back)
+        return bool(roles.runs.inflight or roles.runs.displaced or roles.adoption.taking_back
+                    or any(shard.leaving is not None for shard in roles.shards))
 
     def _stuck(self, silo: Silo) -> list[str]:
         """What ``silo`` has left undone at the end, one line each."""

@@ -83,8 +83,17 @@ def silo_row(s: dict[str, Any]) -> dict[str, Any]:
         "lease_age": s.get("lease_age"), "lease_left": s.get("lease_left"),
         "queued": s.get("queued"), "inflight": s.get("inflight"), "staged": s.get("staged"),
         "shards": len(s.get("shards") or ()), "quarantined": list(s.get("quarantined") or ()),
-        "error": s.get("error"),
+        **clock_cells(s.get("clock") or {}), "error": s.get("error"),
     }
+
+
+def clock_cells(clock: Mapping[str, Any]) -> dict[str, Any]:
+    """The silo's reading of the store's clock, in ms: how late it makes jobs at most (the width of
+    the interval holding ``store - host``; None while unmeasured), the interval, and the store's kind."""
+    low, high, late = clock.get("offset_low_s"), clock.get("offset_high_s"), clock.get("lateness_up_to_s")
+    return {"clock_late_ms": None if late is None else round(late * 1e3, 3),
+            "clock_offset_ms": None if low is None or high is None else [round(low * 1e3, 3), round(high * 1e3, 3)],
+            "clock_store": clock.get("store_clock")}
 
 
 def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
