@@ -10,12 +10,13 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal, overload
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster._keeper import KEEPER_NAME, Keeper
 from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
 from cluster.model.errors import describe
@@ -45,6 +46,14 @@ class SiloActor(Silo):
                       transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process)
 
 
+@ray.remote
+class SiloKeeper(Keeper):
+    """The keeper of a namespace's silo count as a detached Ray actor (``cluster._keeper``)."""
+
+    def __init__(self, namespace: str, store_url: str, options: ClusterOptions, target: int) -> None:
+        Keeper.__init__(self, Cluster(namespace, running_silo_ids(namespace), options, store_url), target)
+
+
 def _end_process() -> None:
     # Ray runs a newer process of this actor; this one holds nothing and must not linger as a
     # second copy (it would answer calls meant for the new one). Logs are flushed first.
@@ -66,6 +75,15 @@ def _ensure_ray(namespace: str, address: str | None = None) -> None:
     ray.init(address=address, **settings)
 
 
+def _answers(ref: Any) -> bool:
+    """Whether a finished call ``ref`` returned (rather than raised)."""
+    try:
+        ray.get(ref, timeout=0)
+        return True
+    except Exception:
+        return False
+
+
 def _alive_nodes() -> list[Node]:
     """Ray's alive nodes, as placement sees them."""
     return [Node(n["NodeID"], dict(n.get("Resources") or {}), "node:__internal_head__" in (n.get("Resources") or {}))
@@ -80,6 +98,11 @@ class Cluster:
         self.silo_ids = list(silo_ids)
         self.options = options
         self.store_url = store_url
+        #: Nodes no new silo is placed on (being drained), while Ray lists them alive.
+        self.avoid: set[str] = set()
+        #: Nodes whose silos were removed as lost: Ray lists them alive for a while yet, and the
+        #: membership rows that said so are overwritten once the silos run elsewhere.
+        self.lost_nodes: set[str] = set()
 
     @classmethod
     def start(
@@ -91,13 +114,17 @@ class Cluster:
         *,
         address: str | None = None,
         timeout: float = 60.0,
+        keep: bool = True,
     ) -> Cluster:
         """Start ``silos`` named, detached silo actors on ``store_url`` and wait until they serve.
 
         Initialises Ray (in ``namespace``; joining the cluster at ``address`` if given) unless the
         caller has. Silos spread over the alive nodes (``ClusterOptions.placement``). Silos that
         already exist under these names are reused, so a second ``start`` reconnects rather
-        than doubles.
+        than doubles. With ``keep`` (the default) a keeper actor on Ray's head node keeps
+        ``silos`` running from then on: a silo lost with its node is started again elsewhere,
+        without an operator (``cluster._keeper``); ``scale`` changes its target, ``shutdown``
+        ends it first.
         """
         if silos < 1:
             raise ValueError(f"silos: must be >= 1 (got {silos})")
@@ -107,27 +134,31 @@ class Cluster:
         cluster = cls(namespace, [str(i) for i in range(silos)], options, store_url)
         running = set(running_silo_ids(namespace))
         cluster._add([i for i in cluster.silo_ids if i not in running], timeout)
+        if keep:
+            cluster._keep(silos)
         log.info("cluster started", extra={"namespace": namespace, "silos": silos, "store": store_url})
         return cluster
 
-    def _add(self, silo_ids: Sequence[str], timeout: float) -> None:
-        """Start ``silo_ids`` on the nodes placement picks, and wait until they serve.
+    def _add(self, silo_ids: Sequence[str], timeout: float) -> dict[str, str]:
+        """Start ``silo_ids`` on the nodes placement picks, and wait until they serve; where each runs.
 
         Ray learns of a lost node only after its health checks fail (about 15 s by default), so
         a node may still look alive: a silo Ray cannot start there is placed again elsewhere.
         """
         deadline = time.monotonic() + timeout
-        lost = self._nodes_of_silos_lost()
+        lost = self._nodes_of_silos_lost() | self.avoid | self.lost_nodes
         waiting = list(silo_ids)
+        placed: dict[str, str] = {}
         while waiting:
             alive = [n for n in _alive_nodes() if n.node_id not in lost]
             nodes = place(len(waiting), alive, self._running_nodes(exclude=silo_ids),
-                          placement=self.options.placement, required=self.options.required_resources)
+                          placement=self.options.placement, required=self.options.placement_resources)
             spawned = {silo_id: (node, self._spawn(silo_id, node)) for silo_id, node in zip(waiting, nodes, strict=True)}
             waiting = []
             for silo_id, (node, handle) in spawned.items():
                 try:
                     ray.get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    placed[silo_id] = node
                 except ray.exceptions.ActorUnschedulableError:
                     if time.monotonic() > deadline:
                         raise
@@ -135,6 +166,7 @@ class Cluster:
                                                                                             "node": node})
                     lost.add(node)
                     waiting.append(silo_id)
+        return placed
 
     def _members(self) -> list[Member]:
         """The membership table's rows ([] when the store does not answer, or from async code)."""
@@ -162,18 +194,49 @@ class Cluster:
         lost = {m.node.partition("/")[0] for m in members if m.status == DEAD and m.cause in (SILENT, REPORTED)}
         return lost - {m.node.partition("/")[0] for m in members if m.status != DEAD}
 
-    def _remove_lost(self, silo_ids: Sequence[str], timeout: float = 2.0) -> list[str]:
+    def _remove_lost(self, silo_ids: Sequence[str], timeout: float = 2.0, spare: Collection[str] = ()) -> list[str]:
         """Remove the actors of silos declared dead by their peers that do not answer either (their
-        node is lost: Ray lists them for a while yet); the ids left."""
-        dead = {m.silo_id for m in self._members() if m.status == DEAD and m.cause in (SILENT, REPORTED)}
+        node is lost: Ray lists them for a while yet); the ids left. ``spare``: silos still starting."""
+        rows = {m.silo_id: m for m in self._members()
+                if m.status == DEAD and m.cause in (SILENT, REPORTED) and m.silo_id not in spare}
+        dead = set(rows)
         handles = {i: h for i, h in self.handles().items() if i in dead}
         refs = {i: h.ready.remote() for i, h in handles.items()}
+        if not refs:
+            return list(silo_ids)
         answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
-        gone = [i for i, ref in refs.items() if ref not in answered]
+        # An error is no answer: a call to an actor whose process is gone with its node fails at
+        # once (connection refused) while Ray still lists the actor alive.
+        gone = [i for i, ref in refs.items() if ref not in answered or not _answers(ref)]
         for silo_id in gone:
+            self.lost_nodes.add(rows[silo_id].node.partition("/")[0])
             ray.kill(handles[silo_id], no_restart=True)
-            log.warning("silo on a lost node removed", extra={"silo": silo_id})
+            log.warning("silo %s on a lost node removed (declared dead by its peers, no answer in %.1f s)",
+                        silo_id, timeout, extra={"silo": silo_id})
         return [i for i in silo_ids if i not in gone]
+
+    def prune_avoided(self) -> None:
+        """Forget drained and lost nodes that left Ray: a node back under the same id is new."""
+        alive = {n.node_id for n in _alive_nodes()}
+        self.avoid &= alive
+        self.lost_nodes &= alive
+
+    def placement(self, timeout: float = 5.0) -> dict[str, str]:
+        """Silo id -> node of each silo running now (the keeper may have started some since this
+        handle last looked) that answers within ``timeout`` (one on a lost node does not)."""
+        self.silo_ids = running_silo_ids(self.namespace)
+        refs = {silo_id: h.ready.remote() for silo_id, h in self.handles().items()}
+        if not refs:
+            return {}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        out = {}
+        for silo_id, ref in refs.items():
+            if ref in ready:
+                try:
+                    out[silo_id] = ray.get(ref)["node"]
+                except Exception:  # its node is gone, or it is restarting: it is nowhere now
+                    continue
+        return out
 
     def _running_nodes(self, *, exclude: Sequence[str], timeout: float = 5.0) -> list[str]:
         """The node of each running silo that answers in time (one on a lost node may not)."""
@@ -202,7 +265,7 @@ class Cluster:
             resources=self.options.required_resources or None,
             # Hard: Ray 2.60 placed soft-affinity actors on other nodes than asked (measured with
             # ray.cluster_utils). Ray restarts a crashed silo on its node; one whose node is lost
-            # stays down (its shards are adopted by peers) until `scale` adds silos again.
+            # stays down (its shards are adopted by peers) until the keeper starts it elsewhere.
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         ).remote(silo_id, self.store_url, self.options, self.namespace)
 
@@ -291,10 +354,20 @@ class Cluster:
         (the highest ids) stop gracefully: they finish what is in flight and release their
         shards, which the others adopt at once. Nothing acknowledged is lost either way. Silos
         lost with their node (declared dead by their peers, not answering) do not count, and
-        their actors are removed.
+        their actors are removed. With a keeper, ``silos`` becomes its target, and the keeper
+        makes the change (one change to the silos at a time).
         """
         if silos < 1:
             raise ValueError(f"silos: must be >= 1 (got {silos})")
+        keeper = self.keeper()
+        if keeper is None:
+            return self._scale_here(silos, timeout=timeout)
+        change: dict[str, list[str]] = ray.get(keeper.scale.remote(silos, timeout), timeout=2 * timeout + 30)
+        self.silo_ids = running_silo_ids(self.namespace)
+        return change
+
+    def _scale_here(self, silos: int, *, timeout: float) -> dict[str, list[str]]:
+        """``scale``, done by this process."""
         self.silo_ids = self._remove_lost(running_silo_ids(self.namespace))
         current = list(self.silo_ids)
         if silos > len(current):
@@ -323,8 +396,62 @@ class Cluster:
         for handle in handles.values():
             ray.kill(handle, no_restart=True)
 
+    def _keep(self, target: int) -> None:
+        """Start the keeper on Ray's head node (or find it) and give it ``target``."""
+        head = next((n.node_id for n in _alive_nodes() if n.is_head), None)
+        # On the head: a cluster loses its head only whole, and then every silo too.
+        where = NodeAffinitySchedulingStrategy(head, soft=False) if head else None
+        actor: Any = SiloKeeper  # Ray's ActorClass: mypy does not apply class decorators
+        keeper = actor.options(name=KEEPER_NAME, namespace=self.namespace, lifetime="detached", get_if_exists=True,
+                               # Threads: status and drain answer while a round starts silos.
+                               max_restarts=-1, max_concurrency=4, num_cpus=0, scheduling_strategy=where,
+                               ).remote(self.namespace, self.store_url, self.options, target)
+        ray.get(keeper.set_target.remote(target))
+
+    def keeper(self) -> Any | None:
+        """The handle of this namespace's keeper, or None when its silos run without one."""
+        try:
+            return ray.get_actor(KEEPER_NAME, namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def keeping(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        """The keeper's view: target, live silos, draining nodes, why it waits, the silos it started
+        lately (``SiloKeeper.status``); None without a keeper, ``{"error"}`` if it did not answer."""
+        keeper = self.keeper()
+        if keeper is None:
+            return None
+        try:
+            return dict(ray.get(keeper.status.remote(), timeout=timeout))
+        except Exception as exc:
+            return {"error": describe(exc)}
+
+    def drain(self, node: str, *, timeout: float = 30.0, wait: float = 0.0) -> dict[str, Any]:
+        """Move every silo off Ray node ``node`` gracefully, for a node about to go (a Kubernetes
+        preStop hook, a node-image upgrade): no silo is placed there again, its silos finish their
+        attempts in flight and release their shards (peers adopt them at once: nothing waits for a
+        lease), then stop; the keeper starts them again on other nodes. With ``wait`` > 0, wait up
+        to that long for the silo count to be back at its target (``back_s``; None if it was not).
+        """
+        keeper = self.keeper()
+        if keeper is None:
+            raise LookupError(f"no keeper in Ray namespace {self.namespace!r}: start the silos with Cluster.start "
+                              "(keep=True, the default) or `timeshard up`")
+        started = time.monotonic()
+        done: dict[str, Any] = dict(ray.get(keeper.drain.remote(node, timeout), timeout=timeout + 30))
+        done["back_s"] = None
+        while wait > 0 and time.monotonic() - started < wait:
+            kept = self.keeping()
+            if kept and "error" not in kept and kept["waiting"] is None and len(self.placement(timeout=2.0)) >= kept["target"]:
+                done["back_s"] = round(time.monotonic() - started, 3)
+                break
+            time.sleep(0.2)
+        self.silo_ids = running_silo_ids(self.namespace)
+        return done
+
     def kill_silo(self, silo_id: str, *, restart: bool = True) -> None:
-        """Crash a silo (no graceful stop); Ray restarts it as a new incarnation if ``restart``."""
+        """Crash a silo (no graceful stop); Ray restarts it as a new incarnation if ``restart``
+        (else the keeper, if there is one, starts it again within a round)."""
         ray.kill(ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace), no_restart=not restart)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -340,5 +467,14 @@ class Cluster:
                 time.sleep(0.2)
 
     def shutdown(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
-        """Stop every silo: gracefully (finish in-flight work, release shards), then remove them."""
+        """Stop every silo: gracefully (finish in-flight work, release shards), then remove them.
+        The keeper goes first, so that it starts none of them again."""
+        keeper = self.keeper()
+        if keeper is not None:
+            try:
+                ray.get(keeper.stop.remote(), timeout=timeout + 60)
+            except Exception as exc:  # gone or stuck: removed below all the same
+                log.warning("keeper did not stop", extra={"error": describe(exc)})
+            ray.kill(keeper, no_restart=True)
+        self.silo_ids = sorted(set(self.silo_ids) | set(running_silo_ids(self.namespace)), key=lambda s: (len(s), s))
         self._stop(self.silo_ids, timeout, graceful=graceful)
