@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -271,13 +271,13 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def keeping_summary(keeping: dict[str, Any] | None, statuses: list[dict[str, Any]]) -> dict[str, Any]:
+def keeping_summary(keeping: Mapping[str, Any] | None, statuses: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Target versus live silos: ``live`` counts the silos whose status answered just now (what
     serves), ``target`` is the keeper's (None without a keeper), with its own view beside."""
     live = sum(1 for s in statuses if "error" not in s)
     if keeping is None:
         return {"target": None, "live": live, "keeper": None}
-    return {"target": keeping.get("target"), "live": live, "keeper": keeping}
+    return {"target": keeping.get("target"), "live": live, "keeper": dict(keeping)}
 
 
 # -- release-quarantine -----------------------------------------------------------------------
