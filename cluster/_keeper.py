@@ -143,6 +143,7 @@ class Keeper:
         self._waiting: str | None = None
         self._repairs: deque[dict[str, Any]] = deque(maxlen=20)
         self._rounds = 0
+        self._since = time.time()  # a keeper Ray restarted starts over: its rounds count from here
         threading.Thread(target=self._loop, name="keeper", daemon=True).start()
 
     def _loop(self) -> None:
@@ -200,6 +201,7 @@ class Keeper:
         return {"target": self._target, "live": list(self._live), "draining": sorted(self._cluster.avoid),
                 "lost_nodes": sorted(self._cluster.lost_nodes),
                 "waiting": self._waiting, "repairs": list(self._repairs), "rounds": self._rounds,
+                "since": self._since,
                 "interval_s": KEEP_INTERVAL_S, "node": ray.get_runtime_context().get_node_id()}
 
     def scale(self, target: int, timeout: float) -> dict[str, list[str]]:

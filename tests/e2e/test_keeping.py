@@ -4,6 +4,7 @@ live, a scale-down is not undone, a drain moves a node's silos, and a shutdown l
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -40,14 +41,23 @@ async def test_a_silo_removed_for_good_is_started_again_and_status_shows_target_
     print(f"keeper: a silo removed for good served again after {back:.2f} s (bound {bound:.1f} s)")
 
 
-def test_a_scale_down_is_not_undone_and_a_shutdown_leaves_nothing(make_cluster) -> None:
+async def test_a_scale_down_is_not_undone_even_by_a_keeper_ray_restarted_and_a_shutdown_leaves_nothing(
+        make_cluster) -> None:
     cluster = make_cluster(silos=3)
     assert cluster.scale(2)["removed"] == ["2"]
-    time.sleep(3 * KEEP_INTERVAL_S)  # rounds that would start silo 2 again, were the target stale
+    await asyncio.sleep(3 * KEEP_INTERVAL_S)  # rounds that would start silo 2 again, were the target stale
     assert running_silo_ids(cluster.namespace) == ["0", "1"]
-    assert cluster.keeping()["target"] == 2  # type: ignore[index]
+    kept = cluster.keeping()
+    assert kept is not None and kept.get("target") == 2, kept
+    # Ray restarts a keeper whose process died with the arguments it was created with (3 silos):
+    # the target it keeps is the store's, the last scale.
+    ray.kill(cluster.keeper(), no_restart=False)
+    await wait_for(lambda: (k := cluster.keeping()) and "error" not in k and k["since"] > kept["since"]
+                   and k["rounds"] >= 3, timeout=30)
+    kept = cluster.keeping()
+    assert kept is not None and kept.get("target") == 2 and running_silo_ids(cluster.namespace) == ["0", "1"], kept
     cluster.shutdown(graceful=False)
-    time.sleep(3 * KEEP_INTERVAL_S)
+    await asyncio.sleep(3 * KEEP_INTERVAL_S)
     assert running_silo_ids(cluster.namespace) == [] and cluster.keeper() is None
 
 
