@@ -21,7 +21,7 @@ from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
 from cluster.model.errors import describe
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
-from cluster.model.placement import Node, place
+from cluster.model.placement import Node, NoNodeFits, place
 from cluster.runtime import heap
 from cluster.runtime.membership import DEAD, REPORTED, SILENT, SILO_PREFIX, Member, Membership
 from cluster.runtime.ray_metrics import RayMetrics
@@ -31,6 +31,10 @@ from cluster.sync_client import SyncClient
 from storage import DEFAULT_URL, open_store
 
 log = logging.getLogger("timeshard.cluster")
+
+#: How long a node whose silos were removed as lost is taken last for new silos: Ray's health
+#: checks drop a lost node within about 15 s; one it still lists after this is alive.
+LOST_NODE_MEMORY_S = 60.0
 
 
 @ray.remote
@@ -100,9 +104,10 @@ class Cluster:
         self.store_url = store_url
         #: Nodes no new silo is placed on (being drained), while Ray lists them alive.
         self.avoid: set[str] = set()
-        #: Nodes whose silos were removed as lost: Ray lists them alive for a while yet, and the
-        #: membership rows that said so are overwritten once the silos run elsewhere.
-        self.lost_nodes: set[str] = set()
+        #: Nodes whose silos were removed as lost, and when (monotonic): Ray lists a lost node alive
+        #: for a while yet, and the membership rows that said so are overwritten once the silos run
+        #: elsewhere. Forgotten after ``LOST_NODE_MEMORY_S``, by when Ray has dropped a lost node.
+        self.lost_nodes: dict[str, float] = {}
 
     @classmethod
     def start(
@@ -146,13 +151,21 @@ class Cluster:
         a node may still look alive: a silo Ray cannot start there is placed again elsewhere.
         """
         deadline = time.monotonic() + timeout
-        lost = self._nodes_of_silos_lost() | self.avoid | self.lost_nodes
+        # Where a silo went silent, its node may be lost (Ray lists it alive for a while yet) or
+        # only that process paused: such nodes are taken last, never instead of starting no silo.
+        suspect = self._nodes_of_silos_lost() | set(self.lost_nodes)
+        failed: set[str] = set()  # Ray could not start a silo there: lost for sure
         waiting = list(silo_ids)
         placed: dict[str, str] = {}
         while waiting:
-            alive = [n for n in _alive_nodes() if n.node_id not in lost]
-            nodes = place(len(waiting), alive, self._running_nodes(exclude=silo_ids),
-                          placement=self.options.placement, required=self.options.placement_resources)
+            usable = [n for n in _alive_nodes() if n.node_id not in self.avoid and n.node_id not in failed]
+            running = self._running_nodes(exclude=silo_ids)
+            try:
+                nodes = place(len(waiting), [n for n in usable if n.node_id not in suspect], running,
+                              placement=self.options.placement, required=self.options.placement_resources)
+            except NoNodeFits:
+                nodes = place(len(waiting), usable, running,
+                              placement=self.options.placement, required=self.options.placement_resources)
             spawned = {silo_id: (node, self._spawn(silo_id, node)) for silo_id, node in zip(waiting, nodes, strict=True)}
             waiting = []
             for silo_id, (node, handle) in spawned.items():
@@ -164,7 +177,7 @@ class Cluster:
                         raise
                     log.warning("silo could not start on its node; placing it again", extra={"silo": silo_id,
                                                                                             "node": node})
-                    lost.add(node)
+                    failed.add(node)
                     waiting.append(silo_id)
         return placed
 
@@ -209,17 +222,19 @@ class Cluster:
         # once (connection refused) while Ray still lists the actor alive.
         gone = [i for i, ref in refs.items() if ref not in answered or not _answers(ref)]
         for silo_id in gone:
-            self.lost_nodes.add(rows[silo_id].node.partition("/")[0])
+            self.lost_nodes[rows[silo_id].node.partition("/")[0]] = time.monotonic()
             ray.kill(handles[silo_id], no_restart=True)
             log.warning("silo %s on a lost node removed (declared dead by its peers, no answer in %.1f s)",
                         silo_id, timeout, extra={"silo": silo_id})
         return [i for i in silo_ids if i not in gone]
 
     def prune_avoided(self) -> None:
-        """Forget drained and lost nodes that left Ray: a node back under the same id is new."""
+        """Forget drained and lost nodes that left Ray (a node back under the same id is new), and
+        lost ones Ray still lists after ``LOST_NODE_MEMORY_S``: only a silo of theirs was silent."""
         alive = {n.node_id for n in _alive_nodes()}
         self.avoid &= alive
-        self.lost_nodes &= alive
+        now = time.monotonic()
+        self.lost_nodes = {n: at for n, at in self.lost_nodes.items() if n in alive and now - at < LOST_NODE_MEMORY_S}
 
     def placement(self, timeout: float = 5.0) -> dict[str, str]:
         """Silo id -> node of each silo running now (the keeper may have started some since this

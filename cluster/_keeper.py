@@ -5,11 +5,13 @@ is capacity. Without it a silo lost with its node stayed down until an operator 
 a node-image upgrade, which drains every node in turn, could end with no silo at all.
 
 Each round (every ``KEEP_INTERVAL_S``, and at once after a drain) it counts the silo actors of
-its namespace, removes those proven lost (declared dead by their peers and not answering: their
-node is gone though Ray may list it for a while yet), and starts as many as are missing under the
-freed ids, placed by the cluster's rules (``spread`` by default) on nodes that are alive, not
-draining and not where a silo was just lost. A silo the keeper started less than
-``YOUNG_S`` ago is never taken for lost: it may still be loading its shards.
+its namespace, removes those proven lost (declared dead by their peers and not answering within
+``PROBE_TIMEOUT_S``: their node is gone though Ray may list it for a while yet, or the process
+hung or was paused that long, which no one can tell apart from outside), and starts as many as
+are missing under the freed ids, placed by the cluster's rules (``spread`` by default) on nodes
+that are alive and not draining, a node where a silo was just lost only if no other has room. A
+silo the keeper started less than ``YOUNG_S`` ago is never taken for lost: it may still be
+loading its shards.
 
 Bound, from a silo's loss to its successor serving (stated in docs/deploy.md, measured by
 ``tests/drills/test_silo_keeping.py``): a silo whose actor Ray removed (killed, or its node
@@ -109,7 +111,7 @@ class KeptCluster(Protocol):
     store_url: str
     silo_ids: list[str]
     avoid: set[str]
-    lost_nodes: set[str]
+    lost_nodes: dict[str, float]
 
     def _remove_lost(self, silo_ids: Sequence[str], timeout: float = ..., spare: Collection[str] = ...) -> list[str]: ...
     def _add(self, silo_ids: Sequence[str], timeout: float) -> dict[str, str]: ...
@@ -196,7 +198,7 @@ class Keeper:
     def status(self) -> dict[str, Any]:
         """``target``; ``live``: the silo ids counted in the last round (answering, or starting);
         ``draining``: nodes no silo is placed on; ``lost_nodes``: nodes whose silos were removed as
-        lost, avoided while Ray still lists them; ``waiting``: why the count is not at target (None
+        lost, taken last for new silos while Ray still lists them; ``waiting``: why the count is not at target (None
         when it is); ``repairs``: the last silos started, each with its node, when and how long."""
         return {"target": self._target, "live": list(self._live), "draining": sorted(self._cluster.avoid),
                 "lost_nodes": sorted(self._cluster.lost_nodes),

@@ -5,12 +5,15 @@ live, a scale-down is not undone, a drain moves a node's silos, and a shutdown l
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 
 import pytest
 import ray
 
-from cluster._keeper import KEEP_INTERVAL_S, SILO_START_S
+from cluster._keeper import KEEP_INTERVAL_S, SILO_START_S, keep_bound
 from cluster.cli.jobs import _status_text, keeping_summary
 from cluster.client import running_silo_ids
 from tests.e2e.conftest import wait_for
@@ -73,3 +76,20 @@ async def test_a_drained_nodes_silos_stop_gracefully_and_the_keeper_waits_for_an
     assert "BELOW TARGET" in _status_line(cluster) and "0 live, target 2" in _status_line(cluster)
     assert ray.get(cluster.keeper().undrain.remote(node))  # type: ignore[union-attr]
     await wait_for(lambda: len(cluster.placement(timeout=1.0)) == 2, timeout=KEEP_INTERVAL_S + 2 * SILO_START_S + 10)
+
+
+async def test_a_silo_hung_past_its_peers_patience_is_replaced_even_on_the_only_node(make_cluster) -> None:
+    # Declared dead and not answering: to the keeper, lost with its node. A node whose silo it
+    # removed is taken last, never instead of starting none: here it is the only node.
+    cluster = make_cluster(silos=2)
+    hung = next(s for s in cluster.status() if s["silo_id"] == "1")
+    os.kill(hung["pid"], signal.SIGSTOP)
+    try:
+        bound = keep_bound(cluster.options)
+        await wait_for(lambda: (p := cluster.placement(timeout=1.0)) and len(p) == 2
+                       and (k := cluster.keeping()) and [r["silo"] for r in k["repairs"]] == ["1"], timeout=bound + 10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung["pid"], signal.SIGCONT)
+    now = next(s for s in cluster.status() if s["silo_id"] == "1")
+    assert now["pid"] != hung["pid"] and now["owner"] != hung["owner"]
