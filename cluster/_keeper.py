@@ -158,9 +158,11 @@ class Keeper:
                 try:
                     self._round()
                 except Exception as exc:  # the next round tries again; status says why it waits
-                    self._waiting = describe(exc)
-                    log.warning("keeper round failed", extra={"namespace": self._cluster.namespace,
-                                                              "error": self._waiting})
+                    why = describe(exc)
+                    if why != self._waiting:  # once per reason, not every second while it lasts
+                        log.warning("keeper round failed: %s", why, extra={"namespace": self._cluster.namespace,
+                                                                           "error": why})
+                    self._waiting = why
 
     def _round(self) -> None:
         """Remove the silos proven lost, then start as many as are missing (under the lock)."""
