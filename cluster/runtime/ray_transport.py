@@ -306,9 +306,14 @@ class RayTransport:
                 found = await asyncio.wait_for(asyncio.to_thread(
                     ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
                 handle = self._peers[silo_id] = found
+                before = self._actor_ids.get(silo_id)
                 actor_id = getattr(found, "_actor_id", None)
                 if actor_id is not None:
                     self._actor_ids[silo_id] = actor_id.hex()
+                if dead is not None and actor_id is not None and actor_id.hex() == before:
+                    # The name is still the dead handle's actor (Ray restarting it, or not yet
+                    # rid of it): its death is the answer, as before the second look.
+                    return Ping.EXITED if proves_exit(dead) else Ping.GONE
             await asyncio.wait_for(handle.ping.remote(), timeout)
             return Ping.ALIVE
         except ValueError:

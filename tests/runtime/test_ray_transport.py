@@ -101,6 +101,20 @@ async def test_a_peer_started_again_under_its_name_is_asked_not_its_dead_predece
         assert await transport.ping("p", 1.0) is answer
         assert transport._peers.get("p") in (name_now, None) and not transport._dead
 
+    class Id:
+        def hex(self) -> str:
+            return "actor-1"
+
+    # The name still the dead handle's own actor (Ray restarting it, or not yet rid of it): its
+    # death is the answer, never a ping of the restarting actor that would only time out.
+    same = Peer(None)
+    same._actor_id = Id()  # type: ignore[attr-defined]
+    for dead, answer in ((exited, Ping.EXITED), (killed, Ping.GONE)):
+        monkeypatch.setattr(rt.ray, "get_actor", lambda name, namespace=None: same)
+        transport = RayTransport("test")
+        transport._peers["p"], transport._actor_ids["p"] = Peer(dead), "actor-1"
+        assert await transport.ping("p", 1.0) is answer
+
 
 def test_a_process_counts_as_ended_only_on_its_own_node_once_it_is_gone() -> None:
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
