@@ -16,13 +16,17 @@ from cluster.model.wire import datetime_to_us
 from cluster.named.registry import NAMED_MARK, REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus, read_entry
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ShardState
-from storage import Unavailable, read_log
+from storage import Store, Unavailable, read_log
 from tests.named.test_fence import TARGET, fire_for, start
 from tests.named.test_put_lost_answer import LosesAnAnswer
 
 
 class FailsAnEntryWrite(LosesAnAnswer):
     """The store as the caller sees it: its next entry write fails, not landed."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.failed = False
 
     async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
         if name.startswith(REGISTRY_PREFIX) and not self.failed:
