@@ -577,6 +577,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # every second by each owner of its shard. A job now carries the job its put replaces.
     (71301, "all,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts,-torn_logs",
      "fence deferred for good an overwrite's job once its name was deleted and put anew", "stuck"),
+    # The default kinds. A silo deleting its drained shards was declared dead while one delete
+    # was under way (SIGSTOPped past its lease); its table emptied, so the round's listing was
+    # bounded by the sources of the next shard alone, and the shard after it, the target of a
+    # move from that one, read its source as gone and was deleted. The source's next owner found
+    # the move's decision, its target gone, and made the move again: an ended occurrence ran twice.
+    *((seed, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+       "drained move target deleted while its source lived", "two chains") for seed in (101801, 104021)),
 ]
 
 
