@@ -584,6 +584,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the move's decision, its target gone, and made the move again: an ended occurrence ran twice.
     *((seed, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
        "drained move target deleted while its source lived", "two chains") for seed in (101801, 104021)),
+    # The default kinds. A shard taken back from its log ran its job again from the fresh copy,
+    # while the older copy's attempt was on its way to the handler (a delayed delivery); the
+    # fresh copy drained and was deleted, the run table counting only its own attempts, and the
+    # older attempt then started from a shard that no longer existed.
+    (121748, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "drained shard deleted while an older copy's attempt was on its way", "two owners"),
 ]
 
 
