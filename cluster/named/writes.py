@@ -287,7 +287,9 @@ class PutWriter:
             if isinstance(outcome, str):
                 landed.append((p, replace(new, etag=outcome)))
             elif isinstance(outcome, _REFUSED):
-                await self._refused(p, again)
+                written = await self._refused(p, again)
+                if written is not None:
+                    landed.append((p, written))
             else:
                 written = await self._settle(p, outcome or StorageError("no ETag"))
                 if written is not None:
@@ -315,28 +317,35 @@ class PutWriter:
                 d.known = False  # read again in its next round
                 again.append(d)
 
-    async def _refused(self, p: _Put, again: list[_Op]) -> None:
+    async def _refused(self, p: _Put, again: list[_Op]) -> Entry | None:
         """The entry changed under ``p``'s write: try again, with the same job if only its
-        status changed, else after taking this try's job back."""
+        status changed, else after taking this try's job back. The entry if it is ``p``'s own
+        write after all: landed, its answer lost, and the retried request met it (a create
+        answers ``AlreadyExists``, a compare-and-swap ``Fenced``). Taken for another put's, it
+        had the put cancel the job its name now pointed at and raise ``AlreadyExists`` (found by
+        the simulation, seed 120113: an attempt sent ahead before the cancel started anyway)."""
         p.tries += 1
         try:
             fresh = await read_entry(self._store, p.key)
         except Exception as exc:
             p.fail(exc)  # this try's job stays unpointed at: never cleared, never started
-            return
+            return None
+        if fresh is not None and p.job is not None and fresh.job_id == p.job.id:
+            return fresh
         same = fresh is not None and p.entry is not None and fresh.job_id == p.entry.job_id
         if not same:
             await self._abandon(p)
             if not p.ask.overwrite and fresh is not None:
                 p.fail(p.taken())
-                return
+                return None
         if p.tries >= PUT_ATTEMPTS:
             p.fail(Fenced(f"named job {p.name!r}: the entry kept changing under {PUT_ATTEMPTS} concurrent puts"))
             if same:
                 await self._abandon(p)
-            return
+            return None
         p.entry, p.known = fresh, True
         again.append(p)
+        return None
 
     async def _abandon(self, p: _Put) -> None:
         """Take back a try's job no entry will point at (the fence never clears it: hygiene)."""

@@ -4,12 +4,15 @@ simulator seed 818), without Ray."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from cluster.named.registry import REGISTRY_PREFIX
-from storage import Fenced, LogInfo, Store, Unavailable
-from storage.base import Appended, Fetched, LogStat, ServerTime
+from storage import AlreadyExists as LogExists
+from storage import Fenced, LogInfo, MemoryStore, MetadataWrite, Store, Unavailable
+from storage.base import Appended, Fetched, LogStat, ServerTime, WriteOutcomes
 from tests.named.test_fence import TARGET, fire_for, start
+from tests.named.test_put_path import DUE, jobs_on
+from tests.named.test_put_path import TARGET as PUT_TARGET
 
 
 class LosesAnAnswer(Store):
@@ -65,3 +68,31 @@ async def test_an_overwrite_whose_entry_write_landed_unanswered_keeps_the_job_it
     starts.log.append("put returned")
     await fire_for(parts, 3)
     assert second.job.id in starts.after("put returned") and first.job.id not in starts.after("put returned")
+
+
+class CreateMeetsItself(MemoryStore):
+    """The next entry create lands and answers ``AlreadyExists``, as on Azure when its answer is
+    lost and the retried request finds the entry it made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+
+    async def write_metadata_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        outcomes = await super().write_metadata_many(writes)
+        if not self.armed:
+            return outcomes
+        self.armed = False
+        return [LogExists(f"{w.name}: landed, its answer lost") if w.create and isinstance(o, str) else o
+                for w, o in zip(writes, outcomes, strict=True)]
+
+
+async def test_a_put_whose_entry_create_landed_unanswered_returns_and_keeps_its_job() -> None:
+    """Found by the simulation, seed 120113: the put took its own landed create for another put's,
+    cancelled its job and raised ``AlreadyExists``, while the name pointed at that job; its
+    attempt, sent ahead before the cancel by a silo killed since, started all the same."""
+    jobs, submitter = await jobs_on(CreateMeetsItself())
+    put = await jobs.put("tick", target=PUT_TARGET, due_time=DUE)
+    assert submitter.cancelled == []
+    found = await jobs.get("tick")
+    assert found is not None and (found.generation, found.job.id) == (1, put.job.id)

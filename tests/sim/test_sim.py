@@ -590,6 +590,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # older attempt then started from a shard that no longer existed.
     (121748, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
      "drained shard deleted while an older copy's attempt was on its way", "two owners"),
+    # Named jobs, the default kinds. A put's create of the name's entry landed, its answer lost;
+    # the retried create answered AlreadyExists, and the put took its own entry for another
+    # put's: it cancelled its job and raised AlreadyExists. The job's attempt, sent ahead by a
+    # silo killed before the cancel reached it, started anyway (the earlier put path had the
+    # check; the group-committed one lost it).
+    (120113, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "put took its own landed entry create for another put's", "named: a put refused AlreadyExists started"),
 ]
 
 
