@@ -597,6 +597,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # check; the group-committed one lost it).
     (120113, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
      "put took its own landed entry create for another put's", "named: a put refused AlreadyExists started"),
+    # The default kinds. A cancel of a paused job whose run was in flight wrote its removal
+    # without the shard's gate (its silo's VM suspended, the write stalled); a resume read
+    # memory, the removal already applied there, and answered "absent". The removal failed (the
+    # silo was declared dead meanwhile): the job lived on, paused, and a later pause found it so.
+    (125919, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "resume answered from a cancel's removal not yet durable", "pause"),
 ]
 
 
