@@ -333,7 +333,7 @@ class PutWriter:
             return None
         # A store retries a write whose answer it lost; the retry is refused by the write it
         # retries (a create by AlreadyExists, a compare-and-swap by Fenced). This try's job id
-        # is the token telling that write from another put's (simulator seeds 818, 142700).
+        # is the token telling that write from another put's (simulator seeds 818, 120113, 142700).
         if fresh is not None and fresh.job_id == p.job.id:
             return fresh
         same = fresh is not None and p.entry is not None and fresh.job_id == p.entry.job_id

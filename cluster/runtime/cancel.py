@@ -301,7 +301,12 @@ class Cancelling:
             if state is not None and state.paused and run.job_id in state.paused:
                 run.pause_removed = state.paused[run.job_id]  # the removal drops it; a move still under way keeps it
             try:
-                await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
+                # Shared, as writes hold a shard's gate: a pause or resume (exclusive) answers from
+                # memory, where the removal is applied as it goes out; it must not answer "absent"
+                # while the removal may yet fail (found by the simulation, seed 125919: it did, and
+                # the job lived on, paused). Released before carrying on, which takes it exclusive.
+                async with run.shard.gate.shared():
+                    await run.shard.write([remove_op(run.job_id, run.entry[OCCURRENCE], CANCELLED)])
             except StorageError as exc:
                 await self._carry_on(run, staged, known=not isinstance(exc, LogCorrupted))
                 raise

@@ -205,47 +205,85 @@ class Loading:
         a listing bounded by the sources of the shards still held, which missed its own source:
         that source's next owner found the move's proof gone and ran the occurrence again
         (found by the simulation with torn logs, seed 107341: a duplicate).
+        Every condition is looked at again once the shard's gate is ours: the listing and the
+        deletes before it are awaited, and meanwhile the shard may be lost, or a move may land.
         """
         now = self._clock.now_us()
         # A shard just created (for a move's next occurrence, say) is empty until its first write.
         settled = self._clock.monotonic() - self._options.adoption_interval.total_seconds()
-        existing: set[str] | None = None
+        listing = _SourceListing(self._store)
         for shard in self._shards:
-            if not self._shards.holds(shard):
+            if not self._deletable(shard, now, settled):
                 continue
-            if shard.loaded and shard.live_count == 0 and shard.meta.window_end < now and shard.held_since <= settled:
-                if self._runs.of_shard(shard) or (shard.state is not None and shard.state.pending):
+            assert shard.state is not None
+            sources = frozenset(shard.state.sources)
+            if sources:
+                # Up to the last source's name alone (sources come from earlier windows): not the
+                # windows ahead, however many there are. The sources of every shard held now, so
+                # that one listing serves the round; it is listed again for a shard it falls short of.
+                last = max(s for held in (shard, *self._shards) if held.state is not None for s in held.state.sources)
+                try:
+                    if await listing.any_exists(sources, last):
+                        continue
+                except StorageError:
+                    return
+            async with shard.gate.exclusive():
+                if not self._deletable(shard, now, settled) or shard.state is None or shard.state.sources != sources:
+                    # Lost while we listed (its log is its next owner's to judge), or a move
+                    # landed meanwhile from a source not looked for: looked at again next round.
                     continue
-                if shard.state is not None and shard.state.sources:
-                    if existing is None:
-                        # Up to the last source's name alone (sources come from earlier windows):
-                        # not the windows ahead, however many there are.
-                        # This shard's too: it may have left the table while we awaited.
-                        last = max(s for held in (shard, *self._shards) if held.state is not None
-                                   for s in held.state.sources)
-                        try:
-                            existing = {head.base for head in await list_logs_between(
-                                self._store, SHARD_PREFIX, end=last + SEPARATOR * 2)}
-                        except StorageError:
-                            return
-                    if not existing.isdisjoint(shard.state.sources):
-                        continue
-                async with shard.gate.exclusive():
-                    if shard.live_count != 0 or not self._shards.holds(shard):
-                        continue
-                    # Sealed first: its writer closes for the delete, so it must not stay its
-                    # window's open shard, or what is written to that window later (a schedule,
-                    # a move's next occurrence) retries against a closed writer for good.
-                    self._shards.seal(shard)
-                    try:
-                        await shard.writer.close()
-                        await shard.writer.delete()  # every generation: a superseded one left would dangle
-                    except (Fenced, NotFound):
-                        pass
-                    except StorageError as exc:
-                        # Let go of it anyway: its writer is closed, so holding it would leave
-                        # whatever is written to it (a move's next occurrence) failing for good
-                        # (found by the simulation). If the delete did not land, the log is
-                        # still ours, and adoption takes it back to delete it later.
-                        log.warning("could not delete drained shard", extra={"shard": shard.base, "error": repr(exc)})
-                    self._shards.forget(shard)
+                await self._delete(shard)
+
+    def _deletable(self, shard: Shard, now: int, settled: float) -> bool:
+        """Whether ``shard`` is held, drained, past its window, and moves nothing still."""
+        state = shard.state
+        return (state is not None and self._shards.holds(shard) and not state.live and not state.pending
+                and shard.meta.window_end < now and shard.held_since <= settled and not self._runs.of_shard(shard))
+
+    async def _delete(self, shard: Shard) -> None:
+        # Sealed first: its writer closes for the delete, so it must not stay its window's open
+        # shard, or what is written to that window later (a schedule, a move's next occurrence)
+        # retries against a closed writer for good.
+        self._shards.seal(shard)
+        try:
+            await shard.writer.close()
+            await shard.writer.delete()  # every generation: a superseded one left would dangle
+        except (Fenced, NotFound):
+            pass
+        except StorageError as exc:
+            # Let go of it anyway: its writer is closed, so holding it would leave whatever is
+            # written to it (a move's next occurrence) failing for good (found by the
+            # simulation). If the delete did not land, the log is still ours, and adoption
+            # takes it back to delete it later.
+            log.warning("could not delete drained shard", extra={"shard": shard.base, "error": repr(exc)})
+        self._shards.forget(shard)
+
+
+class _SourceListing:
+    """The shard logs that exist, listed once per round of deletes up to the last source named,
+    and further when a shard names a source past that.
+
+    One listing for the whole round, its bound set by the shards held when it was made, read a
+    later shard's source as gone: the shards that set the bound had left the table meanwhile
+    (their silo declared dead while a delete was under way), and the source sorted past it. The
+    target was deleted; the source's next owner found its move's decision, the target gone, and
+    made the move again: a second chain, an ended occurrence run twice (found by the simulation,
+    seeds 101801 and 104021). A source listed absent stays so (a shard's name is never used
+    again); one listed present keeps its target until the next round looks again.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._bases: set[str] = set()
+        self._last: str | None = None  # the name the listing reached: every base up to it is in _bases
+
+    async def any_exists(self, sources: frozenset[str], last: str) -> bool:
+        """Whether any of ``sources`` exists; ``last`` bounds a listing made for them (at least their max)."""
+        if self._last is None or max(sources) > self._last:
+            # Not listed that far (the shards that set the bound left the table, or a move into
+            # this one landed since): an unlisted source would read as gone.
+            bound = max(last, *sources)
+            self._bases = {head.base for head in await list_logs_between(
+                self._store, SHARD_PREFIX, end=bound + SEPARATOR * 2)}
+            self._last = bound
+        return not self._bases.isdisjoint(sources)

@@ -276,8 +276,17 @@ class RunTable:
         self._capacity.set()
 
     def of_shard(self, shard: Shard) -> bool:
-        """Whether any attempt of ``shard`` is in flight."""
-        return any(r.shard is shard for r in self.inflight.values())
+        """Whether any attempt of ``shard``'s log is in flight: of this copy, or of an older one
+        (dropped, or taken back from its log), displaced or not.
+
+        An older copy's attempt may yet start in its handler, under this silo's lease, while the
+        fresh copy looks idle: its shard deleted as drained meanwhile, or handed over to a peer
+        that runs the job beside it (found by the simulation, seed 121748: a delivery delayed
+        past a take-back started after the drained shard was deleted).
+        """
+        base = shard.base
+        return (any(r.shard.base == base for r in self.inflight.values())
+                or any(r.shard.base == base for runs in self.displaced.values() for r in runs))
 
     def find(self, job_id: str) -> Run | None:
         return self.inflight.get(job_id) or self.staged.get(job_id)

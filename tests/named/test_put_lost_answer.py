@@ -5,7 +5,7 @@ seeds 818 and 142700). What the caller is told must match what runs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -13,9 +13,11 @@ from cluster.model.errors import PutInDoubt
 from cluster.named.api import NamedJobs
 from cluster.named.registry import REGISTRY_PREFIX
 from cluster.runtime.roles import Roles
-from storage import AlreadyExists, Fenced, LogInfo, Store, Unavailable
-from storage.base import Appended, Fetched, LogStat, ServerTime
+from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, MetadataWrite, Store, Unavailable
+from storage.base import Appended, Fetched, LogStat, ServerTime, WriteOutcomes
 from tests.named.test_fence import TARGET, fire_for, start
+from tests.named.test_put_path import DUE, jobs_on
+from tests.named.test_put_path import TARGET as PUT_TARGET
 
 
 class LosesAnAnswer(Store):
@@ -124,3 +126,31 @@ async def test_a_refused_entry_write_that_cannot_be_read_again_raises_put_in_dou
     assert found is not None  # it had landed: the doubt was real
     await fire_for(parts, 3)
     assert found.job.id in starts.after("put raised")
+
+
+class CreateMeetsItself(MemoryStore):
+    """The next entry create lands and answers ``AlreadyExists``, as on Azure when its answer is
+    lost and the retried request finds the entry it made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+
+    async def write_metadata_many(self, writes: Sequence[MetadataWrite]) -> WriteOutcomes:
+        outcomes = await super().write_metadata_many(writes)
+        if not self.armed:
+            return outcomes
+        self.armed = False
+        return [AlreadyExists(f"{w.name}: landed, its answer lost") if w.create and isinstance(o, str) else o
+                for w, o in zip(writes, outcomes, strict=True)]
+
+
+async def test_a_put_whose_entry_create_landed_unanswered_returns_and_keeps_its_job() -> None:
+    """Found by the simulation, seed 120113: the put took its own landed create for another put's,
+    cancelled its job and raised ``AlreadyExists``, while the name pointed at that job; its
+    attempt, sent ahead before the cancel by a silo killed since, started all the same."""
+    jobs, submitter = await jobs_on(CreateMeetsItself())
+    put = await jobs.put("tick", target=PUT_TARGET, due_time=DUE)
+    assert submitter.cancelled == []
+    found = await jobs.get("tick")
+    assert found is not None and (found.generation, found.job.id) == (1, put.job.id)

@@ -7,7 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from cluster.model.attempt import JobContext
 from cluster.model.wire import datetime_to_us
+from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, SUCCEEDED, ShardState, add_op, remove_op
 from storage import Unavailable, list_logs, read_log
 from tests.runtime.harness import Blocking, GatedStore, Recorder, add, fire_due, item, job, make_parts, until_idle
@@ -198,3 +200,73 @@ async def test_a_skip_job_that_missed_occurrences_while_dormant_runs_none_of_the
     assert recorder.ran, "the next occurrence after the missed ones never ran"
     grace = 1_000_000  # OPTIONS.misfire_grace
     assert all(datetime_to_us(ctx.scheduled_for) >= loaded_at - grace for ctx in recorder.ran)
+
+
+class FirstWaits:
+    """A handler whose first attempt runs until ``finish`` is set; the later ones end at once."""
+
+    def __init__(self) -> None:
+        self.started, self.finish = asyncio.Event(), asyncio.Event()
+        self.ran: list[str] = []
+
+    async def __call__(self, ctx: JobContext) -> None:
+        self.ran.append(ctx.run_id)
+        if len(self.ran) == 1:
+            self.started.set()
+            await self.finish.wait()
+
+
+async def an_older_copys_attempt_in_flight() -> tuple[Roles, FirstWaits, str]:
+    """A silo whose shard was taken back from its log while the attempt of its job sent from the
+    older copy waits in the handler; the fresh copy ran the job again, to its end. The parts, the
+    handler (``finish`` ends the older attempt) and the shard's name."""
+    parts = await make_parts()
+    handler = parts.transport.handlers["h"] = FirstWaits()
+    j = job()
+    (name,) = await add(parts, j)
+    parts.clock.advance(1)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    await handler.started.wait()
+    old = parts.shards.get(name)
+    assert old is not None and await parts.shards.taken_back(old)
+    fresh = parts.shards.get(name)
+    assert fresh is not None and fresh is not old and j.id in parts.queue
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    await until_idle()
+    assert len(handler.ran) == 2 and fresh.state is not None and not fresh.state.live
+    return parts, handler, name
+
+
+async def test_a_drained_shard_stays_while_an_attempt_of_its_older_copy_is_in_flight() -> None:
+    """Found by the simulation, seed 121748: a shard taken back from its log ran its job again
+    from the fresh copy, which then drained and was deleted while the older copy's attempt was
+    still on its way to the handler (a delayed delivery): it started from a shard that no longer
+    existed."""
+    parts, handler, name = await an_older_copys_attempt_in_flight()
+    fresh = parts.shards.get(name)
+    parts.clock.advance(10)
+    parts.lease.renew(parts.clock.monotonic())
+    await parts.loading.delete_drained()
+    assert [h.base for h in await list_logs(parts.store, SHARD_PREFIX)] == [name]  # the older attempt runs on
+    assert parts.shards.get(name) is fresh
+
+    handler.finish.set()
+    while parts.runs.inflight or parts.runs.displaced:  # noqa: ASYNC110  the attempt ends on its own
+        await asyncio.sleep(0.001)
+    await parts.loading.delete_drained()
+    assert await list_logs(parts.store, SHARD_PREFIX) == []
+
+
+async def test_a_shard_handed_over_waits_for_an_attempt_of_its_older_copy() -> None:
+    """The same attempt, the shard handed over instead (balance): released at once, its next
+    owner could run the job beside the attempt still on its way from this silo."""
+    parts, handler, name = await an_older_copys_attempt_in_flight()
+    parts.clock.advance(4)  # held long enough to be handed over
+    parts.lease.renew(parts.clock.monotonic())
+    handing = asyncio.ensure_future(parts.balance.hand_over(1))
+    await until_idle()
+    assert not handing.done() and (await read_log(parts.store, name)).metadata["owner"] == parts.me.owner
+    handler.finish.set()
+    assert await asyncio.wait_for(handing, 5) == 1
+    assert (await read_log(parts.store, name)).metadata["owner"] == RELEASED

@@ -8,10 +8,21 @@ import dataclasses
 from datetime import timedelta
 from typing import Any
 
-from cluster.model.wire import timedelta_to_us
+from cluster.model.jobs import ScheduledJob
+from cluster.model.wire import pack, timedelta_to_us
 from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import JOB, MOVED, OCCURRENCE, SHARD_PREFIX, ShardState, remove_op, window_of
+from cluster.runtime.shardlog import (
+    JOB,
+    MOVED,
+    OCCURRENCE,
+    SHARD_PREFIX,
+    SUCCEEDED,
+    ShardState,
+    add_op,
+    remove_op,
+    window_of,
+)
 from storage import MemoryStore, list_logs, read_log
 from storage.generations import generation_name
 from tests.runtime.harness import (
@@ -293,3 +304,91 @@ async def test_two_settles_of_one_move_at_once_leave_one_chain() -> None:
     release.set()
     await asyncio.wait_for(asyncio.gather(settling, again), 10)
     assert await live_copies(store, j.id) == [(first.base, 2)]
+
+
+async def chain_through_three_windows(store: GatedStore, clock: ManualClock, x: Roles) -> tuple[ScheduledJob, list[str]]:
+    """A job whose three occurrences run on X from the shards of three windows, in turn: the
+    first's shard moved it into the second's, that one into the third's, where it ended. The
+    job and the three shards, their windows all past and drained (the last just held long
+    enough to be deleted)."""
+    j = job(due=timedelta(seconds=9), schedule="@every 10s", repeats=3)
+    (first,) = await add(x, j)
+    for step in (9, 10, 10):
+        clock.advance(step)
+        await x.loading.load_due()
+        await fire(x)
+    clock.advance(3)
+    x.lease.renew(clock.monotonic())
+    names = [s.base for s in x.shards]
+    assert names[0] == first and len(names) == 3 and await live_copies(store, j.id) == []
+    return j, names
+
+
+async def test_a_move_target_lost_while_its_silo_deletes_drained_shards_stays_for_its_sources_next_owner() -> None:
+    """Found by the simulation, seeds 101801 and 104021: a silo deleting its drained shards was
+    declared dead while one delete was under way, and its table emptied. The next shard, already
+    lost, bounded the round's listing by its own sources alone; the one after it, lost too, was
+    the target of a move from that shard, which sorts past the bound: read as gone, so the target
+    was deleted. The source's next owner found its move's decision in the log, its target gone,
+    took it as a move that never landed and made it again: the occurrence, durably ended, ran a
+    second time from a second chain."""
+    store, clock, x, y = await two_silos()
+    j, (first, second, third) = await chain_through_three_windows(store, clock, x)
+    release = store.gate("delete", first)
+    deleting = asyncio.ensure_future(x.loading.delete_drained())
+    await store.reached("delete", first).wait()
+    await Membership(store).declare_dead(x.me.row, SILENT)
+    x.shards.drop_all("declared dead")  # as its heartbeat does on finding its row taken
+    store.fail_next("delete", 1, prefix=first)  # the first shard stays: the second's source exists
+    release.set()
+    await asyncio.wait_for(deleting, 10)
+    assert {h.base for h in await list_logs(store, SHARD_PREFIX)} == {first, second, third}
+
+    await y.adoption.adopt_orphans()  # its claim of the second shard settles the move decided there
+    assert y.shards.get(second) is not None
+    clock.advance(1)
+    await fire(y)
+    assert [ctx.job.id for ctx in y.transport.handlers["h"].ran] == []
+    assert await live_copies(store, j.id) == []
+
+
+async def test_a_drained_target_whose_source_sorts_past_the_rounds_listing_is_kept() -> None:
+    """A round of deletes lists the shards that exist once, up to the last source its shards named
+    when it began. A move that lands in a drained shard while that listing is awaited (its
+    occurrence overdue, run and ended at once), from a source sorting past that bound, must make
+    the round look further, not read the source as gone: its decision looks for its proof here."""
+    store, clock, x, _ = await two_silos()
+
+    async def fire_beside(parts: Roles) -> None:  # fire_due waits for every run: one runs on here
+        parts.lease.renew(parts.clock.monotonic())
+        parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+        await until_idle()
+
+    blocked = x.transport.handlers["b"] = Blocking()
+    await add(x, job("b", due=timedelta(seconds=5)))  # runs on, so the first shard stays: a source that exists
+    j = job(due=timedelta(seconds=9), schedule="@every 10s", repeats=2)
+    (first,) = await add(x, j)
+    clock.advance(9)
+    await fire_beside(x)  # moved into the next window's shard
+    ((second, _),) = await live_copies(store, j.id)
+    (third,) = await add(x, job(due=timedelta(seconds=25)))  # a shard made after the second
+    clock.advance(10)
+    await fire_beside(x)  # ends in the second shard, which sorts past the first
+    clock.advance(6)
+    await x.loading.load_due()
+    await fire_beside(x)
+    clock.advance(7)  # every window past; all three drained but the first, whose job runs on
+    x.lease.renew(clock.monotonic())
+    assert blocked.ran == [1] and await live_copies(store, j.id) == []
+    target = x.shards.get(third)
+    assert target is not None and target.state is not None and not target.state.live and not target.state.sources
+    release = store.gate("list_page", SHARD_PREFIX)
+    deleting = asyncio.ensure_future(x.loading.delete_drained())
+    await asyncio.wait_for(store.reached("list_page", SHARD_PREFIX).wait(), 5)  # the second's source (the first) is looked for
+    m = job(due=timedelta(seconds=21), job_id="m", schedule="@every 10s")
+    due = T0_US + 21_000_000
+    await target.write([add_op(m.id, due, pack(m.to_wire()), 2, 0, due, source=second)])
+    await target.write([remove_op(m.id, 2, SUCCEEDED)])
+    release.set()
+    await asyncio.wait_for(deleting, 10)
+    assert {h.base for h in await list_logs(store, SHARD_PREFIX)} >= {second, third}

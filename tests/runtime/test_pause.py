@@ -313,3 +313,32 @@ async def test_a_paused_job_cancelled_while_its_outcome_moves_it_on_moves_paused
     assert [op[8][:2] for op in moved_in if len(op) > 8] == [["hold", "ops"]]  # its next owner replays it paused
     await fire_for(parts, 6)
     assert slow.ran == [1]
+
+
+async def test_a_resume_meeting_a_cancels_removal_in_flight_answers_by_its_outcome() -> None:
+    """Found by the simulation, seed 125919: a cancel of a paused job whose run was in flight
+    wrote its removal without the shard's gate; a resume meanwhile read memory, where the
+    removal was already applied, and answered "absent". The removal then failed (its silo
+    declared dead): the job lived on, paused, and a later pause found it "already paused"."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    running = parts.transport.handlers["b"] = Blocking()
+    j = job("b")
+    (name,) = await add(parts, j)
+    parts.clock.advance(1)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
+    await running.started.wait()
+    assert (await parts.pausing.pause(name, j.id, None, "operator"))[0] == "paused"  # it runs on
+    release = store.gate("append_block", name)
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    await store.reached("append_block", name).wait()  # the removal is on its way
+    resuming = asyncio.ensure_future(parts.pausing.resume(name, j.id))
+    await until_idle()
+    store.fail_next("append_block", 3, prefix=name)  # and fails (the writer tries three times): the job lives on, paused
+    release.set()
+    with pytest.raises(StorageError):
+        await asyncio.wait_for(cancelling, 5)
+    assert await asyncio.wait_for(resuming, 5) == ("resumed", None)
+    running.finish.set()
+    await until_idle()

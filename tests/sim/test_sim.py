@@ -623,6 +623,32 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     *((seed, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
        "pause answered while an attempt it could not withdraw was on its way", "pause did not hold")
       for seed in (78, 73, 585)),
+    # The default kinds. A silo deleting its drained shards was declared dead while one delete
+    # was under way (SIGSTOPped past its lease); its table emptied, so the round's listing was
+    # bounded by the sources of the next shard alone, and the shard after it, the target of a
+    # move from that one, read its source as gone and was deleted. The source's next owner found
+    # the move's decision, its target gone, and made the move again: an ended occurrence ran twice.
+    *((seed, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+       "drained move target deleted while its source lived", "two chains") for seed in (101801, 104021)),
+    # The default kinds. A shard taken back from its log ran its job again from the fresh copy,
+    # while the older copy's attempt was on its way to the handler (a delayed delivery); the
+    # fresh copy drained and was deleted, the run table counting only its own attempts, and the
+    # older attempt then started from a shard that no longer existed.
+    (121748, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "drained shard deleted while an older copy's attempt was on its way", "two owners"),
+    # Named jobs, the default kinds. A put's create of the name's entry landed, its answer lost;
+    # the retried create answered AlreadyExists, and the put took its own entry for another
+    # put's: it cancelled its job and raised AlreadyExists. The job's attempt, sent ahead by a
+    # silo killed before the cancel reached it, started anyway (the earlier put path had the
+    # check; the group-committed one lost it).
+    (120113, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "put took its own landed entry create for another put's", "named: a put refused AlreadyExists started"),
+    # The default kinds. A cancel of a paused job whose run was in flight wrote its removal
+    # without the shard's gate (its silo's VM suspended, the write stalled); a resume read
+    # memory, the removal already applied there, and answered "absent". The removal failed (the
+    # silo was declared dead meanwhile): the job lived on, paused, and a later pause found it so.
+    (125919, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "resume answered from a cancel's removal not yet durable", "pause"),
 ]
 
 
