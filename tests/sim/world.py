@@ -752,11 +752,6 @@ class World:
             return None
         if held(sent.sent_us):
             return f"sent at {sent.sent_us - EPOCH_US} µs, its pause returned at {paused_at - EPOCH_US} µs"
-        if not sent.sender_alive():
-            self.stats["started after a pause, sent before it by a silo killed since"] += 1
-            self.note(f"{sent.job_id}#{sent.attempt.occurrence} started while paused: sent before its pause "
-                      f"returned, its sender killed since")
-            return None
         return (f"sent at {sent.sent_us - EPOCH_US} µs, before its pause returned at {paused_at - EPOCH_US} µs, "
                 f"and started at {now_us - EPOCH_US} µs, while paused (it was not withdrawn)")
 
@@ -951,9 +946,6 @@ class World:
         if cancelled is not None and sent_us >= cancelled:
             self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
                          f"its cancel returned True at {cancelled - EPOCH_US} µs")
-        elif cancelled is not None and now_us >= cancelled and not sent.sender_alive():
-            self.stats["started after a cancel, sender killed"] += 1
-            self.note(f"{job_id}#{attempt.occurrence} started after its cancel: sent before it by {sender}, killed since")
         elif cancelled is not None and now_us >= cancelled:
             self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} started at {now_us - EPOCH_US} µs, "
                          f"its cancel returned True at {cancelled - EPOCH_US} µs")
