@@ -24,7 +24,7 @@ import asyncio
 import logging
 import random
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
@@ -162,6 +162,7 @@ class Adoption:
         self._leftover = False
         self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
         self._members: Mapping[str, Member] = {}  # the membership table last read
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # a test waits on a clock of its own
 
     @property
     def taking_back(self) -> bool:
@@ -391,7 +392,7 @@ class Adoption:
         client is told holds for what the dead owner sent, too.
         """
         while (left := shard.sent_before_until - self._clock.monotonic()) > 0:  # noqa: ASYNC110
-            await asyncio.sleep(left)
+            await self.sleep(left)
 
     async def retake(self, shard: Shard) -> bool:
         """Take back our own ``shard`` whose writer stopped on a corrupted log; True once settled.

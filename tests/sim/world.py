@@ -736,8 +736,11 @@ class World:
         a check of sends). Nothing may be sent in that window either, even to start later.
         Excused, and counted: a frame with a PAUSE of the job was damaged between the pause's
         send and the attempt's (it may be this pause's record, which the README lets damage
-        cost: the job then runs on unpaused, seed 87706 with torn logs); an attempt sent before
-        the pause returned by a silo killed since (nobody is left to withdraw it, as for cancels).
+        cost: the job then runs on unpaused, seed 87706 with torn logs). An attempt sent before
+        the pause returned by a silo killed since is not excused: nobody is left to withdraw it,
+        so the silo that answered waited for its lease to end (seeds 142958, 141299 with
+        ``--faults all,-flows``: it started 0.15 s after "paused", the shard taken at once from
+        a silo whose process was seen to exit).
         """
         paused_at, resume_sent, pause_sent = window
         assert paused_at is not None and pause_sent is not None
@@ -900,10 +903,11 @@ class World:
         ``Ping.EXITED`` allows at once) is a re-run of an attempt in flight at a kill: counted,
         as issue 12 allows for those only ("two *live* incarnations"). Early: it starts before
         its due time, in store time. Cancels: it was sent, or starts, after a cancel of its job
-        returned "cancelled" (an attempt in flight at its sender's kill excepted: nobody is left
-        to withdraw it). Zombie: it starts past its sender's lease as the store implies it (its
-        last durable heartbeat when it sent): with no margin, as the end a silo sends allows for
-        the handler's clock running behind (``lease_claimed``).
+        returned "cancelled", also one sent before by a silo killed since (whoever answered
+        waited out its lease: seeds 141059, 141092, 141684, 141860 with ``--faults all,-flows``).
+        Zombie: it starts past its sender's lease as the store implies it (its last durable
+        heartbeat when it sent): with no margin, as the end a silo sends allows for the
+        handler's clock running behind (``lease_claimed``).
         """
         attempt, job_id, shard, sent_us = sent.attempt, sent.job_id, sent.shard, sent.sent_us
         now_us = true_now_us(self.loop)
