@@ -24,13 +24,22 @@ import asyncio
 import logging
 import random
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
-from cluster.runtime.membership import DEAD, LEAVING, Departures, Identity, Member, Membership, parse_owner
+from cluster.runtime.membership import (
+    DEAD,
+    LEAVING,
+    SILENT,
+    Departures,
+    Identity,
+    Member,
+    Membership,
+    parse_owner,
+)
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
@@ -152,6 +161,8 @@ class Adoption:
         self._calls = 0  # counts the calls for a round at once (``look_soon``), so a round answers only those before it
         self._leftover = False
         self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
+        self._members: Mapping[str, Member] = {}  # the membership table last read
+        self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # a test waits on a clock of its own
 
     @property
     def taking_back(self) -> bool:
@@ -294,6 +305,7 @@ class Adoption:
         members = await Membership(self._store).members()
         self._departures.observe(members, self._clock.monotonic())  # after the read: never too early
         self._heard(members)
+        self._members = members
         return members
 
     def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
@@ -338,6 +350,7 @@ class Adoption:
             return None
         finally:
             self._shards.pending.discard(base)
+        shard.sent_before_until = self._lease_left_over(meta.owner)
         if not self._shards.add(shard):
             return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()
@@ -350,6 +363,36 @@ class Adoption:
         for job_id, entry in await self._moves.settle_all(shard):
             self._loading.queue_entry(job_id, entry)
         return shard
+
+    def _lease_left_over(self, owner: str) -> float:
+        """Until when (monotonic) the lease of ``owner``, whose shard we just claimed, may still run.
+
+        A claim waits out the lease of an owner only suspected gone, but not of one proven gone:
+        its process exited (Ray's word, this host's process table) or a new incarnation replaced
+        it. Work it sent ahead may still wait at a handler until that lease ends, and only the
+        lease stops it: nobody is left to withdraw it (found by the simulation, seed 142958: a
+        run started 0.15 s after the adopter answered "paused"). A silo declared dead for its
+        silence held no lease by then; a released shard's owner settled its sends itself.
+        """
+        parsed = parse_owner(owner)
+        if parsed is None:
+            return float("-inf")
+        silo_id, incarnation = parsed
+        member = self._members.get(silo_id)
+        if member is None or (member.incarnation == incarnation and member.cause == SILENT):
+            return float("-inf")
+        over = self._departures.lease_over_at(silo_id, incarnation)
+        return float("-inf") if over is None else over
+
+    async def sent_before_over(self, shard: Shard) -> None:
+        """Return once nothing the previous owner of ``shard`` sent can start any more: at once
+        but for a shard claimed while that owner's lease may still run (``_lease_left_over``).
+
+        A cancel or pause of the shard's jobs waits for this before it answers, so what the
+        client is told holds for what the dead owner sent, too.
+        """
+        while (left := shard.sent_before_until - self._clock.monotonic()) > 0:  # noqa: ASYNC110
+            await self.sleep(left)
 
     async def retake(self, shard: Shard) -> bool:
         """Take back our own ``shard`` whose writer stopped on a corrupted log; True once settled.

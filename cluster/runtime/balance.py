@@ -64,9 +64,13 @@ class Balance:
     def movable(self) -> list[Shard]:
         """The shards this silo could hand over now, best first: settled, loaded, healthy; sealed
         ones before the open ones new jobs go to."""
-        settled = self._clock.monotonic() - SETTLE_ROUNDS * self._options.adoption_interval.total_seconds()
+        now = self._clock.monotonic()
+        settled = now - SETTLE_ROUNDS * self._options.adoption_interval.total_seconds()
+        # Nor one whose dead previous owner's sends may still start: its next owner, claiming it
+        # released, would not know to wait for them before it answers a cancel or pause.
         shards = [s for s in self._shards if s.loaded and not s.lost and s.leaving is None and s.held_since <= settled
-                  and s.damage is None and not self._quarantine.quarantined(s) and self._shards.holds(s)]
+                  and s.sent_before_until <= now and s.damage is None and not self._quarantine.quarantined(s)
+                  and self._shards.holds(s)]
         return sorted(shards, key=lambda s: (self._shards.is_open(s), s.meta.window_start))
 
     async def hand_over(self, excess: int) -> int:

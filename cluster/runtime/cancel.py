@@ -74,7 +74,12 @@ class Cancelling:
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
         async with self._shards.retaking(shard_base):
-            return await self._cancel(shard_base, job_id)
+            answer = await self._cancel(shard_base, job_id)
+        shard = self._shards.get(shard_base)
+        if answer[0] in ("cancelled", "moved") and shard is not None:
+            # Outside the lock: cancels of the shard's other jobs wait alongside, not behind it.
+            await self._adoption.sent_before_over(shard)
+        return answer
 
     async def _cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         shard = self._shards.get(shard_base)

@@ -313,11 +313,16 @@ class Departures:
             if ended > 0 and (not marks or ended > marks[-1][0]):
                 marks.append((ended, now))
 
+    def lease_over_at(self, silo_id: str, incarnation: int) -> float | None:
+        """From when (monotonic) ``incarnation`` of ``silo_id`` provably holds no lease, by when we
+        saw it end alone (a proven end of its process aside); None if not seen to have ended."""
+        for ended, since in self._ends.get(silo_id, ()):
+            if ended >= incarnation:
+                return since + self.lease
+        return None
+
     def over_at(self, member: Member, incarnation: int) -> float | None:
         """From when (monotonic) ``incarnation`` of ``member``'s silo provably fires no more; None if not known to have ended."""
         if member.ended_through >= incarnation:
             return float("-inf")
-        for ended, since in self._ends.get(member.silo_id, ()):
-            if ended >= incarnation:
-                return since + self.lease
-        return None
+        return self.lease_over_at(member.silo_id, incarnation)

@@ -104,7 +104,12 @@ class Pausing:
                 if shard is None:
                     return "not_owner", await self._cancelling.owner_of(shard_base)
             await self._settled(shard, job_id)
-            return await act(shard)
+            answer = await act(shard)
+        if answer[0] in ("paused", "already_paused", "moved"):
+            # What the shard's previous owner sent ahead may start until its lease ends (outside
+            # the lock: the shard's other pauses and cancels wait alongside).
+            await self._adoption.sent_before_over(shard)
+        return answer
 
     async def _settled(self, shard: Shard, job_id: str) -> None:
         """Make a move of ``job_id`` decided in ``shard`` land first, so the forward given is the one

@@ -126,6 +126,9 @@ class Shard:
         self.unreadable: dict[str, str] = {}  # job id -> why its job cannot be decoded (kept, never run)
         # While it is being handed over (``balance``): its due jobs, held back instead of started.
         self.leaving: list[tuple[int, str, list[Any]]] | None = None
+        # Until when (monotonic) work its previous owner sent may still start at a handler: that
+        # owner's lease, when the shard was claimed before it surely ended (``Adoption.claim``).
+        self.sent_before_until = float("-inf")
 
     def __repr__(self) -> str:
         return f"Shard({self.base!r}, loaded={self.loaded}, jobs={self.live_count})"

@@ -219,6 +219,18 @@ MUTANTS: tuple[Mutant, ...] = (
             "that is not a JobHandler, a withdraw without an answer), and it starts after (simulator seeds 73, 78)",
     ),
     Mutant(
+        name="answer-before-a-dead-owners-sends-end",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/adoption.py",
+        old="        shard.sent_before_until = self._lease_left_over(meta.owner)\n",
+        new="        pass\n",
+        catch=Sim(0, 200),
+        also=(Pytest(("tests/runtime/test_proven_gone.py::"
+                      "test_a_cancel_or_pause_of_a_shard_taken_at_once_from_an_exited_silo_holds_for_what_it_sent_ahead",)),),
+        why="a shard taken at once from a silo whose process exited answers 'cancelled' or 'paused' while what that "
+            "silo sent ahead waits in its handler under its lease, and it starts after (simulator seeds 23, 33)",
+    ),
+    Mutant(
         name="memory-append-unfenced",
         kind="skip fencing",
         path="storage/memory.py",

@@ -10,12 +10,26 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
+
+from cluster.model.attempt import JobContext
 from cluster.runtime.membership import DEAD, EXITED, REPORTED, STOPPED, Membership
 from cluster.runtime.shardlog import SHARD_PREFIX
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import MemoryStore, list_logs
-from tests.runtime.harness import OPTIONS, Blocking, LocalTransport, ManualClock, add, fire_due, item, job, make_parts
+from tests.runtime.harness import (
+    OPTIONS,
+    Blocking,
+    LocalTransport,
+    ManualClock,
+    add,
+    fire_due,
+    item,
+    job,
+    make_parts,
+    until_idle,
+)
 
 LEASE = OPTIONS.firing_lease.total_seconds()
 
@@ -177,3 +191,44 @@ async def test_a_silo_that_rejoins_while_its_lease_holds_leaves_its_shards_until
     clock.advance(LEASE)
     assert await peer.adoption.adopt_orphans() == 1
     assert peer.shards.get(old_shard) is not None and peer.queue.get(j.id) is not None
+
+
+@pytest.mark.parametrize("ask", ["cancel", "pause"])
+async def test_a_cancel_or_pause_of_a_shard_taken_at_once_from_an_exited_silo_holds_for_what_it_sent_ahead(
+        ask: str) -> None:
+    """Simulator seeds 142958, 141299 (``--faults all,-flows``): a silo sent a job ahead to its
+    handler and was killed; Ray's word that its process exited let a peer take its shard at once,
+    before the dead silo's lease ended, and the peer answered a cancel "cancelled" (a pause
+    "paused") while the job still waited in the handler under that lease, where nobody was left to
+    withdraw it: it started after the client had been told. The answer now comes once that lease
+    is over, and the failover itself stays immediate."""
+    store, clock = MemoryStore(), ManualClock()
+    starts: list[int] = []  # store time of each start
+
+    async def run(ctx: JobContext) -> None:
+        starts.append(clock.now_us())
+
+    victim = await make_parts(store, "v", clock=clock, transport=LocalTransport(handlers={"h": run}, clock=clock))
+    victim.lease.renew(clock.monotonic())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(victim, j)
+    clock.advance(1 - OPTIONS.dispatch_ahead.total_seconds() / 2)
+    victim.firing.dispatch(victim.firing.take_due(victim.runs.room))
+    await until_idle()  # it waits in the handler; then the silo is killed (it runs no more code)
+    watcher = await make_parts(store, "w", clock=clock, transport=LocalTransport(
+        handlers={"h": run}, clock=clock, alive={"v": Ping.EXITED}))
+    watcher.adoption._budget = 64
+    watcher.adoption.sleep = clock.sleep
+    await watcher.heartbeat.detect_failures()
+    assert watcher.shards.get(name) is not None  # taken at once: the fast failover stays
+    asked = asyncio.ensure_future(watcher.cancelling.cancel(name, j.id) if ask == "cancel"
+                                  else watcher.pausing.pause(name, j.id, None, "op"))
+    answered: list[int] = []
+    asked.add_done_callback(lambda _: answered.append(clock.now_us()))
+    for _ in range(60):  # six seconds in steps of a tenth: past the due time and the lease
+        await until_idle()
+        clock.advance(0.1)
+    await until_idle()
+    assert asked.done() and asked.result()[0] == ("cancelled" if ask == "cancel" else "paused")
+    assert len(starts) == 1  # the dead silo's copy, under its lease: what is judged is when
+    assert starts[0] < answered[0]
