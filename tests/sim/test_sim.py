@@ -623,6 +623,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     *((seed, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
        "pause answered while an attempt it could not withdraw was on its way", "pause did not hold")
       for seed in (78, 73, 585)),
+    # Every default kind but flows and turns (found with "default,-turns,-flows"). A resume passed
+    # its silo's look at the shard, then waited for the job's move to settle across a SIGSTOP; a
+    # peer claimed the shard meanwhile and decided the move again elsewhere. The resume answered
+    # "moved" from the lost shard's memory, to the first target, which said "absent": paused for good.
+    (92363, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "resume answered from memory of a shard lost while its move settled", "lost"),
 ]
 
 
