@@ -89,27 +89,44 @@ class Pausing:
         return await self._on_owner(shard_base, job_id, lambda shard: self._resume(shard, job_id))
 
     async def _on_owner(self, shard_base: str, job_id: str,
-                        act: Callable[[Shard], Awaitable[PauseAnswer]]) -> PauseAnswer:
+                        act: Callable[[Shard], Awaitable[PauseAnswer | None]]) -> PauseAnswer:
         """Run ``act`` on the shard if this silo holds it (claimed first if orphaned), as a cancel does.
 
         Held means provably still ours (``ShardTable.answers_for``): a pause or resume answers
-        "already_paused" or "not_paused" from memory, with no write that a lost shard would fence.
+        "already_paused", "not_paused", "moved" or "absent" from memory, with no write that a
+        lost shard would fence. ``act`` asks again under the shard's gate (None: lost), since
+        settling a move or waiting for the gate can outlast the lease; then whoever holds the
+        shard now is looked for again.
         """
         async with self._shards.retaking(shard_base):
-            shard = self._shards.get(shard_base)
-            if shard is not None and not await self._shards.answers_for(shard, self._lease):
-                shard = None
-            if shard is None:
-                shard = await self._adoption.claim_for_cancel(shard_base)
+            while True:
+                shard = self._shards.get(shard_base)
+                if shard is not None and not await self._shards.answers_for(shard, self._lease):
+                    shard = None
                 if shard is None:
-                    return "not_owner", await self._cancelling.owner_of(shard_base)
-            await self._settled(shard, job_id)
-            answer = await act(shard)
+                    shard = await self._adoption.claim_for_cancel(shard_base)
+                    if shard is None:
+                        return "not_owner", await self._cancelling.owner_of(shard_base)
+                await self._settled(shard, job_id)
+                answer = await act(shard)
+                if answer is not None:
+                    break
         if answer[0] in ("paused", "already_paused", "moved"):
             # What the shard's previous owner sent ahead may start until its lease ends (outside
             # the lock: the shard's other pauses and cancels wait alongside).
             await self._adoption.sent_before_over(shard)
         return answer
+
+    async def _still_ours(self, shard: Shard) -> bool:
+        """Whether memory of ``shard`` may still answer (the caller holds its gate).
+
+        A resume that passed the look before its silo was paused settled the job's move across
+        the pause, while a peer claimed the shard and decided the move again elsewhere; memory
+        still named the first target, which the peer had proven empty, so the resume followed
+        "moved" there, heard "absent", and the job stayed paused for good (found by the
+        simulation, seed 92363).
+        """
+        return await self._shards.answers_for(shard, self._lease)
 
     async def _settled(self, shard: Shard, job_id: str) -> None:
         """Make a move of ``job_id`` decided in ``shard`` land first, so the forward given is the one
@@ -156,8 +173,10 @@ class Pausing:
         moved = state.moved.get(job_id)
         return ("moved", moved) if moved else ("absent", None)
 
-    async def _pause(self, shard: Shard, job_id: str, note: str | None, by: str) -> PauseAnswer:
+    async def _pause(self, shard: Shard, job_id: str, note: str | None, by: str) -> PauseAnswer | None:
         async with shard.gate.exclusive():
+            if not await self._still_ours(shard):
+                return None
             state = await self._state(shard)
             entry = state.live.get(job_id)
             if entry is None:
@@ -210,8 +229,10 @@ class Pausing:
             return  # withdrawn, or started before the handler answered
         await run.wait_answered()
 
-    async def _resume(self, shard: Shard, job_id: str) -> PauseAnswer:
+    async def _resume(self, shard: Shard, job_id: str) -> PauseAnswer | None:
         async with shard.gate.exclusive():
+            if not await self._still_ours(shard):
+                return None
             state = await self._state(shard)
             entry = state.live.get(job_id)
             if entry is None:

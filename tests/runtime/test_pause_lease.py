@@ -3,13 +3,25 @@ store): what a client was told by the shard's real owner holds (simulation, seed
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from cluster.runtime.lease import LEASE_FRACTION
 from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
 from storage import MemoryStore
-from tests.runtime.harness import OPTIONS, GatedStore, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import (
+    OPTIONS,
+    Blocking,
+    GatedStore,
+    ManualClock,
+    Recorder,
+    add,
+    fire_due,
+    job,
+    make_parts,
+    until_idle,
+)
 
 LEASE_S = LEASE_FRACTION * OPTIONS.suspicion_timeout.total_seconds()
 
@@ -77,3 +89,49 @@ async def test_under_a_valid_lease_a_pause_or_resume_reads_nothing_to_answer() -
     assert (await parts.pausing.pause(name, j.id, None, "ops"))[0] == "already_paused"
     assert await parts.pausing.resume(name, j.id) == ("resumed", None)
     assert await parts.pausing.resume(name, j.id) == ("not_paused", None)
+
+
+async def test_a_resume_that_waited_for_a_move_past_its_lease_is_sent_to_the_shard_s_new_owner() -> None:
+    # Found by the simulation, seed 92363. A resume reached X while X held the shard, then waited
+    # for the job's move to land (X's attempt outcome, adding the next occurrence into X's new
+    # shard); X was frozen meanwhile and declared dead, Z took that target, Y took the source and,
+    # finding the target without the occurrence, decided the move again into a shard of its own.
+    # X's resume then answered "moved" from its lost copy of the source, to the first target:
+    # there the client heard "absent", and the job stayed paused for good.
+    store, clock = GatedStore(), ManualClock()
+    x, y, z = [await make_parts(store, name, clock=clock) for name in ("x", "y", "z")]
+    slow = Blocking()
+    x.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
+    (source,) = await add(x, j)
+    clock.advance(9)
+    x.lease.renew(clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(x))
+    await slow.started.wait()
+    release = store.gate("append_block", "shards/20300101T000010.000000Z-x")  # the ADD into X's target waits
+    pausing = asyncio.ensure_future(x.pausing.pause(source, j.id, None, "ops"))
+    await until_idle()
+    slow.finish.set()
+    assert (await pausing)[0] == "paused"
+    await store.reached("append_block", "shards/20300101T000010.000000Z-x").wait()
+    held = x.shards.get(source)
+    assert held is not None and held.state is not None
+    first = held.state.moved[j.id]
+    resuming = asyncio.ensure_future(x.pausing.resume(source, j.id))  # waits for the move to land
+    await until_idle()
+    assert not resuming.done()
+
+    lapse(x)  # SIGSTOP
+    assert await Membership(store).declare_dead(x.me.row, SILENT)
+    for peer in (y, z):
+        peer.lease.renew(clock.monotonic())
+    assert await z.adoption.claim_for_cancel(first) is not None
+    assert await y.adoption.claim_for_cancel(source) is not None  # decides the move again: Z's target lacks it
+    moved = await y.pausing.resume(source, j.id)
+    assert moved[0] == "moved" and moved[1] != first
+
+    release.set()  # SIGCONT: X's ADD is fenced, and so is its new decision in the source
+    assert await asyncio.wait_for(resuming, 5) == ("not_owner", y.me.owner)
+    await asyncio.wait_for(firing, 5)
+    assert await z.pausing.resume(first, j.id) == ("absent", None)
+    assert await y.pausing.resume(moved[1], j.id) == ("resumed", None)

@@ -657,6 +657,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
        "answered while a killed silo's attempt sent ahead could still start", invariant)
       for seed, invariant in ((142958, "pause did not hold"), (141299, "pause did not hold"),
                               (141059, "cancel did not hold"))),
+    # Every default kind but flows and turns (found with "default,-turns,-flows"). A resume passed
+    # its silo's look at the shard, then waited for the job's move to settle across a SIGSTOP; a
+    # peer claimed the shard meanwhile and decided the move again elsewhere. The resume answered
+    # "moved" from the lost shard's memory, to the first target, which said "absent": paused for good.
+    (92363, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+     "resume answered from memory of a shard lost while its move settled", "lost"),
 ]
 
 
