@@ -360,7 +360,11 @@ def _compacted_before(world: World, job_id: str, shard: str, sent_us: int, silo_
     earlier = {d.occurrence for d in world.deliveries if d.job_id == job_id and d.shard == shard and d.sent_us < sent_us}
     if 1 not in earlier:
         return False
-    ended = [world.outcome_landed.get((job_id, occurrence)) for occurrence in sorted(earlier)]
+    # An occurrence ends by its outcome's REMOVE or, one of a recurring job, by the ADD of the
+    # next occurrence there, which replaces it (seed 150465: j9#1 ended so, and its chain's end
+    # was compacted away before the retry looked, yet the retry's copy was judged a duplicate).
+    ended = [world.outcome_landed.get((job_id, occurrence), world.add_landed.get((shard, job_id, occurrence + 1)))
+             for occurrence in sorted(earlier)]
     if None in ended:
         return False
     reads = [(at_us, data) for at_us, reader, data in world.shard_reads.get(shard, ()) if reader == silo_id and at_us >= sent_us]

@@ -608,6 +608,11 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # had ended and a rotation had compacted it away: the one more run docs/failover.md allows.
     (83235, "all,+real_client,+clock_jumps,+torn_logs,+named,+dormant_overwrites,+shared_hosts",
      "oracle: a retry added again into the shard its compacted earlier try ran from", "duplicate"),
+    # The same with a recurring job: the oracle took its first occurrence for never ended, as it
+    # ended by the ADD of the next one in its shard (no REMOVE); its chain had ended and been
+    # compacted away before the retry's search read the log, so its one more run is allowed.
+    (150465, "all,+real_client,+clock_jumps,+torn_logs,+named,+dormant_overwrites,+turns,+shared_hosts",
+     "oracle: a recurring job's occurrence ended by its next one's ADD", "duplicate"),
     # A job refused (lease over) and queued again just before the end was held back for a
     # hand-over under way, judged 15 ms before the release landed and the job ran.
     (108527, "all,+real_client,+clock_jumps,+torn_logs,+named,+dormant_overwrites,+shared_hosts",

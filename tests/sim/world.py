@@ -52,7 +52,7 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
 from cluster.runtime.runs import Run
-from cluster.runtime.shardlog import CANCELLED, MOVED, OCCURRENCE, OWNER, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
+from cluster.runtime.shardlog import ADD, CANCELLED, MOVED, OCCURRENCE, OWNER, REMOVE, SHARD_PREFIX, SUCCEEDED, ShardState
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import AlreadyExists, Fenced, LogInfo, MemoryStore, NotFound, StorageError, Store, Unavailable
@@ -638,6 +638,9 @@ class World:
         self.renewals: dict[str, list[int]] = defaultdict(list)  # owner tag -> its own row writes that landed
         self.cancel_landed: dict[str, tuple[int, int]] = {}  # job id -> (first REMOVE(cancelled) landed, its occurrence)
         self.outcome_landed: dict[tuple[str, int], int] = {}  # (job, occurrence) -> its success's REMOVE landed
+        # (shard, job, occurrence) -> its first ADD there landed. A recurring job's occurrence ends
+        # in its shard by the ADD of the next one, which replaces it (no REMOVE): seed 150465.
+        self.add_landed: dict[tuple[str, str, int], int] = {}
         self.ran_ok: set[tuple[str, int]] = set()  # (job, occurrence) a handler ran with success
         # REMOVE(succeeded) records that landed before any attempt of their occurrence succeeded
         self.unrun: list[tuple[str, int, int, str]] = []
@@ -804,7 +807,9 @@ class World:
             self.flows.landed(name, payload, now_us)
         elif method == "append_block" and name.startswith(SHARD_PREFIX):
             for op in decode(payload).records():
-                if op[0] == REMOVE and op[3] == CANCELLED and op[1] not in self.acked:
+                if op[0] == ADD:
+                    self.add_landed.setdefault((name.rpartition("~")[0], op[1], op[4]), now_us)
+                elif op[0] == REMOVE and op[3] == CANCELLED and op[1] not in self.acked:
                     # A schedule call taking back what a try of it wrote: the client was told
                     # nothing yet, and a retry is accepted only once every earlier try is over.
                     self.stats["schedule writes taken back"] += 1
