@@ -37,6 +37,7 @@ from storage import Decoded
 log = logging.getLogger("timeshard.silo")
 
 __all__ = [
+    "BUCKETS",
     "BUCKET_PREFIX",
     "DELETE",
     "PUT",
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 BUCKET_PREFIX = "registry/"
+#: How many buckets a store's names hash among. Fixed: a name in another bucket than the one its
+#: put went to would be unseen. (To be recorded in the store, so that it may differ per store.)
+BUCKETS = 8
 PUT = "P"
 STATUS = "S"
 RETIRED = "R"

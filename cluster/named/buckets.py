@@ -19,22 +19,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, PutInDoubt
+from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob, new_job_id
-from cluster.model.wire import datetime_to_us, pack
+from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
 from cluster.named.registry import INLINE_DEFINITION_CHARS, REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
 from cluster.runtime.logowner import RELEASED, Owner, owner_of, read_to_claim
+from cluster.runtime.membership import DEAD, LEAVING, Member
 from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
 
-__all__ = ["Buckets", "HeldBucket", "PutOutcome", "Schedule"]
+__all__ = ["Buckets", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
+           "outcome_to_wire", "put_from_wire", "put_to_wire"]
 
 log = logging.getLogger("timeshard.silo")
 
@@ -110,13 +112,14 @@ class Buckets:
 
     async def take(self, limit: int | None = None) -> int:
         """One round: create the buckets missing from the store and claim orphans, up to
-        ``limit`` held (None: any); returns how many this round took."""
+        ``limit`` held (None: this silo's fair share among the live); returns how many it took."""
         me = self._owner.me.owner  # who judges: a rejoin during the round voids its judgments
         members = await self._owner.read_members()
+        limit = fair_share_of(self.count, members) if limit is None else limit
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}
         took = 0
         for number in range(self.count):
-            if number in self.held or (limit is not None and len(self.held) >= limit):
+            if number in self.held or len(self.held) >= limit:
                 continue
             head = heads.get(bucket_base(number))
             try:
@@ -263,3 +266,54 @@ def _next_generation(ask: PutRequest, old: Entry | None) -> ScheduledJob:
         return replace(ask.job, id=new_job_id(), generation=1)
     return replace(ask.job, id=new_job_id(), generation=old.generation + 1,
                    metadata={**ask.job.metadata, REPLACES_MARK: old.job_id})
+
+
+# -- over the wire: a put sent to its bucket's owner, and its answer -------------------------------
+
+#: What one put sends: (key, name, app_id, namespace, packed job, overwrite, now_us).
+WirePut = tuple[str, str, str, str, bytes, bool, int]
+#: What one put answers: ("ok", entry metadata, packed job) | ("exists",) | ("not_owner",)
+#: | ("doubt", why) | ("failed", why). Plain values: an exception with its own constructor
+#: arguments does not survive Ray's pickling of an answer.
+WireOutcome = tuple[Any, ...]
+
+
+def put_to_wire(ask: PutRequest) -> WirePut:
+    return (ask.key, ask.name, ask.app_id, ask.namespace, pack(ask.job.to_wire()), ask.overwrite, ask.now_us)
+
+
+def put_from_wire(sent: WirePut) -> PutRequest:
+    key, name, app_id, namespace, job, overwrite, now_us = sent
+    return PutRequest(key, name, app_id, namespace, ScheduledJob.from_wire(unpack(job)), overwrite, now_us)
+
+
+def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
+    if isinstance(outcome, AlreadyExists):
+        return ("exists",)
+    if isinstance(outcome, NotOwner):
+        return ("not_owner",)
+    if isinstance(outcome, PutInDoubt):
+        return ("doubt", str(outcome))
+    if isinstance(outcome, BaseException):
+        return ("failed", repr(outcome))
+    entry, job = outcome
+    return ("ok", entry.metadata(), pack(job.to_wire()))
+
+
+def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
+    kind = answer[0]
+    if kind == "ok":
+        return Entry.from_metadata(ask.key, answer[1], ""), ScheduledJob.from_wire(unpack(answer[2]))
+    if kind == "exists":
+        return AlreadyExists(ask.name, ask.app_id, ask.namespace)
+    if kind == "not_owner":
+        return NotOwner(ask.key)
+    if kind == "doubt":
+        return PutInDoubt(answer[1], ask.name)
+    return ClusterUnavailable(f"not put: {answer[1]}")
+
+
+def fair_share_of(count: int, members: Mapping[str, Member]) -> int:
+    """The most buckets one live silo takes of ``count``: the even split among the live, rounded up."""
+    alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
+    return -(-count // max(alive, 1))
