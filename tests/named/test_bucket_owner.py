@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from cluster.model.errors import AlreadyExists, PutInDoubt
 from cluster.model.jobs import ScheduledJob
+from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us
-from cluster.named.buckets import Buckets, NotOwner, PutOutcome
+from cluster.named.buckets import Buckets, NotOwner, PutOutcome, outcome_to_wire, put_from_wire
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, entry_key
+from cluster.named.routed import RoutedPuts
 from cluster.named.writes import PutRequest
 from cluster.runtime.membership import REPORTED, Membership
 from cluster.runtime.roles import Roles
@@ -103,7 +106,53 @@ async def test_a_released_bucket_is_taken_at_once() -> None:
     await mine.take()
     await mine.put_many([ask("nightly")])
     assert await mine.release_all() == COUNT
+    await a.heartbeat.leave()  # as a graceful stop does next
     b = await make_parts(store, "b")
     theirs = buckets_of(b)
     assert await theirs.take() == COUNT
     assert any(entry_key("ns", "app", "nightly") in bucket.state.entries for bucket in theirs.held.values())
+
+
+class Silos:
+    """Stands in for Ray: each silo's buckets answer ``feature_call("named_put", ...)`` as the silo does."""
+
+    def __init__(self, **buckets: Buckets) -> None:
+        self.buckets = buckets
+        self.calls: list[str] = []
+        self.fail_next: dict[str, Exception] = {}
+
+    async def at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+        assert method == "feature_call" and args[0] == "named_put"
+        self.calls.append(silo_id)
+        failure = self.fail_next.pop(silo_id, None)
+        if failure is not None:
+            raise failure
+        outcomes = await self.buckets[silo_id].put_many([put_from_wire(one) for one in args[1]])
+        return [outcome_to_wire(o) for o in outcomes]
+
+
+async def test_a_put_follows_its_bucket_to_the_new_owner_and_one_whose_answer_was_lost_is_in_doubt() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    silos = Silos(a=mine)
+    client = RoutedPuts(store, silos, COUNT)
+    names = ["n1", "n2", "n3", "n4", "n5"]
+    put = [ok(o) for o in await client.put_many([ask(n) for n in names])]
+    assert silos.calls == ["a"] and {e.generation for e, _ in put} == {1}  # one call for the tick
+
+    await mine.release_all()
+    await a.heartbeat.leave()
+    b = await make_parts(store, "b")
+    silos.buckets["b"] = theirs = buckets_of(b)
+    await theirs.take()
+    moved = ok((await client.put_many([ask("n1")]))[0])  # the client still thinks a owns it
+    assert silos.calls[1:] == ["a", "b"] and moved[0].generation == 2
+    assert any(moved[0].key in bucket.state.entries for bucket in theirs.held.values())
+
+    silos.fail_next["b"] = SiloRefused("starting")  # nothing done: sent again
+    assert ok((await client.put_many([ask("n6")]))[0])[0].generation == 1
+    silos.fail_next["b"] = SiloLost("died during the call")  # done or not: the caller must know
+    (lost,) = await client.put_many([ask("n7")])
+    assert isinstance(lost, PutInDoubt)
