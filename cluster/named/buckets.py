@@ -193,8 +193,12 @@ class Buckets:
         """
         out: list[PutOutcome | None] = [None] * len(asks)
         decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None, str | None]] = []
+        answering: dict[int, HeldBucket | None] = {}  # asked once per bucket: past the lease, each is a read
         for i, ask in enumerate(asks):
-            bucket = await self.answering(self.bucket_for(ask.key))
+            number = self.bucket_for(ask.key)
+            if number not in answering:
+                answering[number] = await self.answering(number)
+            bucket = answering[number]
             if bucket is None:
                 out[i] = NotOwner(ask.key)
                 continue
