@@ -15,16 +15,19 @@ from typing import Any
 
 from cluster.model.errors import AlreadyExists, PutInDoubt
 from cluster.model.jobs import ScheduledJob
+from cluster.model.options import ClusterOptions
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us
-from cluster.named.buckets import Buckets, NotOwner, PutOutcome, outcome_to_wire, put_from_wire
+from cluster.named.bucket import BUCKET_PREFIX, BUCKETS
+from cluster.named.buckets import Buckets, NotOwner, PutOutcome, outcome_to_wire, put_from_wire, put_to_wire
+from cluster.named.hooks import NamedJobHooks
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, entry_key
 from cluster.named.routed import RoutedPuts
 from cluster.named.writes import PutRequest
 from cluster.runtime.membership import REPORTED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import landed_ids
-from storage import MemoryStore, Store, read_log
+from storage import MemoryStore, Store, list_logs, read_log
 from tests.runtime.harness import OPTIONS, T0, item, job, make_parts
 
 COUNT = 4
@@ -156,3 +159,32 @@ async def test_a_put_follows_its_bucket_to_the_new_owner_and_one_whose_answer_wa
     silos.fail_next["b"] = SiloLost("died during the call")  # done or not: the caller must know
     (lost,) = await client.put_many([ask("n7")])
     assert isinstance(lost, PutInDoubt)
+
+
+class View:
+    """The silo as a hook sees it (``SiloView``), on ``parts``."""
+
+    def __init__(self, parts: Roles, options: ClusterOptions) -> None:
+        self.parts, self.options = parts, options
+        self.owner, self.clock = parts.me.owner, parts.clock
+        self.log_owner, self.lease = parts.adoption.owner, parts.lease
+
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+        return await self.parts.scheduling.schedule(jobs, suspects)
+
+
+async def test_only_a_cluster_that_opted_in_keeps_names_in_buckets() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    default = NamedJobHooks(store, View(a, ClusterOptions()))
+    await default.maintain()
+    assert await list_logs(store, BUCKET_PREFIX) == [] and default.service("named_put") is None
+
+    a.lease.renew(a.clock.monotonic())
+    opted = NamedJobHooks(store, View(a, ClusterOptions(named_registry="buckets")))
+    await opted.maintain()
+    assert len(await list_logs(store, BUCKET_PREFIX)) == BUCKETS
+    serve = opted.service("named_put")
+    assert serve is not None
+    (answer,) = await serve([put_to_wire(ask("nightly"))])
+    assert answer[0] == "ok"
