@@ -73,8 +73,9 @@ SAMPLE_PRICES = Prices(write=0.055, read=0.0044, list=0.055, other=0.0044, gb_mo
 # How Azure bills each Store method (learn.microsoft.com/azure/storage/blobs/map-rest-apis-transaction-categories,
 # standard general-purpose v2): create = Put Blob, append_block = Append Block (writes); fetch = Get
 # Blob (read); list, names, list_page = List Blobs ("list and create container"); set_metadata =
-# Set Blob Metadata, stat = Get Blob Properties, server_time = Get Container Properties (other);
-# delete = Delete Blob (free).
+# Set Blob Metadata, stat = Get Blob Properties, server_time = Get Container Properties (other;
+# with a shared key or SAS it is Get Account Information, taken as other too: its row in that
+# table was not checked); delete = Delete Blob (free).
 STORE_OP_KIND = {"create": "write", "append_block": "write", "fetch": "read", "list": "list", "names": "list",
                  "list_page": "list", "set_metadata": "other", "stat": "other", "server_time": "other",
                  "delete": "free"}

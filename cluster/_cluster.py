@@ -10,17 +10,18 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Literal, overload
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from cluster._keeper import KEEPER_NAME, Keeper
 from cluster.client import Client, running_silo_ids
 from cluster.features import feature_hooks
 from cluster.model.errors import RemoteTraceback, describe, unwrapped
 from cluster.model.options import DEFAULT_NAMESPACE, ClusterOptions
-from cluster.model.placement import Node, place
+from cluster.model.placement import Node, NoNodeFits, place
 from cluster.runtime import heap
 from cluster.runtime.membership import DEAD, REPORTED, SILENT, SILO_PREFIX, Member, Membership
 from cluster.runtime.ray_metrics import RayMetrics
@@ -30,6 +31,10 @@ from cluster.sync_client import SyncClient
 from storage import DEFAULT_URL, open_store
 
 log = logging.getLogger("timeshard.cluster")
+
+#: How long a node whose silos were removed as lost is taken last for new silos: Ray's health
+#: checks drop a lost node within about 15 s; one it still lists after this is alive.
+LOST_NODE_MEMORY_S = 60.0
 
 
 @ray.remote
@@ -43,6 +48,14 @@ class SiloActor(Silo):
         # Silo.__init__ by name: Ray rebinds this class's name to its actor class.
         Silo.__init__(self, silo_id, store_url, options, namespace, hooks=feature_hooks,
                       transport=RayTransport(namespace), metrics_exporter=RayMetrics(), on_superseded=_end_process)
+
+
+@ray.remote
+class SiloKeeper(Keeper):
+    """The keeper of a namespace's silo count as a detached Ray actor (``cluster._keeper``)."""
+
+    def __init__(self, namespace: str, store_url: str, options: ClusterOptions, target: int) -> None:
+        Keeper.__init__(self, Cluster(namespace, running_silo_ids(namespace), options, store_url), target)
 
 
 def _end_process() -> None:
@@ -77,6 +90,15 @@ def _get(refs: Any, timeout: float | None = None) -> Any:
     raise error
 
 
+def _answers(ref: Any) -> bool:
+    """Whether a finished call ``ref`` returned (rather than raised)."""
+    try:
+        ray.get(ref, timeout=0)
+        return True
+    except Exception:
+        return False
+
+
 def _alive_nodes() -> list[Node]:
     """Ray's alive nodes, as placement sees them."""
     return [Node(n["NodeID"], dict(n.get("Resources") or {}), "node:__internal_head__" in (n.get("Resources") or {}))
@@ -91,6 +113,12 @@ class Cluster:
         self.silo_ids = list(silo_ids)
         self.options = options
         self.store_url = store_url
+        #: Nodes no new silo is placed on (being drained), while Ray lists them alive.
+        self.avoid: set[str] = set()
+        #: Nodes whose silos were removed as lost, and when (monotonic): Ray lists a lost node alive
+        #: for a while yet, and the membership rows that said so are overwritten once the silos run
+        #: elsewhere. Forgotten after ``LOST_NODE_MEMORY_S``, by when Ray has dropped a lost node.
+        self.lost_nodes: dict[str, float] = {}
 
     @classmethod
     def start(
@@ -102,13 +130,17 @@ class Cluster:
         *,
         address: str | None = None,
         timeout: float = 60.0,
+        keep: bool = True,
     ) -> Cluster:
         """Start ``silos`` named, detached silo actors on ``store_url`` and wait until they serve.
 
         Initialises Ray (in ``namespace``; joining the cluster at ``address`` if given) unless the
         caller has. Silos spread over the alive nodes (``ClusterOptions.placement``). Silos that
         already exist under these names are reused, so a second ``start`` reconnects rather
-        than doubles.
+        than doubles. With ``keep`` (the default) a keeper actor on Ray's head node keeps
+        ``silos`` running from then on: a silo lost with its node is started again elsewhere,
+        without an operator (``cluster._keeper``); ``scale`` changes its target, ``shutdown``
+        ends it first.
         """
         if silos < 1:
             raise ValueError(f"silos: must be >= 1 (got {silos})")
@@ -118,33 +150,45 @@ class Cluster:
         cluster = cls(namespace, [str(i) for i in range(silos)], options, store_url)
         running = set(running_silo_ids(namespace))
         cluster._add([i for i in cluster.silo_ids if i not in running], timeout)
+        if keep:
+            cluster._keep(silos)
         log.info("cluster started", extra={"namespace": namespace, "silos": silos, "store": store_url})
         return cluster
 
-    def _add(self, silo_ids: Sequence[str], timeout: float) -> None:
-        """Start ``silo_ids`` on the nodes placement picks, and wait until they serve.
+    def _add(self, silo_ids: Sequence[str], timeout: float) -> dict[str, str]:
+        """Start ``silo_ids`` on the nodes placement picks, and wait until they serve; where each runs.
 
         Ray learns of a lost node only after its health checks fail (about 15 s by default), so
         a node may still look alive: a silo Ray cannot start there is placed again elsewhere.
         """
         deadline = time.monotonic() + timeout
-        lost = self._nodes_of_silos_lost()
+        # Where a silo went silent, its node may be lost (Ray lists it alive for a while yet) or
+        # only that process paused: such nodes are taken last, never instead of starting no silo.
+        suspect = self._nodes_of_silos_lost() | set(self.lost_nodes)
+        failed: set[str] = set()  # Ray could not start a silo there: lost for sure
         waiting = list(silo_ids)
+        placed: dict[str, str] = {}
         while waiting:
-            alive = [n for n in _alive_nodes() if n.node_id not in lost]
-            nodes = place(len(waiting), alive, self._running_nodes(exclude=silo_ids),
-                          placement=self.options.placement, required=self.options.required_resources)
+            usable = [n for n in _alive_nodes() if n.node_id not in self.avoid and n.node_id not in failed]
+            running = self._running_nodes(exclude=silo_ids)
+            try:
+                nodes = place(len(waiting), [n for n in usable if n.node_id not in suspect], running,
+                              placement=self.options.placement, required=self.options.placement_resources)
+            except NoNodeFits:
+                nodes = place(len(waiting), usable, running,
+                              placement=self.options.placement, required=self.options.placement_resources)
             spawned = {silo_id: (node, self._spawn(silo_id, node)) for silo_id, node in zip(waiting, nodes, strict=True)}
             waiting = []
             for silo_id, (node, handle) in spawned.items():
                 try:
                     _get(handle.ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    placed[silo_id] = node
                 except ray.exceptions.ActorUnschedulableError:
                     if time.monotonic() > deadline:
                         raise
                     log.warning("silo could not start on its node; placing it again", extra={"silo": silo_id,
                                                                                             "node": node})
-                    lost.add(node)
+                    failed.add(node)
                     waiting.append(silo_id)
                 except Exception as exc:
                     if isinstance(exc.__cause__, RemoteTraceback):
@@ -152,6 +196,7 @@ class Cluster:
                         # detached actor left behind would be reused, refusing again, by the next start.
                         self._discard({i: h for i, (_, h) in spawned.items()})
                     raise
+        return placed
 
     def _discard(self, spawned: dict[str, Any], timeout: float = 10.0) -> None:
         """Remove the actors of silos that failed to start, and wait until their names are free:
@@ -188,18 +233,51 @@ class Cluster:
         lost = {m.node.partition("/")[0] for m in members if m.status == DEAD and m.cause in (SILENT, REPORTED)}
         return lost - {m.node.partition("/")[0] for m in members if m.status != DEAD}
 
-    def _remove_lost(self, silo_ids: Sequence[str], timeout: float = 2.0) -> list[str]:
+    def _remove_lost(self, silo_ids: Sequence[str], timeout: float = 2.0, spare: Collection[str] = ()) -> list[str]:
         """Remove the actors of silos declared dead by their peers that do not answer either (their
-        node is lost: Ray lists them for a while yet); the ids left."""
-        dead = {m.silo_id for m in self._members() if m.status == DEAD and m.cause in (SILENT, REPORTED)}
+        node is lost: Ray lists them for a while yet); the ids left. ``spare``: silos still starting."""
+        rows = {m.silo_id: m for m in self._members()
+                if m.status == DEAD and m.cause in (SILENT, REPORTED) and m.silo_id not in spare}
+        dead = set(rows)
         handles = {i: h for i, h in self.handles().items() if i in dead}
         refs = {i: h.ready.remote() for i, h in handles.items()}
+        if not refs:
+            return list(silo_ids)
         answered, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
-        gone = [i for i, ref in refs.items() if ref not in answered]
+        # An error is no answer: a call to an actor whose process is gone with its node fails at
+        # once (connection refused) while Ray still lists the actor alive.
+        gone = [i for i, ref in refs.items() if ref not in answered or not _answers(ref)]
         for silo_id in gone:
+            self.lost_nodes[rows[silo_id].node.partition("/")[0]] = time.monotonic()
             ray.kill(handles[silo_id], no_restart=True)
-            log.warning("silo on a lost node removed", extra={"silo": silo_id})
+            log.warning("silo %s on a lost node removed (declared dead by its peers, no answer in %.1f s)",
+                        silo_id, timeout, extra={"silo": silo_id})
         return [i for i in silo_ids if i not in gone]
+
+    def prune_avoided(self) -> None:
+        """Forget drained and lost nodes that left Ray (a node back under the same id is new), and
+        lost ones Ray still lists after ``LOST_NODE_MEMORY_S``: only a silo of theirs was silent."""
+        alive = {n.node_id for n in _alive_nodes()}
+        self.avoid &= alive
+        now = time.monotonic()
+        self.lost_nodes = {n: at for n, at in self.lost_nodes.items() if n in alive and now - at < LOST_NODE_MEMORY_S}
+
+    def placement(self, timeout: float = 5.0) -> dict[str, str]:
+        """Silo id -> node of each silo running now (the keeper may have started some since this
+        handle last looked) that answers within ``timeout`` (one on a lost node does not)."""
+        self.silo_ids = running_silo_ids(self.namespace)
+        refs = {silo_id: h.ready.remote() for silo_id, h in self.handles().items()}
+        if not refs:
+            return {}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
+        out = {}
+        for silo_id, ref in refs.items():
+            if ref in ready:
+                try:
+                    out[silo_id] = ray.get(ref)["node"]
+                except Exception:  # its node is gone, or it is restarting: it is nowhere now
+                    continue
+        return out
 
     def _running_nodes(self, *, exclude: Sequence[str], timeout: float = 5.0) -> list[str]:
         """The node of each running silo that answers in time (one on a lost node may not)."""
@@ -228,7 +306,7 @@ class Cluster:
             resources=self.options.required_resources or None,
             # Hard: Ray 2.60 placed soft-affinity actors on other nodes than asked (measured with
             # ray.cluster_utils). Ray restarts a crashed silo on its node; one whose node is lost
-            # stays down (its shards are adopted by peers) until `scale` adds silos again.
+            # stays down (its shards are adopted by peers) until the keeper starts it elsewhere.
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         ).remote(silo_id, self.store_url, self.options, self.namespace)
 
@@ -319,10 +397,20 @@ class Cluster:
         (the highest ids) stop gracefully: they finish what is in flight and release their
         shards, which the others adopt at once. Nothing acknowledged is lost either way. Silos
         lost with their node (declared dead by their peers, not answering) do not count, and
-        their actors are removed.
+        their actors are removed. With a keeper, ``silos`` becomes its target, and the keeper
+        makes the change (one change to the silos at a time).
         """
         if silos < 1:
             raise ValueError(f"silos: must be >= 1 (got {silos})")
+        keeper = self.keeper()
+        if keeper is None:
+            return self._scale_here(silos, timeout=timeout)
+        change: dict[str, list[str]] = ray.get(keeper.scale.remote(silos, timeout), timeout=2 * timeout + 30)
+        self.silo_ids = running_silo_ids(self.namespace)
+        return change
+
+    def _scale_here(self, silos: int, *, timeout: float) -> dict[str, list[str]]:
+        """``scale``, done by this process."""
         self.silo_ids = self._remove_lost(running_silo_ids(self.namespace))
         current = list(self.silo_ids)
         if silos > len(current):
@@ -357,8 +445,62 @@ class Cluster:
         for handle in handles.values():
             ray.kill(handle, no_restart=True)
 
+    def _keep(self, target: int) -> None:
+        """Start the keeper on Ray's head node (or find it) and give it ``target``."""
+        head = next((n.node_id for n in _alive_nodes() if n.is_head), None)
+        # On the head: a cluster loses its head only whole, and then every silo too.
+        where = NodeAffinitySchedulingStrategy(head, soft=False) if head else None
+        actor: Any = SiloKeeper  # Ray's ActorClass: mypy does not apply class decorators
+        keeper = actor.options(name=KEEPER_NAME, namespace=self.namespace, lifetime="detached", get_if_exists=True,
+                               # Threads: status and drain answer while a round starts silos.
+                               max_restarts=-1, max_concurrency=4, num_cpus=0, scheduling_strategy=where,
+                               ).remote(self.namespace, self.store_url, self.options, target)
+        ray.get(keeper.set_target.remote(target))
+
+    def keeper(self) -> Any | None:
+        """The handle of this namespace's keeper, or None when its silos run without one."""
+        try:
+            return ray.get_actor(KEEPER_NAME, namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def keeping(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        """The keeper's view: target, live silos, draining nodes, why it waits, the silos it started
+        lately (``SiloKeeper.status``); None without a keeper, ``{"error"}`` if it did not answer."""
+        keeper = self.keeper()
+        if keeper is None:
+            return None
+        try:
+            return dict(ray.get(keeper.status.remote(), timeout=timeout))
+        except Exception as exc:
+            return {"error": describe(exc)}
+
+    def drain(self, node: str, *, timeout: float = 30.0, wait: float = 0.0) -> dict[str, Any]:
+        """Move every silo off Ray node ``node`` gracefully, for a node about to go (a Kubernetes
+        preStop hook, a node-image upgrade): no silo is placed there again, its silos finish their
+        attempts in flight and release their shards (peers adopt them at once: nothing waits for a
+        lease), then stop; the keeper starts them again on other nodes. With ``wait`` > 0, wait up
+        to that long for the silo count to be back at its target (``back_s``; None if it was not).
+        """
+        keeper = self.keeper()
+        if keeper is None:
+            raise LookupError(f"no keeper in Ray namespace {self.namespace!r}: start the silos with Cluster.start "
+                              "(keep=True, the default) or `timeshard up`")
+        started = time.monotonic()
+        done: dict[str, Any] = dict(ray.get(keeper.drain.remote(node, timeout), timeout=timeout + 30))
+        done["back_s"] = None
+        while wait > 0 and time.monotonic() - started < wait:
+            kept = self.keeping()
+            if kept and "error" not in kept and kept["waiting"] is None and len(self.placement(timeout=2.0)) >= kept["target"]:
+                done["back_s"] = round(time.monotonic() - started, 3)
+                break
+            time.sleep(0.2)
+        self.silo_ids = running_silo_ids(self.namespace)
+        return done
+
     def kill_silo(self, silo_id: str, *, restart: bool = True) -> None:
-        """Crash a silo (no graceful stop); Ray restarts it as a new incarnation if ``restart``."""
+        """Crash a silo (no graceful stop); Ray restarts it as a new incarnation if ``restart``
+        (else the keeper, if there is one, starts it again within a round)."""
         ray.kill(ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace), no_restart=not restart)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -374,5 +516,14 @@ class Cluster:
                 time.sleep(0.2)
 
     def shutdown(self, *, graceful: bool = True, timeout: float = 30.0) -> None:
-        """Stop every silo: gracefully (finish in-flight work, release shards), then remove them."""
+        """Stop every silo: gracefully (finish in-flight work, release shards), then remove them.
+        The keeper goes first, so that it starts none of them again."""
+        keeper = self.keeper()
+        if keeper is not None:
+            try:
+                ray.get(keeper.stop.remote(), timeout=timeout + 60)
+            except Exception as exc:  # gone or stuck: removed below all the same
+                log.warning("keeper did not stop", extra={"error": describe(exc)})
+            ray.kill(keeper, no_restart=True)
+        self.silo_ids = sorted(set(self.silo_ids) | set(running_silo_ids(self.namespace)), key=lambda s: (len(s), s))
         self._stop(self.silo_ids, timeout, graceful=graceful)

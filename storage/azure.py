@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from email.utils import parsedate_to_datetime
@@ -60,6 +62,10 @@ _MARKER_CACHE = 4096
 #: Blobs asked for per List Blobs call while looking for a page's start (the service's maximum).
 _SCAN_BATCH = 5000
 _SECOND_US = 1_000_000
+#: How far a cached ``Date`` may lag the store's clock: Azurite renders Get Container Properties'
+#: from a string Node renews by a timer, whose second turns over up to tens of ms late on a busy
+#: host (49 ms seen). A lagging Date only lowers a reading's low side, which is what jobs fire by.
+CACHED_DATE_LAG_US = 100_000
 _CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
 
 
@@ -355,15 +361,33 @@ class AzureStore(Store):
         await self._call("delete", name, op)
 
     async def server_time(self) -> ServerTime | None:
-        """The ``Date`` header of a Get Container Properties answer (one-second resolution)."""
+        """The ``Date`` header of a Get Account Information answer (one-second resolution), or of
+        Get Container Properties under Microsoft Entra ID, which the former does not take.
+
+        Azurite renders Get Container Properties' ``Date`` from Node's cached string, renewed by a
+        timer that turns it over a few ms late on a busy host; Get Account Information's is the
+        request's own arrival. The instants the request left and its answer came back are taken
+        inside the SDK's pipeline (its per-request hooks, which run per try next to the transport):
+        the call around them also signs the request, parses the answer and waits for the event
+        loop, none of which the store's clock can be read in (``ServerTime.in_flight``).
+        """
+        read_clock = (self._container.get_container_properties if self._credential is not None
+                      else self._container.get_account_information)
+        began = time.monotonic()
+        flight: list[float] = []  # this try's instant of leaving, then of its answer arriving
         dates: list[str] = []
 
-        def keep_date(response: Any) -> None:
+        def left(request: Any) -> None:
+            flight[:] = [time.monotonic()]
+
+        def answered(response: Any) -> None:
+            flight.append(time.monotonic())
             dates.append(str(response.http_response.headers.get("Date", "")))
 
         async def op() -> ServerTime:
+            flight.clear()
             dates.clear()
-            await self._container.get_container_properties(raw_response_hook=keep_date)
+            await read_clock(raw_request_hook=left, raw_response_hook=answered)
             if not dates or not dates[-1]:
                 raise StorageError("server time: the answer carried no Date header")
             try:
@@ -372,9 +396,16 @@ class AzureStore(Store):
                 raise StorageError(f"server time: unreadable Date header {dates[-1]!r}") from exc
             if when.tzinfo is None:
                 raise StorageError(f"server time: Date header {dates[-1]!r} names no zone")
-            return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US)
+            # Only Get Container Properties' Date may be a cached string that lags (Azurite's).
+            return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US,
+                              lag_us=CACHED_DATE_LAG_US if self._credential is not None else 0)
 
-        return await self._call("server_time", self.container, op)
+        reading = await self._call("server_time", self.container, op)
+        ended = time.monotonic()
+        if len(flight) != 2:  # the hooks did not both run for the answer read: keep the whole call
+            return reading
+        return dataclasses.replace(reading, lead_us=int((flight[0] - began) * 1e6),
+                                   tail_us=int((ended - flight[1]) * 1e6))
 
     async def close(self) -> None:
         await self._client.close()

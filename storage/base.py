@@ -105,10 +105,30 @@ class ServerTime:
     The reading was taken while the call was in flight, so a caller that notes its own clock
     before and after the call can bound the offset between the two clocks (``cluster.runtime
     .skew``). Azure's ``Date`` header has a resolution of one second.
+
+    A store that sees its request leave and its answer arrive (Azure: inside the SDK's pipeline)
+    says how much of the call lay outside that flight, on this host's monotonic clock:
+    ``lead_us`` from the call's start to the request leaving, ``tail_us`` from the answer
+    arriving to the call's return. The caller's bounds then narrow by both (``in_flight``): the
+    SDK's own work and the event loop's delays no longer count as time the store may have read
+    its clock in.
     """
 
     at_us: int
     resolution_us: int
+    lead_us: int = 0
+    tail_us: int = 0
+    lag_us: int = 0  # how far the reading's Date may lag the store's clock (a cached header)
+
+    def in_flight(self, sent_us: int, received_us: int) -> tuple[int, int]:
+        """The instants the request left and the answer arrived, from the caller's ``sent_us``
+        (before the call) and ``received_us`` (after it), on a clock that ticks with the monotonic one.
+
+        Kept inside ``[sent_us, received_us]``: a caller on another clock (a test's, which may not
+        move during the call) gets its own instants back rather than a flight that ends before it began.
+        """
+        left = min(sent_us + max(self.lead_us, 0), received_us)
+        return left, max(received_us - max(self.tail_us, 0), left)
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,7 @@ _NOT_FROM_THE_TABLES = {
     "256 KiB": "the job size limit, cluster.model.limits (checked below)",
     "2,000 jobs/s": "an example in the max_concurrency row: 2,000 jobs/s × 5 s handlers = 10,000",
     "150–200 jobs/s": "the node-loss drill's load, stated with the drill's own figures",
+    "150 jobs/s": "the silo-keeping drill's load (checked below against the drill's --rate)",
 }
 
 
@@ -213,6 +214,8 @@ def test_every_sizing_figure_in_the_page_outside_the_tables_is_one_the_tables_pr
     stray = [m for m in figures if m not in _NOT_FROM_THE_TABLES and m not in table]
     assert stray == [], f"docs/deploy.md quotes figures the sizing tables do not print: {stray}"
     assert JobLimits().max_bytes == 256 * 1024
+    keeping_drill = Path(__file__).parent / "drills" / "test_silo_keeping.py"
+    assert '"--rate", "150"' in keeping_drill.read_text()
 
 
 def test_a_missing_figure_is_named(tmp_path: Path) -> None:

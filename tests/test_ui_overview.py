@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from cluster.cli.ui import UiSource, make_app
-from cluster.cli.ui.overview import alerts
+from cluster.cli.ui.overview import alerts, silo_row
 from cluster.cli.ui.sampler import SAMPLER, Sampler, Series, quantile
 from cluster.runtime.metrics import LATENESS_BOUNDS, Histogram
 
@@ -220,3 +220,60 @@ async def test_loaded_and_dormant_shards_are_listed_apart_sorted_and_paged() -> 
         assert (await client.get("/api/shards?loaded=maybe")).status == 400
     finally:
         await client.close()
+
+
+def test_a_silo_row_shows_how_late_its_reading_of_the_stores_clock_makes_jobs() -> None:
+    measured = {"store_clock": "measured", "offset_low_s": -0.0042, "offset_high_s": -0.0011, "width_s": 0.0031,
+                "lateness_up_to_s": 0.0031, "exceeded": False}
+    row = silo_row(silo("s", 1, 0, clock=measured))
+    assert (row["clock_late_ms"], row["clock_offset_ms"], row["clock_store"]) == (3.1, [-4.2, -1.1], "measured")
+    unmeasured = {"store_clock": "unmeasured", "offset_low_s": None, "offset_high_s": None, "width_s": None,
+                  "lateness_up_to_s": None, "exceeded": False}
+    assert silo_row(silo("s", 1, 0, clock=unmeasured))["clock_late_ms"] is None
+
+
+async def test_the_overview_shows_target_versus_live_silos_and_alerts_below_target() -> None:
+    """Issue 28: the dashboard shows the keeper's target beside the silos that answered; fewer is an alert."""
+    status = Statuses([silo("a", 1, 10), silo("b", 1, 10)])
+    keeper = {"target": 3, "live": ["a", "b"], "waiting": "starting silo(s) c", "draining": [], "repairs": []}
+    client = TestClient(TestServer(make_app(UiSource(status=status, jobs=None, keeping=lambda: keeper), interval=0.05)))
+    await client.start_server()
+    try:
+        body = await (await client.get("/api/overview")).json()
+        assert (body["keeping"]["target"], body["keeping"]["live"]) == (3, 2)
+        assert [(a["kind"], a["message"]) for a in body["alerts"]] == [
+            ("below_target", "2 silo(s) live, target 3: starting silo(s) c")]
+        status.answer = [silo("a", 1, 10), silo("b", 1, 10), {"silo_id": "c", "error": "no Ray actor silo-c"}]
+        await asyncio.sleep(0.1)
+        body = await (await client.get("/api/overview")).json()
+        assert body["keeping"]["live"] == 2 and body["alerts"][0]["kind"] == "below_target"  # one not answering
+        status.answer = [silo("a", 1, 10), silo("b", 1, 10), silo("c", 1, 0)]
+        await asyncio.sleep(0.1)
+        body = await (await client.get("/api/overview")).json()
+        assert body["keeping"]["live"] == 3 and body["alerts"] == []
+    finally:
+        await client.close()
+    plain = await started(Statuses([silo("a", 1, 10)]))
+    try:
+        assert (await (await plain.get("/api/overview")).json())["keeping"] is None  # a source without a keeper
+    finally:
+        await plain.close()
+
+
+def test_status_shows_target_versus_live_silos_and_what_the_keeper_waits_for() -> None:
+    from cluster.cli.jobs import _status_text, keeping_summary
+
+    def first_lines(keeper: dict[str, Any] | None, statuses: list[dict[str, Any]]) -> list[str]:
+        report = {"namespace": "n", "store": "s", "silos": [], "keeping": keeping_summary(keeper, statuses)}
+        return _status_text(report).splitlines()[2:]
+
+    up = [{"silo_id": "0"}, {"silo_id": "1"}, {"silo_id": "2", "error": "gone"}]
+    keeper = {"target": 3, "waiting": "no alive Ray node has room for another silo", "draining": ["ab" * 20],
+              "repairs": [{"silo": "1", "node": "cd" * 20, "at": 0.0, "start_s": 1.25}]}
+    lines = first_lines(keeper, up)
+    assert lines[0] == "silos 2 live, target 3  BELOW TARGET"
+    assert lines[1] == "  keeper: no alive Ray node has room for another silo"
+    assert lines[2] == "  draining node(s), no silo placed there: abababababab"
+    assert lines[3].startswith("  keeper started silo 1 on node cdcdcdcdcdcd at ") and lines[3].endswith("(1.2 s to serve)")
+    assert first_lines({"target": 2, "waiting": None, "draining": [], "repairs": []}, up) == ["silos 2 live, target 2"]
+    assert first_lines(None, up)[0].startswith("silos 2 live, no target: no keeper runs")

@@ -2,6 +2,7 @@
 
     timeshard demo                       the main job: 3 silos, real jobs, a crash, a summary
     timeshard up --store file:///var/ts  run silos in the foreground until Ctrl-C
+    timeshard drain --node self          move this node's silos off it (a preStop hook)
     timeshard bench                      run the benchmark suite (or: bench queue storage ...)
     timeshard ui                         a web dashboard at http://127.0.0.1:8470
 
@@ -15,6 +16,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from cluster.cli.drain import add_drain_command
 from cluster.cli.jobs import add_job_commands
 from cluster.cli.ui import add_ui_command
 from cluster.model.errors import ONE_LINE_ERRORS
@@ -101,7 +103,8 @@ def _add_drill(sub: argparse._SubParsersAction) -> None:
         "check lost = 0, early = 0 (against the due time acknowledged), duplicates only of runs whose outcome the "
         "shard log lacks at a kill, no fire by a superseded shard owner, failover per shard, no silo exceptions. Runs with the default cluster options. Exits 1 on any failed check.",
         epilog="examples:\n  timeshard drill --kills 3\n  timeshard drill --kills 20 --pause\n  timeshard drill --storm 20\n"
-        "  timeshard drill --nodes 3                       # lose a node, scale up and down",
+        "  timeshard drill --nodes 3                       # lose a node, scale up and down\n"
+        "  timeshard drill --nodes 3 --replace             # replace every node in turn; the keeper holds the count",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--store", default="file://./.timeshard/drill", help="store URL (a file store is wiped first)")
@@ -115,12 +118,19 @@ def _add_drill(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=int, default=0, metavar="N",
                    help="many machines: a Ray head and N worker nodes on this machine, one silo per worker; lose a "
                    "whole node under load, then scale to N+2 silos and back (--kills, --silos ignored)")
+    p.add_argument("--replace", action="store_true",
+                   help="with --nodes: replace every worker node in turn under load (drained, lost, drained, ...) "
+                   "while the keeper holds the silo count; times each return to target")
     p.add_argument("--out", default="benchmarks/results/scratch/drill",
                    help="folder for executions.jsonl, drill.json, drill-timeline.png (default not tracked by git)")
     p.set_defaults(func=_run_drill)
 
 
 def _run_drill(args: argparse.Namespace) -> int:
+    if args.nodes and args.replace:
+        from cluster.cli.keep_drill import run_keep_drill_command
+
+        return run_keep_drill_command(args)
     if args.nodes:
         from cluster.cli.node_drill import run_node_drill_command
 
@@ -188,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_up(sub)
     add_job_commands(sub)
+    add_drain_command(sub)
     add_ui_command(sub)
     _add_drill(sub)
     _add_bench(sub)

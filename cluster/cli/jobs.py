@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -264,8 +264,19 @@ def _status(args: argparse.Namespace) -> int:
     except _Failure as exc:
         print(f"timeshard: error: {exc}", file=sys.stderr)
         return 1
-    _show(args, {"namespace": cluster.namespace, "store": cluster.store_url, "silos": cluster.status()}, _status_text)
+    statuses = cluster.status()
+    _show(args, {"namespace": cluster.namespace, "store": cluster.store_url,
+                 "keeping": keeping_summary(cluster.keeping(), statuses), "silos": statuses}, _status_text)
     return 0
+
+
+def keeping_summary(keeping: Mapping[str, Any] | None, statuses: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Target versus live silos: ``live`` counts the silos whose status answered just now (what
+    serves), ``target`` is the keeper's (None without a keeper), with its own view beside."""
+    live = sum(1 for s in statuses if "error" not in s)
+    if keeping is None:
+        return {"target": None, "live": live, "keeper": None}
+    return {"target": keeping.get("target"), "live": live, "keeper": dict(keeping)}
 
 
 # -- release-quarantine -----------------------------------------------------------------------
@@ -427,7 +438,10 @@ def _clock_text(clock: dict[str, Any] | None) -> list[str]:
         return ["  clock: not measured yet"]
     if clock["store_clock"] == "shared":
         return ["  clock: the store's is this host's"]
-    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s]"]
+    # Jobs fire by the interval's low end: up to its width late (an older silo reports no width).
+    late = clock.get("lateness_up_to_s", clock["offset_high_s"] - clock["offset_low_s"])
+    lines = [f"  clock: store minus host in [{clock['offset_low_s']:+.3f}s, {clock['offset_high_s']:+.3f}s],"
+             f" jobs up to {late * 1e3:.1f} ms late"]
     if clock["exceeded"]:
         lines.append(f"  CLOCK SKEW beyond max_clock_skew ({clock['max_clock_skew_s']}s): fix this host's time sync")
     return lines
@@ -458,7 +472,7 @@ def _status_text(report: dict[str, Any]) -> str:
     Alerts (STAGED, QUARANTINED, PARKED, DAMAGED, CLOCK SKEW) keep their whole text on one line,
     whatever its length: they carry the job ids and shard names an operator copies into a command.
     """
-    lines = [f"namespace {report['namespace']}", f"store {report['store']}"]
+    lines = [f"namespace {report['namespace']}", f"store {report['store']}", *_keeping_text(report.get("keeping"))]
     for silo in report["silos"]:
         if "error" in silo:
             lines.append(f"silo {silo['silo_id']}: not answering ({silo['error']})")
@@ -485,6 +499,28 @@ def _status_text(report: dict[str, Any]) -> str:
             lines.append(f"  DAMAGED shard {shard}: {damage['lost']} records lost, {damage['unreadable']} unreadable; "
                          f"copy kept as {damage['kept_as']}")
     return "\n".join(lines)
+
+
+def _keeping_text(keeping: dict[str, Any] | None) -> list[str]:
+    """``silos 3 live, target 3`` and, when they differ or the keeper waits, why."""
+    if not keeping:
+        return []
+    live, target, keeper = keeping["live"], keeping["target"], keeping.get("keeper")
+    if keeper is None:
+        return [f"silos {live} live, no target: no keeper runs (start with `timeshard up`; `Cluster.start(keep=True)`)"]
+    if "error" in keeper:
+        return [f"silos {live} live, target unknown: the keeper did not answer ({keeper['error']})"]
+    lines = [f"silos {live} live, target {target}" + ("" if live == target else "  BELOW TARGET" if live < target
+                                                         else "  above target")]
+    if keeper.get("waiting"):
+        lines.append(f"  keeper: {keeper['waiting']}")
+    if keeper.get("draining"):
+        lines.append(f"  draining node(s), no silo placed there: {', '.join(n[:12] for n in keeper['draining'])}")
+    for repair in keeper.get("repairs", [])[-3:]:
+        at = datetime.fromtimestamp(repair["at"]).isoformat(timespec="seconds")
+        lines.append(f"  keeper started silo {repair['silo']} on node {str(repair['node'])[:12] or '-'} at {at} "
+                     f"({repair['start_s']:.1f} s to serve)")
+    return lines
 
 
 # -- registration -----------------------------------------------------------------------------

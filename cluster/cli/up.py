@@ -66,8 +66,9 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"timeshard up: {what} in Ray namespace {args.namespace!r}, on node(s) {', '.join(nodes)}; "
           f"connect with Cluster.connect(namespace={args.namespace!r}).", flush=True)
     if args.detach:
-        print("detached: the silos keep running in Ray; `timeshard status` shows them, "
-              "`timeshard up --silos N --detach` scales them.", flush=True)
+        print("detached: the silos keep running in Ray, and a keeper on the head starts any that are lost "
+              "again; `timeshard status` shows them (live versus target), `timeshard up --silos N --detach` "
+              "scales them, `timeshard drain --node NODE` moves them off a node.", flush=True)
         return 0
     print("Ctrl-C stops them.", flush=True)
     tty = sys.stderr.isatty()

@@ -79,7 +79,10 @@ class ClusterOptions:
       is an error (logged, in ``status()`` and a metric). Silos fire by the store's clock at any
       skew; handlers check a lease against their host's clock, which this bound stands for:
       silos send them the lease's end this much early.
-    - ``silo_num_cpus`` (0): Ray CPUs reserved per silo actor, 0 so several fit on 2 cores.
+    - ``silo_num_cpus`` (0.01): Ray CPUs reserved per silo actor: small, so many fit on 2 cores,
+      and not 0, so the node counts as in use and Ray's autoscaler never removes it as idle (it
+      takes a node whose actors reserve nothing for idle). Placement counts it: a node advertising
+      no CPU (a KubeRay head started with ``num-cpus: "0"``) gets no silo.
     - ``placement`` ("spread"): where new silos go. "spread" puts one on each alive node before
       any node gets a second, so losing a machine takes as few silos as possible; "pack" puts
       them together on one node.
@@ -117,7 +120,7 @@ class ClusterOptions:
     misfire_grace: timedelta = timedelta(seconds=1)
     max_clock_skew: timedelta = timedelta(milliseconds=500)
     dispatch_ahead: timedelta = timedelta(milliseconds=50)
-    silo_num_cpus: float = 0
+    silo_num_cpus: float = 0.01
     placement: str = "spread"
     silo_resources: tuple[tuple[str, float], ...] | None = None
     max_restarts: int = -1
@@ -190,6 +193,8 @@ class ClusterOptions:
 
         if self.named_registry not in NAMED_REGISTRIES:
             raise ValidationError("named_registry", f"must be one of {', '.join(NAMED_REGISTRIES)}", self.named_registry)
+        if isinstance(self.silo_num_cpus, bool) or not isinstance(self.silo_num_cpus, (int, float)) or self.silo_num_cpus < 0:
+            raise ValidationError("silo_num_cpus", "must be a number >= 0", self.silo_num_cpus)
         if self.placement not in PLACEMENTS:
             raise ValidationError("placement", f"must be one of {', '.join(PLACEMENTS)}", self.placement)
         if self.silo_resources is not None:
@@ -206,6 +211,12 @@ class ClusterOptions:
     def required_resources(self) -> dict[str, float]:
         """The custom Ray resources each silo requires, as Ray's ``resources=`` takes them."""
         return dict(self.silo_resources or ())
+
+    @property
+    def placement_resources(self) -> dict[str, float]:
+        """What a node must hold for each silo: the custom resources and the CPUs it reserves."""
+        cpus = {"CPU": float(self.silo_num_cpus)} if self.silo_num_cpus > 0 else {}
+        return {**self.required_resources, **cpus}
 
     def job_limits(self) -> JobLimits:
         """The limits every job scheduled on this cluster must meet."""

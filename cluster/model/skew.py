@@ -12,6 +12,15 @@ Local times here are on the monotonic clock: the local wall clock may be stepped
 offset then still holds. Readings age out of a sliding window (the store's clock may be stepped
 too), and each is widened by ``DRIFT`` per second of age, since two clocks never tick at quite
 the same rate.
+
+The low end is what jobs fire by, and it holds whenever the store's ``Date`` never names a second
+that has not begun. The high end needs more: that the ``Date`` is current, which a server that
+renders it from a cached string renewed by a timer (Azurite: Node's) breaks for a few ms after
+each tick. A reading that says its ``Date`` may lag (``Sample.lag_us``) and whose high end falls
+below the low by less than that is such a reading and is left out; any other disagreement is a
+stepped clock, and the window starts over from the new reading. Only readings that may lag get the
+tolerance: with it, a store clock stepped back by less than the lag goes unseen until the older
+readings age out, and jobs may fire up to that step early against the new store time.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ class Sample:
     received_us: int
     store_us: int
     resolution_us: int
+    lag_us: int = 0  # how far its Date may lag the store's clock (a cached header: ServerTime.lag_us)
 
     def bounds(self, now_us: int) -> tuple[int, int]:
         """The offset ``store - local`` this reading allows, widened for drift since it was taken."""
@@ -79,16 +89,22 @@ class OffsetEstimator:
         """The offset interval at local monotonic ``now_us``; None before the first reading."""
         if not self._samples:
             return None
-        low, high = -(2**62), 2**62
-        for sample in self._samples:
-            lo, hi = sample.bounds(now_us)
-            low, high = max(low, lo), min(high, hi)
-        if low > high:
-            return None
+        bounds = [(*sample.bounds(now_us), sample.lag_us) for sample in self._samples]
+        low = max(lo for lo, _, _ in bounds)
+        # A high below the low by less than its reading's lag is a Date that lagged the store's
+        # clock (the reading's store second had in truth already ended): left out, as the low is
+        # what holds. A reading that cannot lag and disagrees is a stepped clock.
+        highs = [hi for _, hi, lag in bounds if hi >= low - lag]
+        if len(highs) < len(bounds):
+            return None  # a clock was stepped
+        high = min((hi for hi in highs if hi >= low), default=low)
         return Offset(low, high, len(self._samples))
 
-    def next_phase(self, now_us: int, round_trip_us: int) -> int:
+    def next_phase(self, now_us: int, round_trip_us: int, lead_us: int = 0) -> int:
         """How long (µs, < one resolution) to wait so the next reading halves the interval.
+
+        ``round_trip_us`` is the request's flight, ``lead_us`` the time from calling the store to
+        its request leaving: the store reads its clock about ``lead_us + round_trip_us / 2`` in.
 
         The reading is aimed so that the store reads its clock right at a tick of its coarse
         clock, by the middle of the current estimate: whether the tick had passed tells on which
@@ -100,5 +116,5 @@ class OffsetEstimator:
         resolution = self._samples[-1].resolution_us
         if resolution <= 1:
             return 0
-        read_at = now_us + round_trip_us // 2 + estimate.mid_us  # store time of the read if sent now
+        read_at = now_us + lead_us + round_trip_us // 2 + estimate.mid_us  # store time of the read if called now
         return (-read_at) % resolution

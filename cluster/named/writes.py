@@ -24,7 +24,9 @@ What a failed put leaves: before its entry is written, nothing visible (a job sc
 never pointed at is never cleared by the fence, so it never starts, and is cancelled when the
 entry moved on meanwhile); an entry write that met anything but a refused precondition, or a
 cancel that failed after the entry was written, raises ``PutInDoubt`` (the name points at a
-whole job either way).
+whole job either way). A refused entry write is read again: the entry naming this try's job
+means the store's retry of a write that landed was refused by that write itself (the put is
+made); an entry that cannot be read again raises ``PutInDoubt`` too.
 """
 
 from __future__ import annotations
@@ -287,7 +289,9 @@ class PutWriter:
             if isinstance(outcome, str):
                 landed.append((p, replace(new, etag=outcome)))
             elif isinstance(outcome, _REFUSED):
-                await self._refused(p, again)
+                written = await self._refused(p, again)
+                if written is not None:
+                    landed.append((p, written))
             else:
                 written = await self._settle(p, outcome or StorageError("no ETag"))
                 if written is not None:
@@ -315,28 +319,37 @@ class PutWriter:
                 d.known = False  # read again in its next round
                 again.append(d)
 
-    async def _refused(self, p: _Put, again: list[_Op]) -> None:
-        """The entry changed under ``p``'s write: try again, with the same job if only its
-        status changed, else after taking this try's job back."""
+    async def _refused(self, p: _Put, again: list[_Op]) -> Entry | None:
+        """The entry changed under ``p``'s write: the entry written if that was ``p``'s own write
+        (see below); else try again, with the same job if only its status changed, else after
+        taking this try's job back."""
         p.tries += 1
+        assert p.job is not None
         try:
             fresh = await read_entry(self._store, p.key)
         except Exception as exc:
-            p.fail(exc)  # this try's job stays unpointed at: never cleared, never started
-            return
+            p.fail(PutInDoubt(f"its registry entry write was refused, and could not be read again to see "
+                              f"whose write that was ({exc!r})", p.name))
+            return None
+        # A store retries a write whose answer it lost; the retry is refused by the write it
+        # retries (a create by AlreadyExists, a compare-and-swap by Fenced). This try's job id
+        # is the token telling that write from another put's (simulator seeds 818, 142700).
+        if fresh is not None and fresh.job_id == p.job.id:
+            return fresh
         same = fresh is not None and p.entry is not None and fresh.job_id == p.entry.job_id
         if not same:
             await self._abandon(p)
             if not p.ask.overwrite and fresh is not None:
                 p.fail(p.taken())
-                return
+                return None
         if p.tries >= PUT_ATTEMPTS:
             p.fail(Fenced(f"named job {p.name!r}: the entry kept changing under {PUT_ATTEMPTS} concurrent puts"))
             if same:
                 await self._abandon(p)
-            return
+            return None
         p.entry, p.known = fresh, True
         again.append(p)
+        return None
 
     async def _abandon(self, p: _Put) -> None:
         """Take back a try's job no entry will point at (the fence never clears it: hygiene)."""

@@ -382,6 +382,8 @@ class Firing:
             sent = (handle, lease_end)
             for run in runs:
                 run.sent_ahead = sent
+        for run in runs:
+            run.delivering = True  # what a pause waits for when it cannot withdraw the run
         try:
             attempts = [r.attempt() for r in runs]
             if stops:  # only then: transports and handlers of jobs without it are called as before
@@ -391,6 +393,9 @@ class Firing:
         except Exception as exc:  # a transport's own bug must not hold these runs forever
             log.exception("delivery failed", extra={"target": target.name, "jobs": len(runs)})
             outcomes = failed(runs, f"delivery failed: {exc!r}", exc)
+        finally:
+            for run in runs:
+                run.answered()
         await self._outcomes.complete_batch(runs, outcomes)
 
     @staticmethod
@@ -413,12 +418,17 @@ class Firing:
         arrived yet. False when it started already, or when the handler did not answer: the
         caller must then treat it as started (it waits for its outcome).
         """
+        return bool(await self.withdraw_answer(run))
+
+    async def withdraw_answer(self, run: Run) -> bool | None:
+        """As ``withdraw``, telling a run that started (False) from a withdraw without an answer
+        (None): the run may not have started yet, and may still start."""
         sent = run.sent_ahead
         if sent is None:
             return False
         handle, lease_end = sent
         dropped = await self._transport.withdraw(handle, [run.run_id], lease_end, WITHDRAW_TIMEOUT)
-        return dropped is not None and run.run_id in dropped
+        return None if dropped is None else run.run_id in dropped
 
     def _check_code(self, target: Target) -> None:
         if target.cls_path is not None and not code_allowed(target.cls_path, self._options.allowed_code_prefixes):

@@ -76,8 +76,9 @@ class Pausing:
         self._decode = decode
         self._metrics = metrics
         self._lease = lease
-        # Keeps a run sent ahead of its due time from starting, if it has not (``Firing.withdraw``).
-        self.withdraw_sent: Callable[[Run], Awaitable[bool]] | None = None
+        # Keeps a run sent ahead of its due time from starting, if it has not: True if withdrawn,
+        # False if it started, None without an answer (``Firing.withdraw_answer``).
+        self.withdraw_sent: Callable[[Run], Awaitable[bool | None]] | None = None
 
     async def pause(self, shard_base: str, job_id: str, note: str | None, by: str) -> PauseAnswer:
         """Pause ``job_id`` in ``shard_base`` durably; an existing pause is kept as it is."""
@@ -179,15 +180,30 @@ class Pausing:
                         self._queue.push(job_id, due, now)
                 raise
         for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id)):
-            if (run is not None and run.shard.base == shard.base and run.sent_ahead is not None and not run.finished
-                    and self.withdraw_sent is not None):
-                # Sent to its handler to wait for its due time (by this copy of the shard, or by
-                # an older one, dropped or taken back): it must not start now. Withdrawn, its
-                # batch reports it refused, which queues it again where firing leaves it while
-                # paused (or nowhere, for an older copy). A withdraw that fails means it may have
-                # started: it runs to its end, as any started attempt.
-                await self.withdraw_sent(run)
+            if run is not None and run.shard.base == shard.base:
+                await self._not_to_start(run)
         return "paused", op[2:5]
+
+    async def _not_to_start(self, run: Run) -> None:
+        """Return once ``run`` (of this copy of the shard, or of an older one, dropped or taken
+        back) cannot start any more: the caller is told "paused" next, and nothing may start after.
+
+        One not sent yet is released when it would be, as paused. One that left may not have
+        started yet (its handler waits for its due time, or the call is still on its way): sent
+        ahead, it is withdrawn, and its batch reports it refused, which queues it again where
+        firing leaves it while paused (or nowhere, for an older copy); one that started runs to
+        its end, as any started attempt. Otherwise (a handler that cannot be asked, or a withdraw
+        without an answer) its handler's call is waited for to its end, as a cancel waits for the
+        run: a pause that answered first let it start afterwards (found by the simulation, its
+        pause check judged by starts: a delivery slow on its way, seed 78; a withdraw whose
+        answer was lost). Only the call: its outcome, written after, starts nothing.
+        """
+        if not run.delivering:
+            return
+        if (run.sent_ahead is not None and self.withdraw_sent is not None
+                and await self.withdraw_sent(run) is not None):
+            return  # withdrawn, or started before the handler answered
+        await run.wait_answered()
 
     async def _resume(self, shard: Shard, job_id: str) -> PauseAnswer:
         async with shard.gate.exclusive():

@@ -40,6 +40,8 @@ LOOKUP_TIMEOUT = 10.0
 #: How long (s) a silo Ray has marked dead may take to exit on this host before its peers give up
 #: waiting for that proof (they then wait out its lease). A killed worker exits in ~60 ms idle.
 EXIT_GRACE_S = 0.3
+#: A ping's first answer when the handle kept for a peer belongs to an actor that died: look again.
+_STALE = object()
 
 
 def proves_exit(exc: BaseException) -> bool:
@@ -176,6 +178,7 @@ class RayTransport:
         self._directory = ActorDirectory(namespace)
         self._peers: dict[str, Any] = {}
         self._actor_ids: dict[str, str] = {}  # silo id -> the id of the last actor found under its name
+        self._dead: dict[str, Exception] = {}  # silo id -> how its kept handle died, while looked up again
 
     def __getstate__(self) -> dict[str, Any]:
         return {"namespace": self.namespace}
@@ -283,23 +286,47 @@ class RayTransport:
         return list(await asyncio.gather(*(one(a) for a in attempts)))
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        answer = await self._ping_once(silo_id, timeout)
+        if answer is _STALE:
+            # The handle kept here was of an actor removed since; the name may be a new actor's
+            # now (the keeper starts a lost or drained silo again under its id), and that one is
+            # the row's incarnation: ask it, never take the old actor's death for the new one's.
+            answer = await self._ping_once(silo_id, max(0.0, deadline - loop.time()), dead=self._dead.pop(silo_id))
+        assert isinstance(answer, Ping)
+        return answer
+
+    async def _ping_once(self, silo_id: str, timeout: float, dead: Any = None) -> Ping | object:
+        """One ping; ``_STALE`` when the handle kept here answered that its actor died (its error
+        kept in ``_dead``); ``dead``: that error, if this is the second look."""
         handle = self._peers.get(silo_id)
         try:
             if handle is None:  # looked up off the event loop, within the ping's timeout
                 found = await asyncio.wait_for(asyncio.to_thread(
                     ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
                 handle = self._peers[silo_id] = found
+                before = self._actor_ids.get(silo_id)
                 actor_id = getattr(found, "_actor_id", None)
                 if actor_id is not None:
                     self._actor_ids[silo_id] = actor_id.hex()
+                if dead is not None and actor_id is not None and actor_id.hex() == before:
+                    # The name is still the dead handle's actor (Ray restarting it, or not yet
+                    # rid of it): its death is the answer, as before the second look.
+                    return Ping.EXITED if proves_exit(dead) else Ping.GONE
             await asyncio.wait_for(handle.ping.remote(), timeout)
             return Ping.ALIVE
         except ValueError:
-            return Ping.GONE  # no such actor: removed, but nothing says its process ended
+            # No such actor: removed, but nothing says its process ended (an exit the kept
+            # handle saw still does).
+            return Ping.EXITED if dead is not None and proves_exit(dead) else Ping.GONE
         except ray.exceptions.ActorUnavailableError:
             return Ping.UNKNOWN  # unreachable for now, maybe restarting: the heartbeat watch decides
         except ray.exceptions.RayActorError as exc:
             self._peers.pop(silo_id, None)
+            if dead is None:
+                self._dead[silo_id] = exc
+                return _STALE
             return Ping.EXITED if proves_exit(exc) else Ping.GONE
         except asyncio.TimeoutError:
             return Ping.UNKNOWN  # busy or paused: the heartbeat watch decides

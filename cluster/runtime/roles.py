@@ -101,6 +101,6 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     balance = Balance(options, clock, shards, runs, queue, quarantine, transport, metrics, heartbeat.peers)
     pausing = Pausing(store, options, clock, queue, runs, shards, adoption, moves, cancelling, quarantine, decode, metrics,
                       lease)
-    pausing.withdraw_sent = firing.withdraw
+    pausing.withdraw_sent = firing.withdraw_answer
     return Roles(store, local, transport, me, hooks, metrics, queue, runs, lease, shards, outcomes, quarantine, staging,
                  firing, loading, adoption, cancelling, heartbeat, skew, scheduling, moves, balance, pausing)

@@ -123,6 +123,8 @@ class Run:
     _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
     finished: bool = False
     sent_ahead: tuple[Any, float] | None = None  # (handle, lease end) once sent to wait for its due time
+    delivering: bool = False  # its handler's call is out, not answered: it may start at any moment, or has
+    _answered: asyncio.Event | None = None  # made only when a pause waits for that answer
     stop_us: int = 0  # overlap cancel_other: its handler stops it at this time (the next occurrence's)
     _job: ScheduledJob | None = None
     _cancels_writing: int = 0  # cancels that marked it and have not yet written its removal, or failed to
@@ -146,6 +148,18 @@ class Run:
         self.finished = True
         if self._done is not None:
             self._done.set()
+
+    def answered(self) -> None:
+        """Its handler's call returned: the attempt will not start from now on, if it has not."""
+        self.delivering = False
+        if self._answered is not None:
+            self._answered.set()
+
+    async def wait_answered(self) -> None:
+        if self.delivering:
+            if self._answered is None:
+                self._answered = asyncio.Event()
+            await self._answered.wait()
 
     async def wait_finished(self) -> None:
         if not self.finished:

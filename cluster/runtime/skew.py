@@ -77,24 +77,27 @@ class Skew:
         self._silo_id = silo_id
         self._estimator = OffsetEstimator()
         self._shared = False  # the store has no clock of its own: ours is taken as its
-        self._round_trip_us = 0
+        self._round_trip_us = 0  # the last reading's flight: request left to answer arrived
+        self._lead_us = 0  # from calling the store to its request leaving, in the last reading
         self._errored_at: float | None = None  # monotonic time of the last error logged
         self.clock = StoreClock(local)
 
     async def sample(self) -> None:
         """Read the store's clock once and update the estimate, the clock and the report."""
-        sent = _us(self._local.monotonic())
+        called = _us(self._local.monotonic())
         reading = await self._store.server_time()
-        received = _us(self._local.monotonic())
-        self._round_trip_us = received - sent
+        returned = _us(self._local.monotonic())
         if reading is None:
             self._shared = True
-            self.clock.set_offset(None, received)
+            self._round_trip_us, self._lead_us = returned - called, 0
+            self.clock.set_offset(None, returned)
             return
-        if not self._estimator.add(Sample(sent, received, reading.at_us, reading.resolution_us)):
+        sent, received = reading.in_flight(called, returned)
+        self._round_trip_us, self._lead_us = received - sent, sent - called
+        if not self._estimator.add(Sample(sent, received, reading.at_us, reading.resolution_us, reading.lag_us)):
             log.warning("the store's clock disagrees with earlier readings (a clock was stepped); measuring again",
                         extra={"silo": self._silo_id})
-        self.clock.set_offset(self._estimator.offset(received), received)
+        self.clock.set_offset(self._estimator.offset(returned), returned)
         self._check_bound()
 
     async def run(self) -> None:
@@ -107,7 +110,7 @@ class Skew:
             # to that much late: read again sooner until it is down to a few round trips.
             wide = offset is not None and offset.width_us > max(4 * self._round_trip_us, WIDE_US)
             pause = interval / 10 if wide else interval
-            phase = self._estimator.next_phase(now + _us(pause), self._round_trip_us)
+            phase = self._estimator.next_phase(now + _us(pause), self._round_trip_us, self._lead_us)
             await asyncio.sleep(pause + phase / 1e6)
             try:
                 await self.sample()
@@ -134,12 +137,22 @@ class Skew:
         return skew is not None and (skew[0] > bound or skew[1] < -bound)
 
     def report(self) -> dict[str, Any]:
-        """For ``status()``: the offset interval (store minus this host, seconds) and the bound."""
+        """For ``status()``: the offset interval (store minus this host, seconds), its width, the
+        lateness it causes, the last reading's round trip, and the bound.
+
+        Jobs fire once the interval's low end says they are due, so the clock makes a job late by
+        the true offset's distance above that end: up to the width (``lateness_up_to_s``; nothing
+        on a store that shares this host's clock). The round trip is the floor the width narrows to.
+        """
         skew = self.skew()
+        width = None if skew is None else (skew[1] - skew[0]) / 1e6
         return {
             "store_clock": "shared" if self._shared else ("unmeasured" if skew is None else "measured"),
             "offset_low_s": None if skew is None else skew[0] / 1e6,
             "offset_high_s": None if skew is None else skew[1] / 1e6,
+            "width_s": width,
+            "lateness_up_to_s": width,
+            "round_trip_s": None if skew is None or self._shared else self._round_trip_us / 1e6,
             "max_clock_skew_s": self._options.max_clock_skew.total_seconds(),
             "exceeded": self.exceeded(),
             "restarts": self._estimator.restarts,

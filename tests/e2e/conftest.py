@@ -53,8 +53,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def make_cluster(ray_session: None, store_url: str) -> Iterator[Callable[..., Cluster]]:
     started: list[Cluster] = []
 
-    def make(silos: int = 2, **changes: Any) -> Cluster:
-        cluster = Cluster.start(store_url, silos=silos, namespace=f"ts-{uuid.uuid4().hex[:8]}", options=FAST.with_(**changes))
+    def make(silos: int = 2, keep: bool = True, **changes: Any) -> Cluster:
+        cluster = Cluster.start(store_url, silos=silos, namespace=f"ts-{uuid.uuid4().hex[:8]}",
+                                options=FAST.with_(**changes), keep=keep)
         started.append(cluster)
         return cluster
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from cluster.model.skew import DRIFT, OffsetEstimator, Sample
+from storage.azure import CACHED_DATE_LAG_US
 
 SECOND = 1_000_000
 
@@ -85,3 +86,46 @@ def test_an_old_reading_widens_by_the_drift_allowed_since() -> None:
     assert fresh is not None and later is not None
     assert later.low_us == fresh.low_us - int(100 * SECOND * DRIFT)
     assert later.high_us == fresh.high_us + int(100 * SECOND * DRIFT)
+
+
+def test_a_date_lagging_the_stores_clock_neither_restarts_the_window_nor_lifts_the_low_past_the_truth() -> None:
+    """Azurite's ``Date`` is a cached string that Node renews by a timer, a few ms late when busy:
+    just after the store's tick it still names the second before. Such a reading's high side is
+    below the truth; taken for a stepped clock, each restarted the window, and the silo fired up to
+    a second late until it had narrowed again."""
+    rng = random.Random("skew/lagging-date")
+    for _ in range(100):
+        truth = rng.randint(-30 * SECOND, 30 * SECOND)
+        round_trip = rng.randint(1_000, 8_000)
+        estimator = OffsetEstimator()
+        now = rng.randint(0, 10**9)
+        for _ in range(40):
+            now += rng.randint(0, 20_000) if rng.random() < 0.2 else 0  # a busy event loop sends late
+            read_at = now + rng.randint(0, round_trip)
+            lag = rng.randint(0, 2_000) if rng.random() < 0.8 else rng.randint(0, 60_000)  # the Date turned over this late
+            sample = Sample(now, now + round_trip, (read_at + truth - lag) // SECOND * SECOND, SECOND, CACHED_DATE_LAG_US)
+            assert estimator.add(sample)
+            offset = estimator.offset(sample.received_us)
+            assert offset is not None and offset.low_us <= truth <= offset.low_us + 2 * SECOND
+            now = sample.received_us + SECOND // 2 + estimator.next_phase(sample.received_us + SECOND // 2, round_trip)
+        assert estimator.restarts == 0
+
+
+def test_a_store_clock_stepped_back_restarts_the_window_when_its_date_cannot_lag() -> None:
+    """A reading stamped as its request arrived (no lag allowed) that falls below the window is a
+    stepped store clock: the window starts over from it, so jobs fire by the new store time and
+    not by the old one, which now runs ahead of it."""
+    estimator = OffsetEstimator()
+    estimator.add(Sample(10_000_000, 10_010_000, 12 * SECOND, SECOND))
+    estimator.add(Sample(10_600_000, 10_610_000, 13 * SECOND, SECOND))  # offset in [2.39, 3.0] s
+    # The store's clock stepped back: read in flight from local 11.65 s (store 14.04 s or later by
+    # the window), its Date still says 13 s, so this reading's high side (2.35 s) is below the low.
+    stepped = Sample(11_650_000, 11_660_000, 13 * SECOND, SECOND)
+    assert not estimator.add(stepped)
+    offset = estimator.offset(stepped.received_us)
+    assert offset is not None and offset.low_us == 13 * SECOND - 11_660_000 and estimator.restarts == 1
+    # The same reading from a Date that may lag 100 ms is taken for a late Date instead.
+    tolerant = OffsetEstimator()
+    tolerant.add(Sample(10_000_000, 10_010_000, 12 * SECOND, SECOND, CACHED_DATE_LAG_US))
+    tolerant.add(Sample(10_600_000, 10_610_000, 13 * SECOND, SECOND, CACHED_DATE_LAG_US))
+    assert tolerant.add(Sample(11_650_000, 11_660_000, 13 * SECOND, SECOND, CACHED_DATE_LAG_US))

@@ -189,6 +189,36 @@ MUTANTS: tuple[Mutant, ...] = (
         why="pause answers 'paused' from memory alone: the shard's next owner fires the paused job",
     ),
     Mutant(
+        name="pause-withdraws-nothing",
+        kind="a pause that leaves a run sent ahead",
+        path="cluster/runtime/pausing.py",
+        old="""        if not run.delivering:
+            return
+""",
+        new="""        if not run.delivering or run.sent_ahead is not None:
+            return
+""",
+        catch=Sim(0, 200),
+        also=(Pytest(("tests/runtime/test_dispatch_ahead.py::"
+                      "test_a_job_sent_ahead_by_every_copy_of_a_shard_taken_back_twice_never_starts_once_stopped",)),),
+        why="a job sent ahead to wait in its handler starts at its due time after pause returned 'paused' (the "
+            "simulator judged pauses by sends until issue 24: seeds 0-399 let it through)",
+    ),
+    Mutant(
+        name="pause-answers-before-the-handler",
+        kind="a pause answered before an attempt on its way",
+        path="cluster/runtime/pausing.py",
+        old="        await run.wait_answered()\n",
+        new="        pass\n",
+        catch=Sim(0, 200),
+        also=(Pytest(("tests/runtime/test_dispatch_ahead.py::"
+                      "test_a_pause_whose_withdraw_gets_no_answer_waits_for_the_run_and_nothing_follows_it",
+                      "tests/runtime/test_pause.py::"
+                      "test_a_pause_during_an_attempt_lets_it_finish_and_its_next_occurrence_moves_paused")),),
+        why="a pause answers 'paused' while an attempt it cannot withdraw is on its way (a slow delivery, a handler "
+            "that is not a JobHandler, a withdraw without an answer), and it starts after (simulator seeds 73, 78)",
+    ),
+    Mutant(
         name="memory-append-unfenced",
         kind="skip fencing",
         path="storage/memory.py",

@@ -639,3 +639,24 @@ async def test_a_run_whose_success_landed_unanswered_is_not_run_again_by_a_faile
         parts.lease.renew(clock.monotonic())
         await send_ahead(parts)
     assert len(starts.started) == 1, starts.started  # one run of the occurrence
+
+
+async def test_a_pause_whose_withdraw_gets_no_answer_waits_for_the_run_and_nothing_follows_it() -> None:
+    """A pause that cannot tell whether a job sent ahead has started answers "paused" only once
+    that run has ended, as a cancel does: answered before, the job would start at its due time
+    after the caller was told it was paused (docs/operations.md: nothing new starts)."""
+    clock, starts, transport, parts = await one_silo(lose_withdraws=True)
+    starts.fail = True
+    j = job(due=timedelta(seconds=1), failure_policy=FailurePolicy.constant("1s", max_retries=3))
+    (name,) = await add(parts, j)
+    clock.advance(1 - AHEAD_US / 2 / SECOND)
+    await send_ahead(parts)
+    pause = asyncio.create_task(parts.pausing.pause(name, j.id, None, "op"))
+    await settle()
+    assert not pause.done()  # it cannot know the job will not start: it waits for the run
+    clock.advance(AHEAD_US / 2 / SECOND + 0.001)
+    assert (await pause)[0] == "paused"
+    assert [job_id for job_id, _ in starts.started] == [j.id]  # started: the withdraw never reached it
+    clock.advance(5)
+    await send_ahead(parts)
+    assert len(starts.started) == 1 and j.id not in parts.queue  # its retry waits for the resume

@@ -146,7 +146,9 @@ class Starts(SiloHooks):
 
 async def paused_while_running(parts: Roles) -> tuple[ScheduledJob, str, list[int]]:
     """A recurring job paused while its first attempt runs, that attempt then finished: the job,
-    its shard, and the occurrences its handler ran (appended as it goes on)."""
+    its shard, and the occurrences its handler ran (appended as it goes on). The handler cannot
+    be asked whether the attempt started (an actor that is not a ``JobHandler``), so the pause
+    answers once it has ended: answered before, a call still on its way could start after it."""
     slow = Blocking()
     started, finish, ran = slow.started, slow.finish, slow.ran
     parts.transport.handlers["h"] = slow
@@ -156,8 +158,11 @@ async def paused_while_running(parts: Roles) -> tuple[ScheduledJob, str, list[in
     parts.lease.renew(parts.clock.monotonic())
     firing = asyncio.ensure_future(fire_due(parts))
     await started.wait()
-    assert (await parts.pausing.pause(name, j.id, "hold", "ops"))[0] == "paused"
+    pause = asyncio.ensure_future(parts.pausing.pause(name, j.id, "hold", "ops"))
+    await until_idle()
+    assert not pause.done()  # it waits for the attempt it cannot withdraw
     finish.set()
+    assert (await pause)[0] == "paused"
     await firing
     return j, name, ran
 

@@ -63,7 +63,14 @@ def died(reason: int, message: str) -> Exception:
     return ray.exceptions.ActorDiedError(context)
 
 
-async def test_only_rays_report_of_an_exited_worker_process_counts_as_proof_that_a_peer_is_gone() -> None:
+def no_actor(name: str, namespace: str | None = None) -> Any:
+    raise ValueError(f"Failed to look up actor with name '{name}'")
+
+
+async def test_only_rays_report_of_an_exited_worker_process_counts_as_proof_that_a_peer_is_gone(monkeypatch: Any) -> None:
+    import cluster.runtime.ray_transport as rt
+
+    monkeypatch.setattr(rt.ray, "get_actor", no_actor)  # looked up again: the name is free now
     cases = [
         (None, Ping.ALIVE),
         (died(ActorDiedErrorContext.WORKER_DIED, "The actor is dead because its worker process has died. Worker exit "
@@ -77,6 +84,36 @@ async def test_only_rays_report_of_an_exited_worker_process_counts_as_proof_that
         transport = RayTransport("test")
         transport._peers["p"] = Peer(error)
         assert await transport.ping("p", 1.0) is answer, error
+
+
+async def test_a_peer_started_again_under_its_name_is_asked_not_its_dead_predecessor(monkeypatch: Any) -> None:
+    """The keeper starts a drained or lost silo again under its id. A peer still holding the old
+    actor's handle got "killed by ray.kill" from it and declared the new, live incarnation dead:
+    it rejoined, its shards moved, and a job fired twice (keeping drill, 2 unexplained duplicates)."""
+    import cluster.runtime.ray_transport as rt
+
+    killed = died(ActorDiedErrorContext.RAY_KILL, "The actor is dead because it was killed by `ray.kill`.")
+    exited = died(ActorDiedErrorContext.WORKER_DIED, "The actor is dead because its worker process has died.")
+    for name_now, answer in ((Peer(None), Ping.ALIVE), (Peer(killed), Ping.GONE), (Peer(exited), Ping.EXITED)):
+        monkeypatch.setattr(rt.ray, "get_actor", lambda name, namespace=None, h=name_now: h)
+        transport = RayTransport("test")
+        transport._peers["p"] = Peer(killed)  # the handle kept from before: its actor is gone
+        assert await transport.ping("p", 1.0) is answer
+        assert transport._peers.get("p") in (name_now, None) and not transport._dead
+
+    class Id:
+        def hex(self) -> str:
+            return "actor-1"
+
+    # The name still the dead handle's own actor (Ray restarting it, or not yet rid of it): its
+    # death is the answer, never a ping of the restarting actor that would only time out.
+    same = Peer(None)
+    same._actor_id = Id()  # type: ignore[attr-defined]
+    for dead, answer in ((exited, Ping.EXITED), (killed, Ping.GONE)):
+        monkeypatch.setattr(rt.ray, "get_actor", lambda name, namespace=None: same)
+        transport = RayTransport("test")
+        transport._peers["p"], transport._actor_ids["p"] = Peer(dead), "actor-1"
+        assert await transport.ping("p", 1.0) is answer
 
 
 def test_a_process_counts_as_ended_only_on_its_own_node_once_it_is_gone() -> None:

@@ -407,16 +407,10 @@ class Named:
         if len(origins) == 1 and isinstance(origins[0].error, AlreadyExists) and not submitted.triggered_from:
             world.violate(f"named: {what} started; its {origins[0].text()} raised AlreadyExists at "
                           f"{_at(origins[0].ended_us)}")
-        for paused_at, resume_sent, pause_sent in self.held.get(job_id, ()):
-            assert paused_at is not None and pause_sent is not None
-            if sent.sent_us >= paused_at and (resume_sent is None or sent.sent_us < resume_sent):
-                if any(pause_sent <= at_us <= sent.sent_us for at_us in world.pause_damaged.get(job_id, ())):
-                    # A frame with a PAUSE of it was damaged since the pause was sent: it may have been
-                    # this pause's record, which the README lets damage cost (seed 87706 with torn logs).
-                    world.stats["named: sent after its pause's record was damaged"] += 1
-                    continue
-                world.violate(f"named: pause did not hold: {what} sent at {_at(sent.sent_us)}, "
-                              f"its pause returned at {_at(paused_at)}")
+        for window in self.held.get(job_id, ()):
+            broken = world.pause_broken(sent, now_us, window)
+            if broken is not None:
+                world.violate(f"named: pause did not hold: {what} {broken}")
         newer = self._superseded(submitted, job_id, origins)
         if newer is None:
             return

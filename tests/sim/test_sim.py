@@ -541,6 +541,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # and not cancelling after all it queued the ended run again from memory: it ran twice.
     (154, "all,+real_client,+clock_jumps,+named,-torn_logs", "failed cancel ran again a run whose outcome landed",
      "duplicate"),
+    # A new name's put: its entry create landed with its answer lost, and the store's retry was
+    # refused by that create itself. The put took it for another put holding the name, raised
+    # AlreadyExists, and its cancel of the job failed: the job the name pointed at ran. A refused
+    # entry write now reads the entry back and knows its own job (seed 818's fix, lost when the
+    # put path became group-committed). Every kind but flows.
+    (142700, "all,+real_client,+clock_jumps,+torn_logs,+named,+dormant_overwrites,+turns,+shared_hosts",
+     "put refused by its own landed entry create raised AlreadyExists", "AlreadyExists started"),
     # Flows (issue 24, deliverable 6), each with a test in tests/flows/test_recovery.py. A submit
     # failed after writing the definition; submitted again, the flow was returned as it stood, with
     # no root step scheduled, and nothing ever scheduled one.
@@ -603,6 +610,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # awaited its withdraw; it returned "paused", and the job ran on as the README allows.
     (87706, "all,+real_client,+clock_jumps,+torn_logs,+named,+dormant_overwrites,+shared_hosts",
      "oracle: named pause whose own record was damaged held", "pause did not hold"),
+    # Pauses judged by when each attempt starts, against when the pause returned: a pause answered
+    # "paused" while an attempt it could not withdraw was still on its way, and that attempt
+    # started after (a delivery delayed 1.2 s; a retry sent, not ahead, to a waiting handler;
+    # a named job's run in flight).
+    *((seed, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
+       "pause answered while an attempt it could not withdraw was on its way", "pause did not hold")
+      for seed in (78, 73, 585)),
 ]
 
 

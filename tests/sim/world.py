@@ -21,8 +21,9 @@ returned, and the sender's lease. In most seeds it starts what arrives, refusing
 sender's lease as ``handlers.base.JobHandler`` does; in a share (the ``ahead`` kind) it *is* a
 ``JobHandler``, on a host and clocks of its own, and the silos send jobs ahead of their due time
 for it to wait for, and withdraw them at cancels (``tests.sim.ahead``). In another share an
-operator pauses jobs and resumes them a little later (issue 16): nothing of a job is sent between
-its pause returning and its resume being sent, a resume finds its pause, and what was owed fires.
+operator pauses jobs and resumes them a little later (issue 16): nothing of a job is sent or
+starts between its pause returning and its resume being sent, a resume finds its pause, and what
+was owed fires.
 In another a caller works named jobs through ``client.jobs`` (``tests.sim.named``).
 With the ``flows`` kind, in a share of seeds a user runs flows through ``cluster.flows`` and the
 silos' flow hooks, checked against what the user was told (``tests.sim.flows``).
@@ -630,7 +631,7 @@ class World:
         # draw none run as they did before pauses existed.
         self.operator_rng = random.Random(f"operator/{seed}")
         self.operator = faults.operator_pauses and self.operator_rng.random() < OPERATOR_SHARE
-        self.held: dict[str, list[list[int | None]]] = defaultdict(list)  # job id -> [paused at, resume sent at]
+        self.held: dict[str, list[list[int | None]]] = defaultdict(list)  # job id -> [paused at, resume sent at, pause sent at]
         self.hold_unknown: set[str] = set()  # a pause or resume without an answer: it may stay paused
         self.holding: set[str] = set()  # jobs the operator is pausing, holding or resuming now
         self.stats: dict[str, int] = defaultdict(int)
@@ -723,6 +724,41 @@ class World:
         """A damaged frame held a PAUSE of ``job_id`` (``tests.sim.logs``): a pause sent before it
         may be the one whose record was lost, and its job then runs on from here (README, Damage)."""
         self.pause_damaged[job_id].append(true_now_us(self.loop))
+
+    def pause_broken(self, sent: Sent, now_us: int, window: Sequence[int | None]) -> str | None:
+        """How the attempt ``sent``, starting now (``now_us``), breaks a pause of its job, or None.
+
+        ``window`` is [pause returned, resume sent (None while held), pause sent], in true µs. The
+        client was told "paused" when the pause returned: nothing of the job may start from then
+        until its resume is sent (docs/operations.md: an attempt sent ahead and not started yet is
+        withdrawn; only one that started runs to its end), so the start instant is judged, not
+        the send (a run sent ahead before the pause returned and started after it went unseen by
+        a check of sends). Nothing may be sent in that window either, even to start later.
+        Excused, and counted: a frame with a PAUSE of the job was damaged between the pause's
+        send and the attempt's (it may be this pause's record, which the README lets damage
+        cost: the job then runs on unpaused, seed 87706 with torn logs); an attempt sent before
+        the pause returned by a silo killed since (nobody is left to withdraw it, as for cancels).
+        """
+        paused_at, resume_sent, pause_sent = window
+        assert paused_at is not None and pause_sent is not None
+
+        def held(at_us: int) -> bool:
+            return at_us >= paused_at and (resume_sent is None or at_us < resume_sent)
+
+        if not held(sent.sent_us) and not held(now_us):
+            return None
+        if any(pause_sent <= at_us <= sent.sent_us for at_us in self.pause_damaged.get(sent.job_id, ())):
+            self.stats["pauses not held: their record damaged before the attempt was sent"] += 1
+            return None
+        if held(sent.sent_us):
+            return f"sent at {sent.sent_us - EPOCH_US} µs, its pause returned at {paused_at - EPOCH_US} µs"
+        if not sent.sender_alive():
+            self.stats["started after a pause, sent before it by a silo killed since"] += 1
+            self.note(f"{sent.job_id}#{sent.attempt.occurrence} started while paused: sent before its pause "
+                      f"returned, its sender killed since")
+            return None
+        return (f"sent at {sent.sent_us - EPOCH_US} µs, before its pause returned at {paused_at - EPOCH_US} µs, "
+                f"and started at {now_us - EPOCH_US} µs, while paused (it was not withdrawn)")
 
     def cancel_returned(self, job_id: str, sent_us: int) -> None:
         """A cancel of ``job_id`` sent at ``sent_us`` (true µs) returned True: from now on it must hold.
@@ -907,11 +943,10 @@ class World:
         elif now_us < due_us:
             self.violate(f"early: {job_id}#{attempt.occurrence} fired at {now_us - EPOCH_US} µs, "
                          f"due {due_us - EPOCH_US} µs by its schedule")
-        for paused_at, resume_sent in self.held.get(job_id, ()):
-            assert paused_at is not None
-            if sent_us >= paused_at and (resume_sent is None or sent_us < resume_sent):
-                self.violate(f"pause did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
-                             f"its pause returned at {paused_at - EPOCH_US} µs")
+        for window in self.held.get(job_id, ()):
+            broken = self.pause_broken(sent, now_us, window)
+            if broken is not None:
+                self.violate(f"pause did not hold: {job_id}#{attempt.occurrence} {broken}")
         cancelled = self.cancel_true.get(job_id)
         if cancelled is not None and sent_us >= cancelled:
             self.violate(f"cancel did not hold: {job_id}#{attempt.occurrence} sent at {sent_us - EPOCH_US} µs, "
@@ -1151,15 +1186,16 @@ class World:
             self.holding.discard(job_id)
 
     async def _pause_then_resume(self, job_id: str, seconds: float) -> None:
+        pause_sent = true_now_us(self.loop)
         answer = await self._at_owner(job_id, "pause", None, "operator")
-        window: list[int | None] | None = None  # this hold's: [paused at, resume sent at]
+        window: list[int | None] | None = None  # this hold's: [paused at, resume sent at, pause sent at]
         if answer is None:
             self.hold_unknown.add(job_id)  # it may land later, and stay paused: not owed
         elif answer[0] == "already_paused" and job_id not in self.exempted:
             self.violate(f"pause: {job_id} was paused already, though every pause of it was resumed")
             return
         elif answer[0] == "paused":
-            window = [true_now_us(self.loop), None]
+            window = [true_now_us(self.loop), None, pause_sent]
             self.held[job_id].append(window)
             self.stats["operator pauses"] += 1
         else:

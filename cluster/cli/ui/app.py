@@ -62,7 +62,8 @@ def make_app(source: UiSource, *, token: str | None = None, tokens: Sequence[UiT
                    token_middleware(accepted, by, key) if accepted else acting_as]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app.on_response_prepare.append(security_headers)
-    sampler = Sampler(source.statuses, interval=interval, keep=keep)
+    sampler = Sampler(source.statuses, interval=interval, keep=keep,
+                      read_keeping=source.keeper if source.keeping is not None else None)
     app[SAMPLER] = sampler
     app.cleanup_ctx.append(sampler.running)
     shell = page().replace(CSRF_META, html.escape(csrf))

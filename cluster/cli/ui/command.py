@@ -113,7 +113,7 @@ def _run_ui(args: argparse.Namespace) -> int:
         return 1
     client = cluster.client()
     source = UiSource(status=cluster.status, jobs=client.jobs, flows=client.flows, namespace=args.namespace,
-                      address=_ray_address())
+                      address=_ray_address(), keeping=cluster.keeping)
     app = make_app(source, tokens=tokens,
                    bound=args.host, allow_hosts=args.allow_host, user=args.user)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from cluster.cli.jobs import keeping_summary
 from cluster.cli.ui.sampler import SAMPLER, Event
 from cluster.cli.ui.source import UiSource
 
@@ -19,13 +20,20 @@ MISSED_BEATS = 3
 
 
 def alerts(statuses: Sequence[Mapping[str, Any]], events: Sequence[Event] = (),
-           wall: float | None = None) -> list[dict[str, Any]]:
-    """What an operator should look at, each ``{kind, silo, shard?, message}``: the trouble the
+           wall: float | None = None, keeping: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What an operator should look at, each ``{kind, silo, shard?, message}``: fewer silos live
+    than the keeper's target (``keeping``, as ``keeping_summary`` gives it), the trouble the
     statuses show now, then the ``events`` of the last minutes (``wall``: now, to say how long ago)."""
     out: list[dict[str, Any]] = []
 
     def alert(kind: str, silo: Any, message: str, shard: str | None = None) -> None:
         out.append({"kind": kind, "silo": silo, **({"shard": shard} if shard is not None else {}), "message": message})
+
+    target = keeping.get("target") if keeping else None
+    if keeping and target is not None and keeping["live"] < target:
+        waiting = (keeping.get("keeper") or {}).get("waiting")
+        alert("below_target", None, f"{keeping['live']} silo(s) live, target {target}"
+              + (f": {waiting}" if waiting else ": the keeper starts the missing ones"))
 
     for s in statuses:
         silo = s.get("silo_id")
@@ -83,17 +91,27 @@ def silo_row(s: dict[str, Any]) -> dict[str, Any]:
         "lease_age": s.get("lease_age"), "lease_left": s.get("lease_left"),
         "queued": s.get("queued"), "inflight": s.get("inflight"), "staged": s.get("staged"),
         "shards": len(s.get("shards") or ()), "quarantined": list(s.get("quarantined") or ()),
-        "error": s.get("error"),
+        **clock_cells(s.get("clock") or {}), "error": s.get("error"),
     }
+
+
+def clock_cells(clock: Mapping[str, Any]) -> dict[str, Any]:
+    """The silo's reading of the store's clock, in ms: how late it makes jobs at most (the width of
+    the interval holding ``store - host``; None while unmeasured), the interval, and the store's kind."""
+    low, high, late = clock.get("offset_low_s"), clock.get("offset_high_s"), clock.get("lateness_up_to_s")
+    return {"clock_late_ms": None if late is None else round(late * 1e3, 3),
+            "clock_offset_ms": None if low is None or high is None else [round(low * 1e3, 3), round(high * 1e3, 3)],
+            "clock_store": clock.get("store_clock")}
 
 
 def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:
     async def overview(request: web.Request) -> web.Response:
         sampler = request.app[SAMPLER]
         reading = await sampler.latest()
+        keeping = keeping_summary(reading.keeping, list(reading.statuses)) if source.keeping is not None else None
         return web.json_response({"silos": [silo_row(s) for s in reading.statuses], "sampled_at": reading.wall,
-                                  "series": sampler.series.to_json(),
-                                  "alerts": alerts(reading.statuses, sampler.series.events(), reading.wall)})
+                                  "series": sampler.series.to_json(), "keeping": keeping,
+                                  "alerts": alerts(reading.statuses, sampler.series.events(), reading.wall, keeping)})
 
     async def about(request: web.Request) -> web.Response:
         """Where the silos are, for the header: an operator with two tabs open must tell prod from staging."""

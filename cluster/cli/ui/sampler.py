@@ -203,6 +203,7 @@ class Reading:
     at: float  # monotonic s
     wall: float
     statuses: Statuses
+    keeping: Mapping[str, Any] | None = None  # the keeper's status, read with the statuses
 
 
 class Sampler:
@@ -211,8 +212,10 @@ class Sampler:
 
     def __init__(self, read: Callable[[], Awaitable[Statuses]], *, interval: float = SAMPLE_INTERVAL,
                  keep: float = KEEP, monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 read_keeping: Callable[[], Awaitable[Mapping[str, Any] | None]] | None = None) -> None:
         self._read = read
+        self._read_keeping = read_keeping
         self.interval = interval
         self.series = Series(keep, interval)
         self._monotonic = monotonic
@@ -228,7 +231,8 @@ class Sampler:
             if last is not None and self._monotonic() - last.at < self.interval:
                 return last
             statuses = await self._read()
-            reading = Reading(self._monotonic(), self._wall(), statuses)
+            keeping = await self._read_keeping() if self._read_keeping is not None else None
+            reading = Reading(self._monotonic(), self._wall(), statuses, keeping)
             self.series.add(reading.at, reading.wall, statuses)
             self._last = reading
             return reading

@@ -11,8 +11,9 @@
     const html = ts.html;
     ts.render(section, html`<h2>Alerts</h2><ul id='alerts'></ul><h2>Activity</h2><div class='charts'>${
       CHARTS.map(([m, title]) => html`<figure><figcaption>${title}</figcaption><svg class='chart' data-metric='${m}' viewBox='0 0 ${W} ${H}' role='img' aria-label='${title}'></svg></figure>`)
-      }</div><h2>Silos</h2><div id='silos'></div>`);
-    parts = {alerts: ts.$("alerts"), silos: ts.$("silos"), charts: section.querySelectorAll("svg.chart")};
+      }</div><h2>Silos <span id='silo-count' class='muted'></span></h2><div id='silos'></div>`);
+    parts = {alerts: ts.$("alerts"), silos: ts.$("silos"), count: ts.$("silo-count"),
+      charts: section.querySelectorAll("svg.chart")};
   }
 
   const short = v => Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
@@ -52,6 +53,11 @@
       ? html`${d.alerts.map(a => html`<li data-kind='${a.kind}' class='err'><b>${a.kind}</b> ${a.silo}${
           a.shard ? html` · <a href='#shards?name=${encodeURIComponent(a.shard)}' data-shard-link='${a.shard}'>${a.shard}</a>` : ""}: ${a.message}</li>`)}`
       : html`<li class='none muted'>all is well</li>`);
+    // Target versus live: live counts the silos that answered this reading; the target is the keeper's.
+    const k = d.keeping;
+    parts.count.textContent = !k ? "" : k.target == null ? `${k.live} live, no keeper`
+      : `${k.live} live, target ${k.target}`;
+    parts.count.className = k && k.target != null && k.live < k.target ? "err" : "muted";
     for (const svg of parts.charts) {
       const [metric, , unit] = CHARTS.find(c => c[0] === svg.dataset.metric);
       draw(svg, d.series.points, metric, unit, d.series.keep_s);
@@ -62,6 +68,9 @@
       ["queued", "queued"], ["inflight", "in flight"], ["staged", "staged"],
       ["shards", "shards", r => r.silo_id == null ? r.shards : html`<a href='#shards?silo=${encodeURIComponent(r.silo_id)}' data-silo-link='${r.silo_id}'>${r.shards}</a>`],
       ["quarantined", "quarantined", r => r.quarantined.join(", ")],
+      ["clock_late_ms", "clock: late up to (ms)", r => r.clock_late_ms == null ? "–"
+        : html`<span title='${r.clock_store === "shared" ? "the store's clock is this host's"
+          : `store − host in [${r.clock_offset_ms[0]}, ${r.clock_offset_ms[1]}] ms: jobs fire by the low end, so up to the width late`}'>${r.clock_late_ms.toFixed(2)}</span>`],
       ["error", "error", r => html`<span class='err'>${r.error}</span>`]], d.silos, false, r => ({silo: r.silo_id}),
       "No silo found in this namespace: are the silos running (timeshard up), under this --namespace?"));
   });
