@@ -13,6 +13,9 @@ Per store, one fresh cluster (``--silos``) measures, in this order, every job du
 - **overwrite**: ``put(..., overwrite=True)`` of ``--overwrites`` of the names put above, from
   ``--callers`` callers (each cancels the generation it replaces, in a dormant shard).
 
+``--registry experimental-buckets`` measures the silo-owned registry being built (issue 25 point 5): puts go to
+their bucket's owner; ``--phases`` times only the per-name path's rounds.
+
 ``--phases`` adds, per measure, where a put's time went: the write path's rounds timed step by
 step in this process (read the entries, schedule the jobs, point the entries, retire what they
 replace), each step's share of the round, and how many puts a round carried. With ``--callers``
@@ -36,6 +39,7 @@ from typing import Any
 from benchmarks.cluster import BATCH, bench_env, far_future, in_batches, rate, running_cluster, specs
 from cluster import Target
 from cluster.client import Client
+from cluster.model.options import NAMED_REGISTRIES, ClusterOptions
 from cluster.named.writes import PutWriter
 
 TARGET = Target.actor("bench-named-put-nobody", "nowhere")  # never fires: every job is days ahead
@@ -126,11 +130,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with bench_env(args.store) as env:
         for kind in args.store:
-            with running_cluster(env, kind, args.silos) as cluster:
+            with running_cluster(env, kind, args.silos, ClusterOptions(named_registry=args.registry)) as cluster:
                 client = cluster.client()
                 due = datetime.now(timezone.utc) + timedelta(days=2)
                 await client.jobs.put("warm", target=TARGET, due_time=due)
-                result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "callers": args.callers}
+                result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "callers": args.callers,
+                                          "registry": args.registry}
                 result["plain"] = await plain(client, args.jobs, args.callers)
                 names = [f"put-{i:07d}" for i in range(args.jobs)]
                 profile: dict[str, dict[str, Any]] = {"put": {}, "put_many": {}, "overwrite": {}}
@@ -157,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
     parser.add_argument("--phases", action="store_true", help="also time each step of the write path's rounds")
+    parser.add_argument("--registry", default="entries", choices=NAMED_REGISTRIES,
+                        help="where names are kept (ClusterOptions.named_registry): entries (default) or experimental-buckets, "
+                             "being built: its overwrite does not yet cancel the generation it replaces")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

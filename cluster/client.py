@@ -73,6 +73,7 @@ class Client:
         if start is None:
             start = random.randrange(len(self.silo_ids)) if self.silo_ids else 0
         self._router = Router(self.silo_ids, call_silo or self._call_silo, attempts=attempts, start=start)
+        self._one_call: SiloCall = call_silo or self._call_silo
         self._on_ray = call_silo is None  # otherwise the silos are the caller's, not Ray's named actors
         self._handles: dict[str, Any] = {}
         self._pending: list[Any] | None = None  # schedule calls waiting to share the next Ray call
@@ -362,6 +363,12 @@ class Client:
             handle = ray.get_actor(SILO_PREFIX + silo_id, namespace=self.namespace)
             self._handles[silo_id] = handle
         return handle
+
+    async def at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+        """One call to silo ``silo_id``, not tried elsewhere: for a call only that silo may answer
+        (a named put at its bucket's owner). ``SiloRefused``: nothing done; ``SiloLost``: unknown."""
+        self._refresh_silos(SILO_REFRESH_S)
+        return await self._one_call(silo_id, method, args)
 
     async def _call(self, method: str, *args: Any, prefer: str | None = None) -> Any:
         self._refresh_silos(SILO_REFRESH_S)

@@ -11,14 +11,16 @@ status of a newer one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from cluster.model.jobs import ScheduledJob
 from cluster.model.trigger import TRIGGERED_FROM, triggered_from
-from cluster.model.wire import datetime_to_us, timedelta_to_us, unpack
+from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
+from cluster.named.bucket import BUCKETS
+from cluster.named.buckets import Buckets, WireOutcome, WirePut, outcome_to_wire, put_from_wire
 from cluster.named.fence import Clearance
 from cluster.named.recorder import StatusRecorder
 from cluster.named.registry import (
@@ -135,6 +137,9 @@ class NamedJobHooks(SiloHooks):
         self._known: dict[str, Entry] = {}
         self.clearance = Clearance(store)
         self.recorder = StatusRecorder(store, self._known)
+        # The registry buckets this silo owns, when names are kept in them (opt-in, issue 25 point 5).
+        self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule) \
+            if silo.options.named_registry == "experimental-buckets" else None
 
     metadata_keys = (NAMED_MARK,)
 
@@ -234,8 +239,26 @@ class NamedJobHooks(SiloHooks):
                 self.recorder.add(key, triggered_from(job), _interrupting(owner, size, kind))
 
     async def close(self) -> None:
+        if self.buckets is not None:
+            await self.buckets.release_all()  # peers take them at once
         await self.clearance.close()
         await self.recorder.close()
+
+    async def maintain(self) -> None:
+        if self.buckets is not None:
+            await self.buckets.take()
+
+    def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
+        return self._named_put if method == "named_put" and self.buckets is not None else None
+
+    async def _named_put(self, sent: Sequence[WirePut]) -> list[WireOutcome]:
+        """Puts sent to this silo as the owner of their buckets (``Buckets.put_many``)."""
+        assert self.buckets is not None
+        outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent])
+        return [outcome_to_wire(outcome) for outcome in outcomes]
+
+    async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
+        return await self._silo.schedule([(j.id, datetime_to_us(j.first_fire), pack(j.to_wire())) for j in jobs])
 
     async def _update(self, key: str, job_id: str, change: Any) -> Entry | None:
         entry = await update_entry(self._store, key, job_id, change, self._known.pop(key, None))

@@ -30,6 +30,7 @@ from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
+from cluster.runtime.logowner import Owner, live_holder, orphan_at
 from cluster.runtime.membership import (
     DEAD,
     LEAVING,
@@ -37,7 +38,6 @@ from cluster.runtime.membership import (
     Departures,
     Identity,
     Member,
-    Membership,
     parse_owner,
 )
 from cluster.runtime.metrics import SiloMetrics
@@ -57,45 +57,6 @@ MAX_CLAIM_BUDGET = 4096
 # Logs a round's first List call asks for beyond those the last round found within the lookahead
 # (and a quarter more): one call answers it, without thousands of logs of later windows.
 FIRST_PAGE_MARGIN = 64
-
-
-def orphan_at(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures) -> float | None:
-    """From when (monotonic) the shard whose log metadata is ``metadata`` is an orphan; None while its owner may live."""
-    owner = metadata.get("owner", RELEASED)
-    if owner == RELEASED:
-        return float("-inf")
-    parsed = parse_owner(owner)
-    if parsed is None:
-        return float("-inf")
-    silo_id, incarnation = parsed
-    member = members.get(silo_id)
-    if member is None:
-        return float("-inf")  # never registered
-    if member.incarnation < incarnation:
-        # The owner is newer than our snapshot of the table (read before the shard list): it
-        # joined and claimed meanwhile. Only an owner proven gone makes an orphan.
-        return None
-    if member.incarnation == incarnation and member.status not in (DEAD, LEAVING):
-        # A silent silo is orphaned only once declared dead by CAS (see the heartbeat), so a silo
-        # that was merely slow learns it from its own failed heartbeat and stops firing.
-        return None
-    # Replaced (a Ray restart) or marked dead: gone once its process is known to have exited or
-    # its lease has run out — a process cut off by a partition may still fire until then.
-    return departures.over_at(member, incarnation)
-
-
-def is_orphan(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures, now: float) -> bool:
-    """Whether the shard whose log metadata is ``metadata`` has no live owner in ``members`` at ``now``."""
-    since = orphan_at(metadata, members, departures)
-    return since is not None and now >= since
-
-
-def _live_holder(owner: str, members: Mapping[str, Member], alive: set[str]) -> str | None:
-    """The live silo whose current incarnation holds a shard owned by ``owner``, if any."""
-    parsed = parse_owner(owner)
-    if parsed is None or parsed[0] not in alive or members[parsed[0]].incarnation != parsed[1]:
-        return None
-    return parsed[0]
 
 
 def fair_share(total: int, alive: int) -> int:
@@ -146,6 +107,7 @@ class Adoption:
         self._moves = moves
         self._budget = INITIAL_CLAIM_BUDGET
         self._departures = departures
+        self.owner = Owner(store, clock, me, departures)  # the judge of logs, shared with the registry's buckets
         self.recheck_at: float | None = None  # when (monotonic) a shard seen waiting for a lease becomes an orphan
         self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
@@ -199,7 +161,7 @@ class Adoption:
                 continue
             if meta.window_start > horizon:
                 continue
-            holder = _live_holder(meta.owner, members, alive)
+            holder = live_holder(meta.owner, members, alive)
             if holder is None:
                 unheld += 1
             else:
@@ -302,25 +264,23 @@ class Adoption:
 
     async def read_members(self) -> dict[str, Member]:
         """The membership table, noting for each ended incarnation when we first saw it end."""
-        members = await Membership(self._store).members()
-        self._departures.observe(members, self._clock.monotonic())  # after the read: never too early
+        members = await self.owner.read_members()
         self._heard(members)
         self._members = members
         return members
 
     def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
         """Whether the shard whose log metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
-        return is_orphan(metadata, members, self._departures, self._clock.monotonic())
+        return self.owner.orphaned(metadata, members)
 
     def claimable(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
         """An orphan now, or a shard of this very incarnation that it does not hold (the caller checked)."""
-        return self._mine(metadata) or self.orphaned(metadata, members)
+        return self.owner.claimable(metadata, members)
 
     def _mine(self, metadata: Mapping[str, str]) -> bool:
-        """Owned by this very incarnation: a claim or create whose CAS landed although the call
-        failed. No peer takes that one, since its owner is alive, so unless we take it (the
-        caller checked we do not hold it) its jobs never fire."""
-        return metadata.get("owner") == self._me.owner
+        """Owned by this very incarnation (``Owner.mine``): unless we take it (the caller checked
+        we do not hold it) its jobs never fire."""
+        return self.owner.mine(metadata)
 
     def _busy(self, base: str) -> bool:
         """Held, or being created or claimed by this silo right now."""

@@ -9,7 +9,7 @@ a feature's bookkeeping must never stop jobs from firing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +19,8 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 
 if TYPE_CHECKING:
+    from cluster.runtime.lease import Lease
+    from cluster.runtime.logowner import Owner
     from storage import Store
 
 log = logging.getLogger("timeshard.silo")
@@ -107,6 +109,13 @@ class SiloHooks:
     async def close(self) -> None:
         """The silo stops."""
 
+    async def maintain(self) -> None:
+        """The silo's adoption round ran: take over what the feature owns (its registry buckets)."""
+
+    def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
+        """The call ``method`` this feature answers through ``Silo.feature_call``; None: not its own."""
+        return None
+
 
 async def call_hooks(hooks: Sequence[SiloHooks], method: str, *args: Any) -> None:
     """Call ``method`` on each hook; a hook that raises is logged, never allowed to stop firing."""
@@ -160,6 +169,16 @@ class SiloView(Protocol):
     @property
     def clock(self) -> Clock:
         """The store's time as this silo reads it: what its due times and attempt times are on."""
+        ...
+
+    @property
+    def log_owner(self) -> Owner:
+        """This silo as the owner and judge of logs (``cluster.runtime.logowner``), as its shards use it."""
+        ...
+
+    @property
+    def lease(self) -> Lease:
+        """This silo's firing lease: memory of what it owns answers while it holds."""
         ...
 
     async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:

@@ -21,13 +21,14 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us as us
 from cluster.runtime.dormant import DormantViews
 from cluster.runtime.lease import Lease
+from cluster.runtime.logowner import owner_of
 from cluster.runtime.membership import Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import DUE, OWNER, RELEASED, ShardMeta, landed_ids, shard_name
-from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, list_logs, read_log
+from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, read_log
 
 log = logging.getLogger("timeshard.silo")
 
@@ -99,8 +100,7 @@ class ShardTable:
         """
         if lease.valid and self.holds(shard):
             return True
-        heads = [head for head in await list_logs(self._store, shard.base) if head.base == shard.base]
-        owner = heads[0].metadata.get("owner") if heads else None
+        owner = await owner_of(self._store, shard.base)
         if self.shards.get(shard.base) is not shard or not self.holds(shard):
             return False  # dropped or replaced while we read: whoever asks looks again
         if owner == self._me.owner:

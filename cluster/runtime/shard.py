@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.runtime.logowner import read_to_claim
 from cluster.runtime.shardlog import ShardMeta, ShardState
 from storage import (
     Damage,
-    Fenced,
     LogFull,
     LogOptions,
     LogState,
@@ -161,9 +161,7 @@ class Shard:
         listing and our read, which the ETag alone cannot tell from an unclaimed log.
         """
         shard = cls.__new__(cls)
-        log = await read_log(store, base)
-        if log.metadata.get("owner") != expected_owner:
-            raise Fenced(f"shard {base!r} was claimed by {log.metadata.get('owner')!r} meanwhile")
+        log = await read_to_claim(store, base, expected_owner)
         meta = take(ShardMeta.from_metadata(log.metadata))
         shard.__init__(base, meta, None)  # type: ignore[misc]
         state = await _replay(store, shard, log)

@@ -36,6 +36,8 @@ from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.firing import describe_target
 from cluster.runtime.hooks import HooksFactory, call_hooks
+from cluster.runtime.lease import Lease
+from cluster.runtime.logowner import Owner
 from cluster.runtime.lookup import FindAnswer, Lookup
 from cluster.runtime.metrics import MetricsExporter, SiloMetrics
 from cluster.runtime.pausing import PauseAnswer
@@ -161,6 +163,7 @@ class Silo:
             await self._r.adoption.adopt_orphans()
         except StorageError as exc:  # the maintenance loop looks again shortly
             log.warning("first adoption round failed", extra={"silo": self.owner, "error": repr(exc)})
+        await call_hooks(self._r.hooks, "maintain")
         self._tasks = [
             asyncio.create_task(self._r.firing.run(), name="fire"),
             asyncio.create_task(self._r.heartbeat.run(), name="heartbeat"),
@@ -200,6 +203,24 @@ class Silo:
     def clock(self) -> Clock:
         """The store's time as read on this host (``cluster.runtime.skew``): what hooks time records by."""
         return self._r.skew.clock
+
+    @property
+    def log_owner(self) -> Owner:
+        """This silo as the owner and judge of logs, shared by its shards and the features' logs."""
+        return self._r.adoption.owner
+
+    @property
+    def lease(self) -> Lease:
+        return self._r.lease
+
+    async def feature_call(self, method: str, *args: Any) -> Any:
+        """Answer ``method(*args)`` by the feature that serves it (a named put at its bucket's owner)."""
+        await self._ready
+        for hook in self._r.hooks:
+            serve = hook.service(method)
+            if serve is not None:
+                return await serve(*args)
+        raise LookupError(f"no feature of silo {self.silo_id} answers {method!r}")
 
     @property
     def node(self) -> str:
@@ -390,6 +411,7 @@ class Silo:
                     last_upkeep = self._clock.monotonic()
                     if adopting:
                         await self._r.adoption.adopt_orphans()
+                        await call_hooks(self._r.hooks, "maintain")
                         if self._r.adoption.excess:  # in the background: it waits for runs to finish
                             self._r.runs.spawn(self._r.balance.hand_over(self._r.adoption.excess))
                     await self._r.loading.delete_drained()

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from cluster.model.policies import FailurePolicy
-from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, is_orphan, next_budget
+from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, next_budget
+from cluster.runtime.logowner import is_orphan
 from cluster.runtime.membership import ACTIVE, DEAD, EXITED, LEAVING, REPORTED, SILENT, STOPPED, Departures, Member, Membership
 from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta, ShardState
 from storage import MemoryStore, list_logs, read_log

@@ -1,0 +1,323 @@
+"""The registry buckets a silo owns, and puts decided by their owner (opt-in, issue 25 point 5).
+
+Ownership is the shard's own (``cluster.runtime.logowner``): a bucket log names its owner in its
+metadata; a silo creates a missing bucket or claims one whose owner is proven gone (released, or
+ended with its lease run out), by compare-and-swap with the fenced writer the claim returns;
+memory answers while the silo's lease holds, and past it only if the log still names this
+incarnation. So a bucket changes hands within the bound a shard does.
+
+A put reaches its bucket's owner, which decides from memory (taken: ``AlreadyExists``; else the
+next generation), makes the round's jobs durable in its own shards, then appends the round's
+``PUT`` records in one append: a name never points at a job that is not durable, and no entry
+is read. Not yet here (``named_registry="experimental-buckets"`` stays incomplete until they are): routing from
+the client, fence verdicts and reads from the owner, status records from the hooks, the cancel of
+a replaced generation before an overwrite returns, deletes, and the import of per-name entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
+from cluster.model.jobs import ScheduledJob, new_job_id
+from cluster.model.wire import datetime_to_us, pack, unpack
+from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
+from cluster.named.registry import INLINE_DEFINITION_CHARS, REPLACES_MARK, Entry, JobStatus
+from cluster.named.writes import PutRequest
+from cluster.runtime.lease import Lease
+from cluster.runtime.logowner import RELEASED, Owner, owner_of, read_to_claim
+from cluster.runtime.membership import DEAD, LEAVING, Member
+from storage import AlreadyExists as LogExists
+from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
+
+__all__ = ["Buckets", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
+           "outcome_to_wire", "put_from_wire", "put_to_wire"]
+
+log = logging.getLogger("timeshard.silo")
+
+#: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
+Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[list[str]]]
+PutOutcome = tuple[Entry, ScheduledJob] | BaseException
+
+
+class HeldBucket:
+    """One registry bucket as its owner holds it: the fenced writer and the entries."""
+
+    def __init__(self, number: int, meta: BucketMeta, state: BucketState) -> None:
+        self.number = number
+        self.base = bucket_base(number)
+        self.meta = meta
+        self.state = state
+        self.writer: LogWriter | None = None
+        self.lost = False  # fenced: another silo owns it now
+        self.busy: set[str] = set()  # keys in a put now: one put per name at a time
+        self.settled = asyncio.Condition()  # notified when puts leave ``busy``
+
+    @classmethod
+    async def create(cls, store: Store, number: int, owner: str, options: LogOptions) -> HeldBucket:
+        """A new, empty bucket owned by ``owner``; ``AlreadyExists`` (storage's) if another silo made it."""
+        bucket = cls(number, BucketMeta(owner), BucketState())
+        bucket.writer = await LogWriter.create(store, bucket.base, bucket.meta.to_metadata(),
+                                               snapshot=bucket.state.snapshot, options=options)
+        return bucket
+
+    @classmethod
+    async def claim(cls, store: Store, number: int, expected_owner: str, owner: str,
+                    options: LogOptions) -> HeldBucket:
+        """Take bucket ``number`` over from ``expected_owner`` by CAS and replay it; ``Fenced`` if beaten."""
+        base = bucket_base(number)
+        read = await read_to_claim(store, base, expected_owner)
+        meta = BucketMeta.from_metadata(read.metadata).with_owner(owner)
+        bucket = cls(number, meta, BucketState().replay_log(read.decoded, base))
+        bucket.writer = await LogWriter.claim(store, read, meta.to_metadata(), snapshot=bucket.state.snapshot,
+                                              options=options)
+        return bucket
+
+    async def free(self, key: str) -> None:
+        """Return once no put of ``key`` is in progress on this bucket."""
+        async with self.settled:
+            while key in self.busy:
+                await self.settled.wait()
+
+    async def write(self, records: list[list[Any]]) -> None:
+        """Apply ``records`` to memory now (the writer's snapshot must cover them), return once
+        durable; taken back from memory if the append fails."""
+        assert self.writer is not None
+        done = self.state.apply_all(records)
+        try:
+            await self.writer.append_many(records)
+        except StorageError:
+            self.state.undo(done)
+            self.writer.disown_doubt()  # should it land after all, the writer stops: taken back from the log
+            raise
+
+
+class Buckets:
+    """The registry buckets this silo owns: taking missing and orphaned ones, answering from memory."""
+
+    def __init__(self, store: Store, owner: Owner, lease: Lease, count: int, schedule: Schedule,
+                 options: LogOptions | None = None) -> None:
+        self._store = store
+        self._owner = owner
+        self._lease = lease
+        self.count = count  # fixed per store: every client and silo hashes names among this many
+        self._schedule = schedule
+        self._options = options or LogOptions()
+        self.held: dict[int, HeldBucket] = {}
+
+    async def take(self, limit: int | None = None) -> int:
+        """One round: create the buckets missing from the store and claim orphans, up to
+        ``limit`` held (None: this silo's fair share among the live); returns how many it took."""
+        me = self._owner.me.owner  # who judges: a rejoin during the round voids its judgments
+        members = await self._owner.read_members()
+        limit = fair_share_of(self.count, members) if limit is None else limit
+        heads = {head.base: head for head in await list_logs(self._store, "registry/")}
+        took = 0
+        for number in range(self.count):
+            if number in self.held or len(self.held) >= limit:
+                continue
+            head = heads.get(bucket_base(number))
+            try:
+                if head is None:
+                    bucket = await HeldBucket.create(self._store, number, me, self._options)
+                elif self._owner.claimable(head.metadata, members):
+                    bucket = await HeldBucket.claim(self._store, number, head.metadata.get("owner", RELEASED), me,
+                                                    self._options)
+                else:
+                    continue
+            except (Fenced, NotFound, LogExists):
+                continue  # another silo was faster
+            if self._owner.me.rejoining or self._owner.me.owner != me:
+                # Made under an incarnation declared dead meanwhile: peers take it as an orphan,
+                # so holding it too would make two owners (as ``ShardTable.add`` refuses a shard).
+                bucket.lost = True
+                break
+            self.held[number] = bucket
+            took += 1
+            log.info("registry bucket taken", extra={"bucket": bucket.base, "entries": len(bucket.state.entries)})
+        return took
+
+    def bucket_for(self, key: str) -> int:
+        return bucket_of(key, self.count)
+
+    def drop(self, bucket: HeldBucket, why: str) -> None:
+        """Another silo owns ``bucket`` now (fencing): answer nothing more from it."""
+        if self.held.get(bucket.number) is bucket:
+            del self.held[bucket.number]
+        if not bucket.lost:
+            bucket.lost = True
+            log.warning("registry bucket lost to another silo", extra={"bucket": bucket.base, "why": why})
+
+    async def answering(self, number: int) -> HeldBucket | None:
+        """Bucket ``number`` if this silo's memory of it may answer a caller now (as
+        ``ShardTable.answers_for`` decides for a shard); None if it is not ours."""
+        bucket = self.held.get(number)
+        if bucket is None or bucket.lost:
+            return None
+        if self._lease.valid and bucket.meta.owner == self._owner.me.owner:
+            return bucket
+        owner = await owner_of(self._store, bucket.base)
+        if self.held.get(number) is not bucket:
+            return None
+        if owner == self._owner.me.owner:
+            return bucket
+        self.drop(bucket, f"owned by {owner or 'nobody (its log is gone)'}, found after this silo's lease lapsed")
+        return None
+
+    async def release_all(self) -> int:
+        """Name no owner on every bucket held (a graceful stop), so peers take them at once."""
+        released = 0
+        for bucket in list(self.held.values()):
+            assert bucket.writer is not None
+            try:
+                await bucket.writer.set_metadata(bucket.meta.with_owner(RELEASED).to_metadata())
+            except StorageError:
+                continue
+            self.drop(bucket, "released")
+            released += 1
+        return released
+
+    async def put_many(self, asks: Sequence[PutRequest]) -> list[PutOutcome]:
+        """Make the puts ``asks`` (distinct names, all of buckets this silo answers for): each
+        one's entry and job, or its error, in order.
+
+        Decided from memory; the jobs made durable first, then every ``PUT`` of the round in
+        one append per bucket, so a name never points at a job that is not durable. A job whose
+        ``PUT`` failed stays unpointed at (never cleared by the fence); its put raises
+        ``PutInDoubt`` when the append's outcome is unknown.
+        """
+        out: list[PutOutcome | None] = [None] * len(asks)
+        decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None, str | None]] = []
+        answering: dict[int, HeldBucket | None] = {}  # asked once per bucket: past the lease, each is a read
+        for i, ask in enumerate(asks):
+            number = self.bucket_for(ask.key)
+            if number not in answering:
+                answering[number] = await self.answering(number)
+            bucket = answering[number]
+            if bucket is None:
+                out[i] = NotOwner(ask.key)
+                continue
+            await bucket.free(ask.key)  # a put of this name in progress decides first: its outcome counts
+            if bucket.lost:
+                out[i] = NotOwner(ask.key)
+                continue
+            old = bucket.state.entries.get(ask.key)
+            if old is not None and not ask.overwrite:
+                out[i] = AlreadyExists(ask.name, ask.app_id, ask.namespace)
+                continue
+            job = _next_generation(ask, old)
+            packed = base64.b64encode(pack(job.to_wire())).decode("ascii")
+            bucket.busy.add(ask.key)
+            decided.append((i, bucket, job, old, packed if len(packed) <= INLINE_DEFINITION_CHARS else None))
+        try:
+            await self._land(asks, decided, out)
+        finally:
+            for i, bucket, *_ in decided:
+                bucket.busy.discard(asks[i].key)
+            for bucket in {id(b): b for _, b, *_ in decided}.values():
+                async with bucket.settled:
+                    bucket.settled.notify_all()
+        return [o if o is not None else RuntimeError("no outcome") for o in out]
+
+    async def _land(self, asks: Sequence[PutRequest], decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None,
+                                                                          str | None]],
+                    out: list[PutOutcome | None]) -> None:
+        if not decided:
+            return
+        try:
+            shards = await self._schedule([job for _, _, job, _, _ in decided])
+        except Exception as exc:
+            for i, *_ in decided:
+                out[i] = exc  # no entry points at these jobs: the fence never clears them
+            return
+        by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob]]] = {}
+        for (i, bucket, job, old, definition), shard in zip(decided, shards, strict=True):
+            job = replace(job, shard=shard)
+            entry = Entry(asks[i].key, "", job.generation, job.id, shard, datetime_to_us(job.first_fire), asks[i].now_us,
+                          JobStatus(next_fire=job.first_fire), () if old is None else (old.retired(), *old.retire),
+                          definition)
+            by_bucket.setdefault(bucket.number, []).append((i, entry, job))
+        held = {bucket.number: bucket for _, bucket, *_ in decided}
+        results = await asyncio.gather(*(held[number].write([[PUT, e.key, e.metadata()] for _, e, _ in rows])
+                                         for number, rows in by_bucket.items()), return_exceptions=True)
+        for (number, rows), result in zip(by_bucket.items(), results, strict=True):
+            if isinstance(result, Fenced):
+                self.drop(held[number], "fenced while putting")
+            for i, entry, job in rows:
+                if isinstance(result, BaseException):
+                    out[i] = PutInDoubt(f"its bucket's append failed ({result!r})", asks[i].name)
+                else:
+                    out[i] = (entry, job)
+
+
+class NotOwner(LookupError):
+    """This silo does not answer for the bucket of ``key`` (now): ask its owner."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"this silo does not own the registry bucket of {key!r}")
+        self.key = key
+
+
+def _next_generation(ask: PutRequest, old: Entry | None) -> ScheduledJob:
+    """The job of ``ask``'s new generation: 1 for a free name, else the next, marked with the
+    job it replaces (the fence refuses it once the name points elsewhere)."""
+    if old is None:
+        return replace(ask.job, id=new_job_id(), generation=1)
+    return replace(ask.job, id=new_job_id(), generation=old.generation + 1,
+                   metadata={**ask.job.metadata, REPLACES_MARK: old.job_id})
+
+
+# -- over the wire: a put sent to its bucket's owner, and its answer -------------------------------
+
+#: What one put sends: (key, name, app_id, namespace, packed job, overwrite, now_us).
+WirePut = tuple[str, str, str, str, bytes, bool, int]
+#: What one put answers: ("ok", entry metadata, packed job) | ("exists",) | ("not_owner",)
+#: | ("doubt", why) | ("failed", why). Plain values: an exception with its own constructor
+#: arguments does not survive Ray's pickling of an answer.
+WireOutcome = tuple[Any, ...]
+
+
+def put_to_wire(ask: PutRequest) -> WirePut:
+    return (ask.key, ask.name, ask.app_id, ask.namespace, pack(ask.job.to_wire()), ask.overwrite, ask.now_us)
+
+
+def put_from_wire(sent: WirePut) -> PutRequest:
+    key, name, app_id, namespace, job, overwrite, now_us = sent
+    return PutRequest(key, name, app_id, namespace, ScheduledJob.from_wire(unpack(job)), overwrite, now_us)
+
+
+def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
+    if isinstance(outcome, AlreadyExists):
+        return ("exists",)
+    if isinstance(outcome, NotOwner):
+        return ("not_owner",)
+    if isinstance(outcome, PutInDoubt):
+        return ("doubt", str(outcome))
+    if isinstance(outcome, BaseException):
+        return ("failed", repr(outcome))
+    entry, job = outcome
+    return ("ok", entry.metadata(), pack(job.to_wire()))
+
+
+def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
+    kind = answer[0]
+    if kind == "ok":
+        return Entry.from_metadata(ask.key, answer[1], ""), ScheduledJob.from_wire(unpack(answer[2]))
+    if kind == "exists":
+        return AlreadyExists(ask.name, ask.app_id, ask.namespace)
+    if kind == "not_owner":
+        return NotOwner(ask.key)
+    if kind == "doubt":
+        return PutInDoubt(answer[1], ask.name)
+    return ClusterUnavailable(f"not put: {answer[1]}")
+
+
+def fair_share_of(count: int, members: Mapping[str, Member]) -> int:
+    """The most buckets one live silo takes of ``count``: the even split among the live, rounded up."""
+    alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
+    return -(-count // max(alive, 1))

@@ -1,0 +1,190 @@
+"""Registry buckets owned by silos (issue 25 point 5; opt-in ``named_registry="experimental-buckets"``), without Ray.
+
+What a caller relies on: a put its bucket's owner acknowledged is there for the next owner, and
+its job is durable; a bucket is taken over only once its owner is proven gone, on the shard's own
+rule (released, or ended and its lease run out); an owner fenced meanwhile acknowledges nothing;
+two puts of one free name never both win.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from cluster.model.errors import AlreadyExists, PutInDoubt
+from cluster.model.jobs import ScheduledJob
+from cluster.model.options import ClusterOptions
+from cluster.model.routing import SiloLost, SiloRefused
+from cluster.model.wire import datetime_to_us
+from cluster.named.bucket import BUCKET_PREFIX, BUCKETS
+from cluster.named.buckets import Buckets, NotOwner, PutOutcome, outcome_to_wire, put_from_wire, put_to_wire
+from cluster.named.hooks import NamedJobHooks
+from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, entry_key
+from cluster.named.routed import RoutedPuts
+from cluster.named.writes import PutRequest
+from cluster.runtime.membership import REPORTED, Membership
+from cluster.runtime.roles import Roles
+from cluster.runtime.shardlog import landed_ids
+from storage import MemoryStore, Store, list_logs, read_log
+from tests.runtime.harness import OPTIONS, T0, item, job, make_parts
+
+COUNT = 4
+
+
+def buckets_of(parts: Roles) -> Buckets:
+    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
+        return await parts.scheduling.schedule([item(j) for j in jobs])
+
+    parts.lease.renew(parts.clock.monotonic())
+    return Buckets(parts.store, parts.adoption.owner, parts.lease, COUNT, schedule)
+
+
+def ask(name: str, *, overwrite: bool = True) -> PutRequest:
+    key = entry_key("ns", "app", name)
+    j = job(due=timedelta(days=1), metadata={NAMED_MARK: key})
+    return PutRequest(key, name, "app", "ns", j, overwrite, datetime_to_us(T0))
+
+
+def ok(outcome: PutOutcome) -> tuple[Entry, ScheduledJob]:
+    assert not isinstance(outcome, BaseException), outcome
+    return outcome
+
+
+async def durable(store: Store, shard: str, job_id: str) -> bool:
+    return bool(landed_ids((await read_log(store, shard)).records(), {job_id}))
+
+
+async def test_a_put_its_owner_acknowledged_is_the_next_owners_once_the_first_is_proven_gone() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    assert await mine.take() == COUNT  # a new store: every bucket created, owned by a
+    b = await make_parts(store, "b")
+    theirs = buckets_of(b)
+    assert await theirs.take() == 0  # a lives
+
+    first = [ok(o) for o in await mine.put_many([ask("nightly"), ask("hourly"), ask("weekly")])]
+    for entry, new in first:
+        assert entry.generation == new.generation == 1 and await durable(store, entry.shard, new.id)
+    (again,) = await mine.put_many([ask("nightly", overwrite=False)])
+    assert isinstance(again, AlreadyExists)
+    over = ok((await mine.put_many([ask("nightly")]))[0])
+    old_job = first[0][1]
+    assert over[0].generation == 2 and over[1].metadata[REPLACES_MARK] == old_job.id
+    assert [r.job_id for r in over[0].retire] == [old_job.id]  # to cancel before the overwrite returns
+    (elsewhere,) = await theirs.put_many([ask("monthly")])
+    assert isinstance(elsewhere, NotOwner)
+
+    await Membership(store).declare_dead(a.me.row, REPORTED)  # not proven gone: it may still write
+    assert await theirs.take() == 0
+    b.clock.advance(OPTIONS.firing_lease.total_seconds())  # its lease has run out by now
+    assert await theirs.take() == COUNT
+    held = {key: e for bucket in theirs.held.values() for key, e in bucket.state.entries.items()}
+    acknowledged = {e.key: e.job_id for e, _ in (over, *first[1:])}
+    assert {key: e.job_id for key, e in held.items()} == acknowledged
+
+    (late,) = await mine.put_many([ask("yearly")])  # a, paused, still believes it owns its buckets
+    assert isinstance(late, PutInDoubt)
+    assert entry_key("ns", "app", "yearly") not in held
+    assert mine.bucket_for(entry_key("ns", "app", "yearly")) not in mine.held  # fenced: it answers nothing more from it
+
+
+async def test_two_puts_of_one_free_name_never_both_win() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    outcomes = await asyncio.gather(mine.put_many([ask("nightly", overwrite=False)]),
+                                    mine.put_many([ask("nightly", overwrite=False)]))
+    kinds = sorted(type(o).__name__ for (o,) in outcomes)
+    assert kinds == ["AlreadyExists", "tuple"]
+
+
+async def test_a_released_bucket_is_taken_at_once() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    await mine.put_many([ask("nightly")])
+    assert await mine.release_all() == COUNT
+    await a.heartbeat.leave()  # as a graceful stop does next
+    b = await make_parts(store, "b")
+    theirs = buckets_of(b)
+    assert await theirs.take() == COUNT
+    assert any(entry_key("ns", "app", "nightly") in bucket.state.entries for bucket in theirs.held.values())
+
+
+class Silos:
+    """Stands in for Ray: each silo's buckets answer ``feature_call("named_put", ...)`` as the silo does."""
+
+    def __init__(self, **buckets: Buckets) -> None:
+        self.buckets = buckets
+        self.calls: list[str] = []
+        self.fail_next: dict[str, Exception] = {}
+
+    async def at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+        assert method == "feature_call" and args[0] == "named_put"
+        self.calls.append(silo_id)
+        failure = self.fail_next.pop(silo_id, None)
+        if failure is not None:
+            raise failure
+        outcomes = await self.buckets[silo_id].put_many([put_from_wire(one) for one in args[1]])
+        return [outcome_to_wire(o) for o in outcomes]
+
+
+async def test_a_put_follows_its_bucket_to_the_new_owner_and_one_whose_answer_was_lost_is_in_doubt() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    silos = Silos(a=mine)
+    client = RoutedPuts(store, silos, COUNT)
+    names = ["n1", "n2", "n3", "n4", "n5"]
+    put = [ok(o) for o in await client.put_many([ask(n) for n in names])]
+    assert silos.calls == ["a"] and {e.generation for e, _ in put} == {1}  # one call for the tick
+
+    await mine.release_all()
+    await a.heartbeat.leave()
+    b = await make_parts(store, "b")
+    silos.buckets["b"] = theirs = buckets_of(b)
+    await theirs.take()
+    moved = ok((await client.put_many([ask("n1")]))[0])  # the client still thinks a owns it
+    assert silos.calls[1:] == ["a", "b"] and moved[0].generation == 2
+    assert any(moved[0].key in bucket.state.entries for bucket in theirs.held.values())
+
+    silos.fail_next["b"] = SiloRefused("starting")  # nothing done: sent again
+    assert ok((await client.put_many([ask("n6")]))[0])[0].generation == 1
+    silos.fail_next["b"] = SiloLost("died during the call")  # done or not: the caller must know
+    (lost,) = await client.put_many([ask("n7")])
+    assert isinstance(lost, PutInDoubt)
+
+
+class View:
+    """The silo as a hook sees it (``SiloView``), on ``parts``."""
+
+    def __init__(self, parts: Roles, options: ClusterOptions) -> None:
+        self.parts, self.options = parts, options
+        self.owner, self.clock = parts.me.owner, parts.clock
+        self.log_owner, self.lease = parts.adoption.owner, parts.lease
+
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+        return await self.parts.scheduling.schedule(jobs, suspects)
+
+
+async def test_only_a_cluster_that_opted_in_keeps_names_in_buckets() -> None:
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    default = NamedJobHooks(store, View(a, ClusterOptions()))
+    await default.maintain()
+    assert await list_logs(store, BUCKET_PREFIX) == [] and default.service("named_put") is None
+
+    a.lease.renew(a.clock.monotonic())
+    opted = NamedJobHooks(store, View(a, ClusterOptions(named_registry="experimental-buckets")))
+    await opted.maintain()
+    assert len(await list_logs(store, BUCKET_PREFIX)) == BUCKETS
+    serve = opted.service("named_put")
+    assert serve is not None
+    (answer,) = await serve([put_to_wire(ask("nightly"))])
+    assert answer[0] == "ok"
