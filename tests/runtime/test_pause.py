@@ -329,7 +329,11 @@ async def test_a_resume_meeting_a_cancels_removal_in_flight_answers_by_its_outco
     parts.lease.renew(parts.clock.monotonic())
     parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
     await running.started.wait()
-    assert (await parts.pausing.pause(name, j.id, None, "operator"))[0] == "paused"  # it runs on
+    # Paused while it runs on: the pause is written, and answers once the handler's call ends
+    # (it cannot be withdrawn), so a cancel and a resume meet it in flight.
+    pausing = asyncio.ensure_future(parts.pausing.pause(name, j.id, None, "operator"))
+    await until_idle()
+    assert not pausing.done() and j.id in parts.shards.get(name).state.paused
     release = store.gate("append_block", name)
     cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
     await store.reached("append_block", name).wait()  # the removal is on its way
@@ -342,3 +346,4 @@ async def test_a_resume_meeting_a_cancels_removal_in_flight_answers_by_its_outco
     assert await asyncio.wait_for(resuming, 5) == ("resumed", None)
     running.finish.set()
     await until_idle()
+    assert (await asyncio.wait_for(pausing, 5))[0] == "paused"
