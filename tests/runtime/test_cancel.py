@@ -31,6 +31,29 @@ async def test_a_cancelled_job_is_removed_durably_and_never_fires() -> None:
     assert await parts.cancelling.cancel(name, j.id) == ("absent", None)
 
 
+async def test_a_cancel_of_a_running_recurring_job_records_the_cancel_in_its_log() -> None:
+    """What a user reads back (history, the dashboard) and what a replay by the shard's next
+    owner folds: the occurrence in flight ended by the cancel, not by its run's success, and no
+    next occurrence after it."""
+    parts = await make_parts()
+    slow = Blocking()
+    parts.transport.handlers["h"] = slow
+    j = job(schedule="@every 1s", repeats=5)
+    (name,) = await add(parts, j)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    firing = asyncio.ensure_future(fire_due(parts))
+    await slow.started.wait()
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    await until_idle()
+    slow.finish.set()
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    await firing
+    records = (await read_log(parts.store, name)).records()
+    assert [REMOVE, j.id, 1, CANCELLED] in [op[:4] for op in records]
+    assert j.id not in ShardState().replay(records).live
+
+
 async def test_a_job_in_a_dormant_shard_is_cancelled_without_loading_it() -> None:
     parts = await make_parts()
     j = job(due=timedelta(hours=1))
