@@ -85,6 +85,7 @@ DEFAULT_LOOKAHEAD_S = 300.0
 DEFAULT_HEARTBEAT_INTERVAL_S = 0.5
 DEFAULT_SUSPICION_TIMEOUT_S = 2.0
 DEFAULT_ADOPTION_INTERVAL_S = 2.0
+DEFAULT_ADOPTION_LISTERS = 3  # cluster.model.options: silos that run an adoption round each interval, in turn
 DEFAULT_STAGING_INTERVAL_S = 1.0  # the maintenance loop's tick: it adopts, then loads, on ticks
 DEFAULT_MAX_BLOCKS = 45_000
 DEFAULT_SHARD_DURATIONS_S = (3600.0, 900.0, 300.0)
@@ -97,6 +98,8 @@ LEASE_FRACTION = 0.8  # cluster.model.options: the firing lease is this share of
 # (``adoption_list_pages``). A flow reconcile every 10 x adoption_interval is left out.
 HEARTBEAT_REQUESTS = {"other": 2, "list": 1}
 ADOPTION_REQUESTS = {"list": 1}  # plus the shard listing's pages
+# The keeper (cluster._keeper) reads the membership table once a round, each second: per cluster.
+KEEPER_LISTS_PER_S = 1.0
 # A fired one-shot job leaves two records in its shard's log until compaction: its add and its
 # remove. Each retry adds one more; a recurring job's move to its next shard one more.
 RECORDS_PER_JOB = 2
@@ -269,17 +272,21 @@ class Traffic:
 
 def idle_traffic(silos: int, shard_duration_s: float, *, lookahead_s: float = DEFAULT_LOOKAHEAD_S,
                  heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
-                 adoption_interval_s: float = DEFAULT_ADOPTION_INTERVAL_S) -> Traffic:
+                 adoption_interval_s: float = DEFAULT_ADOPTION_INTERVAL_S,
+                 adoption_listers: int = DEFAULT_ADOPTION_LISTERS) -> Traffic:
     """The store requests of ``silos`` idle silos together: heartbeats and adoption rounds.
 
-    Every silo lists in every adoption round; the membership table fits one page below 5,000
-    silos. Change this (and ``ADOPTION_REQUESTS``) with the adoption code: the test that counts
-    a round's requests fails until they agree.
+    Every silo beats each heartbeat; ``adoption_listers`` of them run an adoption round each
+    interval (in turn, ``Adoption.round_due``: all of them while there are no more). The
+    membership table fits one page below 5,000 silos. Change this (and ``ADOPTION_REQUESTS``)
+    with the adoption code: the test that counts a round's requests fails until they agree. The
+    keeper's reads (``KEEPER_LISTS_PER_S``, per cluster) are not counted here.
     """
     pages = adoption_list_pages(shards_within_lookahead(silos, shard_duration_s, lookahead_s))
     per_round = ADOPTION_REQUESTS["list"] + pages
+    rounds_per_s = min(silos, adoption_listers) / adoption_interval_s
     return Traffic(
-        list=silos * (HEARTBEAT_REQUESTS["list"] / heartbeat_interval_s + per_round / adoption_interval_s),
+        list=silos * HEARTBEAT_REQUESTS["list"] / heartbeat_interval_s + rounds_per_s * per_round,
         other=silos * HEARTBEAT_REQUESTS["other"] / heartbeat_interval_s,
     )
 
@@ -424,9 +431,12 @@ def _account(f: Figures, limits: Sequence[int], shard_duration_s: float, lookahe
         "**Store traffic of idle silos.** Counted from the code (tests/test_sizing.py counts a silo's calls): "
         f"per heartbeat_interval ({_duration(heartbeat_interval_s)}) a silo rewrites its membership row, reads the "
         "store's clock (both billed as *other* operations) and lists the membership table (a *List*); per "
-        f"adoption_interval ({_duration(adoption_interval_s)}) it lists the membership table and the shard logs "
+        f"adoption_interval ({_duration(adoption_interval_s)}) {DEFAULT_ADOPTION_LISTERS} silos of the cluster, in "
+        "turn (all of them while there are no more), list the membership table and the shard logs "
         f"within the lookahead, one List call per {_n(AZURE_LIST_PAGE)} logs (each silo's shard of each window "
-        f"that starts within the lookahead: silos × (⌈lookahead / shard_duration⌉ + 1)). One idle silo: "
+        f"that starts within the lookahead: silos × (⌈lookahead / shard_duration⌉ + 1)); the cluster's keeper "
+        f"lists the membership table besides, {_n(KEEPER_LISTS_PER_S)} List call a second (not in the table). One "
+        "idle silo: "
         f"{_n(one.total, 1)} requests/s, {_n(one.list, 1)} of them List calls, the most expensive kind per call "
         f"(as much as a write, {prices.list / prices.read:g} times a read at these prices). "
         f"{_duration(shard_duration_s)} shards, "
@@ -437,7 +447,7 @@ def _account(f: Figures, limits: Sequence[int], shard_duration_s: float, lookahe
         f"a 30-day horizon of 1 h windows: {_n(50 * 30 * 24)} shards, {adoption_list_pages(50 * 30 * 24)} pages "
         "per silo per round).",
         "",
-        f"| silos | shard logs listed per round | List pages per silo per round | List calls/s | other requests/s "
+        f"| silos | shard logs listed per round | List pages per round | List calls/s | other requests/s "
         f"| {limit_cols} | List calls' cost per month | cost per month, all (sample prices) |",
         "|---:|---:|---:|---:|---:|" + "---:|" * len(limits) + "---:|---:|",
     ]

@@ -123,17 +123,19 @@ async def test_idle_requests_per_heartbeat_and_adoption_round_are_what_a_silo_ma
 
 def test_idle_traffic_and_its_cost_follow_from_the_counted_requests(capsys: pytest.CaptureFixture[str]) -> None:
     text = _output(capsys)
-    # Per silo: 1 List and 2 others per 0.5 s heartbeat; 1 + 1 List per 2 s adoption round.
+    # Per silo: 1 List and 2 others per 0.5 s heartbeat; 1 + 1 List per 2 s adoption round, which
+    # 3 silos of the cluster run each interval, in turn (all of them while there are no more).
     list_s, other_s = 1 / 0.5 + (1 + 1) / 2.0, 2 / 0.5
     (row,) = _rows(_section(text, "Store traffic of idle silos"), "50")
-    assert (_number(row[3]), _number(row[4])) == (50 * list_s, 50 * other_s)
-    assert row[5] == f"{50 * (list_s + other_s) / 20_000:.2%}" and row[6] == f"{50 * (list_s + other_s) / 40_000:.2%}"
+    lists_50 = 50 * 1 / 0.5 + 3 * (1 + 1) / 2.0
+    assert (_number(row[3]), _number(row[4])) == (lists_50, 50 * other_s)
+    assert row[5] == f"{(lists_50 + 50 * other_s) / 20_000:.2%}" and row[6] == f"{(lists_50 + 50 * other_s) / 40_000:.2%}"
     month = 730 * 3600
     per_silo = month * (list_s * 0.055 + other_s * 0.0044) / 10_000  # sample hot-tier prices per 10,000
     (idle,) = _rows(text, "an idle silo, per month (730 h)")
     assert idle[2] == f"${per_silo:,.2f}"
-    assert row[7] == f"${50 * month * list_s * 0.055 / 10_000:,.2f}"  # the List calls alone
-    assert row[8] == f"${50 * per_silo:,.2f}"
+    assert row[7] == f"${month * lists_50 * 0.055 / 10_000:,.2f}"  # the List calls alone
+    assert row[8] == f"${month * (lists_50 * 0.055 + 50 * other_s * 0.0044) / 10_000:,.2f}"
     (awaited,) = [r for r in _rows(text, "a million one-shot jobs; 1 writer, each append awaited, records per append: 1")]
     assert awaited[1:] == ["2,000,000 writes", f"${2_000_000 * 0.055 / 10_000:,.2f}"]
 
@@ -180,6 +182,7 @@ def test_assumed_defaults_are_the_cluster_options_defaults() -> None:
     assert options.heartbeat_interval.total_seconds() == sizing.DEFAULT_HEARTBEAT_INTERVAL_S
     assert options.suspicion_timeout.total_seconds() == sizing.DEFAULT_SUSPICION_TIMEOUT_S
     assert options.adoption_interval.total_seconds() == sizing.DEFAULT_ADOPTION_INTERVAL_S
+    assert options.adoption_listers == sizing.DEFAULT_ADOPTION_LISTERS
     assert options.staging_interval.total_seconds() == sizing.DEFAULT_STAGING_INTERVAL_S
     assert options.max_blocks == sizing.DEFAULT_MAX_BLOCKS
     assert sizing.DEFAULT_SHARD_DURATIONS_S[0] == options.shard_duration.total_seconds()
