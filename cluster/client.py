@@ -364,7 +364,7 @@ class Client:
             self._handles[silo_id] = handle
         return handle
 
-    async def at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+    async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
         """One call to silo ``silo_id``, not tried elsewhere: for a call only that silo may answer
         (a named put at its bucket's owner). ``SiloRefused``: nothing done; ``SiloLost``: unknown."""
         self._refresh_silos(SILO_REFRESH_S)

@@ -37,7 +37,7 @@ class SiloCaller(Protocol):
     """One call to one silo, never retried elsewhere: ``SiloRefused`` (nothing done) or
     ``SiloLost`` (done or not) as ``cluster.model.routing`` tells them apart."""
 
-    async def at_silo(self, silo_id: str, method: str, *args: Any) -> Any: ...
+    async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any: ...
 
 
 class RoutedPuts:
@@ -96,7 +96,7 @@ class RoutedPuts:
             await self._again(puts)  # no live owner yet: a peer takes the bucket once its owner's lease ran out
             return
         try:
-            answers = await self._caller.at_silo(silo, "feature_call", "named_put", [put_to_wire(a) for a, _, _ in puts])
+            answers = await self._caller._at_silo(silo, "feature_call", "named_put", [put_to_wire(a) for a, _, _ in puts])
         except SiloRefused:
             await self._again(puts)
             return

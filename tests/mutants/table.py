@@ -133,7 +133,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="claim-before-lease-ends",
         kind="a claim without proof",
-        path="cluster/runtime/adoption.py",
+        path="cluster/runtime/logowner.py",
         old="    return since is not None and now >= since\n",
         new="    return since is not None\n",
         catch=Sim(0, 200),
@@ -142,7 +142,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="claim-from-live-owner",
         kind="a claim without proof",
-        path="cluster/runtime/adoption.py",
+        path="cluster/runtime/logowner.py",
         old="""        # that was merely slow learns it from its own failed heartbeat and stops firing.
         return None
 """,

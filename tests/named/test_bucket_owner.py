@@ -124,7 +124,7 @@ class Silos:
         self.calls: list[str] = []
         self.fail_next: dict[str, Exception] = {}
 
-    async def at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+    async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
         assert method == "feature_call" and args[0] == "named_put"
         self.calls.append(silo_id)
         failure = self.fail_next.pop(silo_id, None)
