@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from cluster.flows.log import FlowLogDamaged, applied, read_flow, update
-from cluster.flows.model import FLOW_ID_META, FLOW_META, FLOW_PREFIX, STEP_META
+from cluster.flows.model import FLOW_ID_META, FLOW_META, FLOW_PREFIX, STEP_META, TERMINAL_STEP_STATES
 from cluster.flows.progress import Limits, Unconfirmed, advance, job_outcome, reconcile
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
@@ -63,7 +63,7 @@ class FlowHooks(SiloHooks):
         self._loop.add_done_callback(log_if_failed)
 
     async def admit(self, event: AttemptEvent) -> bool | None:
-        """Whether a step's attempt may start: never once its flow is cancelled.
+        """Whether a step's attempt may start: never once its flow is cancelled, nor its step ended.
 
         A cancel stops the steps whose shards the flow log names (``try_cancel_job``); a step
         whose intent was not yet confirmed when the cancel looked is in no shard it knows, and
@@ -84,8 +84,14 @@ class FlowHooks(SiloHooks):
             log.warning("could not read a step's flow before its start; asking again", extra={"flow": flow,
                                                                                               "error": repr(exc)})
             return None
-        if state is None or state.plan.id != flow_id or state.cancelled_us is None:
+        if state is None or state.plan.id != flow_id:
             return True
+        if state.cancelled_us is None:
+            # A step whose outcome the log holds never runs again: a writer paused between its
+            # intent and its schedule call adds its job after a taker ran the step (simulator
+            # seed 1489 with flows: the taker's search of the paused silo came before the add).
+            step = state.steps.get(found[1])
+            return step is None or step.state not in TERMINAL_STEP_STATES
         self._cancelled.add((flow, flow_id))
         return False
 

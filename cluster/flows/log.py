@@ -50,7 +50,8 @@ A silo that runs on writes a step's record until it lands, and its intent's ``sc
 (holding the intent as its own launch meanwhile), and reads an outcome whose write was in doubt
 from the shard log at once (``SiloHooks.attempt_unsure``). Once a flow's ``cancel`` is in its log
 no step's attempt starts (``FlowHooks.admit``): a job its paused writer adds after the cancel
-returned is refused at its start. The remaining window is a
+returned is refused at its start, as is a job of a step whose outcome the log holds (its
+paused writer added it after a taker had searched its silo and run the step). The remaining window is a
 silo killed after a step's ``remove`` is durable and before its hook wrote ``ok``, with the shard
 deleted before any reconcile looked: the step then runs twice (the simulator sees it in about one
 step start of a hundred with kills every few seconds).

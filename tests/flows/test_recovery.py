@@ -387,3 +387,24 @@ async def test_a_step_taken_over_is_silent_only_counting_from_when_it_was_schedu
     quiet = 70_000_100 + LIMITS.staging_us + LIMITS.attempt_us + 1  # silent that long: its job is looked for
     await reconcile(store, "etl", "6#1", schedule, LIMITS, members=members, now_us=lambda: quiet)
     assert schedule.calls == [(["a"], [quiet], [])], "gone without a trace: run again"
+
+
+async def test_a_step_its_paused_writer_adds_after_a_taker_ran_it_does_not_start() -> None:
+    """Silo 1 wrote its intent to schedule a, then paused before its schedule call; a taker
+    searched silo 1's shards, found nothing, and ran a. Resumed, silo 1 adds a's job to a
+    shard it creates then; its start is refused. Before: a ran twice, from two shards
+    (simulator seed 1489 with flows)."""
+    store, view = FailingStore(), View()
+    hooks, event = await started(store, view)
+    try:
+        retry = ["retry", "a", 1, "boom", 5, 2]
+        await update(store, "etl", lambda s: applied(s, [["run", "a", 1, 1], retry]))
+        second = dataclasses.replace(event, attempt=2)
+        assert await hooks.admit(second) is True, "a step's retry still starts"
+        await hooks.attempt_ended(second, AttemptEnd(True, None, us_to_datetime(6), None, None, True))
+        state = await read_flow(store, "etl")
+        assert state is not None and state.steps["a"].state == "succeeded"
+        late = dataclasses.replace(event, run_id="run-3", shard="shards/20300101T000000.000000Z-s1.1-000002")
+        assert await hooks.admit(late) is False
+    finally:
+        await hooks.close()

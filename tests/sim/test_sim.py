@@ -669,6 +669,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # "moved" from the lost shard's memory, to the first target, which said "absent": paused for good.
     (92363, "default,+real_client,+clock_jumps,+named,+dormant_overwrites,+shared_hosts",
      "resume answered from memory of a shard lost while its move settled", "lost"),
+    # The default kinds, flows among them. A silo wrote its intent to schedule a step, then its
+    # VM paused before the schedule call; a peer took the intent over, searched the paused
+    # silo's shards (nothing yet) and ran the step. Resumed, declared dead meanwhile, the silo
+    # added the job to a shard it created then, and its next incarnation ran it again.
+    (1489, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a step's paused writer added its job after a taker ran it", "duplicate"),
 ]
 
 
