@@ -28,13 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from cluster._cluster import Cluster
 from cluster._keeper import SILO_START_S, keep_bound
-from cluster.cli.drill import DRILL_OPTIONS, _say, _victim, run_drill
+from cluster.cli.drill import _say, _victim, run_drill
 from cluster.cli.drill_analysis import DrillReport, Event
-from cluster.cli.node_drill import lose_node
+from cluster.cli.node_drill import local_nodes, lose_node
 
 NAMESPACE = "timeshard-keep"
 #: Seconds of load per step: a node joins, another goes, the silo count comes back.
@@ -151,27 +149,8 @@ async def run_keep_drill(ray_nodes: Any, cluster: Cluster, out_dir: Path, *, rat
 
 def run_keep_drill_command(args: Any) -> int:
     """``timeshard drill --nodes N --replace``: a head and N worker nodes here, then the drill."""
-    from ray.cluster_utils import Cluster as RayNodes
-
-    store = args.store
-    if store.startswith("file://") and Path(store[7:]).exists():
-        import shutil
-
-        shutil.rmtree(store[7:])
-    nodes = RayNodes(initialize_head=True, head_node_args={"num_cpus": 2})
-    for _ in range(args.nodes):
-        nodes.add_node(num_cpus=1)
-    nodes.wait_for_nodes()
-    ray.init(address=nodes.address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False)
-    try:
-        cluster = Cluster.start(store, silos=args.nodes, namespace=NAMESPACE, options=DRILL_OPTIONS)
-        try:
-            report = asyncio.run(run_keep_drill(nodes, cluster, Path(args.out), rate=args.rate, seed=args.seed))
-        finally:
-            cluster.shutdown(graceful=False)
-    finally:
-        ray.shutdown()
-        nodes.shutdown()
+    with local_nodes(args.store, args.nodes, NAMESPACE) as (nodes, cluster):
+        report = asyncio.run(run_keep_drill(nodes, cluster, Path(args.out), rate=args.rate, seed=args.seed))
     print("silo-keeping drill results (every worker node replaced in turn under load)")
     print(report.table())
     for fault in report.drill.silo_faults[:10]:

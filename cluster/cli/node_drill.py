@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,30 +192,37 @@ async def run_node_drill(ray_cluster: Any, cluster: Cluster, out_dir: Path, *, s
     return report
 
 
-def run_node_drill_command(args: Any) -> int:
-    """``timeshard drill --nodes N``: a head and N worker nodes on this machine, then the drill."""
+@contextlib.contextmanager
+def local_nodes(store: str, nodes_count: int, namespace: str = NAMESPACE) -> Iterator[tuple[Any, Cluster]]:
+    """A head and ``nodes_count`` worker nodes on this machine, a fresh store, and a cluster of
+    one silo per worker node on them; all of it gone afterwards."""
     from ray.cluster_utils import Cluster as RayNodes
 
-    store = args.store
     if store.startswith("file://") and Path(store[7:]).exists():
         import shutil
 
         shutil.rmtree(store[7:])
     nodes = RayNodes(initialize_head=True, head_node_args={"num_cpus": 2})
-    for _ in range(args.nodes):
+    for _ in range(nodes_count):
         nodes.add_node(num_cpus=1)
     nodes.wait_for_nodes()
-    ray.init(address=nodes.address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False)
+    ray.init(address=nodes.address, namespace=namespace, log_to_driver=False, configure_logging=False)
     try:
-        cluster = Cluster.start(store, silos=args.nodes, namespace=NAMESPACE, options=DRILL_OPTIONS)
+        cluster = Cluster.start(store, silos=nodes_count, namespace=namespace, options=DRILL_OPTIONS)
         try:
-            report = asyncio.run(run_node_drill(nodes, cluster, Path(args.out), scale_to=args.nodes + 2,
-                                                rate=args.rate, seed=args.seed))
+            yield nodes, cluster
         finally:
             cluster.shutdown(graceful=False)
     finally:
         ray.shutdown()
         nodes.shutdown()
+
+
+def run_node_drill_command(args: Any) -> int:
+    """``timeshard drill --nodes N``: a head and N worker nodes on this machine, then the drill."""
+    with local_nodes(args.store, args.nodes) as (nodes, cluster):
+        report = asyncio.run(run_node_drill(nodes, cluster, Path(args.out), scale_to=args.nodes + 2,
+                                            rate=args.rate, seed=args.seed))
     print("node-loss and scaling drill results")
     print(report.table())
     for fault in report.drill.silo_faults[:10]:
