@@ -105,11 +105,13 @@ class Cancelling:
             # It started while we waited for the gate: cancel the run in flight.
             return await self._cancel_run(found.run, found.held)
         assert found.answer is not None
-        if found.answer[0] in ("cancelled", "moved"):
-            # "moved" too: the caller goes on to cancel the job where it moved, and hears
-            # "cancelled" there while a run of this shard's older copy may still be on its way.
-            for old in found.stale:
-                await self._stop_stale(old)
+        # Whatever the answer: "moved" sends the caller on to the shard the job moved to, which
+        # answers "cancelled" while a run of this shard's older copy may still be on its way;
+        # "absent" (removed from the fresh copy, say by a refused attempt) promises that nothing of
+        # the job starts again, and the older copy's call still reached its handler 2 s after it
+        # (simulator seed 202823: a named job's triggered run, after the put that replaced it).
+        for old in found.stale:
+            await self._stop_stale(old)
         return found.answer
 
     async def _in_batch(self, shard: Shard, job_id: str) -> _Found:

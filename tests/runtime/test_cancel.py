@@ -223,6 +223,38 @@ async def test_a_cancel_returns_only_once_a_run_of_an_older_copy_of_the_shard_ca
     assert events == ["started #1", "started #1", "cancel returned"]
 
 
+async def test_a_cancel_that_finds_the_job_gone_returns_only_once_a_run_of_an_older_copy_can_no_longer_start(
+        ) -> None:
+    """Found by the simulation (seed 202823): a named job's triggered run was on its way to its
+    handler when the silo took the shard back from its log; from the fresh copy the run was
+    removed (refused: the put replacing its generation was under way), so the put's cancel heard
+    "absent" at once and the put returned; the delayed call started the run 2 s later. "absent"
+    promises as much as "cancelled": nothing of the job starts after the caller was told. Here
+    the fresh copy's run ends the one-shot job instead of a refusal: the same answer, the same
+    older call on its way."""
+    events: list[str] = []
+    parts = await make_parts()
+    parts.transport.handlers["h"] = handler = OnItsWay(events)
+    j = job()
+    (name,) = await add(parts, j)
+    old = parts.shards.get(name)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 1)  # sent; the call has not reached the handler yet
+    assert old is not None and await parts.shards.taken_back(old)  # its writer stopped: queued anew
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: events == ["started #1"] and j.id not in parts.runs.inflight)  # ran again: done
+
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
+    cancelling.add_done_callback(lambda _: events.append("cancel returned"))
+    for _ in range(200):  # time for the cancel to answer, had it nothing to wait for
+        await asyncio.sleep(0)
+    handler.arrive.set()  # the first call reaches the handler
+    assert await asyncio.wait_for(cancelling, 5) == ("absent", None)
+    assert events == ["started #1", "started #1", "cancel returned"]
+
+
 async def _outcome_landed_unseen(store: GatedStore, parts: Roles, recorder: Recorder, j: ScheduledJob, name: str) -> None:
     """Fire ``j``; its outcome lands behind a lost answer its writer cannot read back, so memory
     took it back (occurrence 1 looks live again) while the log holds it."""

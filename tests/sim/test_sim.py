@@ -675,6 +675,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # added the job to a shard it created then, and its next incarnation ran it again.
     (1489, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a step's paused writer added its job after a taker ran it", "duplicate"),
+    # Every kind. A named job's triggered run was on its way to its handler when its silo took
+    # the shard back from a torn log; the fresh copy refused the run (an overwrite under way)
+    # and removed it, so the next overwrite's cancel heard "absent" and did not stop the older
+    # copy's call, which started the run 2 s after that put returned.
+    (202823, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a cancel answered absent while an older copy's run was on its way", "older generation ran"),
 ]
 
 
