@@ -342,8 +342,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="flow-step-admitted-after-cancel",
         kind="a flow cancel that does not hold",
         path="cluster/flows/hooks.py",
-        old="        if state is None or state.plan.id != flow_id or state.cancelled_us is None:\n",
-        new="        if True:\n",
+        old="        if state is None or state.plan.id != flow_id:\n            return True\n",
+        new="        if True:\n            return True\n",
         catch=Pytest(("tests/flows/test_recovery.py::"
                       "test_a_step_its_writer_adds_after_the_cancel_returned_does_not_start",)),
         why="a step whose paused writer adds its job after flows.cancel returned True starts (simulator seed 92583)",
