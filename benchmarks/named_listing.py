@@ -50,7 +50,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from benchmarks._azurite import Azurite
-from cluster.cli.jobs import named_job_to_json
+from cluster.cli.job_text import named_job_to_json
 from cluster.cli.ui import UiSource, make_app
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
 from cluster.model.wire import datetime_to_us, pack

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.cli.jobs import named_job_to_json
+from cluster.cli.job_text import named_job_to_json
 from cluster.cli.ui.auth import BY
 from cluster.cli.ui.paging import MAX_PAGE_SIZE, size_arg
 from cluster.cli.ui.source import UiSource
