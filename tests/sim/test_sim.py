@@ -681,6 +681,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # copy's call, which started the run 2 s after that put returned.
     (202823, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a cancel answered absent while an older copy's run was on its way", "older generation ran"),
+    # Every kind. A silo cleared a named job as it landed, then handed its shard over; the
+    # overwrite cancelled the job at the next owner, and a damaged frame later cost that REMOVE.
+    # The silo claimed the shard back, the job live in it again, and admitted it from the
+    # clearance it remembered: it started 6 s after the put returned.
+    (206727, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a clearance kept across a hand-over admitted a job whose REMOVE was damaged", "older generation ran"),
 ]
 
 
