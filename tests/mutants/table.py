@@ -389,4 +389,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a dormant shard's kept fold answers from what its log said at the first look: a job the shard's new "
             "owner cancelled since is removed again (fenced) instead of answered absent, one added since is absent",
     ),
+    Mutant(
+        name="named-clearance-kept-across-a-reload",
+        kind="a superseded definition run",
+        path="cluster/named/hooks.py",
+        old="                self.clearance.recheck(key, job.id, job.generation)\n",
+        new="                self.clearance.prefetch(key, job.id, job.generation)\n",
+        catch=Pytest(("tests/named/test_fence.py::"
+                      "test_an_older_generation_whose_cancel_a_damaged_frame_lost_does_not_start_where_it_was_cleared",)),
+        also=(Sim(206727, 1, "all"),),
+        why="a silo claiming back a shard whose REMOVE of an overwritten named job was damaged admits the job from "
+            "a clearance it remembered from before it handed the shard over: the older generation starts after the put returned",
+    ),
 )
