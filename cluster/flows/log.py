@@ -372,7 +372,11 @@ async def read_flow(store: Store, flow: str) -> FlowState | None:
     try:
         fetched = await store.fetch(log_name(flow))
         name, data, etag = log_name(flow), fetched.data, fetched.etag
-        repaired = NEXT_KEY in fetched.metadata
+        # Empty, it is a flow being created, or the first generation created anew by a submit
+        # of it (``create_log``) after a repair moved the log on: only the generations tell.
+        # Taken for "no flow", a silo's record of a step's end was dropped as recorded and the
+        # step ran again (simulator seed 202614 with every kind).
+        repaired = NEXT_KEY in fetched.metadata or not data
     except NotFound:
         repaired = True  # no flow, or its first generation deleted by a repair
     if repaired:

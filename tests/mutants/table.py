@@ -371,6 +371,17 @@ MUTANTS: tuple[Mutant, ...] = (
             "end is on its way to the flow log",
     ),
     Mutant(
+        name="flow-empty-first-generation-read-as-no-flow",
+        kind="a flow step run twice",
+        path="cluster/flows/log.py",
+        old="        repaired = NEXT_KEY in fetched.metadata or not data\n",
+        new="        repaired = NEXT_KEY in fetched.metadata\n",
+        catch=Sim(202614, 1, "all"),
+        also=(Pytest(("tests/flows/test_damage.py::test_a_first_generation_created_again_by_a_submit_hides_no_record",)),),
+        why="a submit of a flow again creates its log's first generation anew (a repair deleted it); read empty as "
+            "\"no such flow\", a silo's record of a step's success is dropped, and the step runs again",
+    ),
+    Mutant(
         name="flow-log-appended-after-a-torn-tail",
         kind="a damaged log not repaired",
         path="cluster/flows/log.py",

@@ -681,6 +681,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # copy's call, which started the run 2 s after that put returned.
     (202823, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a cancel answered absent while an older copy's run was on its way", "older generation ran"),
+    # Every kind (flow logs full at the store's low block limit, moved on to new generations).
+    # A submit of the flow again created its log's first generation anew (a repair had deleted
+    # it) and was to delete it on seeing the later one; meanwhile a silo read that empty
+    # generation as "no such flow" and dropped its record of a step's success as recorded: at
+    # 79 s reconcile found the step silent, nothing of its job in its shard, and ran it again.
+    (202614, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "an empty first generation created again read as no flow", "duplicate"),
 ]
 
 
