@@ -141,6 +141,7 @@ class StepState:
     shard: str | None = None
     due_us: int | None = None
     scheduled_us: int | None = None  # when the ``sched`` placing it was written: a takeover's job is due long before
+    retried_us: int | None = None  # when its last attempt ended in a retry: an overdue job's retry is due before
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class FlowState:
         if kind == "run":
             step.state, step.started_us, step.started_attempt, step.next_retry_us = RUNNING, at, attempt, None
         elif kind == "retry":
-            step.state, step.error, step.next_retry_us = RETRYING, record[3], record[4]
+            step.state, step.error, step.next_retry_us, step.retried_us = RETRYING, record[3], record[4], at
         elif kind == "ok":
             step.state, step.ended_us, step.next_retry_us = SUCCEEDED_STEP, at, None
             if self.state == FLOW_SUCCEEDED:
