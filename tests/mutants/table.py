@@ -371,6 +371,29 @@ MUTANTS: tuple[Mutant, ...] = (
             "end is on its way to the flow log",
     ),
     Mutant(
+        name="flow-retry-silent-from-its-due-time",
+        kind="a flow step run twice",
+        path="cluster/flows/progress.py",
+        old="        return now_us - max(step.next_retry_us, step.retried_us or 0) > limits.staging_us + limits.attempt_us\n",
+        new="        return now_us - step.next_retry_us > limits.staging_us + limits.attempt_us\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_retrying_step_is_silent_only_counting_from_when_its_retry_was_recorded",)),
+        why="an overdue step's retry, due at once by its policy, is judged silent from then: its shard is read while "
+            "its live silo is still recording how it ended, and it runs again from another shard (seed 201061 "
+            "found it; its world changed with the fix of flow-empty-first-generation-read-as-no-flow)",
+    ),
+    Mutant(
+        name="flow-empty-first-generation-read-as-no-flow",
+        kind="a flow step run twice",
+        path="cluster/flows/log.py",
+        old="        repaired = NEXT_KEY in fetched.metadata or not data\n",
+        new="        repaired = NEXT_KEY in fetched.metadata\n",
+        catch=Sim(202614, 1, "all"),
+        also=(Pytest(("tests/flows/test_damage.py::test_a_first_generation_created_again_by_a_submit_hides_no_record",)),),
+        why="a submit of a flow again creates its log's first generation anew (a repair deleted it); read empty as "
+            "\"no such flow\", a silo's record of a step's success is dropped, and the step runs again",
+    ),
+    Mutant(
         name="flow-log-appended-after-a-torn-tail",
         kind="a damaged log not repaired",
         path="cluster/flows/log.py",

@@ -687,6 +687,21 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # clearance it remembered: it started 6 s after the put returned.
     (206727, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a clearance kept across a hand-over admitted a job whose REMOVE was damaged", "older generation ran"),
+    # Every kind (flow logs full at the store's low block limit, moved on to new generations).
+    # A step's job ran late and failed; its policy counted the retry from the due time, so the
+    # step was due again at once, and reconcile, measuring silence from then, read its shard 2 s
+    # later while the silo that ran it was still writing "fail" (the full log being moved on):
+    # the removal compacted away, it ran the step again. Its world changed with 202614's fix
+    # (it passes without this one since): tests/flows/test_recovery.py holds the case.
+    (201061, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a retrying step judged silent from a retry time counted from its due time", "two chains"),
+    # Every kind, the same logs. A submit of the flow again created its log's first generation
+    # anew (a repair had deleted it) and was to delete it on seeing the later one; meanwhile a
+    # silo read that empty generation as "no such flow" and dropped its record of a step's
+    # success as recorded: at 79 s reconcile found the step silent, nothing of its job in its
+    # shard, and ran it again.
+    (202614, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "an empty first generation created again read as no flow", "duplicate"),
 ]
 
 
