@@ -424,4 +424,28 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a silo claiming back a shard whose REMOVE of an overwritten named job was damaged admits the job from "
             "a clearance it remembered from before it handed the shard over: the older generation starts after the put returned",
     ),
+    Mutant(
+        name="retry-refused-while-its-silo-writes-other-jobs",
+        kind="an acknowledged flow lost",
+        path="cluster/runtime/scheduling.py",
+        old="        if self._me.silo_id in silos and any(self._writing[i] for ids in ids_by_window.values() for i in ids):\n",
+        new="        if self._me.silo_id in silos and self._calls:\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_retry_naming_this_silo_waits_only_for_a_call_here_writing_the_same_jobs",)),
+        also=(Sim(202493, 1, "all"),),
+        why="a retry naming this silo is refused while any schedule call is under way here: a flow step handed to "
+            "the one silo able to settle it is put off round after round, and an acknowledged flow never runs "
+            "(simulator seed 202493 with every fault)",
+    ),
+    Mutant(
+        name="flow-admission-held-past-its-cancel",
+        kind="a flow cancel that does not hold",
+        path="cluster/runtime/firing.py",
+        old="        runs = self._admission_held(runs)\n",
+        new="",
+        catch=Pytest(("tests/flows/test_cancel_admitted.py::"
+                      "test_a_step_admitted_before_the_cancel_and_stalled_past_it_does_not_start",)),
+        why="a flow step admitted before its flow's cancel, its silo stalled before the send, starts after the "
+            "cancel returned True",
+    ),
 )

@@ -186,6 +186,30 @@ async def test_a_retry_while_the_first_silo_is_not_proven_dead_writes_nothing_an
     assert [h.base for h in await list_logs(store, SHARD_PREFIX) if "-b." in h.base] == []
 
 
+async def test_a_retry_naming_this_silo_waits_only_for_a_call_here_writing_the_same_jobs() -> None:
+    """A call still writing here may be the earlier try (it carries the same job ids): a retry of
+    those jobs writes nothing until it ends, then finds its copy. A call writing other jobs is
+    none, and holds up nothing. Before: any call under way here refused every retry naming this
+    silo; a flow step handed to the one silo that could settle it was refused whenever a step of
+    another flow was being scheduled there, and an acknowledged flow never ran (simulator seed
+    202493 with every fault)."""
+    store = GatedStore()
+    parts = await make_parts(store, "a")  # type: ignore[arg-type]
+    j, k = job(due=timedelta(hours=1)), job(due=timedelta(hours=2))
+    assert window_prefix(j.due) != window_prefix(k.due)
+    release = store.gate("create", window_prefix(j.due))
+    earlier = asyncio.create_task(parts.scheduling.schedule([item(j)]))
+    await store.reached("create", window_prefix(j.due)).wait()
+    with pytest.raises(EarlierTryUnsettled):  # not refused, it would wait at the same gate
+        await asyncio.wait_for(parts.scheduling.schedule([item(j)], suspects=["a"]), 5)
+    (other,) = await asyncio.wait_for(parts.scheduling.schedule([item(k)], suspects=["a"]), 5)
+    assert await copies(store.inner, k.id) == [other]
+    release.set()
+    (landed,) = await earlier
+    assert await parts.scheduling.schedule([item(j)], suspects=["a"]) == [landed]
+    assert await copies(store.inner, j.id) == [landed]
+
+
 async def test_a_retry_waits_for_a_live_suspect_holding_its_dead_incarnations_shard() -> None:
     """A silo's next incarnation that claimed its old shard is the suspect itself, alive, and
     may still be sending the earlier try (a flow step's intent names that incarnation: "a#2").

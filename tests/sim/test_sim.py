@@ -702,6 +702,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # shard, and ran it again.
     (202614, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "an empty first generation created again read as no flow", "duplicate"),
+    # Every kind. A client's flow submit failed in doubt, its intent taken over 60 s on and
+    # handed to the one silo able to settle it; there a retry naming that silo was refused while
+    # any schedule call was under way, here a step of another flow: put off round after round,
+    # the acknowledged flow had not run one step two minutes after healing.
+    (202493, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a retry refused while its silo wrote other jobs", "flow lost"),
 ]
 
 
