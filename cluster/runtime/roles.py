@@ -80,7 +80,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     runs = RunTable(options.max_concurrency)
     lease = Lease(clock, options.suspicion_timeout.total_seconds(), options.max_clock_skew.total_seconds())
     decode = JobDecoder(metrics)
-    shards = ShardTable(store, options, clock, me, queue, runs, metrics)
+    shards = ShardTable(store, options, clock, me, lease, queue, runs, metrics)
     moves = Moves(store, options, shards, runs)
     outcomes = Outcomes(options, clock, queue, runs, shards, metrics, moves)
     quarantine = Quarantine(options, clock, queue, runs, shards, metrics)
