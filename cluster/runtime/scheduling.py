@@ -141,9 +141,12 @@ class Scheduling:
         """Write every batch; all durable, or the landed ones taken back before raising."""
 
         async def write(window: int, items: list[Item]) -> Shard:
-            # Not queued yet: nothing of the call may start before all of it is durable.
+            # Not queued yet: nothing of the call may start before all of it is durable. A call
+            # that needs a fresh shard waits for a lapsed lease at most a suspicion timeout:
+            # by then peers may be taking this silo's work, and another silo takes the call.
             return await self._shards.write_to_window(window, [_add(item) for item in items], queue=False,
-                                                     owner=owner)
+                                                     owner=owner,
+                                                     lease_wait=self._options.suspicion_timeout.total_seconds())
 
         results = await asyncio.gather(*(write(w, items) for w, items in batches.items()), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)

@@ -278,6 +278,26 @@ MUTANTS: tuple[Mutant, ...] = (
             "\"not paused\", and the job stays paused for good (simulator seed 349)",
     ),
     Mutant(
+        name="shard-created-past-the-lease",
+        kind="a claim without proof",
+        path="cluster/runtime/ownership.py",
+        old="        if self._lease.valid:\n            return\n",
+        new="        if True:\n            return\n",
+        catch=Pytest(("tests/runtime/test_create_lease.py",)),
+        why="a silo past its lease creates a fresh shard and adds to it: a peer that declared it dead and searched "
+            "its shards misses it, and what it adds runs beside the taker's copy (simulator seed 1489 with flows)",
+    ),
+    Mutant(
+        name="cancel-answered-from-a-lost-shard",
+        kind="a claim without proof",
+        path="cluster/runtime/cancel.py",
+        old="        if not await self._shards.answers_for(shard, self._lease):\n",
+        new="        if False:\n",
+        catch=Pytest(("tests/runtime/test_cancel_lease.py",)),
+        why="a silo past its lease answers a cancel \"moved\" from memory of a shard a peer took and moved on "
+            "elsewhere: the client follows it to a target that never held the job, which runs on",
+    ),
+    Mutant(
         name="flow-step-on-a-running-dependency",
         kind="a flow step before its dependencies",
         path="cluster/flows/log.py",
