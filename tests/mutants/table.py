@@ -470,4 +470,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a flow step admitted before its flow's cancel, its silo stalled before the send, starts after the "
             "cancel returned True",
     ),
+    Mutant(
+        name="claim-waits-for-the-lease",
+        kind="a silo frozen for good",
+        path="cluster/runtime/moves.py",
+        old="                entry = await self.settle(source, job_id, wait=False)\n",
+        new="                entry = await self.settle(source, job_id)\n",
+        catch=Pytest(("tests/runtime/test_claim_lease.py",)),
+        also=(Sim(216088, 1, "all"),),
+        why="a claim whose shard's move needs a fresh target waits for a lapsed lease that only the heartbeat "
+            "renews, in the heartbeat's own round or in the start's before the heartbeat runs: the silo never "
+            "fires or answers again (simulator seed 216088 with every fault)",
+    ),
 )

@@ -708,6 +708,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the acknowledged flow had not run one step two minutes after healing.
     (202493, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a retry refused while its silo wrote other jobs", "flow lost"),
+    # Every kind. A silo SIGSTOPped in its start's first adoption round and resumed past its
+    # lease claimed a shard whose pending move needed a fresh target: the claim waited for the
+    # lease to be renewed, which only the heartbeat does, and the heartbeat starts once that
+    # round ends. It never fired, answered a call or learnt it had been declared dead, and the
+    # jobs it had queued stayed unfired. A claim's moves that must wait now go on in the
+    # background; tests/runtime/test_claim_lease.py holds the case.
+    (216088, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a claim in the start waited for a lease only the heartbeat renews", "stuck"),
 ]
 
 
