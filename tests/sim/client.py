@@ -356,6 +356,7 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
         if stray and acknowledged:
             world.violate(f"two chains: {job_id} acknowledged in {shard}, its chain on to {chain[1:]}, "
                           f"while it is live in {stray}")
+        world.stats["client: answered where its earlier try's chain moved through"] += 1
         return
     if live:
         if acknowledged:
