@@ -256,6 +256,19 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a schedule call that failed leaves the batch that landed in place: a client told 'failed' gets jobs fired",
     ),
     Mutant(
+        name="retry-writes-what-it-found",
+        kind="a retried call that adds a second copy",
+        path="cluster/runtime/scheduling.py",
+        old="        batches = {w: [jobs[i] for i in ix if not names[i]] for w, ix in by_window.items()}\n",
+        new="        batches = {w: [jobs[i] for i in ix] for w, ix in by_window.items()}\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_retry_that_finds_its_job_where_the_chain_moved_through_writes_nothing_and_leads_a_cancel_on",)),
+        # The seed whose retry answered a shard the earlier try's chain moved through: the oracle
+        # that now accepts such an answer must still see the copy written beside the chain.
+        also=(Sim(207672, 1, "all"),),
+        why="a retried schedule call answers the earlier try's shard yet writes the jobs again: two live chains",
+    ),
+    Mutant(
         name="lease-end-without-skew-margin",
         kind="a lease one heartbeat too long",
         path="cluster/runtime/firing.py",

@@ -708,6 +708,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the acknowledged flow had not run one step two minutes after healing.
     (202493, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a retry refused while its silo wrote other jobs", "flow lost"),
+    # Oracle error, every kind. A recurring job's schedule call lost its try; the job ran, moved
+    # on through a second shard of its first window (its silo's next incarnation's) to the next
+    # window's, and its first shard was deleted as drained. The retry found it in the shard it
+    # had moved through and answered that one, writing nothing (a cancel sent there follows the
+    # move); the oracle took its first occurrence, fired elsewhere, for a second add.
+    (207672, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "oracle: a retry answered a shard its earlier try's chain moved through", "two chains"),
 ]
 
 
