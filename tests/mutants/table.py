@@ -349,6 +349,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a step whose paused writer adds its job after flows.cancel returned True starts (simulator seed 92583)",
     ),
     Mutant(
+        name="next-occurrence-queued-while-it-runs",
+        kind="an occurrence run twice",
+        path="cluster/runtime/outcomes.py",
+        old="        if new_entry is not None and (started is None or started is run or started.entry is not new_entry):\n",
+        new="        if new_entry is not None:\n",
+        catch=Sim(1259, 1),
+        why="an older copy's outcome, written while a take-back of its shard carried out the same move and its "
+            "next occurrence already runs, queues that occurrence again: it runs twice from one shard, its silo alive",
+    ),
+    Mutant(
         name="flow-step-second-copy-admitted",
         kind="a flow step run twice",
         path="cluster/flows/hooks.py",
