@@ -27,7 +27,7 @@ from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
-from cluster.named.registry import INLINE_DEFINITION_CHARS, REPLACES_MARK, Entry, JobStatus
+from cluster.named.registry import REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
 from cluster.runtime.logowner import RELEASED, Owner, owner_of, read_to_claim
@@ -35,7 +35,7 @@ from cluster.runtime.membership import DEAD, LEAVING, Member
 from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
 
-__all__ = ["Buckets", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
+__all__ = ["Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
            "outcome_to_wire", "put_from_wire", "put_to_wire"]
 
 log = logging.getLogger("timeshard.silo")
@@ -84,17 +84,27 @@ class HeldBucket:
             while key in self.busy:
                 await self.settled.wait()
 
-    async def write(self, records: list[list[Any]]) -> None:
-        """Apply ``records`` to memory now (the writer's snapshot must cover them), return once
-        durable; taken back from memory if the append fails."""
+    def write(self, records: list[list[Any]]) -> Awaitable[None]:
+        """Apply ``records`` to memory now and queue their append at once (so the log holds
+        records in the order memory applied them); the awaitable ends once they are durable,
+        and takes them back from memory if the append fails."""
         assert self.writer is not None
         done = self.state.apply_all(records)
+        keys = self.state.hold(done)
+        appending = asyncio.ensure_future(self.writer.append_many(records))
+        return asyncio.ensure_future(self._landed(appending, done, keys))  # settled even if its caller is gone
+
+    async def _landed(self, appending: Awaitable[None], done: list[tuple[list[Any], Entry | None, Entry | None]],
+                      keys: list[str]) -> None:
+        assert self.writer is not None
         try:
-            await self.writer.append_many(records)
-        except StorageError:
+            await appending
+        except Exception:
             self.state.undo(done)
             self.writer.disown_doubt()  # should it land after all, the writer stops: taken back from the log
             raise
+        finally:
+            self.state.settle(keys)
 
 
 class Buckets:
@@ -191,6 +201,11 @@ class Buckets:
         ``PUT`` failed stays unpointed at (never cleared by the fence); its put raises
         ``PutInDoubt`` when the append's outcome is unknown.
         """
+        later = repeated([ask.key for ask in asks])
+        if later:  # a name twice in one call: one after the other, as two calls would be (never waits on itself)
+            first = await self.put_many([a for i, a in enumerate(asks) if i not in later])
+            rest = await self.put_many([asks[i] for i in sorted(later)])
+            return merged(len(asks), later, first, rest)
         out: list[PutOutcome | None] = [None] * len(asks)
         decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None, str | None]] = []
         answering: dict[int, HeldBucket | None] = {}  # asked once per bucket: past the lease, each is a read
@@ -213,7 +228,7 @@ class Buckets:
             job = _next_generation(ask, old)
             packed = base64.b64encode(pack(job.to_wire())).decode("ascii")
             bucket.busy.add(ask.key)
-            decided.append((i, bucket, job, old, packed if len(packed) <= INLINE_DEFINITION_CHARS else None))
+            decided.append((i, bucket, job, old, packed))  # inline whatever its size: a record has no 8 KiB bound
         try:
             await self._land(asks, decided, out)
         finally:
@@ -246,13 +261,33 @@ class Buckets:
         results = await asyncio.gather(*(held[number].write([[PUT, e.key, e.metadata()] for _, e, _ in rows])
                                          for number, rows in by_bucket.items()), return_exceptions=True)
         for (number, rows), result in zip(by_bucket.items(), results, strict=True):
-            if isinstance(result, Fenced):
-                self.drop(held[number], "fenced while putting")
+            if isinstance(result, BaseException):
+                # Fenced, or in doubt: memory took the records back, the log may hold them. Held
+                # no longer, the bucket is claimed again from its log (``take``: a log naming
+                # this incarnation is its own), so that memory and log agree before it answers.
+                self.drop(held[number], f"its append failed ({result!r})")
             for i, entry, job in rows:
                 if isinstance(result, BaseException):
                     out[i] = PutInDoubt(f"its bucket's append failed ({result!r})", asks[i].name)
                 else:
                     out[i] = (entry, job)
+
+
+def repeated(keys: Sequence[str]) -> set[int]:
+    """The indexes of ``keys`` that repeat an earlier one."""
+    seen: set[str] = set()
+    later: set[int] = set()
+    for i, key in enumerate(keys):
+        if key in seen:
+            later.add(i)
+        seen.add(key)
+    return later
+
+
+def merged(count: int, later: set[int], first: Sequence[Any], rest: Sequence[Any]) -> list[Any]:
+    """Answers of the items not in ``later`` (``first``) and of those in it (``rest``), back in order."""
+    firsts, rests = iter(first), iter(rest)
+    return [next(rests) if i in later else next(firsts) for i in range(count)]
 
 
 class NotOwner(LookupError):
@@ -307,7 +342,8 @@ def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
 def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
     kind = answer[0]
     if kind == "ok":
-        return Entry.from_metadata(ask.key, answer[1], ""), ScheduledJob.from_wire(unpack(answer[2]))
+        entry = Entry.from_metadata(ask.key, answer[1], "")
+        return entry, replace(ScheduledJob.from_wire(unpack(answer[2])), shard=entry.shard)  # the wire form has no shard
     if kind == "exists":
         return AlreadyExists(ask.name, ask.app_id, ask.namespace)
     if kind == "not_owner":

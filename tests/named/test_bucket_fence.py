@@ -1,0 +1,115 @@
+"""Named jobs on registry buckets fire, and the generation fence holds (issue 25 point 5), without Ray.
+
+Opt-in ``named_registry="experimental-buckets"``. What a caller relies on, judged by what it
+was told: a job ``put`` acknowledged fires; once an overwrite or a delete returned, no attempt
+of an older generation starts — the one replaced, nor a stray copy that no put named — also
+after the owner of the name's bucket died and the next owner took the bucket from its log.
+Each on the memory store and the file store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from cluster.named.registry import entry_key
+from tests.named.bucket_cluster import TARGET, Cluster
+from tests.runtime.harness import Blocking
+
+STORES = ["memory", "file"]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_put_job_fires_its_verdicts_asked_in_one_call_and_a_stray_copy_never_starts(kind: str,
+                                                                                        tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    jobs = c.jobs()
+    put = await jobs.put_many([{"name": f"n{i}", "target": TARGET, "schedule": "@every 1s"} for i in range(30)])
+    stray = await c.stray_of(jobs, "n0", 2)  # a put that died once its job landed: nothing names it
+    await asyncio.sleep(0.05)  # the prefetcher's first poll, 5 ms after a landing
+    await c.fire(3)
+    fired = set(c.starts.log)
+    assert {p.job.id for p in put} <= fired
+    assert stray.id not in fired
+    verdicts = [sent for _, _, method, sent in c.calls if method == "named_verdicts"]
+    asked = Counter(job_id for sent in verdicts for _, job_id in sent)
+    # Cleared ahead of their due time, each once, in one call per landing (a batch per owner
+    # and tick); the stray one refused when it landed, and again when due (a refusal is not
+    # remembered: it removes the occurrence).
+    assert asked == {**{p.job.id: 1 for p in put}, stray.id: 2}, asked
+    assert len(verdicts) <= len({p.job.shard for p in put}) + 2, [len(sent) for sent in verdicts]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_an_overwrite_racing_a_firing_leaves_no_older_attempt_once_put_returns(kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    jobs = c.jobs()
+    first = await jobs.put("tick", target=TARGET, schedule="@every 1s")
+    same = await c.stray_of(jobs, "tick", 2)  # lost the race: the overwrite below takes generation 2
+    parts = c.parts["a"]
+    parts.transport.handlers["h"] = blocking = Blocking()
+    firing = asyncio.ensure_future(c.fire(1))
+    await asyncio.wait_for(blocking.started.wait(), 10)  # generation 1 is running as the overwrite comes in
+    put = asyncio.ensure_future(jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True))
+    await asyncio.sleep(0.05)
+    blocking.finish.set()
+    second = await put
+    c.starts.log.append("put returned")
+    await firing
+    parts.transport.handlers["h"] = c.starts
+    await c.fire(4)
+    after = c.starts.after("put returned")
+    assert second.generation == 2 and first.job.id not in after and same.id not in after
+    assert after.count(second.job.id) >= 3  # the new generation runs on
+    assert parts.shards.get(first.job.shard).state.live.get(first.job.id) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_nothing_of_a_deleted_name_starts_once_delete_returns(kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    jobs = c.jobs()
+    first = await jobs.put("nightly", target=TARGET, schedule="@every 1s")
+    await c.fire(1)
+    assert c.starts.log == [first.job.id]
+    stray = await c.stray_of(jobs, "nightly", 2)
+    assert await jobs.delete("nightly")
+    c.starts.log.append("delete returned")
+    assert await jobs.get("nightly") is None
+    assert not await jobs.delete("nightly")
+    await c.fire(4)
+    assert c.starts.after("delete returned") == [], [first.job.id, stray.id]
+    again = await jobs.put("nightly", target=TARGET, schedule="@every 1s")  # the name is free again
+    assert again.generation == 1
+    await c.fire(2)
+    assert c.starts.after("delete returned") == [again.job.id] * 2
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_the_next_owner_of_a_bucket_replays_it_and_the_fence_still_holds(kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path, silos=("a",))
+    jobs = c.jobs()
+    x1 = await jobs.put("x", target=TARGET, schedule="@every 1s")
+    y = await jobs.put("y", target=TARGET, schedule="@every 1s")
+    await c.fire(1)
+    await c.flush_status()
+    b = await c.add("b")
+    await c.kill("a")  # a's buckets and shards are b's once its lease ran out
+    await c.maintain()
+    jobs = c.jobs()  # a client that knows b (Ray's list of silos, read again)
+    hooks = c.hooks["b"]
+    assert hooks.buckets is not None and len(hooks.buckets.held) == hooks.buckets.count
+    got = await jobs.get("x")
+    assert got is not None and got.job.id == x1.job.id and got.status.successful == 1  # the log had it all
+    stray = await c.stray_of(jobs, "y", 2)
+    x2 = await jobs.put("x", target=TARGET, schedule="@every 1s", overwrite=True)  # cancels x1 where b holds it now
+    c.starts.log.append("put returned")
+    await c.fire(3)
+    after = c.starts.after("put returned")
+    assert x1.job.id not in after and stray.id not in after
+    assert after.count(x2.job.id) >= 2 and after.count(y.job.id) >= 2  # y was cleared by b from the replayed log
+    assert b.shards.get(x1.job.shard) is not None  # type: ignore[arg-type]  # adopted, the cancel went there
+    key = entry_key("default", "default", "x")
+    assert hooks.buckets.bucket_for(key) in hooks.buckets.held
