@@ -9,9 +9,10 @@ incarnation. So a bucket changes hands within the bound a shard does.
 A put reaches its bucket's owner, which decides from memory (taken: ``AlreadyExists``; else the
 next generation), makes the round's jobs durable in its own shards, then appends the round's
 ``PUT`` records in one append: a name never points at a job that is not durable, and no entry
-is read. Not yet here (``named_registry="experimental-buckets"`` stays incomplete until they are): routing from
-the client, fence verdicts and reads from the owner, status records from the hooks, the cancel of
-a replaced generation before an overwrite returns, deletes, and the import of per-name entries.
+is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
+``cluster.named.owned``; the callers' side is ``cluster.named.routed``. Not yet here
+(``named_registry="experimental-buckets"`` stays incomplete until they are): triggered runs, pause and resume,
+the import of per-name entries, rotation of a bucket's log, and the simulator.
 """
 
 from __future__ import annotations
