@@ -12,7 +12,7 @@ next generation), makes the round's jobs durable in its own shards, then appends
 is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
 ``cluster.named.owned``; the callers' side is ``cluster.named.routed``. Not yet here
 (``named_registry="experimental-buckets"`` stays incomplete until they are): triggered runs, pause and resume,
-the import of per-name entries, rotation of a bucket's log, and the simulator.
+the import of per-name entries, and the simulator.
 """
 
 from __future__ import annotations

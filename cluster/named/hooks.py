@@ -15,6 +15,8 @@ point 5) the clearance is asked of the bucket's owner and the status changes are
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -48,6 +50,7 @@ from storage import Store
 __all__ = ["NamedJobHooks", "started", "ended", "interrupted", "staged"]
 
 _CACHE_LIMIT = 10_000
+CLOSE_FLUSH_S = 5.0  # a stopping silo's wait for its status changes to reach their owners
 _MARK = NAMED_MARK.encode()
 
 
@@ -183,6 +186,9 @@ class NamedJobHooks(SiloHooks):
                 self.recorder.add(key, triggered_from(job), _interrupting(owner, size, kind))
 
     async def close(self) -> None:
+        if self.sender is not None:  # this silo's last status changes, while their owners may still answer
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.sender.flush(), CLOSE_FLUSH_S)
         if self.buckets is not None:
             await self.buckets.release_all()  # peers take them at once
         await self.clearance.close()

@@ -113,3 +113,24 @@ async def test_the_next_owner_of_a_bucket_replays_it_and_the_fence_still_holds(k
     assert b.shards.get(x1.job.shard) is not None  # type: ignore[arg-type]  # adopted, the cancel went there
     key = entry_key("default", "default", "x")
     assert hooks.buckets.bucket_for(key) in hooks.buckets.held
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_job_whose_shard_and_bucket_have_different_owners_asks_the_bucket_owner_and_fires(
+        kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path, silos=("a",))
+    jobs = c.jobs()
+    put = await jobs.put_many([{"name": f"n{i}", "target": TARGET, "schedule": "@every 1s"} for i in range(12)])
+    await c.add("b")
+    await c.add("c")
+    c.calls.clear()
+    await c.kill("a")  # before a fired anything
+    await c.maintain()  # b adopts a's shards first and takes its share of buckets; c takes the rest
+    held = {s: set(c.hooks[s].buckets.held) for s in ("b", "c")}  # type: ignore[union-attr]
+    assert held["b"] and held["c"] and not held["b"] & held["c"]
+    stray = await c.stray_of(c.jobs(), "n1", 2)
+    await asyncio.sleep(0.05)  # the prefetcher's polls
+    await c.fire(3)
+    assert {p.job.id for p in put} <= set(c.starts.log) and stray.id not in c.starts.log
+    asked = {(caller, silo) for caller, silo, method, _ in c.calls if method == "named_verdicts"}
+    assert any(caller != silo for caller, silo in asked), asked  # across silos, through call_peer
