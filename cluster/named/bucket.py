@@ -113,7 +113,7 @@ class BucketState:
         # Keys whose records are applied here but not durable yet: the entry each had before
         # the first of them, and how many appends carry them (``durable`` answers from these).
         self.inflight: dict[str, tuple[Entry | None, int]] = {}
-        self._sorted: list[str] | None = None  # the keys in order, rebuilt when a key came or went
+        self._sorted: list[str] | None = None  # the keys in order, sorted when first read, then kept
 
     def durable(self, key: str) -> Entry | None:
         """The entry of ``key`` as the log holds it: what a read may show (an append under way
@@ -126,21 +126,34 @@ class BucketState:
         in key order; and whether more follow."""
         keys = self._keys()
         i = bisect.bisect_right(keys, after) if after is not None and after >= start else bisect.bisect_left(keys, start)
+        # Keys a delete under way took out of memory (and its order) are still durable.
+        gone = sorted(key for key, (before, _) in self.inflight.items() if before is not None
+                      and key not in self.entries and key.startswith(start) and (after is None or key > after))
         out: list[Entry] = []
-        while i < len(keys) and keys[i].startswith(start) and len(out) < limit:
-            entry = self.durable(keys[i])
-            i += 1
+        g = 0
+        while len(out) < limit:
+            kept = keys[i] if i < len(keys) and keys[i].startswith(start) else None
+            if g < len(gone) and (kept is None or gone[g] < kept):
+                key, g = gone[g], g + 1
+            elif kept is not None:
+                key, i = kept, i + 1
+            else:
+                break
+            entry = self.durable(key)
             if entry is not None:
                 out.append(entry)
-        return out, i < len(keys) and keys[i].startswith(start)
+        return out, (i < len(keys) and keys[i].startswith(start)) or g < len(gone)
 
     def count(self, start: str) -> int:
-        """How many durable entries' keys start with ``start`` (in-flight new keys counted out)."""
+        """How many durable entries' keys start with ``start`` (in-flight new keys counted out,
+        in-flight deleted ones in)."""
         keys = self._keys()
         first = bisect.bisect_left(keys, start)
         last = bisect.bisect_left(keys, start + "\U0010ffff") if start else len(keys)
-        return last - first - sum(1 for key, (before, _) in self.inflight.items() if before is None
-                                  and key.startswith(start) and key in self.entries)
+        changing = [(before is None, key in self.entries) for key, (before, _) in self.inflight.items()
+                    if key.startswith(start)]
+        return last - first - sum(1 for new, there in changing if new and there) \
+            + sum(1 for new, there in changing if not new and not there)
 
     def _keys(self) -> list[str]:
         if self._sorted is None:
@@ -150,8 +163,13 @@ class BucketState:
     def apply(self, record: list[Any]) -> Entry | None:
         """Fold one record; returns the entry its key had before (what ``undo`` restores)."""
         before = self._apply(record)
-        if (before is None) != (record[1] not in self.entries):
-            self._sorted = None  # a key came or went
+        key = record[1]
+        if self._sorted is not None and (before is None) != (key not in self.entries):
+            # A key came or went: the order kept in step (a memmove, not a sort of the bucket).
+            if before is None:
+                bisect.insort(self._sorted, key)
+            else:
+                del self._sorted[bisect.bisect_left(self._sorted, key)]
         return before
 
     def _apply(self, record: list[Any]) -> Entry | None:

@@ -139,3 +139,37 @@ def test_the_bucket_registry_is_opt_in_and_a_misspelt_choice_is_refused() -> Non
     assert ClusterOptions(named_registry="experimental-buckets").named_registry == "experimental-buckets"
     with pytest.raises(ValidationError, match="named_registry"):
         ClusterOptions(named_registry="bucket")
+
+
+def test_a_page_and_a_count_show_the_durable_entries_in_key_order_as_keys_come_go_and_are_taken_back() -> None:
+    """Random puts, deletes, in-flight appends and failed ones taken back: after each, a page of
+    the whole bucket is its durable entries in key order, and a count of a prefix agrees."""
+    import random
+
+    rng = random.Random("bucket-index/0")
+    state = BucketState()
+    durable: dict[str, str] = {}  # key -> job id, as the log would hold it
+    keys = [entry_key("ns", "app", f"n{i:03d}") for i in range(40)]
+    for step in range(600):
+        key = rng.choice(keys)
+        current = state.entries.get(key)
+        record = [DELETE, key, current.job_id] if current is not None and rng.random() < 0.4 \
+            else put(entry(key, step + 1, f"j{step}"))
+        done = state.apply_all([record])
+        held = state.hold(done)
+        in_flight, _ = state.page(entry_key("ns", "app", ""), None, 1000)
+        assert [(e.key, e.job_id) for e in in_flight] == sorted(durable.items()), step  # not durable yet
+        if rng.random() < 0.2:
+            state.undo(done)  # the append failed
+        elif record[0] == DELETE:
+            durable.pop(key)
+        else:
+            durable[key] = record[2]["job"]
+        state.settle(held)
+        page, more = state.page(entry_key("ns", "app", ""), None, 1000)
+        assert [(e.key, e.job_id) for e in page] == sorted(durable.items()) and not more, step
+        prefix = entry_key("ns", "app", "n01")
+        assert state.count(prefix) == sum(1 for k in durable if k.startswith(prefix)), step
+    first, more = state.page(entry_key("ns", "app", ""), None, 5)
+    rest, _ = state.page(entry_key("ns", "app", ""), first[-1].key, 1000)
+    assert [e.key for e in first + rest] == sorted(durable) and more == (len(durable) > 5)
