@@ -120,6 +120,7 @@ class Buckets:
         self._schedule = schedule
         self._options = options or LogOptions()
         self.held: dict[int, HeldBucket] = {}
+        self._retaking: asyncio.Task[None] | None = None
 
     async def take(self, limit: int | None = None) -> int:
         """One round: create the buckets missing from the store and claim orphans, up to
@@ -156,13 +157,23 @@ class Buckets:
     def bucket_for(self, key: str) -> int:
         return bucket_of(key, self.count)
 
-    def drop(self, bucket: HeldBucket, why: str) -> None:
-        """Another silo owns ``bucket`` now (fencing): answer nothing more from it."""
+    def drop(self, bucket: HeldBucket, why: str, *, retake: bool = False) -> None:
+        """Answer nothing more from ``bucket``: another silo owns it now (fencing), or (``retake``)
+        an append to it failed, and it is claimed again from its log at once, so that memory is
+        what the log holds before it answers again (``take``: a log naming this incarnation is its own)."""
         if self.held.get(bucket.number) is bucket:
             del self.held[bucket.number]
         if not bucket.lost:
             bucket.lost = True
-            log.warning("registry bucket lost to another silo", extra={"bucket": bucket.base, "why": why})
+            log.warning("registry bucket dropped", extra={"bucket": bucket.base, "why": why})
+        if retake and (self._retaking is None or self._retaking.done()):
+            self._retaking = asyncio.get_running_loop().create_task(self._retake())
+
+    async def _retake(self) -> None:
+        try:
+            await self.take()
+        except Exception as exc:  # the next maintenance round takes it
+            log.warning("registry bucket not taken again yet", extra={"error": repr(exc)})
 
     async def answering(self, number: int) -> HeldBucket | None:
         """Bucket ``number`` if this silo's memory of it may answer a caller now (as
@@ -263,10 +274,8 @@ class Buckets:
                                          for number, rows in by_bucket.items()), return_exceptions=True)
         for (number, rows), result in zip(by_bucket.items(), results, strict=True):
             if isinstance(result, BaseException):
-                # Fenced, or in doubt: memory took the records back, the log may hold them. Held
-                # no longer, the bucket is claimed again from its log (``take``: a log naming
-                # this incarnation is its own), so that memory and log agree before it answers.
-                self.drop(held[number], f"its append failed ({result!r})")
+                # Fenced, or in doubt: memory took the records back, the log may hold them.
+                self.drop(held[number], f"its append failed ({result!r})", retake=True)
             for i, entry, job in rows:
                 if isinstance(result, BaseException):
                     out[i] = PutInDoubt(f"its bucket's append failed ({result!r})", asks[i].name)

@@ -113,7 +113,7 @@ class OwnerCalls:
                 try:
                     await writing
                 except Exception as exc:
-                    self.buckets.drop(bucket, f"its append failed ({exc!r})")
+                    self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
                     for i in rows:
                         out[i] = ("doubt", repr(exc))
                 else:
@@ -170,7 +170,7 @@ class OwnerCalls:
             try:
                 await writing
             except Exception as exc:
-                self.buckets.drop(bucket, f"its append failed ({exc!r})")
+                self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
                 for i in rows:
                     out[i] = ("doubt", repr(exc))
         return out

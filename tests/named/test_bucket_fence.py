@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cluster.model.errors import PutInDoubt
 from cluster.named.registry import entry_key
+from storage import StorageError
 from tests.named.bucket_cluster import TARGET, Cluster
 from tests.runtime.harness import Blocking
 
@@ -134,3 +137,39 @@ async def test_a_job_whose_shard_and_bucket_have_different_owners_asks_the_bucke
     assert {p.job.id for p in put} <= set(c.starts.log) and stray.id not in c.starts.log
     asked = {(caller, silo) for caller, silo, method, _ in c.calls if method == "named_verdicts"}
     assert any(caller != silo for caller, silo in asked), asked  # across silos, through call_peer
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_an_overwrite_whose_bucket_append_failed_leaves_the_old_generation_and_its_job_never_starts(
+        kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    jobs = c.jobs()
+    first = await jobs.put("tick", target=TARGET, schedule="@every 1s")
+    real = c.store.append_block
+    failing, fail = [True], asyncio.Event()
+
+    async def fails_once(name: str, payload: bytes, if_match: str) -> Any:
+        if name.startswith("registry/") and failing:
+            failing.clear()
+            await fail.wait()  # the job's clearance is asked meanwhile: it must wait for the append's outcome
+            raise StorageError("the registry append failed")  # and did not land
+        return await real(name, payload, if_match)
+
+    c.store.append_block = fails_once  # type: ignore[method-assign]
+    put = asyncio.ensure_future(jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True))
+    await asyncio.sleep(0.1)  # the job landed, the prefetcher asked the owner about it
+    fail.set()
+    with pytest.raises(PutInDoubt):
+        await put
+    hooks = c.hooks["a"]
+    landed = [job_id for shard in c.parts["a"].shards for job_id in shard.state.live
+              if job_id != first.job.id]
+    assert len(landed) == 1  # the overwrite's job: durable before its PUT record was appended
+    await c.fire(3)
+    got = await jobs.get("tick")  # the bucket, taken again from its log at once, answers as the log says
+    assert got is not None and got.job.id == first.job.id and got.generation == 1
+    assert set(c.starts.log) == {first.job.id}  # the overwrite's job landed, but nothing named it: never started
+    assert not any(landed[0] in shard.state.live for shard in c.parts["a"].shards)  # refused: removed
+    assert hooks.buckets is not None and len(hooks.buckets.held) == hooks.buckets.count
+    second = await jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True)  # tried again: made
+    assert second.generation == 2
