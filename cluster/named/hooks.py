@@ -38,7 +38,7 @@ from cluster.named.attempts import (
 )
 from cluster.named.bucket import BUCKETS
 from cluster.named.buckets import Buckets
-from cluster.named.fence import Clearance
+from cluster.named.fence import ADMIT_WAIT_S, Clearance
 from cluster.named.owned import OwnerCalls
 from cluster.named.recorder import StatusRecorder
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, JobStatus, Retired, update_entry
@@ -212,7 +212,12 @@ class NamedJobHooks(SiloHooks):
 
     async def _ask_owner(self, key: str, job_id: str) -> str | bool | None:
         """The verdict of ``key``'s bucket owner on ``job_id`` (``OwnerCalls.verdicts``); None: no answer now."""
-        answer = await self.routed.ask("named_verdicts", key, (key, job_id))
+        try:
+            # Bounded: an attempt waits in its batch, and an owner that is gone and not yet
+            # replaced (its lease running out) would hold every due named job up until then.
+            answer = await asyncio.wait_for(self.routed.ask("named_verdicts", key, (key, job_id)), ADMIT_WAIT_S)
+        except asyncio.TimeoutError:
+            return None
         if answer[0] == "ok":
             return str(answer[1])
         return False if answer[0] == "refused" else None

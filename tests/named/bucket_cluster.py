@@ -93,6 +93,7 @@ class Cluster:
         self.parts: dict[str, Roles] = {}
         self.hooks: dict[str, NamedJobHooks] = {}
         self.down: set[str] = set()
+        self.hanging: set[str] = set()  # silos that take calls and never answer (paused, cut off)
         self.starts = Starts()
         self.calls: list[tuple[str, str, str, Any]] = []  # (caller, silo, feature method, what was sent)
 
@@ -119,12 +120,14 @@ class Cluster:
         return parts
 
     def up(self) -> list[str]:
-        return [s for s in self.parts if s not in self.down]
+        return [s for s in self.parts if s not in self.down and s not in self.hanging]
 
     async def call(self, silo_id: str, method: str, args: tuple[Any, ...], caller: str = "client") -> Any:
         if silo_id in self.down or silo_id not in self.parts:
             raise SiloRefused(f"silo {silo_id} is not registered")
         parts = self.parts[silo_id]
+        if silo_id in self.hanging:
+            await asyncio.Event().wait()
         if method == "feature_call":
             self.calls.append((caller, silo_id, args[0], args[1]))
             serve = self.hooks[silo_id].service(args[0])

@@ -10,17 +10,21 @@ Each on the memory store and the file store.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cluster.model.errors import PutInDoubt
+from cluster.named.fence import ADMIT_WAIT_S
 from cluster.named.registry import entry_key
 from storage import StorageError
 from tests.named.bucket_cluster import TARGET, Cluster
-from tests.runtime.harness import Blocking
+from tests.runtime.harness import Blocking, item, job
 
 STORES = ["memory", "file"]
 
@@ -173,3 +177,26 @@ async def test_an_overwrite_whose_bucket_append_failed_leaves_the_old_generation
     assert hooks.buckets is not None and len(hooks.buckets.held) == hooks.buckets.count
     second = await jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True)  # tried again: made
     assert second.generation == 2
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_bucket_owner_that_never_answers_defers_its_named_jobs_and_holds_up_nothing_else(
+        kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path, silos=("a",))
+    jobs = c.jobs()
+    named = await jobs.put("report", target=TARGET, schedule="@every 1s")
+    b = await c.add("b")
+    await c.maintain()
+    assert not c.hooks["b"].buckets.held  # type: ignore[union-attr]  # a kept every bucket
+    # A copy of the named job in b's shard (as a retried schedule call leaves one), and a plain
+    # job due with it there; b must ask a, which takes the call and never answers.
+    c.hanging.add("a")  # paused: fires nothing, answers nothing
+    (copy,) = await b.scheduling.schedule([item(replace(named.job, shard=None))])
+    plain = job("h", due=named.job.due, now=datetime.now(timezone.utc))
+    await b.scheduling.schedule([item(plain)])
+    started = time.monotonic()
+    await asyncio.wait_for(c.fire(1), 30)
+    assert time.monotonic() - started < 2 * ADMIT_WAIT_S + 1  # the named admit gave up waiting
+    assert c.starts.log == [plain.id]  # the plain job was not held up; the named copy deferred, not started
+    shard = b.shards.get(copy)
+    assert shard is not None and named.job.id in shard.state.live  # deferred (asked again later), not refused
