@@ -182,9 +182,11 @@ class Clearance:
                 continue
             now = loop.time()
             batch: list[tuple[float, int, str, str, int, float, float]] = []
-            # Those due within a first poll's time too: the jobs of one landing, queued one by one
-            # as they were decoded, go in one batch (with the buckets, one call per owner).
-            while self._waiting and self._waiting[0][0] <= now + FIRST_POLL_S and len(batch) < PREFETCH_BATCH:
+            # Asking owners, those due within a first poll's time too: the jobs of one landing,
+            # queued one by one as they were decoded, go in one batch (one call per owner).
+            # (Reading entries, as before: the simulator's seeds keep their worlds.)
+            until = now + (FIRST_POLL_S if self._ask is not None else 0.0)
+            while self._waiting and self._waiting[0][0] <= until and len(batch) < PREFETCH_BATCH:
                 batch.append(heapq.heappop(self._waiting))
             verdicts = await asyncio.gather(*(self._judge(key, job_id, gen) for _, _, key, job_id, gen, _, _ in batch),
                                             return_exceptions=True)
