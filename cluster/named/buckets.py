@@ -191,6 +191,22 @@ class Buckets:
         self.drop(bucket, f"owned by {owner or 'nobody (its log is gone)'}, found after this silo's lease lapsed")
         return None
 
+    async def settled(self, keys: Sequence[str]) -> dict[int, HeldBucket | None]:
+        """The buckets of ``keys`` (None: not answered for here) once no put or delete of any of
+        ``keys`` is in progress. Returns right after a pass that found none busy, with no await
+        since: the caller marks its own keys busy before its next await. Waiting while holding
+        some names (each in turn) deadlocked two calls naming the same two in opposite orders."""
+        while True:
+            answering = {number: await self.answering(number) for number in {self.bucket_for(k) for k in keys}}
+            waited = False
+            for key in keys:
+                bucket = answering[self.bucket_for(key)]
+                if bucket is not None and key in bucket.busy:
+                    await bucket.free(key)
+                    waited = True
+            if not waited:
+                return answering
+
     async def release_all(self) -> int:
         """Name no owner on every bucket held (a graceful stop), so peers take them at once."""
         released = 0
@@ -220,17 +236,12 @@ class Buckets:
             return merged(len(asks), later, first, rest)
         out: list[PutOutcome | None] = [None] * len(asks)
         decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None, str | None]] = []
-        answering: dict[int, HeldBucket | None] = {}  # asked once per bucket: past the lease, each is a read
+        # A put of one of these names in progress decides first (its outcome counts); then all
+        # are decided with no await between, so a call never holds a name while it waits for another.
+        answering = await self.settled([ask.key for ask in asks])
         for i, ask in enumerate(asks):
-            number = self.bucket_for(ask.key)
-            if number not in answering:
-                answering[number] = await self.answering(number)
-            bucket = answering[number]
-            if bucket is None:
-                out[i] = NotOwner(ask.key)
-                continue
-            await bucket.free(ask.key)  # a put of this name in progress decides first: its outcome counts
-            if bucket.lost:
+            bucket = answering[self.bucket_for(ask.key)]
+            if bucket is None or bucket.lost:
                 out[i] = NotOwner(ask.key)
                 continue
             old = bucket.state.entries.get(ask.key)

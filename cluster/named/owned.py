@@ -73,14 +73,8 @@ class OwnerCalls:
 
     async def _settled(self, key: str) -> HeldBucket | None:
         """The bucket of ``key`` once no put or delete of it is under way, if this silo answers for it."""
-        number = self.buckets.bucket_for(key)
-        bucket = await self.buckets.answering(number)
-        if bucket is None:
-            return None
-        if key in bucket.busy:
-            await bucket.free(key)
-            bucket = await self.buckets.answering(number)  # the wait may have outlived the lease
-        return bucket if bucket is not None and key not in bucket.busy else None
+        bucket = (await self.buckets.settled([key]))[self.buckets.bucket_for(key)]
+        return None if bucket is None or bucket.lost else bucket
 
     async def deletes(self, sent: Sequence[tuple[str, str]]) -> list[Any]:
         """``(key, job id the caller cancelled)`` each: ``("deleted",)``, ``("absent",)``,
@@ -93,9 +87,10 @@ class OwnerCalls:
         rounds: dict[int, tuple[HeldBucket, list[int]]] = {}
         held: list[tuple[HeldBucket, str]] = []
         try:
+            answering = await self.buckets.settled([key for key, _ in sent])  # then no await until marked busy
             for i, (key, job_id) in enumerate(sent):
-                bucket = await self._settled(key)
-                if bucket is None:
+                bucket = answering[self.buckets.bucket_for(key)]
+                if bucket is None or bucket.lost:
                     out[i] = NOT_OWNER
                     continue
                 entry = bucket.state.entries.get(key)
