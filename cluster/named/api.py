@@ -34,11 +34,13 @@ from typing import Any
 from cluster.model.errors import InvalidJob, JobNotFound, PutManyFailed, ValidationError
 from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target
 from cluster.model.limits import DEFAULT_LIMITS
-from cluster.model.pause import PauseRecord, check_by, check_note
+from cluster.model.pause import check_by, check_note
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
 from cluster.model.trigger import triggered_run
 from cluster.model.wire import datetime_to_us, us_to_datetime
+from cluster.named.attempts import paused as paused_status
+from cluster.named.attempts import paused_change
 from cluster.named.bucketclient import BucketNames
 from cluster.named.registry import (
     NAMED_MARK,
@@ -478,9 +480,9 @@ class NamedJobs:
     async def _set_paused(self, name: str, app_id: str, namespace: str, paused: bool, note: str | None,
                           by: str | None) -> NamedJob:
         key = _key(name, app_id, namespace)
-        await self._no_buckets("pause and resume")
         store = await self._store()
-        entry = await read_entry(store, key)
+        buckets = await self._buckets()
+        entry = await (read_entry(store, key) if buckets is None else buckets.get_entry(key))
         if entry is None:
             raise JobNotFound(f"named job {name!r} in namespace {namespace!r}, app_id {app_id!r}")
         await self._apply_pause(store, entry, paused, note, by)
@@ -498,7 +500,11 @@ class NamedJobs:
             if paused:
                 raise JobNotFound(f"named job {entry.name!r}") from None
             changed, record = False, None  # nothing left to resume: a stale status is cleared below
-        await update_entry(store, entry.key, entry.job_id, lambda e: _with_pause(e, record), entry)
+        buckets = await self._buckets()
+        if buckets is not None:
+            await buckets.change_status(entry.key, entry.job_id, paused_change(record))
+        else:
+            await update_entry(store, entry.key, entry.job_id, lambda e: _with_status(e, paused_status(e.status, record)), entry)
         return changed
 
     async def _set_all_paused(self, app_id: str | None, namespace: str, paused: bool, note: str | None,
@@ -506,12 +512,13 @@ class NamedJobs:
         check_scope(namespace, "namespace")
         if app_id is not None:
             check_scope(app_id, "app_id")
-        await self._no_buckets("pause and resume")
         store = await self._store()
         base = namespace_prefix(namespace) if app_id is None else scope_prefix(namespace, app_id)
         depth = 1 if app_id is None else 0  # slashes after the prefix in an entry's key
-        entries = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in await store.list(base)
-                   if info.name[len(base):].count("/") == depth]
+        buckets = await self._buckets()
+        found = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in await store.list(base)] \
+            if buckets is None else await buckets.entries(base)
+        entries = [e for e in found if e.key[len(base):].count("/") == depth]
         limit = asyncio.Semaphore(_PAUSES_AT_ONCE)
 
         async def one(entry: Entry) -> bool:
@@ -551,14 +558,8 @@ def with_next_fires(status: JobStatus, job: ScheduledJob, now: datetime, *, paus
         over = status.current_attempt is None and status.attempts == 0
         pending = running.occurrence + 1 if over else running.occurrence
     return replace(status, next_fires=job.next_fires(now, paused=paused, pending=pending))
-def _with_pause(entry: Entry, record: PauseRecord | None) -> Entry | None:
-    """``entry`` with its status showing ``record`` (None: not paused); None if it shows that already."""
-    status = entry.status
-    if record is None:
-        new = replace(status, paused=False, paused_note=None, paused_by=None, paused_since=None)
-    else:
-        new = replace(status, paused=True, paused_note=record.note, paused_by=record.by, paused_since=record.since)
-    return None if new == status else replace(entry, status=new)
+def _with_status(entry: Entry, status: JobStatus | None) -> Entry | None:
+    return None if status is None else replace(entry, status=status)
 
 
 def _scope_of(namespace: str, app_id: str) -> str:

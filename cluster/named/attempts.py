@@ -17,13 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from cluster.model.jobs import ScheduledJob, Target
+from cluster.model.pause import PauseRecord
 from cluster.model.trigger import TRIGGERED_FROM
 from cluster.model.wire import datetime_to_us, us_to_datetime
 from cluster.named.registry import AttemptRecord, JobStatus, clip_error, with_history
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
 
-__all__ = ["LINGER_S", "StatusSender", "WireChange", "apply_change", "ended", "ended_change", "interrupted", "interrupted_change", "staged",
-           "staged_change", "started", "started_change"]
+__all__ = ["LINGER_S", "StatusSender", "WireChange", "apply_change", "ended", "ended_change", "interrupted",
+           "interrupted_change", "paused", "paused_change", "staged", "staged_change", "started", "started_change"]
 
 #: A status change as sent to a bucket's owner: (kind, ...plain values).
 WireChange = tuple[Any, ...]
@@ -118,7 +119,20 @@ def staged(status: JobStatus, target: str, since: datetime) -> JobStatus | None:
     return replace(status, staged_target=target, staged_since=since)
 
 
+def paused(status: JobStatus, record: PauseRecord | None) -> JobStatus | None:
+    """Return ``status`` showing the pause ``record`` of its shard's log (None: not paused); None if it shows that already."""
+    if record is None:
+        new = replace(status, paused=False, paused_note=None, paused_by=None, paused_since=None)
+    else:
+        new = replace(status, paused=True, paused_note=record.note, paused_by=record.by, paused_since=record.since)
+    return None if new == status else new
+
+
 # -- over the wire: a change sent to the bucket's owner -------------------------------------------
+
+def paused_change(record: PauseRecord | None) -> WireChange:
+    return ("p",) if record is None else ("p", record.note, record.by, datetime_to_us(record.since))
+
 
 def started_change(event: AttemptEvent, owner: str) -> WireChange:
     return ("s", owner, _event_row(event))
@@ -151,6 +165,8 @@ def apply_change(status: JobStatus, change: WireChange) -> JobStatus | None:
         return staged(status, change[1], us_to_datetime(change[2]))
     if kind == "i":
         return interrupted(status, change[1], change[2], change[3])
+    if kind == "p":
+        return paused(status, None if len(change) == 1 else PauseRecord(change[1], change[2], us_to_datetime(change[3])))
     raise ValueError(f"not a status change: {kind!r}")
 
 

@@ -11,6 +11,8 @@ What a caller relies on, and how it holds here:
 - **delete**: read the entry, cancel what it names, then delete it at the owner only while it
   still names the job cancelled (else cancel the newer one too and ask again); once ``delete``
   returned, nothing it named starts again.
+- **pause / resume**: the pause lives in the shard's log as with entries; the answer is
+  mirrored in the name's status at the owner (a status change, as an attempt's).
 - **get / list_page / count**: from the owners' memory of the durable entries, so a read after
   a put returned sees it. A page asks every bucket's owner for ``limit`` entries past the
   cursor and merges them by key.
@@ -27,6 +29,7 @@ from typing import Any
 from cluster.model.errors import ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob
 from cluster.model.ports import JobSubmitter
+from cluster.named.attempts import WireChange
 from cluster.named.bucket import BUCKETS
 from cluster.named.buckets import PutOutcome, put_to_wire
 from cluster.named.registry import Entry, Retired
@@ -37,6 +40,7 @@ from storage import Store
 __all__ = ["BucketNames", "DELETE_ATTEMPTS"]
 
 DELETE_ATTEMPTS = 32  # rounds of one delete while puts keep replacing what it cancelled
+PAGE = 1000  # entries per owner call when all of a prefix is read
 
 
 class BucketNames:
@@ -112,6 +116,21 @@ class BucketNames:
         rows = sorted((row for found, _ in answers.values() for row in found), key=lambda row: row[0])
         more = len(rows) > limit or any(more for _, more in answers.values())
         return [Entry.from_metadata(key, metadata, "") for key, metadata in rows[:limit]], more
+
+    async def entries(self, start: str) -> list[Entry]:
+        """Every entry whose key starts with ``start``, in key order."""
+        out: list[Entry] = []
+        while True:
+            page, more = await self.page(start, out[-1].key if out else None, PAGE)
+            out += page
+            if not more or not page:
+                return out
+
+    async def change_status(self, key: str, job_id: str, change: WireChange) -> None:
+        """Apply ``change`` to the status of ``key`` while it names ``job_id`` (a pause mirrored), once durable."""
+        answer = await self.routed.ask("named_status", key, (key, job_id, change))
+        if answer[0] != "ok":
+            raise _failure(answer, "the registry bucket's owner did not record the change")
 
     async def count(self, start: str) -> int:
         return sum((await self.routed.ask_all("named_count", start)).values())

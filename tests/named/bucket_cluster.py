@@ -134,7 +134,8 @@ class Cluster:
             assert serve is not None, args[0]
             return await serve(*args[1:])
         methods = {"schedule": parts.scheduling.schedule, "cancel": parts.cancelling.cancel,
-                   "shards_from": parts.cancelling.shards_from}
+                   "shards_from": parts.cancelling.shards_from, "pause": parts.pausing.pause,
+                   "resume": parts.pausing.resume}
         return await methods[method](*args)
 
     def jobs(self) -> NamedJobs:
