@@ -99,8 +99,8 @@ class ClusterOptions:
     - ``named_registry`` ("entries"): where named jobs' names are kept. "entries": one entry per
       name, written by the caller (today's path). "experimental-buckets": hashed bucket logs
       owned by silos like shards, so a round of puts is one append per bucket instead of a read
-      and a write per name (issue 25 point 5). Being built: put, get, list, count, delete,
-      firing and status work; trigger and pause do not, nor do names written by "entries" show;
+      and a write per name (issue 25 point 5). Being built: the whole client.jobs API works on
+      it, but names written by "entries" do not show, and the simulator does not cover it yet;
       for measuring it, never for use.
     """
 

@@ -260,11 +260,6 @@ class NamedJobs:
         writer = await self._writer()
         return writer if isinstance(writer, BucketNames) else None
 
-    async def _no_buckets(self, what: str) -> None:
-        if await self._buckets() is not None:
-            raise NotImplementedError(f"{what} is not on the bucket registry yet (named_registry='experimental-buckets' "
-                                      "is incomplete)")
-
     async def _writer(self) -> PutWriter | BucketNames:
         loop = id(asyncio.get_running_loop())
         writer = self._writers.get(loop)
@@ -425,10 +420,10 @@ class NamedJobs:
         ``LookupError``) if there is no job of that name.
         """
         key = _key(name, app_id, namespace)
-        await self._no_buckets("trigger")
         store = await self._store()
+        buckets = await self._buckets()
         for _ in range(_PUT_ATTEMPTS):
-            entry = await read_entry(store, key)
+            entry = await (read_entry(store, key) if buckets is None else buckets.get_entry(key))
             if entry is None:
                 break
             try:

@@ -20,11 +20,11 @@ from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.pause import PauseRecord
 from cluster.model.trigger import TRIGGERED_FROM
 from cluster.model.wire import datetime_to_us, us_to_datetime
-from cluster.named.registry import AttemptRecord, JobStatus, clip_error, with_history
+from cluster.named.registry import AttemptRecord, JobStatus, Retired, clip_error, with_history
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
 
 __all__ = ["LINGER_S", "StatusSender", "WireChange", "apply_change", "ended", "ended_change", "interrupted",
-           "interrupted_change", "paused", "paused_change", "staged", "staged_change", "started", "started_change"]
+           "interrupted_change", "paused", "paused_change", "retiring", "staged", "staged_change", "started", "started_change"]
 
 #: A status change as sent to a bucket's owner: (kind, ...plain values).
 WireChange = tuple[Any, ...]
@@ -126,6 +126,13 @@ def paused(status: JobStatus, record: PauseRecord | None) -> JobStatus | None:
     else:
         new = replace(status, paused=True, paused_note=record.note, paused_by=record.by, paused_since=record.since)
     return None if new == status else new
+
+
+def retiring(retire: tuple[Retired, ...], run: Retired | None) -> tuple[Retired, ...]:
+    """``retire`` with ``run`` on it, once (a retry of the run is admitted again)."""
+    if run is None or any(r.job_id == run.job_id for r in retire):
+        return retire
+    return (*retire, run)
 
 
 # -- over the wire: a change sent to the bucket's owner -------------------------------------------

@@ -212,14 +212,18 @@ class BucketState:
             self.inflight[key] = (before, 1) if pending is None else (pending[0], pending[1] + 1)
         return keys
 
-    def settle(self, keys: list[str]) -> None:
-        """The append carrying ``keys`` ended (durable, or taken back)."""
+    def settle(self, keys: list[str], done: list[tuple[list[Any], Entry | None, Entry | None]],
+               landed: bool) -> None:
+        """The append of ``done`` carrying ``keys`` ended: durable (``landed``), or taken back.
+        Appends land in the order they were made, so a landed one's entries are what the log
+        holds now, also of a key a later append (still in flight) changes again."""
+        after = {record[1]: entry for record, _, entry in done} if landed else {}
         for key in keys:
-            before, count = self.inflight[key]
+            durable, count = self.inflight[key]
             if count <= 1:
                 del self.inflight[key]
             else:
-                self.inflight[key] = (before, count - 1)
+                self.inflight[key] = (after.get(key, durable) if landed else durable, count - 1)
 
     def undo(self, done: list[tuple[list[Any], Entry | None, Entry | None]]) -> None:
         """Take back records ``apply_all`` folded whose append failed, newest first; a key a

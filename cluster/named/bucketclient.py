@@ -11,6 +11,8 @@ What a caller relies on, and how it holds here:
 - **delete**: read the entry, cancel what it names, then delete it at the owner only while it
   still names the job cancelled (else cancel the newer one too and ask again); once ``delete``
   returned, nothing it named starts again.
+- **trigger**: the run is admitted at its start by the bucket's owner, which lists it among the
+  jobs the entry retires while the entry names its generation (``OwnerCalls.triggers``).
 - **pause / resume**: the pause lives in the shard's log as with entries; the answer is
   mirrored in the name's status at the owner (a status change, as an attempt's).
 - **get / list_page / count**: from the owners' memory of the durable entries, so a read after

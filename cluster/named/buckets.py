@@ -11,8 +11,8 @@ next generation), makes the round's jobs durable in its own shards, then appends
 ``PUT`` records in one append: a name never points at a job that is not durable, and no entry
 is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
 ``cluster.named.owned``; the callers' side is ``cluster.named.routed``. Not yet here
-(``named_registry="experimental-buckets"`` stays incomplete until they are): triggered runs, pause and resume,
-the import of per-name entries, and the simulator.
+(``named_registry="experimental-buckets"`` stays incomplete until they are): the import of
+per-name entries, and the simulator.
 """
 
 from __future__ import annotations
@@ -102,10 +102,13 @@ class HeldBucket:
             await appending
         except Exception:
             self.state.undo(done)
+            self.state.settle(keys, done, landed=False)
             self.writer.disown_doubt()  # should it land after all, the writer stops: taken back from the log
             raise
-        finally:
-            self.state.settle(keys)
+        except BaseException:
+            self.state.settle(keys, done, landed=False)
+            raise
+        self.state.settle(keys, done, landed=True)
 
 
 class Buckets:

@@ -31,6 +31,7 @@ from cluster.named.attempts import (
     ended_change,
     interrupted,
     interrupted_change,
+    retiring,
     staged,
     staged_change,
     started,
@@ -93,8 +94,8 @@ class NamedJobHooks(SiloHooks):
         if key is None:
             return True
         if TRIGGERED_FROM in job.metadata:
-            # No triggered runs on the buckets yet (``trigger`` refuses there): one found is refused.
-            return False if self.buckets is not None else await self._admit_triggered(event, key)
+            return await (self._admit_triggered(event, key) if self.buckets is None
+                          else self._admit_triggered_at_owner(event, key))
         verdict = await self.clearance.verdict(key, job.id, job.generation, job.metadata.get(REPLACES_MARK))
         if not isinstance(verdict, str):
             return verdict
@@ -114,7 +115,21 @@ class NamedJobHooks(SiloHooks):
         run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)) if event.shard else None
         await self.recorder.flush_key(key)  # this run's own earlier changes first, in order
         return await self._update(key, job_id, lambda e: replace(e, status=started(e.status, event, owner),
-                                                                  retire=_retiring(e.retire, run))) is not None
+                                                                  retire=retiring(e.retire, run))) is not None
+
+    async def _admit_triggered_at_owner(self, event: AttemptEvent, key: str) -> bool | None:
+        """``_admit_triggered`` with the names in buckets: the owner of ``key``'s bucket records
+        the run as running and lists it among the jobs the entry retires, in one append, while
+        the entry names the generation it ran from (``OwnerCalls.triggers``); None: no answer now."""
+        assert self.sender is not None
+        await self.sender.flush()  # this run's own earlier changes first, in order
+        run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)).row() if event.shard else None
+        asked = (key, triggered_from(event.job), run, started_change(event, self._silo.owner))
+        try:
+            answer = await asyncio.wait_for(self.routed.ask("named_trigger", key, asked), ADMIT_WAIT_S)
+        except asyncio.TimeoutError:
+            return None
+        return True if answer[0] == "ok" else False if answer[0] == "refused" else None
 
     async def attempt_started(self, event: AttemptEvent) -> None:
         key = event.job.metadata.get(NAMED_MARK)
@@ -232,13 +247,6 @@ class NamedJobHooks(SiloHooks):
                 self._known.clear()
             self._known[key] = entry
         return entry
-
-
-def _retiring(retire: tuple[Retired, ...], run: Retired | None) -> tuple[Retired, ...]:
-    """``retire`` with ``run`` on it, once (a retry of the run is admitted again)."""
-    if run is None or any(r.job_id == run.job_id for r in retire):
-        return retire
-    return (*retire, run)
 
 
 class _Peers:

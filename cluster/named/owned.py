@@ -15,6 +15,8 @@ the owners again and sends it there).
 - **Deletes**: the name is deleted only while it still points at the job the caller cancelled
   (``("changed", entry)`` otherwise: the caller cancels that one too and asks again), so once
   a delete returned, nothing it named starts again.
+- **Triggered runs**: admitted at their start while the entry names their generation, listed
+  among the jobs it retires in the same append (so a put or delete replacing it cancels them).
 - **Retired**: older generations whose cancel the caller confirmed leave the entry's list.
 - **Status**: attempts' changes (``cluster.named.attempts``), applied in the order sent while the
   entry names their generation, one ``STATUS`` record per name per call, one append per bucket.
@@ -27,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from cluster.named.attempts import WireChange, apply_change
-from cluster.named.bucket import DELETE, RETIRED, STATUS
+from cluster.named.attempts import WireChange, apply_change, retiring
+from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS
 from cluster.named.buckets import Buckets, HeldBucket, merged, outcome_to_wire, put_from_wire, repeated
+from cluster.named.registry import Retired
 
 __all__ = ["OwnerCalls"]
 
@@ -48,7 +52,7 @@ class OwnerCalls:
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {
             "named_put": self.puts, "named_verdicts": self.verdicts, "named_delete": self.deletes,
             "named_retired": self.retired, "named_status": self.statuses, "named_get": self.gets,
-            "named_page": self.page, "named_count": self.count,
+            "named_page": self.page, "named_count": self.count, "named_trigger": self.triggers,
         }
 
     def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
@@ -116,6 +120,35 @@ class OwnerCalls:
                         out[i] = ("deleted",)
         finally:
             await _release(held)
+        return out
+
+    async def triggers(self, sent: Sequence[tuple[str, str, list[Any] | None, WireChange]]) -> list[Any]:
+        """``(key, generation's job id, triggered run as a retire row, its start)`` each: ``("ok",)``
+        once the entry, still naming that generation, shows the run running and lists it among
+        the jobs to retire (a put or delete replacing the generation then cancels it before it
+        returns); ``("refused",)`` if it names another or none; ``("doubt", why)``; or not ours."""
+        out: list[Any] = []
+        for key, job_id, run, change in sent:  # rare, out of band: one at a time
+            bucket = await self._settled(key)
+            entry = None if bucket is None else bucket.state.entries.get(key)
+            if bucket is None:
+                out.append(NOT_OWNER)
+            elif entry is None or entry.job_id != job_id:
+                out.append(("refused",))
+            else:
+                listed = retiring(entry.retire, None if run is None else Retired(run[0], run[1], run[2],
+                                                                                   len(run) < 4 or bool(run[3])))
+                new = replace(entry, status=apply_change(entry.status, change) or entry.status, retire=listed)
+                bucket.busy.add(key)
+                try:
+                    await bucket.write([[PUT, key, new.metadata()]])
+                except Exception as exc:
+                    self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
+                    out.append(("doubt", repr(exc)))
+                else:
+                    out.append(("ok",))
+                finally:
+                    await _release([(bucket, key)])
         return out
 
     async def retired(self, sent: Sequence[tuple[str, list[str]]]) -> list[Any]:
