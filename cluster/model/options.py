@@ -100,8 +100,8 @@ class ClusterOptions:
       name, written by the caller (today's path). "experimental-buckets": hashed bucket logs
       owned by silos like shards, so a round of puts is one append per bucket instead of a read
       and a write per name (issue 25 point 5). Being built: the whole client.jobs API works on
-      it, but names written by "entries" do not show, and the simulator does not cover it yet;
-      for measuring it, never for use.
+      it, and names written by "entries" are taken in once, but the simulator does not cover it
+      yet; for measuring it, never for use.
     """
 
     shard_duration: timedelta = timedelta(hours=1)

@@ -10,9 +10,10 @@ A put reaches its bucket's owner, which decides from memory (taken: ``AlreadyExi
 next generation), makes the round's jobs durable in its own shards, then appends the round's
 ``PUT`` records in one append: a name never points at a job that is not durable, and no entry
 is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
-``cluster.named.owned``; the callers' side is ``cluster.named.routed``. Not yet here
-(``named_registry="experimental-buckets"`` stays incomplete until they are): the import of
-per-name entries, and the simulator.
+``cluster.named.owned``; the callers' side is ``cluster.named.routed``. A store written with
+names in per-name entries keeps them: a bucket's first owner takes in those that hash to it
+before it answers anything (``HeldBucket.import_entries``). Not yet here (``named_registry=
+"experimental-buckets"`` stays incomplete until it is): the simulator.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
-from cluster.named.registry import REPLACES_MARK, Entry, JobStatus
+from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
 from cluster.runtime.logowner import RELEASED, Owner, owner_of, read_to_claim
@@ -40,6 +41,8 @@ __all__ = ["Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcom
            "outcome_to_wire", "put_from_wire", "put_to_wire"]
 
 log = logging.getLogger("timeshard.silo")
+
+IMPORT_CHUNK = 500  # old entries a record append carries when a bucket takes them in
 
 #: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
 Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[list[str]]]
@@ -78,6 +81,20 @@ class HeldBucket:
         bucket.writer = await LogWriter.claim(store, read, meta.to_metadata(), snapshot=bucket.state.snapshot,
                                               options=options)
         return bucket
+
+    async def import_entries(self, entries: Sequence[tuple[str, dict[str, str]]], count: int) -> None:
+        """Take in the names of the per-name layout (``named_registry="entries"``) that hash to
+        this bucket, before it answers anything; then record it done in the log's metadata. A
+        name taken in already (an import cut short, replayed) is left as the bucket has it."""
+        assert self.writer is not None
+        mine = [[PUT, key, metadata] for key, metadata in entries
+                if bucket_of(key, count) == self.number and key not in self.state.entries]
+        for first in range(0, len(mine), IMPORT_CHUNK):
+            await self.write(mine[first:first + IMPORT_CHUNK])
+        self.meta = replace(self.meta, imported=True)
+        await self.writer.set_metadata(self.meta.to_metadata())
+        if mine:
+            log.info("registry bucket imported the per-name entries", extra={"bucket": self.base, "names": len(mine)})
 
     async def free(self, key: str) -> None:
         """Return once no put of ``key`` is in progress on this bucket."""
@@ -132,6 +149,7 @@ class Buckets:
         members = await self._owner.read_members()
         limit = fair_share_of(self.count, members) if limit is None else limit
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}
+        old_entries: list[tuple[str, dict[str, str]]] | None = None  # listed once a round, if a bucket needs them
         took = 0
         for number in range(self.count):
             if number in self.held or len(self.held) >= limit:
@@ -147,6 +165,14 @@ class Buckets:
                     continue
             except (Fenced, NotFound, LogExists):
                 continue  # another silo was faster
+            if not bucket.meta.imported:
+                if old_entries is None:
+                    old_entries = await entries_of_old_layout(self._store)
+                try:
+                    await bucket.import_entries(old_entries, self.count)
+                except StorageError as exc:  # held by no one in memory: taken again from its log next round
+                    log.warning("registry bucket not imported yet", extra={"bucket": bucket.base, "error": repr(exc)})
+                    continue
             if self._owner.me.rejoining or self._owner.me.owner != me:
                 # Made under an incarnation declared dead meanwhile: peers take it as an orphan,
                 # so holding it too would make two owners (as ``ShardTable.add`` refuses a shard).
@@ -312,6 +338,12 @@ def merged(count: int, later: set[int], first: Sequence[Any], rest: Sequence[Any
     """Answers of the items not in ``later`` (``first``) and of those in it (``rest``), back in order."""
     firsts, rests = iter(first), iter(rest)
     return [next(rests) if i in later else next(firsts) for i in range(count)]
+
+
+async def entries_of_old_layout(store: Store) -> list[tuple[str, dict[str, str]]]:
+    """Every entry of the per-name layout (``names/<ns>/<app>/<name>``): its key and metadata."""
+    return [(info.name, dict(info.metadata)) for info in await store.list(REGISTRY_PREFIX)
+            if info.name.count("/") == 3 and "gen" in info.metadata and "job" in info.metadata]
 
 
 class NotOwner(LookupError):

@@ -98,12 +98,13 @@ class Cluster:
         self.calls: list[tuple[str, str, str, Any]] = []  # (caller, silo, feature method, what was sent)
 
     @classmethod
-    async def start(cls, kind: str, tmp: Path, silos: tuple[str, ...] = ("a",)) -> Cluster:
+    async def start(cls, kind: str, tmp: Path, silos: tuple[str, ...] = ("a",), *,
+                    options: ClusterOptions = BUCKET_OPTIONS, root: Path | None = None) -> Cluster:
         # Half a second ahead of the wall clock that put reads: a job put due in 1 s is due in the
         # first second the test fires.
         clock = ManualClock(datetime_to_us(datetime.now(timezone.utc)) + 500_000)
-        store: Store = MemoryStore() if kind == "memory" else ManualTimeFileStore(str(tmp / "store"), clock)
-        cluster = cls(store, clock)
+        store: Store = MemoryStore() if kind == "memory" else ManualTimeFileStore(str(root or tmp / "store"), clock)
+        cluster = cls(store, clock, options)
         for silo_id in silos:
             await cluster.add(silo_id)
         await cluster.maintain()
