@@ -122,7 +122,8 @@ class NamedJobHooks(SiloHooks):
         the run as running and lists it among the jobs the entry retires, in one append, while
         the entry names the generation it ran from (``OwnerCalls.triggers``); None: no answer now."""
         assert self.sender is not None
-        await self.sender.flush()  # this run's own earlier changes first, in order
+        with contextlib.suppress(asyncio.TimeoutError):  # this run's own earlier changes first, if they go soon
+            await asyncio.wait_for(self.sender.flush(), ADMIT_WAIT_S)
         run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)).row() if event.shard else None
         asked = (key, triggered_from(event.job), run, started_change(event, self._silo.owner))
         try:
