@@ -11,6 +11,7 @@ from typing import Any
 
 from cluster.flows.log import FlowLogDamaged, FlowState, create_log, read_flow, update, write_definition
 from cluster.flows.model import (
+    ADMISSION_HOLDS_S,
     FLOW_CANCELLED,
     FLOW_HALTED,
     FLOW_PREFIX,
@@ -214,7 +215,10 @@ class Flows:
 
     async def cancel(self, name: str) -> bool:
         """Cancel a running flow: no step starts any more, scheduled ones are cancelled (a running
-        attempt finishes first). True if it was running; False if finished or unknown."""
+        attempt finishes first). True if it was running; False if finished or unknown.
+
+        With a step scheduled, it returns no sooner than ``ADMISSION_HOLDS_S`` after its record
+        landed: a silo's admission of a step read before that no longer holds then."""
         async with await self._open() as store:
             wrote: list[list[Any]] = []
             token = uuid.uuid4().hex[:16]
@@ -228,6 +232,9 @@ class Flows:
             state = await update(store, name, decide)
             if state is None or not wrote:
                 return False
+            landed = asyncio.get_running_loop().time()  # the cancel record landed by now
+            # A step with an intent may have been admitted by its silo before the record landed.
+            admitted = any(s.token is not None and s.state not in TERMINAL_STEP_STATES for s in state.steps.values())
             # An intent written just before the cancel is being scheduled: let its writer confirm.
             for _ in range(_CONFIRM_POLLS):
                 if not state.unconfirmed():
@@ -247,7 +254,19 @@ class Flows:
             if cancelled:
                 record = ["cancelled", cancelled, self._clock.now_us()]
                 await update(store, name, lambda s: [record] if s.apply(record) else [])
+            if admitted:
+                await _admissions_lapsed(landed)
         return True
+
+
+async def _admissions_lapsed(since: float) -> None:
+    """Return once every silo's admission of a step read before ``since`` has lapsed
+    (``FlowHooks.admit_holds_s``): from then on, no attempt admitted before the cancel landed is
+    sent. Before: one admitted just before it, its silo stalled before the send (its writer
+    stalled too, so the cancel knew no shard of its job), was sent after the cancel returned."""
+    left = since + ADMISSION_HOLDS_S - asyncio.get_running_loop().time()
+    if left > 0:
+        await asyncio.sleep(left)
 
 
 def _definition(plan: FlowPlan) -> list[Any]:

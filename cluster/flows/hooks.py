@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from cluster.flows.log import FlowLogDamaged, applied, read_flow, update
-from cluster.flows.model import FLOW_ID_META, FLOW_META, FLOW_PREFIX, STEP_META, TERMINAL_STEP_STATES
+from cluster.flows.model import ADMISSION_HOLDS_S, FLOW_ID_META, FLOW_META, FLOW_PREFIX, STEP_META, TERMINAL_STEP_STATES
 from cluster.flows.progress import Limits, Unconfirmed, advance, job_outcome, reconcile
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
@@ -38,6 +38,7 @@ class FlowHooks(SiloHooks):
     """
 
     metadata_keys = (FLOW_META,)
+    admit_holds_s = ADMISSION_HOLDS_S  # a flow's cancel waits this out (``Flows.cancel``)
 
     def interested(self, job: ScheduledJob) -> bool:
         return FLOW_META in job.metadata

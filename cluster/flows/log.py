@@ -141,6 +141,7 @@ class StepState:
     shard: str | None = None
     due_us: int | None = None
     scheduled_us: int | None = None  # when the ``sched`` placing it was written: a takeover's job is due long before
+    retried_us: int | None = None  # when its last attempt ended in a retry: an overdue job's retry is due before
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class FlowState:
         if kind == "run":
             step.state, step.started_us, step.started_attempt, step.next_retry_us = RUNNING, at, attempt, None
         elif kind == "retry":
-            step.state, step.error, step.next_retry_us = RETRYING, record[3], record[4]
+            step.state, step.error, step.next_retry_us, step.retried_us = RETRYING, record[3], record[4], at
         elif kind == "ok":
             step.state, step.ended_us, step.next_retry_us = SUCCEEDED_STEP, at, None
             if self.state == FLOW_SUCCEEDED:
@@ -372,7 +373,11 @@ async def read_flow(store: Store, flow: str) -> FlowState | None:
     try:
         fetched = await store.fetch(log_name(flow))
         name, data, etag = log_name(flow), fetched.data, fetched.etag
-        repaired = NEXT_KEY in fetched.metadata
+        # Empty, it is a flow being created, or the first generation created anew by a submit
+        # of it (``create_log``) after a repair moved the log on: only the generations tell.
+        # Taken for "no flow", a silo's record of a step's end was dropped as recorded and the
+        # step ran again (simulator seed 202614 with every kind).
+        repaired = NEXT_KEY in fetched.metadata or not data
     except NotFound:
         repaired = True  # no flow, or its first generation deleted by a repair
     if repaired:

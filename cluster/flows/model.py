@@ -53,6 +53,10 @@ FLOW_PREFIX = "flows/"
 FLOW_META = "timeshard.flow"  # job metadata: the flow's name
 FLOW_ID_META = "timeshard.flow_id"  # ... its id (a resubmitted name gets a new one)
 STEP_META = "timeshard.step"  # ... and the step's name
+# How long a silo's admission of a step's attempt holds (``FlowHooks.admit``): an attempt not sent
+# within this many seconds of the read that admitted it is asked again. A cancel that returns no
+# sooner than this after its record landed knows no step admitted before it starts after it.
+ADMISSION_HOLDS_S = 2.0
 
 PENDING, RUNNING, RETRYING, SUCCEEDED_STEP, FAILED, CANCELLED_STEP = (
     "pending", "running", "retrying", "succeeded", "failed", "cancelled",

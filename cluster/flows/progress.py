@@ -178,7 +178,12 @@ def _silent(step: StepState, limits: Limits, now_us: int) -> bool:
     if step.state == RUNNING and step.started_us is not None:
         return now_us - step.started_us > limits.attempt_us
     if step.state == RETRYING and step.next_retry_us is not None:
-        return now_us - step.next_retry_us > limits.staging_us + limits.attempt_us
+        # From its retry time or, later, from when the attempt before it ended: a policy counts
+        # the retry from the occurrence's due time, so an overdue job's is due at once, maybe
+        # minutes back. Measured from that, a step was "silent" while its next attempts ran and
+        # their records waited on a full flow log, its shard was read with its removal compacted
+        # away, and it ran again beside its live silo (simulator seed 201061 with every kind).
+        return now_us - max(step.next_retry_us, step.retried_us or 0) > limits.staging_us + limits.attempt_us
     if step.state == PENDING and step.due_us is not None:
         # From its due time or, later, from when it was scheduled: a step taken over goes out due
         # at its first try's time, maybe minutes back. Measured from that, it was "silent" at

@@ -101,6 +101,12 @@ class SiloStopping(RuntimeError):
     """The silo is stopping gracefully and takes no new work; the client tries another."""
 
 
+class LeaseLapsed(SiloStopping):
+    """The silo's firing lease lapsed and was not renewed in time, so it wrote nothing of the
+    call (a shard it creates past its lease may escape a peer taking over its work); the client
+    tries another silo."""
+
+
 class ClusterUnavailable(RuntimeError):
     """No silo answered: the cluster is down or every silo is restarting."""
 

@@ -10,19 +10,26 @@ shard the entry names (a later occurrence, which the move protocol carried on fr
 clears by its id). The read is made off the firing path — when the job lands here
 (``jobs_landed``; one landing in a window beyond the lookahead waits for its shard's load) or
 its shard is loaded (``shard_loaded``) — and remembered; an attempt due before it is done waits
-for it. A clearance is never taken back, because:
+for it. A clearance holds while its job stays in this silo's memory of the shard, because:
 
 1. the entry names every job it ever pointed at until that job's cancel is confirmed: ``put``
    moves the job it replaces into ``retire`` by the same compare-and-swap that points the name
    at the new one, and ``retire`` is carried from each entry into the next;
 2. ``put`` and ``delete`` cancel the current job and every retired one through its shard's
    owner, following moves, before they return; and a job cancelled there ("cancelled", or
-   "absent": done) does not start again (``Client.try_cancel_job``).
+   "absent": done) does not start again (``Client.try_cancel_job``), and its owner forgets
+   its clearance (``job_cancelled``);
+3. a silo that loads a shard from its log (claimed, taken back, a dormant one read) judges its
+   jobs afresh (``recheck``): the owner a put cancelled through may have been another silo, and
+   the cancel's REMOVE may have been lost since to a damaged frame, which the README lets
+   damage cost (the job is live in the log again; simulator seed 206727: a clearance this silo
+   remembered from before it handed the shard over started the job, 6 s after the put returned).
 
 Take a clearance read of entry version v that saw job J in shard X, and a ``put`` or ``delete``
 P whose compare-and-swap wrote version w. If v < w, J was current at v, so at w it is named by
 P's entry (1) or its cancel was confirmed already; P cancels it at X's owner before it returns
-(2), after which no copy of J from X starts. If v > w, J was put after P: no older generation.
+(2), after which no copy of J from X starts there; a silo loading X later reads the entry again
+(3), at w or later, which refuses J. If v > w, J was put after P: no older generation.
 A job the entry never pointed at, or a copy outside the shard it named, is never cleared, so it
 never starts, before a put or after. (A copy of J outside X that reaches a later occurrence
 without running would clear by id; only a second copy written by a retried schedule call could,
@@ -100,6 +107,7 @@ class Clearance:
         self._store = store
         self._ask = ask  # None: read the name's registry entry
         self._cleared: dict[str, str] = {}  # job id -> the shard the entry named
+        self._reading: dict[str, object] = {}  # job id -> the latest read of its entry under way
         self._landed: dict[str, float] = {}  # job id -> when it landed here, while its put may still be under way
         self._waiting: list[tuple[float, int, str, str, int, float, float]] = []  # heap, see _prefetching
         self._seq = itertools.count()
@@ -114,6 +122,14 @@ class Clearance:
         """``job_id`` ended or was cancelled: nothing of it starts again here."""
         self._cleared.pop(job_id, None)
         self._landed.pop(job_id, None)
+        self._reading.pop(job_id, None)  # a read under way may predate the cancel: not remembered
+
+    def recheck(self, key: str, job_id: str, generation: int) -> None:
+        """Judge ``job_id`` afresh: its shard was just loaded from its log here, and a clearance
+        remembered from before may name a job a put cancelled meanwhile (module docstring, 3)."""
+        self._cleared.pop(job_id, None)
+        self._reading.pop(job_id, None)
+        self.prefetch(key, job_id, generation)
 
     def prefetch(self, key: str, job_id: str, generation: int, *, landed: bool = False) -> None:
         """Clear ``job_id`` in the background, polling until its put has pointed the name at it;
@@ -156,17 +172,23 @@ class Clearance:
         shard = self._cleared.get(job_id)
         if shard is not None:
             return shard
-        if self._ask is not None:
-            verdict = await self._ask(key, job_id)
-        else:
-            if self._reads is None:
-                self._reads = asyncio.Semaphore(READS_AT_ONCE)
-            async with self._reads:
-                entry = await read_entry(self._store, key)
-            verdict = judge(entry, job_id, generation, replaces)
+        token = self._reading[job_id] = object()
+        try:
+            if self._ask is not None:
+                verdict = await self._ask(key, job_id)
+            else:
+                if self._reads is None:
+                    self._reads = asyncio.Semaphore(READS_AT_ONCE)
+                async with self._reads:
+                    entry = await read_entry(self._store, key)
+                verdict = judge(entry, job_id, generation, replaces)
+        finally:
+            current = self._reading.get(job_id) is token
+            if current:
+                del self._reading[job_id]
         if verdict is not None:
             self._landed.pop(job_id, None)
-        if isinstance(verdict, str):
+        if isinstance(verdict, str) and current:
             if len(self._cleared) >= CLEARED_LIMIT:
                 self._cleared.clear()  # read again when due: costs reads, never safety
             self._cleared[job_id] = verdict

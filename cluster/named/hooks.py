@@ -195,7 +195,9 @@ class NamedJobHooks(SiloHooks):
                 continue
             kind = TRIGGERED_FROM in job.metadata
             if not kind:
-                self.clearance.prefetch(key, job.id, job.generation)
+                # Before any of these jobs is admitted: the silo spawns this call as it queues
+                # them, ahead of the tasks that deliver them, and this hook comes first.
+                self.clearance.recheck(key, job.id, job.generation)
             if adopted and self.sender is not None:
                 self.sender.add(key, triggered_from(job), interrupted_change(owner, size, kind))
             elif adopted:

@@ -9,6 +9,7 @@ from typing import Any
 
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.hooks import SiloHooks, call_hooks
+from cluster.runtime.lease import Lease
 from cluster.runtime.loading import Loading
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
@@ -37,12 +38,14 @@ MAX_BATCH = 1_000
 @dataclass(frozen=True)
 class _Found:
     """What a batch found for one cancel: its answer and the runs of older copies of the shard
-    to stop, or the run in flight its caller cancels (``held``: whose outcome it holds)."""
+    to stop, or the run in flight its caller cancels (``held``: whose outcome it holds), or
+    neither: the shard is no longer this silo's (``lost``), and its owner is looked for again."""
 
     answer: CancelAnswer | None = None
     stale: list[Run] = field(default_factory=list)
     run: Run | None = None
     held: bool = False
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,9 @@ class Cancelling:
     """Answers a client's cancel for a job in a shard this silo owns, or claims, or knows the owner of."""
 
     def __init__(self, store: Store, queue: JobQueue[list[Any]], runs: RunTable, shards: ShardTable,
-                 adoption: Adoption, hooks: list[SiloHooks], moves: Moves, loading: Loading) -> None:
+                 adoption: Adoption, hooks: list[SiloHooks], moves: Moves, loading: Loading, lease: Lease) -> None:
         self._store = store
+        self._lease = lease
         self._queue = queue
         self._runs = runs
         self._shards = shards
@@ -82,6 +86,14 @@ class Cancelling:
         return answer
 
     async def _cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
+        while True:
+            answer = await self._cancel_once(shard_base, job_id)
+            if answer is not None:
+                return answer
+
+    async def _cancel_once(self, shard_base: str, job_id: str) -> CancelAnswer | None:
+        """One look for ``job_id`` where this silo finds ``shard_base``; None if the shard proved
+        no longer ours meanwhile (dropped): the caller looks for its owner again."""
         shard = self._shards.get(shard_base)
         if shard is None:
             shard = await self._adoption.claim_for_cancel(shard_base)
@@ -101,6 +113,8 @@ class Cancelling:
                 # the simulation, seed 30091).
                 self._loading.queue_entry(job_id, entry)
         found = await self._in_batch(shard, job_id)
+        if found.lost:
+            return None
         if found.run is not None:
             # It started while we waited for the gate: cancel the run in flight.
             return await self._cancel_run(found.run, found.held)
@@ -160,7 +174,17 @@ class Cancelling:
         Each is answered: a run found in flight (its caller cancels it), "absent" or "moved"
         (nothing written), or, once the removals are durable, "cancelled". If they are not,
         each caller whose job was to be removed gets the error, and the jobs are queued again.
+
+        First, whether memory may answer at all (``ShardTable.answers_for``): settling a move or
+        waiting for the gate can outlast the lease, while a peer claims the shard and decides
+        the move again elsewhere; memory then still names the first target, and "moved" sent
+        the client there to hear the job absent, while it ran on from the peer's (a pause or a
+        resume re-checks the same way, simulator seed 92363).
         """
+        if not await self._shards.answers_for(shard, self._lease):
+            for waiting in batch:
+                waiting.answer.set_result(_Found(lost=True))
+            return
         state = shard.state
         if state is None:  # dormant: what its log says, without loading the shard
             state = await self._shards.views.state(shard)
@@ -368,6 +392,8 @@ class Cancelling:
             if entry is not None and self._queue.get(job_id) is None:
                 self._loading.queue_entry(job_id, entry)
             raise
+        if found.lost:
+            return "not_owner", await self.owner_of(shard.base)
         if found.run is not None:  # the next occurrence started meanwhile: cancel that run
             return await self._cancel_run(found.run, found.held)
         answer = found.answer

@@ -355,6 +355,7 @@ class Firing:
             # Paused while it waited to be sent: it does not start; resuming queues it again.
             self._runs.release_all(paused)
             runs = [run for run in runs if not _paused(run)]
+        runs = self._admission_held(runs)
         if not runs:
             return
         # No await between the lease check above and the call below: a silo paused here cannot
@@ -453,12 +454,31 @@ class Firing:
         if not run.shard.lost and not run.cancelled:
             self._queue.push(run.job_id, max(run.due_us, self._clock.now_us() + ADMIT_RETRY_US), run.entry)
 
+    def _admission_held(self, runs: list[Run]) -> list[Run]:
+        """The runs whose admission still holds; the others are asked again, unstarted.
+
+        Checked with no await before the send: a silo stalled after admitting a flow's step (a
+        slow store answer, a suspended VM) sent it after the flow's cancel returned (the cancel
+        knew no shard of the step's job, its writer stalled before confirming it)."""
+        now = self._clock.monotonic()
+        lapsed = [run for run in runs if run.admitted_until is not None and now > run.admitted_until]
+        if not lapsed:
+            return runs
+        for run in lapsed:
+            log.info("attempt's admission lapsed before its send: asked again", extra={"job": run.job_id})
+            self._ask_again(run)
+        self._runs.notify_room()
+        return [run for run in runs if run.admitted_until is None or now <= run.admitted_until]
+
     async def _admitted(self, runs: list[Run]) -> list[Run]:
         """The runs every hook admits; the others are cancelled, durably, without starting."""
         admitted = []
         for run in runs:
+            asked = self._clock.monotonic()  # before the hooks read: their answer is at most this fresh
             verdict = True if not run.hooks else await admits(run.hooks, run.event())
             if verdict:
+                holds = [h.admit_holds_s for h in run.hooks if h.admit_holds_s is not None]
+                run.admitted_until = asked + min(holds) if holds else None
                 admitted.append(run)
                 continue
             if verdict is None:

@@ -60,6 +60,13 @@ class SiloHooks:
     #: and skips decoding the rest of every other job (the common case on the hot path).
     metadata_keys: tuple[str, ...] | None = None
 
+    #: How long an ``admit`` that said True holds, in seconds (None: for as long as the attempt
+    #: waits). Counted on the silo's monotonic clock from before ``admit`` was asked; an attempt
+    #: not sent by then is put back unstarted and asked again. What makes ``admit`` refuse (a
+    #: flow's cancel record) then holds for every attempt sent once that long has passed since it
+    #: landed, however long the silo stalled between an admission and its send.
+    admit_holds_s: float | None = None
+
     def interested(self, job: ScheduledJob) -> bool:
         """Whether this hook wants to hear about ``job`` at all; the silo skips it otherwise.
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from cluster.model.clock import Clock
-from cluster.model.errors import SiloStopping
+from cluster.model.errors import LeaseLapsed, SiloStopping
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us as us
 from cluster.runtime.dormant import DormantViews
@@ -45,12 +45,13 @@ class AddFailed(Exception):
 class ShardTable:
     """This silo's shards by name, and its open shard per due-time window."""
 
-    def __init__(self, store: Store, options: ClusterOptions, clock: Clock, me: Identity, queue: JobQueue[list[Any]],
-                 runs: RunTable, metrics: SiloMetrics) -> None:
+    def __init__(self, store: Store, options: ClusterOptions, clock: Clock, me: Identity, lease: Lease,
+                 queue: JobQueue[list[Any]], runs: RunTable, metrics: SiloMetrics) -> None:
         self._store = store
         self._options = options
         self._clock = clock
         self._me = me
+        self._lease = lease
         self._queue = queue
         self._runs = runs
         self._metrics = metrics
@@ -109,17 +110,18 @@ class ShardTable:
         return False
 
     async def write_to_window(self, window: int, ops: list[list[Any]], *, queue: bool = True,
-                              owner: str | None = None) -> Shard:
+                              owner: str | None = None, lease_wait: float | None = None) -> Shard:
         """Append ADD ops to this silo's open shard for ``window``; queue them if it is loaded.
 
         ``AddFailed`` if they may not be durable: it names the shard they went into last, which
         may hold them all the same (an append whose answer was lost and whose log could not be
         read back), so the caller knows where to take them back from, even once that shard is
         no longer held here. ``owner``: the incarnation the call began under; ``SiloStopping``
-        (nothing of this call durable) rather than write under the next one.
+        (nothing of this call durable) rather than write under the next one. ``lease_wait``:
+        see ``open_shard``.
         """
         while True:
-            shard = await self.open_shard(window)
+            shard = await self.open_shard(window, lease_wait=lease_wait)
             if owner is not None and shard.meta.owner != owner:
                 # A retry's search takes a dead incarnation's shards as all its earlier try can
                 # have written; carried on into a fresh shard of the next incarnation, the call
@@ -256,12 +258,25 @@ class ShardTable:
             self._open[window] = new
         return True
 
-    async def open_shard(self, window: int) -> Shard:
-        """This silo's open shard for ``window``, created if it has none."""
+    async def open_shard(self, window: int, *, lease_wait: float | None = None) -> Shard:
+        """This silo's open shard for ``window``, created if it has none.
+
+        Created under a valid lease only, and held only once the lease holds after the create
+        returned. Past its lease a silo may be declared dead and its shards searched and claimed
+        by a peer taking over its work; a shard whose create lands after that search escapes
+        it, and what the silo adds there runs beside the taker's copy (simulator seed 1489 with
+        flows: a step ran twice). A lease valid after the create returned proves the create
+        landed before anyone could declare this silo dead: either the lease the create began
+        under had not ended, or a heartbeat renewed it since, which no peer had marked dead.
+        ``lease_wait``: how long (s) a caller waits for that, all told; then ``LeaseLapsed``,
+        nothing added (None: for as long as it takes, as firing does).
+        """
         shard = self._open.get(window)
         if shard is not None:
             return shard
+        deadline = None if lease_wait is None else asyncio.get_running_loop().time() + lease_wait
         await self._me.wait_joined()  # a shard created meanwhile would carry the dead incarnation
+        await self._lease_holds(deadline)
         async with self._opening[window]:
             shard = self._open.get(window)
             if shard is not None:
@@ -272,8 +287,11 @@ class ShardTable:
             self.pending.add(base)
             try:
                 shard = await Shard.create(self._store, base, meta, self.log_options)
-            except StorageError:
-                self.unsure()  # landed all the same? Then it is ours, and no peer takes it
+                await self._lease_holds(deadline)  # still pending: our own adoption keeps off it
+            except (StorageError, LeaseLapsed):
+                # Landed all the same? It is ours then, empty, and our adoption takes it (or,
+                # once we are declared dead, a peer does).
+                self.unsure()
                 raise
             finally:
                 self.pending.discard(base)
@@ -282,6 +300,18 @@ class ShardTable:
             if self.add(shard):
                 self._open[window] = shard
             return shard  # if refused, the caller finds it unheld and opens a fresh one
+
+    async def _lease_holds(self, deadline: float | None) -> None:
+        """Return once the lease holds; ``LeaseLapsed`` if it does not by ``deadline`` (loop time)."""
+        if self._lease.valid:
+            return
+        if deadline is None:
+            await self._lease.wait_valid()
+            return
+        try:
+            await asyncio.wait_for(self._lease.wait_valid(), max(0.0, deadline - asyncio.get_running_loop().time()))
+        except TimeoutError:
+            raise LeaseLapsed(f"{self._me.owner}'s lease lapsed and was not renewed in time to create a shard") from None
 
     def add(self, shard: Shard) -> bool:
         """Hold ``shard`` (just created or claimed); False if it carries an older incarnation.

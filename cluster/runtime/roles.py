@@ -80,7 +80,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     runs = RunTable(options.max_concurrency)
     lease = Lease(clock, options.suspicion_timeout.total_seconds(), options.max_clock_skew.total_seconds())
     decode = JobDecoder(metrics)
-    shards = ShardTable(store, options, clock, me, queue, runs, metrics)
+    shards = ShardTable(store, options, clock, me, lease, queue, runs, metrics)
     moves = Moves(store, options, shards, runs)
     outcomes = Outcomes(options, clock, queue, runs, shards, metrics, moves)
     quarantine = Quarantine(options, clock, queue, runs, shards, metrics)
@@ -93,7 +93,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     moves.claim_orphan = adoption.claim_for_cancel
     shards.retake = adoption.retake
     shards.unsure = adoption.look_soon
-    cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves, loading)
+    cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves, loading, lease)
     cancelling.withdraw_sent = firing.withdraw
     heartbeat = Heartbeat(store, options, clock, me, shards, lease, adoption, transport, metrics)
     scheduling = Scheduling(store, options, me, queue, runs, shards, adoption, cancelling)

@@ -119,6 +119,7 @@ class Run:
     started_us: int = 0
     cancelled: bool = False
     hooks: tuple[SiloHooks, ...] = ()  # the hooks interested in this job
+    admitted_until: float | None = None  # monotonic: when its hooks' admission lapses (``SiloHooks.admit_holds_s``)
     isolated: bool = False  # sent in its shard's isolated lane, the firing mark naming it (see quarantine)
     _done: asyncio.Event | None = None  # made only when a cancel waits for the run to end
     finished: bool = False

@@ -78,6 +78,27 @@ async def test_a_full_flow_log_goes_on_in_a_new_generation() -> None:
     assert state is not None and state.steps["a"].state == "succeeded" and state.name == "flows/etl~00000001"
 
 
+
+async def test_a_first_generation_created_again_by_a_submit_hides_no_record() -> None:
+    """A submit of the same flow again creates the first generation anew (a repair deleted it)
+    and deletes it once it sees the later one; meanwhile that empty generation is no proof that
+    the flow is not there yet. Before: read as "no such flow", a silo's record of a step's
+    success was taken for recorded and dropped, and reconcile ran the step again (simulator
+    seed 202614 with every kind: a success durable at 15 s ran again at 79 s)."""
+    store = MemoryStore(max_blocks=3)
+    await stored(store, ["intent", "t0", "client-1", ["a"], 1])
+    await record(store, ["sched", "t0", [["a", "shards/s0", 1]], 2])
+    await record(store, ["run", "a", 1, 3])  # on in generation 1; generation 0 deleted
+    first = "flows/etl~00000000"
+    etag = await store.create(first, {"flow_id": "f2"})  # the submit's create, its check not made yet
+    state = await read_flow(store, "etl")
+    assert state is not None and state.plan.id == "f1" and state.steps["a"].state == "running"
+    recorded = await update(store, "etl", lambda s: [r for r in [["ok", "a", 1, 4]] if s.apply(r)])
+    assert recorded is not None and recorded.name == "flows/etl~00000001"
+    await store.delete(first, etag)  # the submit's check: the flow's log lives on in a later generation
+    state = await read_flow(store, "etl")
+    assert state is not None and state.steps["a"].state == "succeeded"
+
 class StoreFlows(Flows):
     def __init__(self, store: Store) -> None:
         super().__init__(None)  # type: ignore[arg-type]

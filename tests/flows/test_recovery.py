@@ -389,6 +389,24 @@ async def test_a_step_taken_over_is_silent_only_counting_from_when_it_was_schedu
     assert schedule.calls == [(["a"], [quiet], [])], "gone without a trace: run again"
 
 
+async def test_a_retrying_step_is_silent_only_counting_from_when_its_retry_was_recorded() -> None:
+    """Due at 100 µs, a's job ran late (at 70 s) and failed; its policy counts the retry from
+    the due time, so it was due again at once (1.1 s). At 72 s its later attempts may well have
+    ended, their records on their way to the flow log (a full log being moved on), and its
+    shard compacted past its removal: not silent yet, so not run again. Before: silent from
+    its retry time, at once (simulator seed 201061 with every kind: a step ran from two shards,
+    its silo alive and writing how it ended)."""
+    store = await flow_with(["intent", "t0", "client-1", ["a"], 100], ["sched", "t0", [["a", "shards/gone", 100]], 200],
+                            ["run", "a", 1, 70_000_000], ["retry", "a", 1, "boom", 1_100_000, 70_100_000])
+    members = {"5": Member("5", 1, ACTIVE, 72_000_000)}
+    schedule = Recorded()
+    await reconcile(store, "etl", "6#1", schedule, LIMITS, members=members, now_us=lambda: 72_000_000)
+    assert schedule.calls == []
+    quiet = 70_100_000 + LIMITS.staging_us + LIMITS.attempt_us + 1  # silent that long: its job is looked for
+    await reconcile(store, "etl", "6#1", schedule, LIMITS, members=members, now_us=lambda: quiet)
+    assert schedule.calls == [(["a"], [quiet], [])], "gone without a trace: run again"
+
+
 async def test_a_step_its_paused_writer_adds_after_a_taker_ran_it_does_not_start() -> None:
     """Silo 1 wrote its intent to schedule a, then paused before its schedule call; a taker
     searched silo 1's shards, found nothing, and ran a. Resumed, silo 1 adds a's job to a

@@ -256,6 +256,19 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a schedule call that failed leaves the batch that landed in place: a client told 'failed' gets jobs fired",
     ),
     Mutant(
+        name="retry-writes-what-it-found",
+        kind="a retried call that adds a second copy",
+        path="cluster/runtime/scheduling.py",
+        old="        batches = {w: [jobs[i] for i in ix if not names[i]] for w, ix in by_window.items()}\n",
+        new="        batches = {w: [jobs[i] for i in ix] for w, ix in by_window.items()}\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_retry_that_finds_its_job_where_the_chain_moved_through_writes_nothing_and_leads_a_cancel_on",)),
+        # The seed whose retry answered a shard the earlier try's chain moved through: the oracle
+        # that now accepts such an answer must still see the copy written beside the chain.
+        also=(Sim(207672, 1, "all"),),
+        why="a retried schedule call answers the earlier try's shard yet writes the jobs again: two live chains",
+    ),
+    Mutant(
         name="lease-end-without-skew-margin",
         kind="a lease one heartbeat too long",
         path="cluster/runtime/firing.py",
@@ -276,6 +289,26 @@ MUTANTS: tuple[Mutant, ...] = (
         catch=Pytest(("tests/runtime/test_pause_lease.py",)),
         why="a silo resumed from SIGSTOP past its lease answers a resume from memory of a shard a peer took: "
             "\"not paused\", and the job stays paused for good (simulator seed 349)",
+    ),
+    Mutant(
+        name="shard-created-past-the-lease",
+        kind="a claim without proof",
+        path="cluster/runtime/ownership.py",
+        old="        if self._lease.valid:\n            return\n",
+        new="        if True:\n            return\n",
+        catch=Pytest(("tests/runtime/test_create_lease.py",)),
+        why="a silo past its lease creates a fresh shard and adds to it: a peer that declared it dead and searched "
+            "its shards misses it, and what it adds runs beside the taker's copy (simulator seed 1489 with flows)",
+    ),
+    Mutant(
+        name="cancel-answered-from-a-lost-shard",
+        kind="a claim without proof",
+        path="cluster/runtime/cancel.py",
+        old="        if not await self._shards.answers_for(shard, self._lease):\n",
+        new="        if False:\n",
+        catch=Pytest(("tests/runtime/test_cancel_lease.py",)),
+        why="a silo past its lease answers a cancel \"moved\" from memory of a shard a peer took and moved on "
+            "elsewhere: the client follows it to a target that never held the job, which runs on",
     ),
     Mutant(
         name="flow-step-on-a-running-dependency",
@@ -321,7 +354,9 @@ MUTANTS: tuple[Mutant, ...] = (
         path="cluster/flows/progress.py",
         old="    shards = await (schedule(jobs, suspects) if suspects else schedule(jobs))\n",
         new="    shards = await schedule(jobs)\n",
-        catch=Sim(2000, 200, FLOWS),
+        # Seeds 2000-2199 with flows alone stopped catching it once flows joined the default kinds
+        # (their worlds moved); with every kind, 217, 270, 276 and 280 of 0-399 do.
+        catch=Sim(217, 64, "all"),
         also=(Pytest(("tests/flows/test_recovery.py::"
                       "test_a_step_taken_over_twice_searches_every_earlier_writer_in_the_first_ones_window",)),),
         why="a silo taking over a flow step from a paused or falsely dead writer adds its job again beside the "
@@ -371,6 +406,29 @@ MUTANTS: tuple[Mutant, ...] = (
             "end is on its way to the flow log",
     ),
     Mutant(
+        name="flow-retry-silent-from-its-due-time",
+        kind="a flow step run twice",
+        path="cluster/flows/progress.py",
+        old="        return now_us - max(step.next_retry_us, step.retried_us or 0) > limits.staging_us + limits.attempt_us\n",
+        new="        return now_us - step.next_retry_us > limits.staging_us + limits.attempt_us\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_retrying_step_is_silent_only_counting_from_when_its_retry_was_recorded",)),
+        why="an overdue step's retry, due at once by its policy, is judged silent from then: its shard is read while "
+            "its live silo is still recording how it ended, and it runs again from another shard (seed 201061 "
+            "found it; its world changed with the fix of flow-empty-first-generation-read-as-no-flow)",
+    ),
+    Mutant(
+        name="flow-empty-first-generation-read-as-no-flow",
+        kind="a flow step run twice",
+        path="cluster/flows/log.py",
+        old="        repaired = NEXT_KEY in fetched.metadata or not data\n",
+        new="        repaired = NEXT_KEY in fetched.metadata\n",
+        catch=Sim(202614, 1, "all"),
+        also=(Pytest(("tests/flows/test_damage.py::test_a_first_generation_created_again_by_a_submit_hides_no_record",)),),
+        why="a submit of a flow again creates its log's first generation anew (a repair deleted it); read empty as "
+            "\"no such flow\", a silo's record of a step's success is dropped, and the step runs again",
+    ),
+    Mutant(
         name="flow-log-appended-after-a-torn-tail",
         kind="a damaged log not repaired",
         path="cluster/flows/log.py",
@@ -388,5 +446,41 @@ MUTANTS: tuple[Mutant, ...] = (
         catch=Pytest(("tests/runtime/test_dormant.py::test_a_kept_fold_sees_what_the_shards_new_owner_wrote_since",)),
         why="a dormant shard's kept fold answers from what its log said at the first look: a job the shard's new "
             "owner cancelled since is removed again (fenced) instead of answered absent, one added since is absent",
+    ),
+    Mutant(
+        name="named-clearance-kept-across-a-reload",
+        kind="a superseded definition run",
+        path="cluster/named/hooks.py",
+        old="                self.clearance.recheck(key, job.id, job.generation)\n",
+        new="                self.clearance.prefetch(key, job.id, job.generation)\n",
+        catch=Pytest(("tests/named/test_fence.py::"
+                      "test_an_older_generation_whose_cancel_a_damaged_frame_lost_does_not_start_where_it_was_cleared",)),
+        also=(Sim(206727, 1, "all"),),
+        why="a silo claiming back a shard whose REMOVE of an overwritten named job was damaged admits the job from "
+            "a clearance it remembered from before it handed the shard over: the older generation starts after the put returned",
+    ),
+    Mutant(
+        name="retry-refused-while-its-silo-writes-other-jobs",
+        kind="an acknowledged flow lost",
+        path="cluster/runtime/scheduling.py",
+        old="        if self._me.silo_id in silos and any(self._writing[i] for ids in ids_by_window.values() for i in ids):\n",
+        new="        if self._me.silo_id in silos and self._calls:\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_retry_naming_this_silo_waits_only_for_a_call_here_writing_the_same_jobs",)),
+        also=(Sim(202493, 1, "all"),),
+        why="a retry naming this silo is refused while any schedule call is under way here: a flow step handed to "
+            "the one silo able to settle it is put off round after round, and an acknowledged flow never runs "
+            "(simulator seed 202493 with every fault)",
+    ),
+    Mutant(
+        name="flow-admission-held-past-its-cancel",
+        kind="a flow cancel that does not hold",
+        path="cluster/runtime/firing.py",
+        old="        runs = self._admission_held(runs)\n",
+        new="",
+        catch=Pytest(("tests/flows/test_cancel_admitted.py::"
+                      "test_a_step_admitted_before_the_cancel_and_stalled_past_it_does_not_start",)),
+        why="a flow step admitted before its flow's cancel, its silo stalled before the send, starts after the "
+            "cancel returned True",
     ),
 )

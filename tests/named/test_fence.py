@@ -30,7 +30,8 @@ from cluster.named.hooks import NamedJobHooks
 from cluster.named.registry import Entry, JobStatus, entry_key, read_entry
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.roles import Roles
-from storage import Store
+from cluster.runtime.shardlog import REMOVE, ShardMeta
+from storage import MemoryStore, Store, decode
 from tests.runtime.harness import OPTIONS, Blocking, ManualClock, fire_due, make_parts
 
 TARGET = Target.actor("h", "test")
@@ -279,3 +280,84 @@ async def test_a_job_put_beyond_the_lookahead_costs_its_silo_no_registry_read_un
         await fire_due(parts)
     assert cleared_before_due  # by its shard's load, off the firing path
     assert starts.log == [soon.job.id, later.job.id]
+
+
+async def test_an_older_generation_whose_cancel_a_damaged_frame_lost_does_not_start_where_it_was_cleared() -> None:
+    """Simulator seed 206727 (every fault): silo 0 cleared generation 1 as it landed; another
+    silo held the shard when the overwrite cancelled it there; a damaged frame then cost that
+    REMOVE (the README lets damage cost a frame's records), and silo 0, claiming the shard back,
+    started generation 1 from the clearance it still remembered, 6 s after the overwrite returned."""
+    store = MemoryStore()
+    clock = ManualClock(datetime_to_us(datetime.now(timezone.utc)))  # put reads the wall clock
+    silos = {sid: await make_parts(store, sid, clock=clock) for sid in ("0", "1")}  # type: ignore[arg-type]
+    hooks, starts = {}, Starts()
+    for sid, parts in silos.items():
+        parts.hooks.append(hook := NamedJobHooks(store, View(parts)))
+        parts.transport.handlers["h"] = starts
+        hooks[sid] = hook
+
+    async def call(silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        parts = silos["0" if method == "schedule" else silo_id]  # every put's job lands at silo 0
+        return await {"schedule": parts.scheduling.schedule, "cancel": parts.cancelling.cancel,
+                      "shards_from": parts.cancelling.shards_from}[method](*args)
+
+    client = Client("test", ["0", "1"], OPTIONS)
+    client._router = Router(["0", "1"], call)  # a cancel follows the shard's owner
+    jobs = NamedJobs(client, store_url="memory://")
+    jobs._stores[id(asyncio.get_running_loop())] = store
+    due = datetime.now(timezone.utc) + timedelta(seconds=4)  # within the lookahead: cleared as it lands
+    first = await jobs.put("c", target=TARGET, due_time=due)
+    other = await jobs.put("d", target=TARGET, due_time=due)  # its delete writes a frame after the cancel's
+    await asyncio.sleep(0.2)  # the prefetcher's polls
+    base = first.job.shard
+    assert base is not None and other.job.shard == base and hooks["0"].clearance.shard_of(first.job.id) == base
+
+    shard = silos["0"].shards.get(base)
+    assert shard is not None and await silos["0"].balance.release(shard)
+    await silos["1"].adoption.adopt_orphans()  # silo 1 holds the shard as the overwrite comes in
+    assert silos["1"].shards.get(base) is not None
+    second = await jobs.put("c", target=TARGET, due_time=due, overwrite=True)
+    starts.log.append("put returned")
+    assert await jobs.delete("d")
+
+    log = store._logs[f"{base}~00000000"]
+    frames = decode(bytes(log.body)).frames
+    (cancel,) = [i for i, f in enumerate(frames[:-1]) if any(op[0] == REMOVE and op[1] == first.job.id
+                                                              for op in f.records)]
+    log.body[frames[cancel].offset + 25] ^= 0x5A  # bit rot: the frame with generation 1's REMOVE
+
+    shard = silos["1"].shards.get(base)
+    assert shard is not None and await silos["1"].balance.release(shard)
+    meta = ShardMeta.from_metadata(log.metadata)  # silo 0 takes it back: generation 1 is live in it again
+    back = await silos["0"].adoption.claim(base, meta, judged_by=silos["0"].me.owner)
+    assert back is not None and back.state is not None and first.job.id in back.state.live
+    await asyncio.sleep(0.2)  # the clearance reads of the loaded shard
+    for _ in range(6):
+        clock.advance(1)
+        for parts in silos.values():
+            parts.lease.renew(clock.monotonic())
+            await fire_due(parts)
+    assert first.job.id not in starts.after("put returned")
+    assert second.job.id in starts.after("put returned")
+
+
+async def test_a_clearance_read_under_way_as_its_job_is_forgotten_is_not_remembered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that saw the entry point at a job before a put cancelled it, answering after the
+    cancel (or a reload) made the silo forget the job, must not clear it again for good."""
+    key, shard = entry_key("default", "default", "slow"), "shards/x"
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow_read(store: Store, read_key: str) -> Entry | None:
+        asked.set()
+        await answer.wait()
+        return Entry(read_key, "", 1, "j1", shard, 0, 0, JobStatus())
+
+    monkeypatch.setattr(fence, "read_entry", slow_read)
+    clearance = fence.Clearance(MemoryStore())
+    verdict = asyncio.ensure_future(clearance.verdict(key, "j1", 1))
+    await asyncio.wait_for(asked.wait(), 5)
+    clearance.forget("j1")  # its cancel returned here meanwhile
+    answer.set()
+    assert await verdict == shard  # what the entry said when it was read
+    assert clearance.shard_of("j1") is None

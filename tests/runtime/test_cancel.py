@@ -102,7 +102,8 @@ async def test_a_cancel_of_a_running_job_whose_write_fails_lets_the_attempt_reco
     await started.wait()
     store.fail_next("append_block", 3)  # the writer tries three times
     with pytest.raises(StorageError):
-        await parts.cancelling.cancel(name, j.id)
+        # Bounded: a cancel that writes nothing waits for the run's end, which waits for this test.
+        await asyncio.wait_for(parts.cancelling.cancel(name, j.id), timeout=10)
     finish.set()
     await firing
     assert [REMOVE, j.id, 1, "succeeded"] in [op[:4] for op in (await read_log(store, name)).records()]  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ async def test_a_drained_shard_whose_delete_failed_takes_no_more_jobs_and_is_del
     await parts.loading.delete_drained()
     assert [h.base for h in await list_logs(store, SHARD_PREFIX)] == [name]  # type: ignore[arg-type]
     late = job(due=timedelta(seconds=5), job_id="late")  # same window as the drained shard
+    await parts.heartbeat.beat()  # a fresh shard is created only under a valid lease
     (into,) = await add(parts, late)
     assert into != name and parts.queue.get("late") is not None
     # Its writer is closed, so it is not held any more; the log is still ours, and an adoption

@@ -230,6 +230,8 @@ async def test_a_move_decided_again_in_a_rotation_that_failed_after_its_commit_l
     # What X would have decided had it run the job: the decision stands, its ADD never written.
     await source.write([remove_op(j.id, 1, MOVED, first.base, nxt)])
     clock.advance(6)  # the next window is within the lookahead: adoption takes X's shard there
+    for alive in (y, z):  # a fresh shard is created only under a valid lease
+        await alive.heartbeat.beat()
     finish = generation_name(name, 1)
     release = store.gate("set_metadata", finish)
     settling = asyncio.ensure_future(y.moves.settle(source, j.id))  # X alive: FIRST is read, not claimed
@@ -262,6 +264,8 @@ async def test_a_move_decided_again_in_a_write_in_doubt_never_goes_back_to_the_f
     first = await x.shards.open_shard(window_of(nxt_due, timedelta_to_us(OPTIONS.shard_duration)))
     await source.write([remove_op(j.id, 1, MOVED, first.base, [nxt_due, source.state.live[j.id][JOB], 2, 0, nxt_due])])
     clock.advance(6)
+    for alive in (y, z):  # a fresh shard is created only under a valid lease
+        await alive.heartbeat.beat()
     release = store.gate("append_block", name)
     settling = asyncio.ensure_future(y.moves.settle(source, j.id))  # X alive: FIRST is read, not claimed
     await store.reached("append_block", name).wait()  # the decision to go elsewhere, on its way

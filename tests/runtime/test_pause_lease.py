@@ -130,7 +130,10 @@ async def test_a_resume_that_waited_for_a_move_past_its_lease_is_sent_to_the_sha
     moved = await y.pausing.resume(source, j.id)
     assert moved[0] == "moved" and moved[1] != first
 
-    release.set()  # SIGCONT: X's ADD is fenced, and so is its new decision in the source
+    release.set()  # SIGCONT: X's ADD is fenced, and so is its new decision in the source ...
+    # ... once its heartbeat finds it declared dead: deciding again needs a fresh shard, which
+    # it creates only under a valid lease (the rejoin's).
+    await x.heartbeat.beat()
     assert await asyncio.wait_for(resuming, 5) == ("not_owner", y.me.owner)
     await asyncio.wait_for(firing, 5)
     assert await z.pausing.resume(first, j.id) == ("absent", None)

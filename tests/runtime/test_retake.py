@@ -40,6 +40,7 @@ async def test_a_take_back_whose_move_leads_into_a_shard_that_must_be_taken_back
     j = job(due=timedelta(seconds=6), schedule="@every 12s")  # its next occurrence, at 18 s, is in the next window
     (source,) = await add(y, j)
     clock.advance(6)  # j is due, and the next window is within the lookahead: its shard is loaded
+    await y.heartbeat.beat()  # a fresh shard is created only under a valid lease
     target = await y.shards.open_shard(window_of(T0_US + 18_000_000, timedelta_to_us(OPTIONS.shard_duration)))
     assert target.state is not None
     # A schedule call into the target: it lands, its answer is lost and the log cannot be read

@@ -681,6 +681,40 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # copy's call, which started the run 2 s after that put returned.
     (202823, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a cancel answered absent while an older copy's run was on its way", "older generation ran"),
+    # Every kind. A silo cleared a named job as it landed, then handed its shard over; the
+    # overwrite cancelled the job at the next owner, and a damaged frame later cost that REMOVE.
+    # The silo claimed the shard back, the job live in it again, and admitted it from the
+    # clearance it remembered: it started 6 s after the put returned.
+    (206727, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a clearance kept across a hand-over admitted a job whose REMOVE was damaged", "older generation ran"),
+    # Every kind (flow logs full at the store's low block limit, moved on to new generations).
+    # A step's job ran late and failed; its policy counted the retry from the due time, so the
+    # step was due again at once, and reconcile, measuring silence from then, read its shard 2 s
+    # later while the silo that ran it was still writing "fail" (the full log being moved on):
+    # the removal compacted away, it ran the step again. Its world changed with 202614's fix
+    # (it passes without this one since): tests/flows/test_recovery.py holds the case.
+    (201061, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a retrying step judged silent from a retry time counted from its due time", "two chains"),
+    # Every kind, the same logs. A submit of the flow again created its log's first generation
+    # anew (a repair had deleted it) and was to delete it on seeing the later one; meanwhile a
+    # silo read that empty generation as "no such flow" and dropped its record of a step's
+    # success as recorded: at 79 s reconcile found the step silent, nothing of its job in its
+    # shard, and ran it again.
+    (202614, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "an empty first generation created again read as no flow", "duplicate"),
+    # Every kind. A client's flow submit failed in doubt, its intent taken over 60 s on and
+    # handed to the one silo able to settle it; there a retry naming that silo was refused while
+    # any schedule call was under way, here a step of another flow: put off round after round,
+    # the acknowledged flow had not run one step two minutes after healing.
+    (202493, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a retry refused while its silo wrote other jobs", "flow lost"),
+    # Oracle error, every kind. A recurring job's schedule call lost its try; the job ran, moved
+    # on through a second shard of its first window (its silo's next incarnation's) to the next
+    # window's, and its first shard was deleted as drained. The retry found it in the shard it
+    # had moved through and answered that one, writing nothing (a cancel sent there follows the
+    # move); the oracle took its first occurrence, fired elsewhere, for a second add.
+    (207672, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "oracle: a retry answered a shard its earlier try's chain moved through", "two chains"),
 ]
 
 

@@ -563,7 +563,7 @@ class _Capture(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if self._world.verbose and self._world.live:
-            extra = {k: v for k, v in record.__dict__.items() if k in ("silo", "shard", "why", "error", "job", "owner")}
+            extra = {k: v for k, v in record.__dict__.items() if k in ("silo", "shard", "why", "error", "job", "owner", "flow")}
             self._world.say(f"log {record.levelname} {record.getMessage()} {extra}")
         if record.getMessage() == TAKEN_BACK and self._world.live:
             # Its runs in flight write into a fenced writer; the fresh copy runs them again.
