@@ -71,6 +71,13 @@ class Event:
     silo: str
     owner: str  # the incarnation hit, "<silo>#<n>"
     shards: list[str] = field(default_factory=list)  # what it owned when hit
+    #: When its process was seen to have stopped, where that comes after ``at`` (``ray.kill``
+    #: ends it a moment after it is sent): what it sent until then was sent by a running silo.
+    ended: float | None = None
+
+    @property
+    def stopped(self) -> float:
+        return self.at if self.ended is None else max(self.at, self.ended)
 
 
 @dataclass
@@ -266,17 +273,19 @@ def _sent_by_silo(record: Mapping[str, Any]) -> float | None:
 
 
 def _on_its_way(record: Mapping[str, Any], hit: Event) -> str | None:
-    """Whether ``record``'s call had left its silo when ``hit`` struck it: "arrived" at the handler
-    by then; "sent" before it, as measured; "window": arrived within ``DELIVERY_S`` after it,
-    sent when is not known, or sent after the hit was issued (``ray.kill`` ends the process a
-    moment later); None: it arrived later than that, from a silo killed or stopped."""
+    """Whether ``record``'s call had left its silo when ``hit`` stopped it: "arrived" at the
+    handler by then; "sent" before it, as measured; "window": arrived within ``DELIVERY_S`` after
+    it, sent when is not known; None: sent after it, or arrived later than any call on its way."""
+    stopped = hit.stopped
     arrived = _sent(record)
-    if arrived <= hit.at:
+    if arrived <= stopped:
         return "arrived"
-    if arrived > hit.at + DELIVERY_S:
+    if arrived > stopped + DELIVERY_S:
         return None
     sent = _sent_by_silo(record)
-    return "sent" if sent is not None and sent <= hit.at else "window"
+    if sent is None:
+        return "window"
+    return "sent" if sent <= stopped else None
 
 
 def _delivery_times(records: list[dict[str, Any]]) -> list[float]:
@@ -313,7 +322,7 @@ class _Outcomes:
         """The appends of no proven writer that may be the one ``hit``'s incarnation appended this
         outcome in, or None if none may: a killed one appends nothing that a read begun
         ``LANDED_S`` after its kill did not find. A shard not read whole: any ([])."""
-        found = [(shard, offset) for after, shard, offset in self.unplaced if hit.kind != "kill" or after <= hit.at + LANDED_S]
+        found = [(shard, offset) for after, shard, offset in self.unplaced if hit.kind != "kill" or after <= hit.stopped + LANDED_S]
         return found if found or self.unproven else None
 
 
@@ -444,9 +453,9 @@ def _explain(v: list[dict[str, Any]], i: int, used: set[int], hits: list[Event],
             continue  # not in flight at a hit, or its outcome was durable: nobody should have run it again
         appends = found.maybe_by(hit)
         if appends is not None:
-            if v[c]["started"] < hit.at - IN_FLIGHT_S:
+            if v[c]["started"] < hit.stopped - IN_FLIGHT_S:
                 continue
-            out.by_window.append(round(hit.at - float(v[c]["started"]), 3))
+            out.by_window.append(round(hit.stopped - float(v[c]["started"]), 3))
             out.window_appends.update(appends)
         else:
             out.by_log += 1
@@ -463,7 +472,7 @@ def _delivery_excused(late: list[tuple[Event, dict[str, Any]]]) -> list[tuple[st
     batches: dict[tuple[str, float], tuple[float, set[str]]] = {}
     for hit, r in late:
         key = (hit.owner, _sent(r))
-        batches.setdefault(key, (_sent(r) - hit.at, set()))[1].add(str(r["run_id"]))
+        batches.setdefault(key, (_sent(r) - hit.stopped, set()))[1].add(str(r["run_id"]))
     return [(owner, round(after, 3), len(jobs)) for (owner, _), (after, jobs) in sorted(batches.items())]
 
 

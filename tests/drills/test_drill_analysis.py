@@ -179,9 +179,21 @@ def test_a_call_that_arrives_after_its_silo_was_killed_is_excused_only_as_measur
     # Sent before the kill, as the recorder measured: on its way, whenever it arrived within the window.
     proven = _arrived_after_kill((T + 10.3, T + 9.99))
     assert (proven.zombie_fires, proven.delivery_excused) == (0, []) and proven.ok
-    # Arrived later than any call on its way: the killed silo fired.
+    # Arrived later than any call on its way, or sent after the kill as measured: the killed silo fired.
     zombie = _arrived_after_kill((T + 10 + DELIVERY_S + 0.1, None))
     assert zombie.zombie_fires == 1 and not zombie.ok
+    assert _arrived_after_kill((T + 10.03, T + 10.02)).zombie_fires == 1
+
+
+def test_a_silo_that_runs_on_after_ray_kill_was_sent_fires_until_its_process_is_seen_stopped():
+    # ray.kill at T+10; the process was seen gone at T+10.08. A call it sent at T+10.05 came from
+    # a running silo; one sent at T+10.1 did not.
+    hit = Event("kill", T + 10, "0", "0#1", [], ended=T + 10.08)
+    records = [run(0, "0#1", T + 10.07, received=T + 10.06, sent=T + 10.05), run(9, "0#1", T + 9.5, received=T + 9.45, sent=T + 9.44)]
+    report = analyse([job(0), job(9)], records, [hit], ClusterOptions(), observer())
+    assert (report.zombie_fires, report.delivery_excused) == (0, []) and report.ok
+    records.append(run(1, "0#1", T + 10.12, received=T + 10.11, sent=T + 10.1))
+    assert analyse([job(0), job(1), job(9)], records, [hit], ClusterOptions(), observer()).zombie_fires == 1
 
 
 def test_the_delivery_window_excuses_no_more_batches_than_hits_and_only_when_delivery_was_that_fast():
