@@ -148,6 +148,46 @@ async def test_a_retry_finds_an_earlier_try_that_moved_on_to_a_later_window(gone
     assert name == target.base  # where the job lives on: a cancel sent there reaches it
 
 
+async def test_a_retry_that_finds_its_job_where_the_chain_moved_through_writes_nothing_and_leads_a_cancel_on() -> None:
+    """The earlier try's recurring job moved from its first shard (a#1's) to a#2's shard of the
+    same window, and on to the next window's; then its first shard was deleted once drained. The
+    retry finds the job in the shard it moved through and answers that shard: no second copy, and
+    a cancel sent there is told where the job moved and cancels it there. The simulator took such
+    an answer for a second chain (seed 207672, every fault: j7 answered in the shard of its second
+    occurrence while its third was live in the next window's); this is what it now holds to."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(seconds=1), schedule="@every 8s", repeats=3)
+    jid, due_us, packed = item(j)
+    duration = timedelta_to_us(OPTIONS.shard_duration)
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    source = first.shards.get(earlier)
+    again = await make_parts(store, "a", transport=restarted())  # its next incarnation moves the job on
+    second_due, third_due = due_us + 8_000_000, due_us + 16_000_000
+    assert window_of(second_due, duration) == window_of(due_us, duration) != window_of(third_due, duration)
+    through = await again.shards.open_shard(window_of(second_due, duration))
+    target = await again.shards.open_shard(window_of(third_due, duration))
+    await through.write([add_op(jid, second_due, packed, 2, source=earlier)])
+    assert source is not None
+    await source.write([remove_op(jid, 1, MOVED, through.base, [second_due, packed, 2, 0, second_due])])
+    await target.write([add_op(jid, third_due, packed, 3, source=through.base)])
+    await through.write([remove_op(jid, 2, MOVED, target.base, [third_due, packed, 3, 0, third_due])])
+    await source.writer.delete()  # drained
+    await make_parts(store, "a", transport=restarted())  # a#2's shards are orphans now
+    second = await make_parts(store, "b")
+    (name,) = await second.scheduling.schedule([item(j)], suspects=["a"])
+    assert await copies(store, j.id) == [target.base]
+    second.clock.advance(60)  # past the dead owner's lease, which a cancel of its shards waits out
+    heard: list[str] = []
+    base: str | None = name
+    while base is not None and len(heard) < 5:  # a cancel sent where the caller was told, followed as a client does
+        answer, info = await asyncio.wait_for(second.cancelling.cancel(base, j.id), 5)
+        heard.append(answer)
+        base = info if answer == "moved" else None
+    assert heard == ["moved", "cancelled"]
+    assert await copies(store, j.id) == []
+
+
 async def test_a_retry_whose_earlier_try_already_ran_finds_it_and_runs_it_no_more() -> None:
     """A job the earlier try landed that has run since is nothing live, yet found: while its
     shard's log records it, the retry answers that shard and writes nothing. Only a log that no

@@ -44,7 +44,16 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.policies import FailurePolicy
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import timedelta_to_us, us_to_datetime
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardState, creator_of, format_window, landed_ids, window_of
+from cluster.runtime.shardlog import (
+    ADD,
+    SHARD_PREFIX,
+    SNAPSHOT,
+    ShardState,
+    creator_of,
+    format_window,
+    landed_ids,
+    window_of,
+)
 from storage.generations import list_logs, read_log
 from storage.records import decode
 from tests.runtime.harness import job
@@ -58,6 +67,8 @@ CLIENT_SHARE = 0.5
 #: How long the simulated caller waits for a ``Client`` call before it gives up on it (in doubt).
 #: Long enough for the client's own retries (about 35 s, README) to end in an answer mostly.
 CALL_TIMEOUT_S = 60.0
+#: More hops than any job's chain in a run has (its repeats), so a cycle cannot hang a check.
+MAX_CHAIN_HOPS = 1000
 
 
 class SimRay:
@@ -334,6 +345,19 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
         return
     live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
             and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
+    if await _moved_in_only(world, job_id, shard):
+        # The retry answered a shard the earlier try's chain moved through (found there by a
+        # later occurrence's ADD: its first shard drained and deleted) and wrote nothing: its
+        # first occurrence rightly fired elsewhere, and a cancel follows the moves from here.
+        # Judged by what the client was told: that chain must lead on to every live copy (seed
+        # 207672: j7 answered in the shard of its second occurrence, live in its third's).
+        chain = await _chain_from(world, job_id, shard)
+        stray = [base for base in live if base not in chain]
+        if stray and acknowledged:
+            world.violate(f"two chains: {job_id} acknowledged in {shard}, its chain on to {chain[1:]}, "
+                          f"while it is live in {stray}")
+        world.stats["client: answered where its earlier try's chain moved through"] += 1
+        return
     if live:
         if acknowledged:
             world.violate(f"two chains: {job_id} acknowledged in {shard} while its earlier try is live in {live}")
@@ -348,6 +372,32 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
     told = "added again" if acknowledged else "in doubt"
     world.stats[f"client: {told} after its earlier try ran"] += 1
     world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")
+
+
+async def _moved_in_only(world: World, job_id: str, shard: str) -> bool:
+    """Whether ``shard``'s log holds ``job_id`` only as moved in: an ADD of a later occurrence,
+    and no first occurrence, which is all a schedule call (a retry too) ever writes."""
+    occurrences: list[int] = []
+    for op in (await read_log(world.store, shard)).records():
+        if op[0] == ADD and op[1] == job_id:
+            occurrences.append(op[4])  # [ADD, id, due_us, job, occurrence, ...]
+        elif op[0] == SNAPSHOT:
+            occurrences += [entry[3] for entry in op[1] if entry[0] == job_id]  # [id, due_us, job, occurrence, ...]
+    return bool(occurrences) and min(occurrences) > 1
+
+
+async def _chain_from(world: World, job_id: str, shard: str) -> list[str]:
+    """The shards ``job_id``'s chain runs through from ``shard`` on, by the moves their logs
+    record, to the one that holds it live or where it ended (a shard is not deleted while one
+    that moved jobs into it exists, so each hop is there to read)."""
+    chain = [shard]
+    while len(chain) <= MAX_CHAIN_HOPS:
+        state = ShardState().replay((await read_log(world.store, chain[-1])).records())
+        moved_to = state.moved.get(job_id)
+        if job_id in state.live or not moved_to or moved_to in chain:
+            break
+        chain.append(moved_to)
+    return chain
 
 
 def _compacted_before(world: World, job_id: str, shard: str, sent_us: int, silo_id: str) -> bool:
