@@ -21,7 +21,8 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
 - ``[PAUSE, id, note, by, since_us]`` — an operator paused the live job: it is not queued or
   fired until a ``[RESUME, id]``. The pause belongs to the job, not to one occurrence: an ADD
   replacing the entry keeps it, a REMOVE that ends the job drops it, and a move carries it as
-  the ADD's ninth field (the next occurrence's sixth): ``[note, by, since_us]``.
+  the ADD's ninth field (the next occurrence's sixth): ``[note, by, since_us]``. Replay that
+  meets a PAUSE of a job not live (its ADD lost to a damaged frame) pauses the ADD that follows.
 - ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved, pending, sources, paused]``
   — the live state, written first in a new generation when a log is compacted (older snapshots
   end after ``moved``; ``paused``, job id -> ``[note, by, since_us]``, only when a job is paused).
@@ -316,6 +317,7 @@ class ShardState:
     ``sources`` the shards moves into this one came from: this log is kept while any of them
     exists, so a move still being settled there always finds its proof here. ``paused`` holds
     the live jobs an operator paused (job id -> ``[note, by, since_us]``): kept, never queued.
+    ``orphan_pauses`` holds pauses read for a job not live here, until an ADD of it follows.
     """
 
     live: dict[str, LiveJob] = field(default_factory=dict)
@@ -325,6 +327,11 @@ class ShardState:
     sources: set[str] = field(default_factory=set)
     unreadable: list[Unreadable] = field(default_factory=list)  # records replay left out
     paused: dict[str, list[Any]] = field(default_factory=dict)
+    # A PAUSE is written only for a live job, so one read where its job is not live had the ADD
+    # before it lost to a damaged frame; the ADD of the next occurrence that follows is paused
+    # (``_fold`` applies these at its end: ADDs there skip ``apply``). Without it that occurrence
+    # replayed unpaused, and ran after its pause returned (simulation with damaged logs, seed 222064).
+    orphan_pauses: dict[str, list[Any]] = field(default_factory=dict)
 
     def apply(self, op: list[Any]) -> LiveJob | None:
         """Fold one operation; returns the entry an ADD created or a RETRY changed."""
@@ -340,6 +347,8 @@ class ShardState:
                     self.paused[op[1]] = op[8]  # a paused job moved in: still paused here
             return entry
         if kind == REMOVE:
+            if self.orphan_pauses:
+                self.orphan_pauses.pop(op[1], None)  # the job ends here, or moves on carrying its pause
             entry = live.get(op[1])
             ended = entry is not None and removal_ends(op, entry)
             if ended:
@@ -363,11 +372,15 @@ class ShardState:
                 entry[ATTEMPTS] = op[3]
             return entry
         if kind == PAUSE:
-            if op[1] in live:  # a pause of a job no longer here changes nothing
+            if op[1] in live:
                 self.paused[op[1]] = op[2:5]
+            else:  # its ADD was lost: it holds the occurrence an ADD adds next (``orphan_pauses``)
+                self.orphan_pauses[op[1]] = op[2:5]
             return None
         if kind == RESUME:
             self.paused.pop(op[1], None)
+            if self.orphan_pauses:
+                self.orphan_pauses.pop(op[1], None)
             return None
         if kind == SNAPSHOT:
             live.clear()
@@ -375,6 +388,7 @@ class ShardState:
             self.pending = dict(op[3]) if len(op) > 3 else {}
             self.sources = set(op[4]) if len(op) > 4 else set()
             self.paused = dict(op[5]) if len(op) > 5 else {}
+            self.orphan_pauses = {}
             for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
                 live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
                                 self.owner, None]
@@ -481,7 +495,15 @@ class ShardState:
                     self._apply_snapshot(op, first_seq + index)
                 else:
                     apply(op)
+        if self.orphan_pauses:
+            self._adopt_orphan_pauses()
         return self
+
+    def _adopt_orphan_pauses(self) -> None:
+        """Pause the jobs an ADD made live after a pause read for them while they were not
+        (``orphan_pauses``): a RESUME or REMOVE of the job in between had dropped it."""
+        for job_id in [job_id for job_id in self.orphan_pauses if job_id in self.live]:
+            self.paused[job_id] = self.orphan_pauses.pop(job_id)
 
     def _apply_snapshot(self, op: list[Any], seq: int) -> None:
         """Fold a checked SNAPSHOT: entries that are not what they should be are set aside one by one."""
@@ -490,6 +512,7 @@ class ShardState:
         self.pending = {}
         self.sources = set()
         self.paused = {}
+        self.orphan_pauses = {}
         for item in op[1]:
             if type(item) is list and len(item) == 6 and _live_ok(*item):
                 job_id, due_us, job, occurrence, attempts, scheduled_us = item

@@ -741,6 +741,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
      "a claim in the start waited for a lease only the heartbeat renews", "stuck"),
     (216011, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a claim in the start waited for a lease only the heartbeat renews", "unsettled"),
+    # Every kind. A recurring job's ADD was in a frame damaged while its silo was stopped; the
+    # silo, resumed, wrote the operator's PAUSE of it (the job live in its memory) and then its
+    # running attempt's next occurrence, an ADD in the same shard. The adopter's replay met the
+    # PAUSE with the job not live, dropped it, and fired that occurrence 0.65 s after "paused".
+    (222064, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a pause read before the ADD that followed its damaged one was dropped", "pause did not hold"),
 ]
 
 
