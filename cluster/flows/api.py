@@ -150,8 +150,9 @@ class Flows:
             self._store_url = (await self._client.describe())["store_url"]
         return open_store(self._store_url)
 
-    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (), /) -> list[str | None]:
-        assert not suspects, "a client never takes over a flow's intent (silos reconcile flows)"
+    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (),
+                        settled: Sequence[str] = (), /) -> list[str | None]:
+        assert not suspects and not settled, "a client never takes over a flow's intent (silos reconcile flows)"
         return [job.shard for job in await self._client.submit_jobs(jobs)]
 
     async def submit(self, flow: Flow) -> FlowStatus:

@@ -177,10 +177,11 @@ class FlowHooks(SiloHooks):
         # step's due time and the silences reconcile measures then agree with its jobs' clock.
         return self._silo.clock.now_us()
 
-    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (), /) -> list[str]:
+    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (),
+                        settled: Sequence[str] = (), /) -> list[str]:
         # Straight into this silo's own shards: the same call a client makes, without Ray.
-        return await self._silo.schedule([(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs],
-                                         suspects)
+        items = [(job.id, datetime_to_us(job.due), pack(job.to_wire())) for job in jobs]
+        return await (self._silo.schedule(items, suspects, settled) if settled else self._silo.schedule(items, suspects))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

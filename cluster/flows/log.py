@@ -17,7 +17,9 @@ Records (msgpack lists, first item the kind):
   runs it again at ``retry_at_us`` (error is None when ``always`` re-runs a success);
 - ``["ok", step, attempt, at_us]`` / ``["fail", step, attempt, error, at_us]`` — the step
   succeeded / exhausted its retries (the first ``fail`` halts the flow);
-- ``["intent", token, owner, [step, ...], at_us]`` — ``owner`` is about to schedule these steps;
+- ``["intent", token, owner, [step, ...], at_us, settled]`` — ``owner`` is about to schedule these
+  steps; ``settled`` (absent in logs written before it) names the holders that already refused
+  their takeover with no call of the earlier try under way in them (``progress.hand_over``);
 - ``["sched", token, [[step, shard, due_us], ...], at_us]`` — ... and did: their jobs are durable;
 - ``["cancel", at_us, token]`` then ``["cancelled", [step, ...], at_us]`` — a user cancelled the
   flow; ``token`` (absent in logs written before it) tells the cancelling call its own record
@@ -117,9 +119,10 @@ class Schedule(Protocol):
 
     ``suspects``: silos that may hold an earlier try of these very jobs (an intent taken over from
     a writer that may have scheduled them): jobs found there are answered with their shard and
-    not added again (``cluster.runtime.scheduling``)."""
+    not added again (``cluster.runtime.scheduling``); ``settled``: holders searched without a wait."""
 
-    def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ..., /) -> Awaitable[Sequence[str | None]]:
+    def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ..., settled: Sequence[str] = ...,
+                 /) -> Awaitable[Sequence[str | None]]:
         ...
 
 
@@ -155,6 +158,7 @@ class Intent:
     owner: str
     steps: tuple[str, ...]
     at_us: int
+    settled: tuple[str, ...] = ()  # holders that refused the steps' takeover, nothing of it under way in them
 
 
 @dataclass
@@ -211,10 +215,10 @@ class FlowState:
             step = self.steps.get(record[1])
             return step is not None and self._step_event(record[1], step, record)
         if kind == "intent":
-            _, token, owner, steps, at = record
+            _, token, owner, steps, at = record[:5]
             if token in self.intents:
                 return False
-            self.intents[token] = Intent(token, owner, tuple(steps), at)
+            self.intents[token] = Intent(token, owner, tuple(steps), at, tuple(record[5]) if len(record) > 5 else ())
             for name in steps:
                 self.steps[name].token = token
                 self.steps[name].phase = (0, -1)  # a (re)scheduled job counts its attempts afresh

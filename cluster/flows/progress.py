@@ -72,7 +72,8 @@ async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
         try:
             return await launch(store, state, state.intents[token], schedule, now_us=now_us, silos=silos)
         except EarlierTryUnsettled as exc:
-            await hand_over(store, flow, state.intents[token], owner, exc.holders, now_us=now_us)
+            if exc.holders:  # refused by the shard search, past this silo's check of its own calls
+                await hand_over(store, flow, state.intents[token], owner, exc.holders, now_us=now_us)
             raise
     finally:
         launching.discard(token)
@@ -80,27 +81,40 @@ async def advance(store: Store, flow: str, owner: str, schedule: Schedule,
 
 async def hand_over(store: Store, flow: str, intent: Intent, owner: str, holders: Sequence[str], *,
                     now_us: Now = wall_clock_us) -> None:
-    """Give ``intent``'s steps, whose launch could not settle an earlier try, to the one silo
-    that can: the live incarnation holding every shard the earlier try may still reach.
+    """Give ``intent``'s steps, whose launch could not settle an earlier try, to a silo that can:
+    a live incarnation holding a shard the earlier try may still reach.
 
     Only a shard's holder knows whether a call of the earlier try is still under way in it; any
     other silo waits until the shard leaves it, which need not happen (a shard holding a paused
     job lives on). Taking the step over again by itself each round, the taker kept its intent
     young, so the holder, seeing a live writer's fresh intent, never took it (simulator seeds
-    90830 and 90973 with flows: a client's steps never ran). The new intent names the holder as
+    90830 and 90973 with flows: a client's steps never ran). The new intent names a holder as
     its writer: the holder takes it over at its next reconcile, as its own whose launch is not
-    under way, and every other silo waits for it as for any live writer. Two holders or more:
-    no silo can settle it alone, and the step waits for their shards to leave them."""
-    me, holder = parse_owner(owner), parse_owner(holders[0]) if len(holders) == 1 else None
-    if me is None or holder is None or holder[0] == me[0]:
-        return  # a client's; its own (settled for it) or an earlier incarnation's, which adoption settles
+    under way, and every other silo waits for it as for any live writer.
+
+    With several holders none can settle the others' shards: each waited on the others as long
+    as they held them, and a client's acknowledged flow never ran while two silos each held a
+    shard of its window (simulator seed 220668 with every kind: to the end of the run). So the
+    step goes from holder to holder, each naming in ``settled`` the incarnations that refused
+    it, this one included: its refusal came after it found no call of the earlier try under way
+    in it, so the next holder searches their shards without waiting on them. The last one
+    settles it."""
+    me = parse_owner(owner)
+    if me is None:
+        return  # a client's: silos take its intent over
 
     def decide(state: FlowState) -> list[list[Any]]:
         steps = [s for s in intent.steps if state.steps[s].token == intent.token
                  and intent.token not in state.confirmed and state.steps[s].state not in TERMINAL_STEP_STATES]
         if state.finished or not steps:
             return []
-        return applied(state, [["intent", uuid.uuid4().hex[:16], holders[0], steps, now_us()]])
+        settled = sorted({owner, *(h for s in steps for i in state.earlier_tries(s) for h in i.settled)})
+        # An earlier incarnation of this silo: adoption settles its shards, not a hand-over.
+        waiting = [h for h in holders if h not in settled and (parsed := parse_owner(h)) is not None
+                   and parsed[0] != me[0]]
+        if not waiting:
+            return []
+        return applied(state, [["intent", uuid.uuid4().hex[:16], waiting[0], steps, now_us(), settled]])
 
     try:
         await update(store, flow, decide)
@@ -121,7 +135,9 @@ async def launch(store: Store, state: FlowState, intent: Intent, schedule: Sched
     due = {step: earlier[step][0].at_us if earlier[step] else intent.at_us for step in intent.steps}
     jobs = [state.plan.job(step, us_to_datetime(due[step])) for step in intent.steps]
     suspects = sorted({silo for tries in earlier.values() for i in tries for silo in _silos_of(i.owner, silos)})
-    shards = await (schedule(jobs, suspects) if suspects else schedule(jobs))
+    settled = sorted({h for tries in earlier.values() for i in tries for h in i.settled})
+    shards = await (schedule(jobs, suspects, settled) if settled else schedule(jobs, suspects) if suspects
+                    else schedule(jobs))
     placed = [[step, shard, due[step]] for step, shard in zip(intent.steps, shards, strict=True)]
     sched = ["sched", intent.token, placed, now_us()]
     try:

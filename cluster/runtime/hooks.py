@@ -188,9 +188,11 @@ class SiloView(Protocol):
         """This silo's firing lease: memory of what it owns answers while it holds."""
         ...
 
-    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = (),
+                       settled: Sequence[str] = ()) -> list[str]:
         """Durably add ``(id, due_us, packed job)`` items to this silo's shards; their shards.
-        ``suspects``: silos that may hold an earlier try of these jobs (see ``Silo.schedule``)."""
+        ``suspects``: silos that may hold an earlier try of these jobs, ``settled`` holders that
+        need no wait (see ``Silo.schedule``)."""
         ...
 
     async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:

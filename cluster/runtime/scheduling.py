@@ -100,11 +100,14 @@ class Scheduling:
         self._writing: Counter[str] = Counter()  # the job ids they write: a retry naming this silo waits for those
         self.hooks: list[SiloHooks] = []  # told of each landed batch (the silo's list, filled once it joined)
 
-    async def schedule(self, jobs: Sequence[Item], suspects: Collection[str] = ()) -> list[str]:
+    async def schedule(self, jobs: Sequence[Item], suspects: Collection[str] = (),
+                       settled: Collection[str] = ()) -> list[str]:
         """Add ``jobs``; returns each one's shard, in order. ``suspects``: silos that may hold an
         earlier try of this call (a retry), each named by id or, when only one incarnation can
         have sent it (a flow intent's writer), as that incarnation ("s0#2"); jobs found there
-        are not added again."""
+        are not added again. ``settled``: incarnations that refused this retry as holders
+        (``EarlierTryUnsettled``), no call of the earlier try under way in them then: their
+        shards are searched without waiting on them."""
         duration = timedelta_to_us(self._options.shard_duration)
         by_window: dict[int, list[int]] = defaultdict(list)
         for i, item in enumerate(jobs):
@@ -113,7 +116,7 @@ class Scheduling:
         owner = self._me.owner  # this call's incarnation: it writes under no other
         if suspects:
             found = await self._find_earlier_tries(
-                {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects))
+                {w: {jobs[i][0] for i in ix} for w, ix in by_window.items()}, set(suspects), set(settled))
             found.update(await self._find_moved_on({item[0]: window_of(item[1], duration) for item in jobs
                                                     if item[0] not in found and _recurring(item)}))
             for i, item in enumerate(jobs):
@@ -207,7 +210,8 @@ class Scheduling:
         self._queue.push_bulk(keys, dues, entries, live.get, itemgetter(DUE), owner=shard, slot=QUEUED,
                               disjoint_only=True)
 
-    async def _find_earlier_tries(self, ids_by_window: dict[int, set[str]], suspects: set[str]) -> dict[str, str]:
+    async def _find_earlier_tries(self, ids_by_window: dict[int, set[str]], suspects: set[str],
+                                  settled: Collection[str] = ()) -> dict[str, str]:
         """Where an earlier try of this call landed: job id -> shard, for the ones found.
 
         Raises ``EarlierTryUnsettled`` (nothing written) while a suspect may still add to a shard:
@@ -233,7 +237,8 @@ class Scheduling:
                 owner = head.metadata.get("owner")
                 if owner == self._me.owner and _open_to_suspects(owner, creator, suspects):
                     holders.add(owner)  # settled for this silo; any other would wait on it
-                if not await self._fenced_from_suspects(head.base, head.metadata, creator, suspects, members):
+                if owner not in settled and not await self._fenced_from_suspects(head.base, head.metadata, creator,
+                                                                                  suspects, members):
                     unsettled.append(head.base)
                     if owner is not None and parse_owner(owner) is not None:
                         holders.add(owner)

@@ -267,11 +267,14 @@ class Silo:
 
     # -- the API -------------------------------------------------------------------------------
 
-    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
+    async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = (),
+                       settled: Sequence[str] = ()) -> list[str]:
         """Durably add ``(id, due_us, packed job)`` items, all or none; returns each job's shard, in order.
 
         ``suspects``: silos that may hold an earlier try of this very call (a client retrying
         after losing them); jobs already there are answered with their shard, not added again.
+        ``settled``: holders that already refused it with no call of it under way in them (a
+        flow step handed from holder to holder, ``cluster.flows.progress.hand_over``).
         Every item is decoded first (``check_items``): a bad one raises ``InvalidJob`` naming it,
         and nothing of the call is written.
         """
@@ -282,7 +285,7 @@ class Silo:
         await self._ready
         if self._r.runs.closing or self._r.heartbeat.superseded:
             raise SiloStopping(f"silo {self.silo_id} is stopping")
-        names = await self._r.scheduling.schedule(items, suspects)
+        names = await self._r.scheduling.schedule(items, suspects, settled)
         self.metrics.scheduled.inc(len(jobs))
         return names
 

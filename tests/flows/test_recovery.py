@@ -212,10 +212,13 @@ class Recorded:
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], list[int], list[str]]] = []
+        self.settled: list[list[str]] = []  # per call: the holders it searches without waiting on them
 
-    async def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ()) -> list[str]:
+    async def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (),
+                       settled: Sequence[str] = ()) -> list[str]:
         self.calls.append(([j.metadata["timeshard.step"] for j in jobs], [datetime_to_us(j.due) for j in jobs],
                            list(suspects)))
+        self.settled.append(list(settled))
         return ["shards/s9"] * len(jobs)
 
 
@@ -280,7 +283,8 @@ class Unsettled:
     def __init__(self, *holders: str) -> None:
         self.holders = holders
 
-    async def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = ()) -> list[str]:
+    async def __call__(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (),
+                       settled: Sequence[str] = ()) -> list[str]:
         raise EarlierTryUnsettled("shards may still take an earlier try", self.holders)
 
 
@@ -312,7 +316,37 @@ async def test_a_takeover_the_taker_cannot_settle_is_handed_to_the_silo_holding_
     assert holder.calls == [(["a"], [100], ["5", "5#1", "6", "6#1", "7"])]
 
 
-@pytest.mark.parametrize("holders", [("5#1",), ("6#1", "7#1"), ()], ids=["its-own", "two", "none"])
+async def writer(store: Store, step: str = "a") -> tuple[str, tuple[str, ...]]:
+    """Who is to schedule ``step`` now, and the holders its intent names as settled."""
+    state = await read_flow(store, "etl")
+    assert state is not None
+    intent = state.intents[state.steps[step].token or ""]
+    return intent.owner, intent.settled
+
+
+async def test_a_takeover_two_live_holders_refuse_goes_from_holder_to_holder() -> None:
+    """Silos 6 and 7 each hold a shard of the window the client's call may still reach: each
+    refuses the takeover, and neither can settle the other's shard. The step goes to 6, then
+    from 6 to 7, each intent naming the holders that refused with no call of the earlier try
+    under way in them; 7 searches their shards without waiting on them, and schedules it.
+    Before: nobody was handed the step, and it waited as long as both held their shards (to
+    the end of the run in simulator seed 220668 with every kind: the flow never halted)."""
+    store = await flow_with(["intent", "t0", "client-1", ["a"], 100])
+    with pytest.raises(EarlierTryUnsettled):
+        await reconcile(store, "etl", "5#1", Unsettled("6#1", "7#1"), LIMITS, members=BOTH, now_us=later,
+                        launching=set())
+    assert await writer(store) == ("6#1", ("5#1",))
+    with pytest.raises(EarlierTryUnsettled):  # 5's shards settled now: 6 waits on 7's alone
+        await reconcile(store, "etl", "6#1", Unsettled("6#1", "7#1"), LIMITS, members=BOTH, now_us=later,
+                        launching=set())
+    assert await writer(store) == ("7#1", ("5#1", "6#1"))
+    holder = Recorded()
+    await reconcile(store, "etl", "7#1", holder, LIMITS, members=BOTH, now_us=later, launching=set())
+    assert holder.calls == [(["a"], [100], ["5", "5#1", "6", "6#1", "7", "7#1"])], "sent as the client sent it"
+    assert holder.settled == [["5#1", "6#1"]]
+
+
+@pytest.mark.parametrize("holders", [("5#1",), ()], ids=["its-own", "none"])
 async def test_a_takeover_no_other_single_silo_can_settle_stays_with_its_taker(holders: tuple[str, ...]) -> None:
     store = await flow_with(["intent", "t0", "client-1", ["a"], 100])
     with pytest.raises(EarlierTryUnsettled):

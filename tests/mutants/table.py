@@ -352,7 +352,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="flow-takeover-without-suspects",
         kind="a flow step run twice",
         path="cluster/flows/progress.py",
-        old="    shards = await (schedule(jobs, suspects) if suspects else schedule(jobs))\n",
+        old="    shards = await (schedule(jobs, suspects, settled) if settled else schedule(jobs, suspects) if suspects\n"
+            "                    else schedule(jobs))\n",
         new="    shards = await schedule(jobs)\n",
         # Seeds 2000-2199 with flows alone stopped catching it once flows joined the default kinds
         # (their worlds moved); with every kind, 217, 270, 276 and 280 of 0-399 do.
@@ -366,12 +367,36 @@ MUTANTS: tuple[Mutant, ...] = (
         name="flow-takeover-kept-by-its-taker",
         kind="an acknowledged flow lost",
         path="cluster/flows/progress.py",
-        old="            await hand_over(store, flow, state.intents[token], owner, exc.holders, now_us=now_us)\n",
-        new="            pass\n",
+        old="                await hand_over(store, flow, state.intents[token], owner, exc.holders, now_us=now_us)\n",
+        new="                pass\n",
         catch=Pytest(("tests/flows/test_recovery.py::"
                       "test_a_takeover_the_taker_cannot_settle_is_handed_to_the_silo_holding_the_shard",)),
         why="a silo taking over a client's flow step that only the live holder of a shard can settle keeps it, "
             "and the step never runs (simulator seeds 90830, 90973)",
+    ),
+    Mutant(
+        name="flow-takeover-two-holders-kept",
+        kind="an acknowledged flow lost",
+        path="cluster/flows/progress.py",
+        old="        if not waiting:\n",
+        new="        if len(holders) != 1 or not waiting:\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_takeover_two_live_holders_refuse_goes_from_holder_to_holder",)),
+        also=(Sim(220668, 1, "all"),),
+        why="a client's flow step whose takeover two live holders refuse is handed to neither, and waits as long "
+            "as both hold their shards: the acknowledged flow never runs (simulator seed 220668, every kind)",
+    ),
+    Mutant(
+        name="settled-holder-waited-on",
+        kind="an acknowledged flow lost",
+        path="cluster/runtime/scheduling.py",
+        old="                if owner not in settled and not await self._fenced_from_suspects(",
+        new="                if not await self._fenced_from_suspects(",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_retry_searches_a_settled_holders_shard_without_waiting_on_it",)),
+        also=(Sim(220668, 1, "all"),),
+        why="a retry handed on from holder to holder still waits on the holders that settled it: with two live "
+            "holders a client's flow step is passed back and forth and never runs (simulator seed 220668)",
     ),
     Mutant(
         name="flow-step-admitted-after-cancel",

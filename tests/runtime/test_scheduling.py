@@ -290,6 +290,23 @@ async def test_a_retry_waiting_on_a_live_holder_names_it_and_the_holder_settles_
     assert refused.value.holders == ("a#1", "b#1")
 
 
+async def test_a_retry_searches_a_settled_holders_shard_without_waiting_on_it() -> None:
+    """A holder that refused a retry (no call of the earlier try under way in it) is named as
+    settled when the retry goes on to the next holder: its shard is searched, not waited on,
+    and a copy found there is answered, not added again. Before: with two live holders each
+    waited on the other's shard as long as it lived (simulator seed 220668 with every kind)."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(hours=1))
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed in "a#1"'s shard; the client never heard
+    second = await make_parts(store, "b")
+    await second.scheduling.schedule([item(job(due=timedelta(hours=1)))])  # "b#1" holds a shard of the window too
+    with pytest.raises(EarlierTryUnsettled):
+        await second.scheduling.schedule([item(j)], suspects=["a", "b"])
+    assert await second.scheduling.schedule([item(j)], suspects=["a", "b"], settled=["a#1"]) == [earlier]
+    assert await copies(store, j.id) == [earlier]
+
+
 async def test_a_retry_naming_a_silo_is_not_held_up_by_its_next_incarnation_holding_the_old_shard() -> None:
     """Named by silo alone (a client's retry, a reconcile taking over a client's flow intent),
     the suspect's earlier try is fenced once its shard left the incarnation that created it,

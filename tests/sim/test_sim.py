@@ -747,6 +747,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # PAUSE with the job not live, dropped it, and fired that occurrence 0.65 s after "paused".
     (222064, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a pause read before the ADD that followed its damaged one was dropped", "pause did not hold"),
+    # Every kind. A client's flow submit failed in doubt; 60 s on, s2#3 took its intent over and
+    # was refused: s0#5 and s1#1 each held a shard of the window the client's call might still
+    # reach (one kept by a job that never fired, the other by a move's proof from it). No
+    # single silo could settle both, the step was handed to nobody and waited as long as they
+    # held them: to the end of the run, its failing step never ran. It goes from holder to
+    # holder now, each refusal naming the holders already settled.
+    (220668, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a takeover two live holders refused waited on both for good", "flow not halted"),
 ]
 
 
