@@ -254,15 +254,17 @@ class Scheduling:
         return found
 
     async def _find_moved_on(self, windows: dict[str, int]) -> dict[str, str]:
-        """Where recurring jobs of an earlier try live on after moving out of the window they
-        were added to: job id -> a shard of a later window whose log holds them.
+        """Where recurring jobs of an earlier try live on after moving out of the shard they
+        were added to: job id -> a shard, of their first window or a later one, whose log holds them.
 
         Their first shard may be gone, deleted once drained (a move leaves the job nowhere
-        there), so a retry that looked in the first windows alone wrote them again beside the
-        chain they had moved on in: two chains (simulation with every fault, seeds 42872 and
-        53763). The later shards need no fencing: a move's ADD is written once the move is
-        decided in a shard the search above fenced. Only on a retry, and only for recurring jobs
-        found nowhere else (one-shot jobs never leave their shard).
+        there), or compacted (its snapshot keeps only live jobs), so a retry that looked in the
+        suspects' shards alone wrote them again beside the chain they had moved on in: two
+        chains (simulation with every fault, seeds 42872 and 53763: into a later window; seed
+        219412: an adopter of the first shard, not a suspect, moved the next occurrence into its
+        own shard of the same window). These shards need no fencing: a move's ADD is written
+        once the move is decided in a shard the search above fenced. Only on a retry, and only
+        for recurring jobs found nowhere else (one-shot jobs never leave their shard).
         """
         found: dict[str, str] = {}
         # From the earliest first window on: the shards before it cannot hold a move of these.
@@ -270,7 +272,7 @@ class Scheduling:
                                         start=shards_before(min(windows.values()))) if windows else ()
         for head in later:
             window = int(head.metadata.get("window_start", "0"))
-            wanted = {job_id for job_id, first in windows.items() if first < window and job_id not in found}
+            wanted = {job_id for job_id, first in windows.items() if first <= window and job_id not in found}
             if wanted:
                 records = (await read_log(self._store, head.base)).records()
                 found.update(dict.fromkeys(landed_ids(records, wanted), head.base))

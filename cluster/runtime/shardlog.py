@@ -93,8 +93,11 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
     REMOVE(CANCELLED)): a retried schedule call must not add these again.
 
     A job that already ran counts as landed; one cancelled (a failed call withdrawing its ADD)
-    does not. A compacted log keeps only live jobs, so one that ran before the compaction is
-    not found.
+    does not. A compacted log keeps only live jobs and moves still pending, so one that ran
+    before the compaction is not found. A pending move counts: its job is in no other shard
+    until the move lands, so a retry that looked for it there, and in the target before the
+    ADD landed, wrote it again beside the chain the move then carried on (found probing the
+    simulator's seed 219412).
     """
     landed: set[str] = set()
     for op in records:
@@ -102,6 +105,7 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
             continue  # an unreadable record took nothing (replay sets it aside too)
         if op[0] == SNAPSHOT:
             landed |= {entry[0] for entry in op[1] if entry[0] in ids}
+            landed |= {job_id for job_id in (op[3] if len(op) > 3 else ()) if job_id in ids}
         elif op[1] in ids:
             if op[0] == ADD:
                 landed.add(op[1])

@@ -125,6 +125,7 @@ async def _moved_on(store: MemoryStore) -> tuple[ScheduledJob, Shard, Shard]:
     target = await first.shards.open_shard(window_of(next_due, timedelta_to_us(OPTIONS.shard_duration)))
     await target.write([add_op(jid, next_due, packed, 2, source=earlier)])
     await source.write([remove_op(jid, 1, MOVED, target.base, [next_due, packed, 2, 0, next_due])])
+    await first.moves.settle(source, jid)  # carried out, as an outcome does: no longer pending
     return j, source, target
 
 
@@ -146,6 +147,47 @@ async def test_a_retry_finds_an_earlier_try_that_moved_on_to_a_later_window(gone
     (name,) = await second.scheduling.schedule([item(j)], suspects=["a"])
     assert await copies(store, j.id) == [target.base]  # before the fix: also in b's new shard
     assert name == target.base  # where the job lives on: a cancel sent there reaches it
+
+
+@pytest.mark.parametrize("gone", ["deleted once drained", "compacted", "compacted before the move landed"])
+async def test_a_retry_finds_an_earlier_try_that_an_adopter_moved_on_within_its_window(gone: str) -> None:
+    """The earlier try landed in a#1's shard; silo c, no suspect, adopted that shard and moved
+    the job's next occurrence into its own shard of the same window; then the first shard was
+    deleted once drained, or compacted (its snapshot names the move but holds no ADD). The retry
+    looked in the suspects' shards and in later windows only, took the job for never landed and
+    wrote it again: two live chains (simulation with every fault, seed 219412). Compacted while
+    the move was only decided, the target not yet holding the job, the retry looked everywhere
+    and found it nowhere; the move then landed beside its copy. The move pending in the first
+    shard's snapshot now counts as the job found there, where a cancel follows the move on."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job(due=timedelta(seconds=1), schedule="@every 2s")
+    jid, due_us, packed = item(j)
+    duration = timedelta_to_us(OPTIONS.shard_duration)
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    await make_parts(store, "a", transport=restarted())  # a#1's shards are orphans
+    adopter = await make_parts(store, "c")
+    source = await adopter.adoption.claim_for_cancel(earlier)
+    assert source is not None
+    next_due = due_us + 2_000_000
+    assert window_of(next_due, duration) == window_of(due_us, duration)
+    target = await adopter.shards.open_shard(window_of(next_due, duration))
+    landed_first = gone != "compacted before the move landed"
+    if landed_first:
+        await target.write([add_op(jid, next_due, packed, 2, source=earlier)])
+    await source.write([remove_op(jid, 1, MOVED, target.base, [next_due, packed, 2, 0, next_due])])
+    if landed_first:
+        await adopter.moves.settle(source, jid)
+    if gone.startswith("compacted"):
+        await source.writer.rotate()
+        assert [op[0] for op in (await read_log(store, source.base)).records()] == [SNAPSHOT]
+    else:
+        await source.writer.delete()
+    second = await make_parts(store, "b")
+    (name,) = await second.scheduling.schedule([item(j)], suspects=["a"])
+    await adopter.moves.settle(source, jid)  # carried out now, if it was not
+    assert await copies(store, j.id) == [target.base]  # before the fix: also in b's new shard
+    assert name == (target.base if landed_first else source.base)
 
 
 async def test_a_retry_that_finds_its_job_where_the_chain_moved_through_writes_nothing_and_leads_a_cancel_on() -> None:

@@ -755,6 +755,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # holder now, each refusal naming the holders already settled.
     (220668, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a takeover two live holders refused waited on both for good", "flow not halted"),
+    # Every kind. A recurring job's schedule call was lost with s2, its try landed in s2's shard;
+    # s1 adopted that shard, ran the job and moved its next occurrence into s1's own shard of
+    # the same window, and the first shard was compacted with the move still pending (its
+    # snapshot names the move, no ADD). The retry, naming s2 alone, looked in s2's shards and in
+    # later windows, found nothing and wrote the job again: two live chains. A pending move in a
+    # snapshot now counts as the job found there, and a retry looks in every shard of the first
+    # window too (either alone passes this seed; tests/runtime/test_scheduling.py holds each).
+    (219412, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a retry missed its earlier try moved on within its first window", "two chains"),
 ]
 
 
