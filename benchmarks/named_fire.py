@@ -1,6 +1,6 @@
 """Named jobs beside plain ones on one cluster: jobs due at one instant into a no-op handler.
 
-    python -m benchmarks.named_fire [--jobs 5000] [--silos 2] [--store file] [--callers 64]
+    python -m benchmarks.named_fire [--jobs 5000] [--silos 2] [--store file] [--callers 64] [--registry entries]
 
 Per store, one fresh cluster (``--silos``, two counting handler actors) runs both, in this order:
 
@@ -13,7 +13,9 @@ Per store, one fresh cluster (``--silos``, two counting handler actors) runs bot
 - **steady**: ``--steady-jobs`` named one-shot jobs due at ``--steady-rate`` a second, the same
   status delay for a sample of them (polled every 50 ms).
 
-Prints one JSON object; writes nothing.
+``--registry experimental-buckets`` keeps the names in silo-owned registry buckets (opt-in,
+issue 25 point 5); status is then read through ``client.jobs.get``. Prints one JSON object;
+writes nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from benchmarks.cluster import bench_env, handlers, in_batches, rate, running_cl
 from benchmarks.report import percentiles
 from cluster import Target
 from cluster.client import Client
-from cluster.named.registry import entry_key, read_entry
+from cluster.model.options import NAMED_REGISTRIES, ClusterOptions
+from cluster.named.registry import entry_key, name_of, read_entry
 
 STATUS_SAMPLE = 40  # names whose status is polled after the burst, besides the last ones to start
 
@@ -82,7 +85,6 @@ async def status_delay(client: Client, runs: Sequence[tuple[str, float, float]],
     """For a sample of the runs (the last ones to start among them): when the name's registry
     entry first showed it succeeded (what ``get()`` reads), less when it started, in ms; polled
     every 100 ms, one read per name, so that the polling itself does not slow the silos down."""
-    store = await client.jobs._store()
     ordered = sorted(runs, key=lambda r: r[2])
     sample = ordered[-10:] + random.Random(25).sample(ordered, min(STATUS_SAMPLE, len(ordered)))
     started_at = {entry_key("default", "default", name_of[job_id]): s for job_id, _, s in sample if job_id in name_of}
@@ -90,10 +92,10 @@ async def status_delay(client: Client, runs: Sequence[tuple[str, float, float]],
     deadline = time.monotonic() + 60
     while started_at.keys() - delays.keys() and time.monotonic() < deadline:
         waiting = sorted(started_at.keys() - delays.keys())
-        found = await asyncio.gather(*(read_entry(store, key) for key in waiting))
+        found = await succeeded(client, waiting)
         now = time.time()
-        for key, entry in zip(waiting, found, strict=True):
-            if entry is not None and entry.status.successful:
+        for key, done in zip(waiting, found, strict=True):
+            if done:
                 delays[key] = max(0.0, (now - started_at[key]) * 1e3)
         await asyncio.sleep(0.1)
     out = percentiles(list(delays.values()))
@@ -116,16 +118,15 @@ async def steady(client: Client, hs: Sequence[tuple[Target, Any]], n: int, per_s
             keys[job.job.id] = entry_key("default", "default", job.name)
 
     await asyncio.gather(*(caller(k) for k in range(callers)))
-    store = await client.jobs._store()
     sample = sorted(random.Random(25).sample(sorted(keys.values()), min(STATUS_SAMPLE, n)))
     seen: dict[str, float] = {}
     deadline = dues[-1].timestamp() + 60
     while len(seen) < len(sample) and time.time() < deadline:
         waiting = [key for key in sample if key not in seen]
-        found = await asyncio.gather(*(read_entry(store, key) for key in waiting))
+        found = await succeeded(client, waiting)
         now = time.time()
-        for key, entry in zip(waiting, found, strict=True):
-            if entry is not None and entry.status.successful:
+        for key, done in zip(waiting, found, strict=True):
+            if done:
                 seen[key] = now
         await asyncio.sleep(0.05)
     await wait_count(hs, n, timeout=60)
@@ -135,13 +136,25 @@ async def steady(client: Client, hs: Sequence[tuple[Target, Any]], n: int, per_s
     return out
 
 
+async def succeeded(client: Client, keys: Sequence[str]) -> list[bool]:
+    """Whether each name (by registry key) shows an attempt that succeeded, as ``get()`` would:
+    its entry read from the store, or (names in registry buckets) ``get`` itself."""
+    if client.options.named_registry == "experimental-buckets":
+        found = await asyncio.gather(*(client.jobs.get(name_of(key)) for key in keys))
+        return [job is not None and job.status.successful > 0 for job in found]
+    store = await client.jobs._store()
+    entries = await asyncio.gather(*(read_entry(store, key) for key in keys))
+    return [entry is not None and entry.status.successful > 0 for entry in entries]
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with bench_env(args.store) as env:
         for kind in args.store:
-            with running_cluster(env, kind, args.silos) as cluster, handlers(2) as hs:
+            options = ClusterOptions(named_registry=args.registry)
+            with running_cluster(env, kind, args.silos, options) as cluster, handlers(2) as hs:
                 client = cluster.client()
-                result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs}
+                result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "registry": args.registry}
                 result["plain"] = await plain(client, hs, args.jobs)
                 result["named"] = await named(client, hs, args.jobs, args.callers, args.put_rate)
                 result["named_over_plain"] = result["named"]["per_s"] / max(result["plain"]["per_s"], 1e-9)
@@ -161,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="puts/s to allow for: the jobs are due once all of them can have returned")
     parser.add_argument("--steady-rate", type=float, default=200.0, help="named jobs due per second in the steady run")
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
+    parser.add_argument("--registry", default="entries", choices=NAMED_REGISTRIES,
+                        help="where names are kept (ClusterOptions.named_registry): entries (default) or "
+                             "experimental-buckets (opt-in, being built)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
     parser.add_argument("--phases", action="store_true", help="also time each step of the write path's rounds")
     parser.add_argument("--registry", default="entries", choices=NAMED_REGISTRIES,
-                        help="where names are kept (ClusterOptions.named_registry): entries (default) or experimental-buckets, "
-                             "being built: its overwrite does not yet cancel the generation it replaces")
+                        help="where names are kept (ClusterOptions.named_registry): entries (default) or "
+                             "experimental-buckets (opt-in, being built)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from cluster.model.ahead import Ahead, monotonic_domain
 from cluster.model.attempt import Attempt, JobContext
 from handlers.base import JobHandler
 
@@ -29,6 +30,8 @@ class Recorder(JobHandler):
         self._records: list[dict[str, Any]] = []
         self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 (kept open)
         self._received: dict[str, float] = {}  # run id -> when its batch reached this actor
+        self._sent: dict[str, float] = {}  # run id -> when its silo sent it (batches sent ahead)
+        self._domain = monotonic_domain()
         self._batches = 0  # batches being delivered: their records are synced once at the end
 
     async def timeshard_deliver(self, batch: Sequence[Attempt], timeout: float | None,
@@ -37,8 +40,11 @@ class Recorder(JobHandler):
         # A batch's last jobs start after every fsync before them: a drill judges what was in
         # flight at a kill by when the silo's call arrived, not by when each job started.
         now = time.time()
+        sent = self._sent_at(now, ahead)
         for a in batch:
             self._received[Attempt(*a).run_id] = now
+            if sent is not None:
+                self._sent[Attempt(*a).run_id] = sent
         self._batches += 1
         try:
             outcomes = await super().timeshard_deliver(batch, timeout, lease_end, ahead, stops)
@@ -46,6 +52,17 @@ class Recorder(JobHandler):
             self._batches -= 1
         await self._sync()  # once per batch, off the event loop: the next call is stamped on arrival
         return outcomes
+
+    def _sent_at(self, now: float, ahead: Sequence[Any] | None) -> float | None:
+        """When the silo sent this batch, on this host's wall clock, if its monotonic clock is
+        ours (a batch sent ahead says when it was sent): a drill measures delivery from it, and
+        judges a call that arrived after its silo was killed by whether it was sent before."""
+        if ahead is None:
+            return None
+        info = Ahead(*ahead)
+        if not info.domain or info.domain != self._domain:
+            return None
+        return now - (time.monotonic() - info.sent_mono)
 
     async def _sync(self) -> None:
         if self._file is not None:
@@ -66,6 +83,7 @@ class Recorder(JobHandler):
             "started": started,
             "ctx_started": None if ctx.started is None else ctx.started.timestamp(),  # JobContext's own
             "received": self._received.pop(ctx.run_id, started),
+            "sent": self._sent.pop(ctx.run_id, None),
             "target": ctx.job.target.name,
             "pid": os.getpid(),
         }

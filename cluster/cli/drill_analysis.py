@@ -31,7 +31,12 @@ from cluster.model.options import ClusterOptions
 #: 1.13 s. 1.5 s is above the slowest seen with a third to spare: a run begun earlier than that
 #: had its outcome durable before the kill, and running it again needs the log to say otherwise.
 IN_FLIGHT_S = 1.5
-#: Calls a silo sent just before it was killed or stopped may still start at the handler.
+#: A call that reached the handler at most this long after its silo was killed or stopped may
+#: have been sent before it, when the recorder cannot say when it was sent (a batch sent ahead
+#: says; one due on arrival does not). Each run justifies it by its own measured delivery
+#: (``DrillReport.delivery_s``, silo send to handler arrival of batches sent ahead), and the
+#: batches it excuses are no more than the hits: a killed silo had at most the one pass of
+#: jobs due on arrival on its way (a call proven sent before the hit needs no window).
 DELIVERY_S = 0.5
 #: An append a killed silo had sent lands at most this long after the kill (the file store
 #: writes before the call returns; Azurite answers an append in milliseconds): an append the
@@ -66,6 +71,13 @@ class Event:
     silo: str
     owner: str  # the incarnation hit, "<silo>#<n>"
     shards: list[str] = field(default_factory=list)  # what it owned when hit
+    #: When its process was seen to have stopped, where that comes after ``at`` (``ray.kill``
+    #: ends it a moment after it is sent): what it sent until then was sent by a running silo.
+    ended: float | None = None
+
+    @property
+    def stopped(self) -> float:
+        return self.at if self.ended is None else max(self.at, self.ended)
 
 
 @dataclass
@@ -127,6 +139,15 @@ class DrillReport:
     #: Handler start to outcome first read in the log, seconds, for jobs run once: what
     #: ``IN_FLIGHT_S`` is justified by.
     durable_s: list[float] = field(default_factory=list)
+    #: Distinct appends of no proven writer that the window took as a hit incarnation's (shard,
+    #: offset): only a read across a change of owner leaves one, and a hit changes the owner of
+    #: each shard it held once.
+    window_appends: list[tuple[str, int]] = field(default_factory=list)
+    #: Silo send to handler arrival, seconds, per batch sent ahead: what ``DELIVERY_S`` is justified by.
+    delivery_s: list[float] = field(default_factory=list)
+    #: Batches (owner, arrival minus the hit, jobs) that reached the handler after their silo was
+    #: hit, taken as sent before it only because ``DELIVERY_S`` allows it (no measured send).
+    delivery_excused: list[tuple[str, float, int]] = field(default_factory=list)
     unacknowledged_fires: list[str] = field(default_factory=list)  # jobs neither acknowledged nor in doubt
     storm_load: StormLoad | None = None
     #: per kill, the worst lateness (s, first start minus the due time the client was told) of the
@@ -147,6 +168,29 @@ class DrillReport:
         return not self.unmeasured_kills and all(f <= self.failover_bound_s for f in self.failover_s)
 
     @property
+    def hits(self) -> list[Event]:
+        return [e for e in self.events if e.kind in ("kill", "pause")]
+
+    @property
+    def in_flight_window_ok(self) -> bool:
+        """The in-flight window excused nothing, or this run's own measurements justify it: every
+        outcome it read became durable within ``IN_FLIGHT_S``, and the appends it could not place
+        are no more than the shards the hits changed the owner of."""
+        if not self.explained_by_window:
+            return True
+        return (bool(self.durable_s) and max(self.durable_s) < IN_FLIGHT_S
+                and len(self.window_appends) <= sum(len(e.shards) for e in self.hits))
+
+    @property
+    def delivery_window_ok(self) -> bool:
+        """The delivery window excused nothing, or no more batches than there were hits, and every
+        batch this run measured reached its handler within ``DELIVERY_S`` of being sent."""
+        if not self.delivery_excused:
+            return True
+        return (bool(self.delivery_s) and max(self.delivery_s) <= DELIVERY_S
+                and len(self.delivery_excused) <= len(self.hits))
+
+    @property
     def pause_ok(self) -> bool:
         return not any(e.kind == "pause" for e in self.events) or self.paused_declared_dead_s is not None
 
@@ -154,10 +198,12 @@ class DrillReport:
     def ok(self) -> bool:
         """Nothing lost or early; duplicates only of runs whose outcome the log does not hold at a
         kill or pause; one owner firing per shard at every moment; failover within its bound; no
-        silo exceptions; the store watched without an error; a storm acknowledged its floor."""
+        silo exceptions; the store watched without an error; a storm acknowledged its floor; the
+        windows that excuse a re-run or a late arrival justified by this run's measurements."""
         return (self.lost == 0 and self.early == 0 and self.other_duplicates == 0 and self.zombie_fires == 0
                 and self.two_owner_fires == 0 and self.failover_ok and self.pause_ok and not self.silo_faults
                 and self.observer_errors == 0 and not self.unacknowledged_fires
+                and self.in_flight_window_ok and self.delivery_window_ok
                 and (self.storm_load is None or self.storm_load.ok))
 
     def table(self) -> str:
@@ -176,7 +222,11 @@ class DrillReport:
             ("duplicates", f"{self.duplicates} ({self.explained_by_log} with the earlier outcome absent from the log, "
                            f"{self.explained_by_window} in flight within {IN_FLIGHT_S:.1f} s of a kill, "
                            f"{self.other_duplicates} unexplained)"),
-            ("start to outcome durable p50/p99/max", _quantiles(self.durable_s, (0.5, 0.99, 1.0))),
+            ("start to outcome durable p50/p99/max", _quantiles(self.durable_s, (0.5, 0.99, 1.0))
+             + f" (in-flight window {IN_FLIGHT_S:.1f} s; {len(self.window_appends)} appends it placed)"),
+            ("silo send to handler p50/p99/max", _quantiles(self.delivery_s, (0.5, 0.99, 1.0))
+             + f" (delivery window {DELIVERY_S:.1f} s; {len(self.delivery_excused)} batches it excused"
+             + f" in {len(self.hits)} hits)"),
             ("fires by a superseded shard owner", self.two_owner_fires),
             ("failover per shard p50 / max", failover),
             ("fires after a kill or declared death", self.zombie_fires),
@@ -199,6 +249,8 @@ class DrillReport:
         out = asdict(self)
         out["ok"] = self.ok
         out["other_duplicates"] = self.other_duplicates
+        out["in_flight_window_ok"] = self.in_flight_window_ok
+        out["delivery_window_ok"] = self.delivery_window_ok
         return out
 
 
@@ -212,6 +264,34 @@ def _quantiles(values: list[float], at: Iterable[float] = (0.5, 1.0)) -> str:
 def _sent(record: Mapping[str, Any]) -> float:
     """When the silo's call reached the handler (the recorder notes it; else when the job started)."""
     return float(record.get("received", record["started"]))
+
+
+def _sent_by_silo(record: Mapping[str, Any]) -> float | None:
+    """When the silo sent the call, as the recorder measured it (batches sent ahead), else None."""
+    sent = record.get("sent")
+    return None if sent is None else float(sent)
+
+
+def _on_its_way(record: Mapping[str, Any], hit: Event) -> str | None:
+    """Whether ``record``'s call had left its silo when ``hit`` stopped it: "arrived" at the
+    handler by then; "sent" before it, as measured; "window": arrived within ``DELIVERY_S`` after
+    it, sent when is not known; None: sent after it, or arrived later than any call on its way."""
+    stopped = hit.stopped
+    arrived = _sent(record)
+    if arrived <= stopped:
+        return "arrived"
+    if arrived > stopped + DELIVERY_S:
+        return None
+    sent = _sent_by_silo(record)
+    if sent is None:
+        return "window"
+    return "sent" if sent <= stopped else None
+
+
+def _delivery_times(records: list[dict[str, Any]]) -> list[float]:
+    """Silo send to handler arrival, per batch sent ahead (one batch: one owner, one arrival)."""
+    batches = {(_owner(r), _sent(r)): _sent(r) - sent for r in records if (sent := _sent_by_silo(r)) is not None}
+    return sorted(round(v, 4) for v in batches.values())
 
 
 def _owner(record: Mapping[str, Any]) -> str:
@@ -234,14 +314,16 @@ class _Outcomes:
     """A job's outcomes in its shard log: who appended each (None: the store cannot say)."""
 
     writers: list[str] = field(default_factory=list)  # the owners proven to have appended one
-    unplaced: list[float] = field(default_factory=list)  # outcomes of no proven writer: each one's ``after``
+    unplaced: list[tuple[float, str, int]] = field(default_factory=list)  # outcomes of no proven writer: (after, shard, offset)
     removes: int = 0
     unproven: bool = False  # its shard's history was not read whole
 
-    def maybe_by(self, hit: Event) -> bool:
-        """Whether an outcome of no proven writer may be the one ``hit``'s incarnation appended:
-        a killed one appends nothing that a read begun ``LANDED_S`` after its kill did not find."""
-        return self.unproven or any(hit.kind != "kill" or after <= hit.at + LANDED_S for after in self.unplaced)
+    def maybe_by(self, hit: Event) -> list[tuple[str, int]] | None:
+        """The appends of no proven writer that may be the one ``hit``'s incarnation appended this
+        outcome in, or None if none may: a killed one appends nothing that a read begun
+        ``LANDED_S`` after its kill did not find. A shard not read whole: any ([])."""
+        found = [(shard, offset) for after, shard, offset in self.unplaced if hit.kind != "kill" or after <= hit.stopped + LANDED_S]
+        return found if found or self.unproven else None
 
 
 def _log_outcomes(observer: Observer | None, runs: Mapping[str, list[dict[str, Any]]]) -> dict[str, _Outcomes]:
@@ -260,7 +342,7 @@ def _log_outcomes(observer: Observer | None, runs: Mapping[str, list[dict[str, A
         for job in a.outcomes:
             found = out.setdefault(job, _Outcomes(unproven=a.shard in observer.gaps))
             if writer is None:
-                found.unplaced.append(a.after)
+                found.unplaced.append((a.after, a.shard, a.offset))
             else:
                 found.writers.append(writer)
         for job in a.removes:
@@ -296,13 +378,13 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     unacknowledged = sorted({r["job_id"] for r in records if r["job_id"] not in told})
     duplicates = sum(len(v) - 1 for v in runs.values())
     hits = [e for e in events if e.kind in ("kill", "pause")]
-    by_log, by_window, unexplained = _duplicates(runs, hits, _log_outcomes(observer, runs))
-    explained = by_log + len(by_window)
+    dup = _duplicates(runs, hits, _log_outcomes(observer, runs))
+    explained = dup.by_log + len(dup.by_window)
     unexplained_rows = [[(str(shard_of.get(v[0]["job_id"])), 0.0, 0.0)]
                         + [(_owner(r), round(r["started"], 3), round(told.get(r["job_id"], 0.0), 3)) for r in v]
-                        for v in unexplained]
+                        for v in dup.unexplained]
     two_owner = _superseded_fires(records, shard_of, observer)
-    zombie, paused_dead = _zombie_fires(records, hits, observer)
+    zombie, paused_dead = _zombie_fires(records, hits, observer, dup.late_arrivals)
     failover, unmeasured = _failover(jobs, records, events, runs, failover_bound(options))
     late_after_kill = _late_after_kills(jobs, events, runs, failover_bound(options))
     lost_jobs = [(j.id, j.shard, due[j.id]) for j in jobs if j.id not in runs][:100]
@@ -317,13 +399,26 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
                        shard_owners=observer.shard_owners if observer else {},
                        member_rows=observer.rows if observer else {},
                        readings=[(round(a, 3), round(b, 3)) for a, b in observer.samples] if observer else [],
-                       explained_by_log=by_log,
-                       explained_by_window=len(by_window), window_margins=by_window, durable_s=_durable_times(observer, runs),
+                       explained_by_log=dup.by_log, explained_by_window=len(dup.by_window),
+                       window_margins=dup.by_window, durable_s=_durable_times(observer, runs),
+                       window_appends=sorted(dup.window_appends), delivery_s=_delivery_times(records),
+                       delivery_excused=_delivery_excused(dup.late_arrivals),
                        unacknowledged_fires=unacknowledged[:100], late_after_kill_s=late_after_kill)
 
 
+@dataclass
+class _Duplicates:
+    """How a drill's re-runs were explained, and what each window took on trust."""
+
+    by_log: int = 0
+    by_window: list[float] = field(default_factory=list)  # per window explanation: hit minus the earlier run's start
+    window_appends: set[tuple[str, int]] = field(default_factory=set)  # the unplaced appends taken as the hit's
+    late_arrivals: list[tuple[Event, dict[str, Any]]] = field(default_factory=list)  # earlier runs only DELIVERY_S places before their hit
+    unexplained: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
 def _duplicates(runs: Mapping[str, list[dict[str, Any]]], hits: list[Event],
-                outcomes: Mapping[str, _Outcomes]) -> tuple[int, list[float], list[list[dict[str, Any]]]]:
+                outcomes: Mapping[str, _Outcomes]) -> _Duplicates:
     """Re-runs explained by the log, by the in-flight window, and the jobs with one unexplained.
 
     A re-run is explained by an earlier run of the same job whose owner was killed or paused
@@ -333,44 +428,52 @@ def _duplicates(runs: Mapping[str, list[dict[str, Any]]], hits: list[Event],
     an outcome, the earlier run must have reached the handler within ``IN_FLIGHT_S`` of the hit.
     One earlier run explains one re-run: a second would mean two silos took the job over.
     """
-    by_log = 0
-    by_window: list[float] = []
-    unexplained = []
+    out = _Duplicates()
     for job, v in runs.items():
         found = outcomes.get(job, _Outcomes())
         used: set[int] = set()
         bad = False
         for i in range(1, len(v)):
-            how = None if found.removes > 1 else _explain(v, i, used, hits, found)
-            if how is None:
+            if found.removes > 1 or not _explain(v, i, used, hits, found, out):
                 bad = True
-            elif isinstance(how, float):
-                by_window.append(how)
-            else:
-                by_log += 1
         if bad:
-            unexplained.append(v)
-    return by_log, by_window, unexplained
+            out.unexplained.append(v)
+    return out
 
 
-def _explain(v: list[dict[str, Any]], i: int, used: set[int], hits: list[Event], found: _Outcomes) -> str | float | None:
-    """How re-run ``i`` of ``v`` is explained: "log", the window margin (hit minus the earlier
-    run's start), or None."""
+def _explain(v: list[dict[str, Any]], i: int, used: set[int], hits: list[Event], found: _Outcomes,
+             out: _Duplicates) -> bool:
+    """Whether re-run ``i`` of ``v`` is explained, counted in ``out`` by how."""
     for c in range(i):
         if c in used:
             continue
-        owner, sent = _owner(v[c]), _sent(v[c])
-        hit = next((e for e in hits if e.owner == owner and sent <= e.at + DELIVERY_S and v[i]["started"] > e.at), None)
+        owner = _owner(v[c])
+        hit = next((e for e in hits if e.owner == owner and _on_its_way(v[c], e) and v[i]["started"] > e.at), None)
         if hit is None or owner in found.writers:
             continue  # not in flight at a hit, or its outcome was durable: nobody should have run it again
-        how: str | float = "log"
-        if found.maybe_by(hit):
-            if v[c]["started"] < hit.at - IN_FLIGHT_S:
+        appends = found.maybe_by(hit)
+        if appends is not None:
+            if v[c]["started"] < hit.stopped - IN_FLIGHT_S:
                 continue
-            how = round(hit.at - float(v[c]["started"]), 3)
+            out.by_window.append(round(hit.stopped - float(v[c]["started"]), 3))
+            out.window_appends.update(appends)
+        else:
+            out.by_log += 1
+        if _on_its_way(v[c], hit) == "window":
+            out.late_arrivals.append((hit, v[c]))
         used.add(c)
-        return how
-    return None
+        return True
+    return False
+
+
+def _delivery_excused(late: list[tuple[Event, dict[str, Any]]]) -> list[tuple[str, float, int]]:
+    """The batches the delivery window alone placed before their silo's hit: (owner, arrival
+    minus the hit, jobs), one row per batch (one owner, one arrival)."""
+    batches: dict[tuple[str, float], tuple[float, set[str]]] = {}
+    for hit, r in late:
+        key = (hit.owner, _sent(r))
+        batches.setdefault(key, (_sent(r) - hit.stopped, set()))[1].add(str(r["run_id"]))
+    return [(owner, round(after, 3), len(jobs)) for (owner, _), (after, jobs) in sorted(batches.items())]
 
 
 def _superseded_fires(records: list[dict[str, Any]], shard_of: Mapping[str, str | None],
@@ -387,20 +490,27 @@ def _superseded_fires(records: list[dict[str, Any]], shard_of: Mapping[str, str 
     return found
 
 
-def _zombie_fires(records: list[dict[str, Any]], hits: list[Event],
-                  observer: Observer | None) -> tuple[list[tuple[str, str, float]], float | None]:
-    """A killed incarnation fires nothing after the calls it had sent; a paused one nothing after
-    it was declared dead."""
+def _zombie_fires(records: list[dict[str, Any]], hits: list[Event], observer: Observer | None,
+                  late: list[tuple[Event, dict[str, Any]]]) -> tuple[list[tuple[str, str, float]], float | None]:
+    """A killed incarnation fires nothing it sent after its kill; a paused one nothing after it
+    was declared dead. A call that arrived after the kill and was placed before it only by the
+    delivery window is added to ``late``."""
     zombie: list[tuple[str, str, float]] = []
     paused_dead: float | None = None
     for e in hits:
-        after = e.at + DELIVERY_S
+        mine = [r for r in records if _owner(r) == e.owner]
         if e.kind == "pause":
             dead = observer.declared_dead_at(e.owner) if observer is not None else None
             paused_dead = None if dead is None else round(dead - e.at, 3)
             after = dead if dead is not None else float("inf")
-        zombie += [(r["job_id"], e.owner, round(r["started"], 3)) for r in records
-                   if _owner(r) == e.owner and _sent(r) > after]
+            zombie += [(r["job_id"], e.owner, round(r["started"], 3)) for r in mine if _sent(r) > after]
+            continue
+        for r in mine:
+            way = _on_its_way(r, e)
+            if way is None:
+                zombie.append((r["job_id"], e.owner, round(r["started"], 3)))
+            elif way == "window":
+                late.append((e, r))
     return zombie, paused_dead
 
 

@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from cluster.flows.log import FlowLogDamaged, applied, read_flow, update
+from cluster.flows.log import FlowLogDamaged, FlowState, applied, update
 from cluster.flows.model import ADMISSION_HOLDS_S, FLOW_ID_META, FLOW_META, FLOW_PREFIX, STEP_META, TERMINAL_STEP_STATES
-from cluster.flows.progress import Limits, Unconfirmed, advance, job_outcome, reconcile
+from cluster.flows.progress import Limits, Unconfirmed, _silent, advance, job_outcome, reconcile
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack
@@ -64,7 +64,9 @@ class FlowHooks(SiloHooks):
         self._loop.add_done_callback(log_if_failed)
 
     async def admit(self, event: AttemptEvent) -> bool | None:
-        """Whether a step's attempt may start: never once its flow is cancelled, nor its step ended.
+        """Whether a step's attempt may start: never once its flow is cancelled, nor its step ended,
+        nor while another copy of its job started and may still be running; claimed in the flow
+        log (a ``run`` naming this copy's shard) before it starts.
 
         A cancel stops the steps whose shards the flow log names (``try_cancel_job``); a step
         whose intent was not yet confirmed when the cancel looked is in no shard it knows, and
@@ -72,37 +74,51 @@ class FlowHooks(SiloHooks):
         cancel returned (simulator seed 92583 with flows: it started 0.9 s after "cancelled").
         The cancel's record lands before the call returns, so the flow log is read at each
         start; a flow seen cancelled is remembered. Undecided (asked again a little later)
-        while the log cannot be read: a cancel that returned must hold."""
+        while the log cannot be read or written: a cancel that returned must hold."""
         found = _step_of(event.job)
         if found is None:
             return True
         flow, flow_id = found[0], event.job.metadata.get(FLOW_ID_META)
         if (flow, flow_id) in self._cancelled:
             return False
-        try:
-            state = await read_flow(self._store, flow)
-        except StorageError as exc:
-            log.warning("could not read a step's flow before its start; asking again", extra={"flow": flow,
-                                                                                              "error": repr(exc)})
-            return None
-        if state is None or state.plan.id != flow_id:
-            return True
-        if state.cancelled_us is None:
-            # A step whose outcome the log holds never runs again: a writer paused between its
-            # intent and its schedule call adds its job after a taker ran the step (simulator
-            # seed 1489 with flows: the taker's search of the paused silo came before the add).
-            step = state.steps.get(found[1])
-            return step is None or step.state not in TERMINAL_STEP_STATES
-        self._cancelled.add((flow, flow_id))
-        return False
+        verdict: bool | None = True
+        shard, now = event.shard or None, self._now_us()
 
-    async def attempt_started(self, event: AttemptEvent) -> None:
-        found = _step_of(event.job)
-        if found is None:
-            return
-        # Delivery waits for this hook: write the start in the background (the fold orders it).
-        record = ["run", found[1], event.attempt, datetime_to_us(event.started_at)]
-        self._spawn(self._record(found[0], [record]))
+        def decide(state: FlowState) -> list[list[Any]]:
+            nonlocal verdict
+            step = state.steps.get(found[1])
+            if state.plan.id != flow_id or step is None:
+                verdict = True
+                return []
+            if state.cancelled_us is not None:
+                self._cancelled.add((flow, flow_id))
+                verdict = False
+                return []
+            if step.state in TERMINAL_STEP_STATES:
+                # A step whose outcome the log holds never runs again: a writer paused between its
+                # intent and its schedule call adds its job after a taker ran the step (simulator
+                # seed 1489 with flows: the taker's search of the paused silo came before the add).
+                verdict = False
+                return []
+            if step.started_shard not in (None, shard) and not _silent(step, self._limits, now):
+                # Another copy started, and may be running or have ended with its outcome still on
+                # its way here: a taker's search finds no job that ran before its shard was
+                # compacted, and adds it again (simulator seeds 205777 and 205632, every kind: a
+                # step ran twice, its first silo alive and writing how it ended). Asked again
+                # until that copy's end lands (then refused) or it is silent for longer than an
+                # attempt can last (lost with a killed silo: run here).
+                verdict = None
+                return []
+            verdict = True
+            return applied(state, [["run", found[1], event.attempt, *([shard] if shard else []), now]])
+
+        try:
+            await update(self._store, flow, decide)
+        except StorageError as exc:
+            log.warning("could not record a step's start in its flow; asking again", extra={"flow": flow,
+                                                                                           "error": repr(exc)})
+            return None
+        return verdict
 
     async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
         found = _step_of(event.job)

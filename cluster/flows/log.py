@@ -11,7 +11,8 @@ is harmless: the next read sees it.
 Records (msgpack lists, first item the kind):
 
 - ``["flow", plan]`` — the validated definition (``FlowPlan.to_wire``), always first;
-- ``["run", step, attempt, at_us]`` — an attempt was handed to its handler;
+- ``["run", step, attempt, shard, at_us]`` — an attempt of the step's job in ``shard`` may start
+  (written by its admission, before the handler hears of it; logs written before hold no shard);
 - ``["retry", step, attempt, error, retry_at_us, at_us]`` — the attempt ended, the step's policy
   runs it again at ``retry_at_us`` (error is None when ``always`` re-runs a success);
 - ``["ok", step, attempt, at_us]`` / ``["fail", step, attempt, error, at_us]`` — the step
@@ -51,7 +52,10 @@ A silo that runs on writes a step's record until it lands, and its intent's ``sc
 from the shard log at once (``SiloHooks.attempt_unsure``). Once a flow's ``cancel`` is in its log
 no step's attempt starts (``FlowHooks.admit``): a job its paused writer adds after the cancel
 returned is refused at its start, as is a job of a step whose outcome the log holds (its
-paused writer added it after a taker had searched its silo and run the step). The remaining window is a
+paused writer added it after a taker had searched its silo and run the step). Each start is
+claimed in the log before it is made (a ``run`` naming its copy's shard): a copy of the step's
+job in another shard waits while the one that started may run, for a taker's search misses a
+job that ran before its shard was compacted, and adds it again. The remaining window is a
 silo killed after a step's ``remove`` is durable and before its hook wrote ``ok``, with the shard
 deleted before any reconcile looked: the step then runs twice (the simulator sees it in about one
 step start of a hundred with kills every few seconds).
@@ -135,6 +139,7 @@ class StepState:
     next_retry_us: int | None = None
     started_us: int | None = None
     started_attempt: int = 0  # the attempt whose start ``started_us`` is
+    started_shard: str | None = None  # the shard whose copy of the job made that start (None: not recorded)
     ended_us: int | None = None
     error: str | None = None
     token: str | None = None  # the intent that scheduled (or is scheduling) it
@@ -262,6 +267,7 @@ class FlowState:
         at = record[-1]
         if kind == "run":
             step.state, step.started_us, step.started_attempt, step.next_retry_us = RUNNING, at, attempt, None
+            step.started_shard = record[3] if len(record) > 4 else None
         elif kind == "retry":
             step.state, step.error, step.next_retry_us, step.retried_us = RETRYING, record[3], record[4], at
         elif kind == "ok":

@@ -99,8 +99,9 @@ class ClusterOptions:
     - ``named_registry`` ("entries"): where named jobs' names are kept. "entries": one entry per
       name, written by the caller (today's path). "experimental-buckets": hashed bucket logs
       owned by silos like shards, so a round of puts is one append per bucket instead of a read
-      and a write per name (issue 25 point 5). Being built: puts only, and jobs put so do not
-      fire yet; for measuring it, never for use.
+      and a write per name (issue 25 point 5). Being built: the whole client.jobs API works on
+      it, and names written by "entries" are taken in once, but the simulator does not cover it
+      yet; for measuring it, never for use.
     """
 
     shard_duration: timedelta = timedelta(hours=1)

@@ -34,11 +34,14 @@ from typing import Any
 from cluster.model.errors import InvalidJob, JobNotFound, PutManyFailed, ValidationError
 from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target
 from cluster.model.limits import DEFAULT_LIMITS
-from cluster.model.pause import PauseRecord, check_by, check_note
+from cluster.model.pause import check_by, check_note
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
 from cluster.model.trigger import triggered_run
 from cluster.model.wire import datetime_to_us, us_to_datetime
+from cluster.named.attempts import paused as paused_status
+from cluster.named.attempts import paused_change
+from cluster.named.bucketclient import BucketNames
 from cluster.named.registry import (
     NAMED_MARK,
     RESERVED_METADATA,
@@ -52,7 +55,6 @@ from cluster.named.registry import (
     scope_prefix,
     update_entry,
 )
-from cluster.named.routed import RoutedPuts
 from cluster.named.writes import PutRequest, PutWriter, locator, read_definition
 from storage import Fenced, NotFound, Store, open_store
 
@@ -131,7 +133,7 @@ class NamedJobs:
         self.max_data_bytes = max_data_bytes
         self._store_url = store_url  # the silos' store; asked of the cluster when None
         self._stores: dict[int, Store] = {}  # per event loop: a store's connections belong to one
-        self._writers: dict[int, PutWriter | RoutedPuts] = {}  # per event loop, as the stores
+        self._writers: dict[int, PutWriter | BucketNames] = {}  # per event loop, as the stores
 
     async def _store(self) -> Store:
         loop = id(asyncio.get_running_loop())
@@ -253,13 +255,18 @@ class NamedJobs:
         if options is not None:
             options.job_limits().check(job, now, resolved=set())
 
-    async def _writer(self) -> PutWriter | RoutedPuts:
+    async def _buckets(self) -> BucketNames | None:
+        """The registry buckets' client when names are kept in them (opt-in), else None."""
+        writer = await self._writer()
+        return writer if isinstance(writer, BucketNames) else None
+
+    async def _writer(self) -> PutWriter | BucketNames:
         loop = id(asyncio.get_running_loop())
         writer = self._writers.get(loop)
         if writer is None:
             options = getattr(self.client, "options", None)
             if options is not None and options.named_registry == "experimental-buckets" and hasattr(self.client, "_at_silo"):
-                writer = RoutedPuts(await self._store(), self.client)  # type: ignore[arg-type]
+                writer = BucketNames(await self._store(), self.client, self.client)  # type: ignore[arg-type]
             else:
                 writer = PutWriter(await self._store(), self.client)
             self._writers[loop] = writer
@@ -295,6 +302,10 @@ class NamedJobs:
         """Return the named job with its status, or None if there is no job of that name."""
         key = _key(name, app_id, namespace)
         store = await self._store()
+        buckets = await self._buckets()
+        if buckets is not None:  # the owner's durable entry, its definition inline
+            entry = await buckets.get_entry(key)
+            return None if entry is None else await self._named(store, entry, namespace, app_id)
         for _ in range(_PUT_ATTEMPTS):
             entry = await read_entry(store, key)
             if entry is None:
@@ -310,6 +321,15 @@ class NamedJobs:
             check_name(prefix, "prefix")
         check_scope(app_id, "app_id")
         check_scope(namespace, "namespace")
+        if await self._buckets() is not None:
+            listed: list[NamedJob] = []
+            after: str | None = None
+            while True:
+                page = await self.list_page(prefix, after=after, limit=MAX_PAGE, app_id=app_id, namespace=namespace)
+                listed += page.items
+                if page.next is None:
+                    return listed
+                after = page.next
         store = await self._store()
         base = scope_prefix(namespace, app_id)
         infos = await store.list(entry_key(namespace, app_id, prefix) if prefix else base)
@@ -337,6 +357,11 @@ class NamedJobs:
         start = _key_of(namespace, app_id, prefix, "prefix") if prefix else base
         cursor = None if after is None else _key_of(namespace, app_id, after, "after")
         store = await self._store()
+        buckets = await self._buckets()
+        if buckets is not None:
+            listed, more = await buckets.page(start, cursor, limit)
+            named = await asyncio.gather(*(self._named(store, e, namespace, app_id) for e in listed))
+            return NamedJobPage(tuple(f for f in named if f is not None), listed[-1].name if more and listed else None)
         entries: list[Entry] = []
         while len(entries) < limit:
             page = await store.list_page(start, after=cursor, limit=limit - len(entries))
@@ -358,6 +383,9 @@ class NamedJobs:
         refresh.
         """
         start = _key_of(namespace, app_id, prefix, "prefix") if prefix else _scope_of(namespace, app_id)
+        buckets = await self._buckets()
+        if buckets is not None:
+            return await buckets.count(start)
         store = await self._store()
         return await store.count(start, nested=False)  # a name is escaped whole: a '/' below is no entry
 
@@ -393,8 +421,9 @@ class NamedJobs:
         """
         key = _key(name, app_id, namespace)
         store = await self._store()
+        buckets = await self._buckets()
         for _ in range(_PUT_ATTEMPTS):
-            entry = await read_entry(store, key)
+            entry = await (read_entry(store, key) if buckets is None else buckets.get_entry(key))
             if entry is None:
                 break
             try:
@@ -447,7 +476,8 @@ class NamedJobs:
                           by: str | None) -> NamedJob:
         key = _key(name, app_id, namespace)
         store = await self._store()
-        entry = await read_entry(store, key)
+        buckets = await self._buckets()
+        entry = await (read_entry(store, key) if buckets is None else buckets.get_entry(key))
         if entry is None:
             raise JobNotFound(f"named job {name!r} in namespace {namespace!r}, app_id {app_id!r}")
         await self._apply_pause(store, entry, paused, note, by)
@@ -465,7 +495,11 @@ class NamedJobs:
             if paused:
                 raise JobNotFound(f"named job {entry.name!r}") from None
             changed, record = False, None  # nothing left to resume: a stale status is cleared below
-        await update_entry(store, entry.key, entry.job_id, lambda e: _with_pause(e, record), entry)
+        buckets = await self._buckets()
+        if buckets is not None:
+            await buckets.change_status(entry.key, entry.job_id, paused_change(record))
+        else:
+            await update_entry(store, entry.key, entry.job_id, lambda e: _with_status(e, paused_status(e.status, record)), entry)
         return changed
 
     async def _set_all_paused(self, app_id: str | None, namespace: str, paused: bool, note: str | None,
@@ -476,8 +510,10 @@ class NamedJobs:
         store = await self._store()
         base = namespace_prefix(namespace) if app_id is None else scope_prefix(namespace, app_id)
         depth = 1 if app_id is None else 0  # slashes after the prefix in an entry's key
-        entries = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in await store.list(base)
-                   if info.name[len(base):].count("/") == depth]
+        buckets = await self._buckets()
+        found = [Entry.from_metadata(info.name, info.metadata, info.etag) for info in await store.list(base)] \
+            if buckets is None else await buckets.entries(base)
+        entries = [e for e in found if e.key[len(base):].count("/") == depth]
         limit = asyncio.Semaphore(_PAUSES_AT_ONCE)
 
         async def one(entry: Entry) -> bool:
@@ -494,10 +530,7 @@ class NamedJobs:
     async def delete(self, name: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> bool:
         """Delete the job ``name``: True if it existed. Once this returns, it does not start again."""
         key = _key(name, app_id, namespace)
-        writer = await self._writer()
-        if isinstance(writer, RoutedPuts):
-            raise NotImplementedError("delete is not on the bucket registry yet (named_registry='experimental-buckets' is incomplete)")
-        return await writer.delete(key, name)
+        return await (await self._writer()).delete(key, name)
 
     async def delete_prefix(self, prefix: str, *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
         """Delete every job whose name starts with ``prefix`` (``""``: all of the scope); returns how many."""
@@ -520,14 +553,8 @@ def with_next_fires(status: JobStatus, job: ScheduledJob, now: datetime, *, paus
         over = status.current_attempt is None and status.attempts == 0
         pending = running.occurrence + 1 if over else running.occurrence
     return replace(status, next_fires=job.next_fires(now, paused=paused, pending=pending))
-def _with_pause(entry: Entry, record: PauseRecord | None) -> Entry | None:
-    """``entry`` with its status showing ``record`` (None: not paused); None if it shows that already."""
-    status = entry.status
-    if record is None:
-        new = replace(status, paused=False, paused_note=None, paused_by=None, paused_since=None)
-    else:
-        new = replace(status, paused=True, paused_note=record.note, paused_by=record.by, paused_since=record.since)
-    return None if new == status else replace(entry, status=new)
+def _with_status(entry: Entry, status: JobStatus | None) -> Entry | None:
+    return None if status is None else replace(entry, status=status)
 
 
 def _scope_of(namespace: str, app_id: str) -> str:

@@ -23,6 +23,7 @@ memory showed replays to the same state, and replay never needs more than the lo
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import zlib
@@ -109,9 +110,69 @@ class BucketState:
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
         self.unreadable: list[Unreadable] = []
+        # Keys whose records are applied here but not durable yet: the entry each had before
+        # the first of them, and how many appends carry them (``durable`` answers from these).
+        self.inflight: dict[str, tuple[Entry | None, int]] = {}
+        self._sorted: list[str] | None = None  # the keys in order, sorted when first read, then kept
+
+    def durable(self, key: str) -> Entry | None:
+        """The entry of ``key`` as the log holds it: what a read may show (an append under way
+        may still fail and be taken back)."""
+        pending = self.inflight.get(key)
+        return self.entries.get(key) if pending is None else pending[0]
+
+    def page(self, start: str, after: str | None, limit: int) -> tuple[list[Entry], bool]:
+        """At most ``limit`` durable entries whose keys start with ``start``, after key ``after``,
+        in key order; and whether more follow."""
+        keys = self._keys()
+        i = bisect.bisect_right(keys, after) if after is not None and after >= start else bisect.bisect_left(keys, start)
+        # Keys a delete under way took out of memory (and its order) are still durable.
+        gone = sorted(key for key, (before, _) in self.inflight.items() if before is not None
+                      and key not in self.entries and key.startswith(start) and (after is None or key > after))
+        out: list[Entry] = []
+        g = 0
+        while len(out) < limit:
+            kept = keys[i] if i < len(keys) and keys[i].startswith(start) else None
+            if g < len(gone) and (kept is None or gone[g] < kept):
+                key, g = gone[g], g + 1
+            elif kept is not None:
+                key, i = kept, i + 1
+            else:
+                break
+            entry = self.durable(key)
+            if entry is not None:
+                out.append(entry)
+        return out, (i < len(keys) and keys[i].startswith(start)) or g < len(gone)
+
+    def count(self, start: str) -> int:
+        """How many durable entries' keys start with ``start`` (in-flight new keys counted out,
+        in-flight deleted ones in)."""
+        keys = self._keys()
+        first = bisect.bisect_left(keys, start)
+        last = bisect.bisect_left(keys, start + "\U0010ffff") if start else len(keys)
+        changing = [(before is None, key in self.entries) for key, (before, _) in self.inflight.items()
+                    if key.startswith(start)]
+        return last - first - sum(1 for new, there in changing if new and there) \
+            + sum(1 for new, there in changing if not new and not there)
+
+    def _keys(self) -> list[str]:
+        if self._sorted is None:
+            self._sorted = sorted(self.entries)
+        return self._sorted
 
     def apply(self, record: list[Any]) -> Entry | None:
         """Fold one record; returns the entry its key had before (what ``undo`` restores)."""
+        before = self._apply(record)
+        key = record[1]
+        if self._sorted is not None and (before is None) != (key not in self.entries):
+            # A key came or went: the order kept in step (a memmove, not a sort of the bucket).
+            if before is None:
+                bisect.insort(self._sorted, key)
+            else:
+                del self._sorted[bisect.bisect_left(self._sorted, key)]
+        return before
+
+    def _apply(self, record: list[Any]) -> Entry | None:
         kind, key = record[0], record[1]
         before = self.entries.get(key)
         if kind == PUT:
@@ -139,6 +200,31 @@ class BucketState:
             done.append((record, before, self.entries.get(record[1])))
         return done
 
+    def hold(self, done: list[tuple[list[Any], Entry | None, Entry | None]]) -> list[str]:
+        """Mark the keys of ``done`` (just applied) in flight until ``settle``; returns them."""
+        keys: list[str] = []
+        for record, before, _ in done:
+            key = record[1]
+            if key in keys:
+                continue
+            keys.append(key)
+            pending = self.inflight.get(key)
+            self.inflight[key] = (before, 1) if pending is None else (pending[0], pending[1] + 1)
+        return keys
+
+    def settle(self, keys: list[str], done: list[tuple[list[Any], Entry | None, Entry | None]],
+               landed: bool) -> None:
+        """The append of ``done`` carrying ``keys`` ended: durable (``landed``), or taken back.
+        Appends land in the order they were made, so a landed one's entries are what the log
+        holds now, also of a key a later append (still in flight) changes again."""
+        after = {record[1]: entry for record, _, entry in done} if landed else {}
+        for key in keys:
+            durable, count = self.inflight[key]
+            if count <= 1:
+                del self.inflight[key]
+            else:
+                self.inflight[key] = (after.get(key, durable) if landed else durable, count - 1)
+
     def undo(self, done: list[tuple[list[Any], Entry | None, Entry | None]]) -> None:
         """Take back records ``apply_all`` folded whose append failed, newest first; a key a
         later record changed since (durable, or still in flight) keeps that change."""
@@ -150,6 +236,7 @@ class BucketState:
                 self.entries.pop(key, None)
             else:
                 self.entries[key] = before
+            self._sorted = None
 
     def snapshot(self) -> list[list[Any]]:
         """The records a rotated generation starts with: every entry, whole."""
@@ -180,6 +267,7 @@ class BucketState:
             raise ValueError(f"not a record: {record!r}")
         if record[0] == SNAPSHOT:
             self.entries = {key: Entry.from_metadata(key, metadata, "") for key, metadata in record[1]}
+            self._sorted = None
             return
         if not isinstance(record[1], str):
             raise TypeError(f"a record's key must be a str: {record[1]!r}")

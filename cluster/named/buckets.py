@@ -9,9 +9,11 @@ incarnation. So a bucket changes hands within the bound a shard does.
 A put reaches its bucket's owner, which decides from memory (taken: ``AlreadyExists``; else the
 next generation), makes the round's jobs durable in its own shards, then appends the round's
 ``PUT`` records in one append: a name never points at a job that is not durable, and no entry
-is read. Not yet here (``named_registry="experimental-buckets"`` stays incomplete until they are): routing from
-the client, fence verdicts and reads from the owner, status records from the hooks, the cancel of
-a replaced generation before an overwrite returns, deletes, and the import of per-name entries.
+is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
+``cluster.named.owned``; the callers' side is ``cluster.named.routed``. A store written with
+names in per-name entries keeps them: a bucket's first owner takes in those that hash to it
+before it answers anything (``HeldBucket.import_entries``). Not yet here (``named_registry=
+"experimental-buckets"`` stays incomplete until it is): the simulator.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
-from cluster.named.registry import INLINE_DEFINITION_CHARS, REPLACES_MARK, Entry, JobStatus
+from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
 from cluster.runtime.logowner import RELEASED, Owner, owner_of, read_to_claim
@@ -35,10 +37,12 @@ from cluster.runtime.membership import DEAD, LEAVING, Member
 from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
 
-__all__ = ["Buckets", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
+__all__ = ["Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
            "outcome_to_wire", "put_from_wire", "put_to_wire"]
 
 log = logging.getLogger("timeshard.silo")
+
+IMPORT_CHUNK = 500  # old entries a record append carries when a bucket takes them in
 
 #: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
 Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[list[str]]]
@@ -78,23 +82,50 @@ class HeldBucket:
                                               options=options)
         return bucket
 
+    async def import_entries(self, entries: Sequence[tuple[str, dict[str, str]]], count: int) -> None:
+        """Take in the names of the per-name layout (``named_registry="entries"``) that hash to
+        this bucket, before it answers anything; then record it done in the log's metadata. A
+        name taken in already (an import cut short, replayed) is left as the bucket has it."""
+        assert self.writer is not None
+        mine = [[PUT, key, metadata] for key, metadata in entries
+                if bucket_of(key, count) == self.number and key not in self.state.entries]
+        for first in range(0, len(mine), IMPORT_CHUNK):
+            await self.write(mine[first:first + IMPORT_CHUNK])
+        self.meta = replace(self.meta, imported=True)
+        await self.writer.set_metadata(self.meta.to_metadata())
+        if mine:
+            log.info("registry bucket imported the per-name entries", extra={"bucket": self.base, "names": len(mine)})
+
     async def free(self, key: str) -> None:
         """Return once no put of ``key`` is in progress on this bucket."""
         async with self.settled:
             while key in self.busy:
                 await self.settled.wait()
 
-    async def write(self, records: list[list[Any]]) -> None:
-        """Apply ``records`` to memory now (the writer's snapshot must cover them), return once
-        durable; taken back from memory if the append fails."""
+    def write(self, records: list[list[Any]]) -> Awaitable[None]:
+        """Apply ``records`` to memory now and queue their append at once (so the log holds
+        records in the order memory applied them); the awaitable ends once they are durable,
+        and takes them back from memory if the append fails."""
         assert self.writer is not None
         done = self.state.apply_all(records)
+        keys = self.state.hold(done)
+        appending = asyncio.ensure_future(self.writer.append_many(records))
+        return asyncio.ensure_future(self._landed(appending, done, keys))  # settled even if its caller is gone
+
+    async def _landed(self, appending: Awaitable[None], done: list[tuple[list[Any], Entry | None, Entry | None]],
+                      keys: list[str]) -> None:
+        assert self.writer is not None
         try:
-            await self.writer.append_many(records)
-        except StorageError:
+            await appending
+        except Exception:
             self.state.undo(done)
+            self.state.settle(keys, done, landed=False)
             self.writer.disown_doubt()  # should it land after all, the writer stops: taken back from the log
             raise
+        except BaseException:
+            self.state.settle(keys, done, landed=False)
+            raise
+        self.state.settle(keys, done, landed=True)
 
 
 class Buckets:
@@ -109,6 +140,7 @@ class Buckets:
         self._schedule = schedule
         self._options = options or LogOptions()
         self.held: dict[int, HeldBucket] = {}
+        self._retaking: asyncio.Task[None] | None = None
 
     async def take(self, limit: int | None = None) -> int:
         """One round: create the buckets missing from the store and claim orphans, up to
@@ -117,6 +149,7 @@ class Buckets:
         members = await self._owner.read_members()
         limit = fair_share_of(self.count, members) if limit is None else limit
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}
+        old_entries: list[tuple[str, dict[str, str]]] | None = None  # listed once a round, if a bucket needs them
         took = 0
         for number in range(self.count):
             if number in self.held or len(self.held) >= limit:
@@ -132,6 +165,14 @@ class Buckets:
                     continue
             except (Fenced, NotFound, LogExists):
                 continue  # another silo was faster
+            if not bucket.meta.imported:
+                if old_entries is None:
+                    old_entries = await entries_of_old_layout(self._store)
+                try:
+                    await bucket.import_entries(old_entries, self.count)
+                except StorageError as exc:  # held by no one in memory: taken again from its log next round
+                    log.warning("registry bucket not imported yet", extra={"bucket": bucket.base, "error": repr(exc)})
+                    continue
             if self._owner.me.rejoining or self._owner.me.owner != me:
                 # Made under an incarnation declared dead meanwhile: peers take it as an orphan,
                 # so holding it too would make two owners (as ``ShardTable.add`` refuses a shard).
@@ -145,13 +186,23 @@ class Buckets:
     def bucket_for(self, key: str) -> int:
         return bucket_of(key, self.count)
 
-    def drop(self, bucket: HeldBucket, why: str) -> None:
-        """Another silo owns ``bucket`` now (fencing): answer nothing more from it."""
+    def drop(self, bucket: HeldBucket, why: str, *, retake: bool = False) -> None:
+        """Answer nothing more from ``bucket``: another silo owns it now (fencing), or (``retake``)
+        an append to it failed, and it is claimed again from its log at once, so that memory is
+        what the log holds before it answers again (``take``: a log naming this incarnation is its own)."""
         if self.held.get(bucket.number) is bucket:
             del self.held[bucket.number]
         if not bucket.lost:
             bucket.lost = True
-            log.warning("registry bucket lost to another silo", extra={"bucket": bucket.base, "why": why})
+            log.warning("registry bucket dropped", extra={"bucket": bucket.base, "why": why})
+        if retake and (self._retaking is None or self._retaking.done()):
+            self._retaking = asyncio.get_running_loop().create_task(self._retake())
+
+    async def _retake(self) -> None:
+        try:
+            await self.take()
+        except Exception as exc:  # the next maintenance round takes it
+            log.warning("registry bucket not taken again yet", extra={"error": repr(exc)})
 
     async def answering(self, number: int) -> HeldBucket | None:
         """Bucket ``number`` if this silo's memory of it may answer a caller now (as
@@ -168,6 +219,22 @@ class Buckets:
             return bucket
         self.drop(bucket, f"owned by {owner or 'nobody (its log is gone)'}, found after this silo's lease lapsed")
         return None
+
+    async def settled(self, keys: Sequence[str]) -> dict[int, HeldBucket | None]:
+        """The buckets of ``keys`` (None: not answered for here) once no put or delete of any of
+        ``keys`` is in progress. Returns right after a pass that found none busy, with no await
+        since: the caller marks its own keys busy before its next await. Waiting while holding
+        some names (each in turn) deadlocked two calls naming the same two in opposite orders."""
+        while True:
+            answering = {number: await self.answering(number) for number in {self.bucket_for(k) for k in keys}}
+            waited = False
+            for key in keys:
+                bucket = answering[self.bucket_for(key)]
+                if bucket is not None and key in bucket.busy:
+                    await bucket.free(key)
+                    waited = True
+            if not waited:
+                return answering
 
     async def release_all(self) -> int:
         """Name no owner on every bucket held (a graceful stop), so peers take them at once."""
@@ -191,19 +258,19 @@ class Buckets:
         ``PUT`` failed stays unpointed at (never cleared by the fence); its put raises
         ``PutInDoubt`` when the append's outcome is unknown.
         """
+        later = repeated([ask.key for ask in asks])
+        if later:  # a name twice in one call: one after the other, as two calls would be (never waits on itself)
+            first = await self.put_many([a for i, a in enumerate(asks) if i not in later])
+            rest = await self.put_many([asks[i] for i in sorted(later)])
+            return merged(len(asks), later, first, rest)
         out: list[PutOutcome | None] = [None] * len(asks)
         decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None, str | None]] = []
-        answering: dict[int, HeldBucket | None] = {}  # asked once per bucket: past the lease, each is a read
+        # A put of one of these names in progress decides first (its outcome counts); then all
+        # are decided with no await between, so a call never holds a name while it waits for another.
+        answering = await self.settled([ask.key for ask in asks])
         for i, ask in enumerate(asks):
-            number = self.bucket_for(ask.key)
-            if number not in answering:
-                answering[number] = await self.answering(number)
-            bucket = answering[number]
-            if bucket is None:
-                out[i] = NotOwner(ask.key)
-                continue
-            await bucket.free(ask.key)  # a put of this name in progress decides first: its outcome counts
-            if bucket.lost:
+            bucket = answering[self.bucket_for(ask.key)]
+            if bucket is None or bucket.lost:
                 out[i] = NotOwner(ask.key)
                 continue
             old = bucket.state.entries.get(ask.key)
@@ -213,7 +280,7 @@ class Buckets:
             job = _next_generation(ask, old)
             packed = base64.b64encode(pack(job.to_wire())).decode("ascii")
             bucket.busy.add(ask.key)
-            decided.append((i, bucket, job, old, packed if len(packed) <= INLINE_DEFINITION_CHARS else None))
+            decided.append((i, bucket, job, old, packed))  # inline whatever its size: a record has no 8 KiB bound
         try:
             await self._land(asks, decided, out)
         finally:
@@ -246,13 +313,37 @@ class Buckets:
         results = await asyncio.gather(*(held[number].write([[PUT, e.key, e.metadata()] for _, e, _ in rows])
                                          for number, rows in by_bucket.items()), return_exceptions=True)
         for (number, rows), result in zip(by_bucket.items(), results, strict=True):
-            if isinstance(result, Fenced):
-                self.drop(held[number], "fenced while putting")
+            if isinstance(result, BaseException):
+                # Fenced, or in doubt: memory took the records back, the log may hold them.
+                self.drop(held[number], f"its append failed ({result!r})", retake=True)
             for i, entry, job in rows:
                 if isinstance(result, BaseException):
                     out[i] = PutInDoubt(f"its bucket's append failed ({result!r})", asks[i].name)
                 else:
                     out[i] = (entry, job)
+
+
+def repeated(keys: Sequence[str]) -> set[int]:
+    """The indexes of ``keys`` that repeat an earlier one."""
+    seen: set[str] = set()
+    later: set[int] = set()
+    for i, key in enumerate(keys):
+        if key in seen:
+            later.add(i)
+        seen.add(key)
+    return later
+
+
+def merged(count: int, later: set[int], first: Sequence[Any], rest: Sequence[Any]) -> list[Any]:
+    """Answers of the items not in ``later`` (``first``) and of those in it (``rest``), back in order."""
+    firsts, rests = iter(first), iter(rest)
+    return [next(rests) if i in later else next(firsts) for i in range(count)]
+
+
+async def entries_of_old_layout(store: Store) -> list[tuple[str, dict[str, str]]]:
+    """Every entry of the per-name layout (``names/<ns>/<app>/<name>``): its key and metadata."""
+    return [(info.name, dict(info.metadata)) for info in await store.list(REGISTRY_PREFIX)
+            if info.name.count("/") == 3 and "gen" in info.metadata and "job" in info.metadata]
 
 
 class NotOwner(LookupError):
@@ -307,7 +398,8 @@ def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
 def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
     kind = answer[0]
     if kind == "ok":
-        return Entry.from_metadata(ask.key, answer[1], ""), ScheduledJob.from_wire(unpack(answer[2]))
+        entry = Entry.from_metadata(ask.key, answer[1], "")
+        return entry, replace(ScheduledJob.from_wire(unpack(answer[2])), shard=entry.shard)  # the wire form has no shard
     if kind == "exists":
         return AlreadyExists(ask.name, ask.app_id, ask.namespace)
     if kind == "not_owner":

@@ -41,6 +41,13 @@ name does not exist yet. It is *refused* — its occurrence removed — once the
 newer generation or another job of the same one, or is gone for a later generation (the ``put``
 that made it compares against an entry that no longer exists).
 
+With names kept in registry buckets (opt-in ``named_registry="experimental-buckets"``) the read
+is a question to the bucket's owner (``Clearance(ask=...)``, answered by
+``cluster.named.owned``), batched per owner and tick; "the entry" above reads as "the bucket's
+durable state", which the owner alone writes and answers from memory: a job is cleared iff it
+names the job, and refused otherwise, since the owner knows every put still under way (it waits
+for one of that name). Unanswered (the owner changing hands, or lost), the attempt is deferred.
+
 Triggered runs (``trigger``) are not named by the entry: each of their attempts still checks it
 by a compare-and-swap at its start (``NamedJobHooks.admit``); they are rare and out of band.
 """
@@ -51,11 +58,12 @@ import asyncio
 import heapq
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 
 from cluster.named.registry import Entry, read_entry
 from storage import Store
 
-__all__ = ["Clearance", "judge"]
+__all__ = ["Ask", "Clearance", "judge"]
 
 log = logging.getLogger("timeshard.named")
 
@@ -66,6 +74,11 @@ MAX_POLL_S = 0.5
 PREFETCH_FOR_S = 10.0  # then the job is judged again when it comes due
 ADMIT_WAIT_S = 2.0  # an attempt waits this long for its put, then is deferred (asked again later)
 CLEARED_LIMIT = 1_000_000  # remembered clearances (~100 B each); forgotten ones are read again
+
+
+#: Asks the owner of a name's registry bucket about a job: ``(key, job id)`` -> the shard its
+#: entry names (cleared), False (refused) or None (no answer now: deferred).
+Ask = Callable[[str, str], Awaitable[str | bool | None]]
 
 
 def judge(entry: Entry | None, job_id: str, generation: int, replaces: str | None = None) -> str | bool | None:
@@ -90,8 +103,9 @@ def judge(entry: Entry | None, job_id: str, generation: int, replaces: str | Non
 class Clearance:
     """Which named jobs this silo may start, found by registry reads made ahead of their due time."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, ask: Ask | None = None) -> None:
         self._store = store
+        self._ask = ask  # None: read the name's registry entry
         self._cleared: dict[str, str] = {}  # job id -> the shard the entry named
         self._reading: dict[str, object] = {}  # job id -> the latest read of its entry under way
         self._landed: dict[str, float] = {}  # job id -> when it landed here, while its put may still be under way
@@ -158,17 +172,20 @@ class Clearance:
         shard = self._cleared.get(job_id)
         if shard is not None:
             return shard
-        if self._reads is None:
-            self._reads = asyncio.Semaphore(READS_AT_ONCE)
         token = self._reading[job_id] = object()
         try:
-            async with self._reads:
-                entry = await read_entry(self._store, key)
+            if self._ask is not None:
+                verdict = await self._ask(key, job_id)
+            else:
+                if self._reads is None:
+                    self._reads = asyncio.Semaphore(READS_AT_ONCE)
+                async with self._reads:
+                    entry = await read_entry(self._store, key)
+                verdict = judge(entry, job_id, generation, replaces)
         finally:
             current = self._reading.get(job_id) is token
             if current:
                 del self._reading[job_id]
-        verdict = judge(entry, job_id, generation, replaces)
         if verdict is not None:
             self._landed.pop(job_id, None)
         if isinstance(verdict, str) and current:
@@ -187,7 +204,11 @@ class Clearance:
                 continue
             now = loop.time()
             batch: list[tuple[float, int, str, str, int, float, float]] = []
-            while self._waiting and self._waiting[0][0] <= now and len(batch) < PREFETCH_BATCH:
+            # Asking owners, those due within a first poll's time too: the jobs of one landing,
+            # queued one by one as they were decoded, go in one batch (one call per owner).
+            # (Reading entries, as before: the simulator's seeds keep their worlds.)
+            until = now + (FIRST_POLL_S if self._ask is not None else 0.0)
+            while self._waiting and self._waiting[0][0] <= until and len(batch) < PREFETCH_BATCH:
                 batch.append(heapq.heappop(self._waiting))
             verdicts = await asyncio.gather(*(self._judge(key, job_id, gen) for _, _, key, job_id, gen, _, _ in batch),
                                             return_exceptions=True)

@@ -7,10 +7,16 @@ the firing path makes no registry write and, in the common case, no read. Its st
 are queued and group-committed per name in the background (``cluster.named.recorder``), each
 applied only while the entry still points at that job: an older generation never touches the
 status of a newer one.
+
+With names kept in registry buckets (opt-in ``named_registry="experimental-buckets"``, issue 25
+point 5) the clearance is asked of the bucket's owner and the status changes are sent to it
+(``cluster.named.owned``); this silo also owns its share of the buckets and answers for them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -19,21 +25,25 @@ from typing import Any
 from cluster.model.jobs import ScheduledJob
 from cluster.model.trigger import TRIGGERED_FROM, triggered_from
 from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
-from cluster.named.bucket import BUCKETS
-from cluster.named.buckets import Buckets, WireOutcome, WirePut, outcome_to_wire, put_from_wire
-from cluster.named.fence import Clearance
-from cluster.named.recorder import StatusRecorder
-from cluster.named.registry import (
-    NAMED_MARK,
-    REPLACES_MARK,
-    AttemptRecord,
-    Entry,
-    JobStatus,
-    Retired,
-    clip_error,
-    update_entry,
-    with_history,
+from cluster.named.attempts import (
+    StatusSender,
+    ended,
+    ended_change,
+    interrupted,
+    interrupted_change,
+    retiring,
+    staged,
+    staged_change,
+    started,
+    started_change,
 )
+from cluster.named.bucket import BUCKETS
+from cluster.named.buckets import Buckets
+from cluster.named.fence import ADMIT_WAIT_S, Clearance
+from cluster.named.owned import OwnerCalls
+from cluster.named.recorder import StatusRecorder
+from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, JobStatus, Retired, update_entry
+from cluster.named.routed import Routed
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.shardlog import window_of
 from storage import Store
@@ -41,89 +51,8 @@ from storage import Store
 __all__ = ["NamedJobHooks", "started", "ended", "interrupted", "staged"]
 
 _CACHE_LIMIT = 10_000
+CLOSE_FLUSH_S = 5.0  # a stopping silo's wait for its status changes to reach their owners
 _MARK = NAMED_MARK.encode()
-
-
-def started(status: JobStatus, event: AttemptEvent, owner: str) -> JobStatus:
-    """Return ``status`` with ``event`` running; a leftover attempt of another silo was interrupted.
-
-    A triggered run (``cluster.model.trigger``) shows as running only if nothing else is, and
-    leaves the schedule's fields (next fire, Dapr's counters) alone.
-    """
-    triggered = TRIGGERED_FROM in event.job.metadata
-    current = status.current_attempt
-    if (current is not None and current.run_id != event.run_id and current.owner != owner
-            and not triggered and not current.triggered):
-        # A triggered run elsewhere is no leftover of this chain: it ends and counts on its own.
-        status = interrupted(status, owner) or status
-    record = AttemptRecord(event.run_id, event.attempt, event.occurrence, event.scheduled_for, event.started_at, owner,
-                           triggered=triggered)
-    status = replace(status, staged_target=None, staged_since=None)
-    if triggered:
-        return status if status.current_attempt is not None else replace(status, current_attempt=record)
-    return replace(status, current_attempt=record, attempts=event.attempt, last_attempted=event.scheduled_for,
-                   next_fire=None)
-
-
-def ended(status: JobStatus, event: AttemptEvent, end: AttemptEnd, owner: str, history_size: int = 10) -> JobStatus:
-    """Return ``status`` after the attempt ``event`` ended as ``end`` says, kept in its history."""
-    triggered = TRIGGERED_FROM in event.job.metadata
-    current = status.current_attempt
-    record = current if current is not None and current.run_id == event.run_id else AttemptRecord(
-        event.run_id, event.attempt, event.occurrence, event.scheduled_for, event.started_at, owner,
-        triggered=triggered)
-    outcome = "succeeded" if end.succeeded else "failed"
-    last = replace(record, outcome=outcome, error=clip_error(end.error), ended_at=end.ended_at)
-    status = replace(
-        status,
-        successful=status.successful + end.succeeded,
-        failed=status.failed + (not end.succeeded),
-        consecutive_failures=0 if end.succeeded else status.consecutive_failures + 1,
-        current_attempt=None if current is None or current.run_id == event.run_id else current,
-        last_attempt=last,
-        history=with_history(status.history, last, history_size),
-        staged_target=None,
-        staged_since=None,
-    )
-    if triggered:
-        return status  # the schedule's own fields are the schedule's: an extra run moves none of them
-    occurrence_over = end.retry_at is None
-    return replace(
-        status,
-        # Dapr's counters belong to one occurrence: a new one starts at 0 / None.
-        attempts=0 if occurrence_over else event.attempt,
-        last_attempted=None if occurrence_over else event.scheduled_for,
-        next_fire=end.retry_at or end.next_occurrence,
-        finished=end.finished,
-        excluded=status.excluded + end.excluded,
-        overlap_skipped=status.overlap_skipped + end.skipped,
-    )
-
-
-def interrupted(status: JobStatus, owner: str, history_size: int = 10, triggered: bool = False) -> JobStatus | None:
-    """Return ``status`` with its running attempt counted as interrupted, or None if there is none
-    that another silo incarnation (``owner`` is this one) was running. ``triggered``: whether the
-    job found (in an adopted shard) is a triggered run; only a running attempt of its kind is its own."""
-    current = status.current_attempt
-    if current is None or current.owner == owner or current.triggered != triggered:
-        return None
-    last = replace(current, outcome="interrupted", error="the silo running it stopped without an answer")
-    return replace(
-        status,
-        interrupted=status.interrupted + 1,
-        consecutive_failures=status.consecutive_failures + 1,
-        current_attempt=None,
-        last_attempt=last,
-        history=with_history(status.history, last, history_size),
-    )
-
-
-def staged(status: JobStatus, target: str, since: datetime) -> JobStatus | None:
-    """Return ``status`` showing the job waiting for its absent ``target`` since ``since``; None if
-    it already shows that (the earliest time is kept: a failover stages it again later)."""
-    if status.staged_target == target:
-        return None
-    return replace(status, staged_target=target, staged_since=since)
 
 
 class NamedJobHooks(SiloHooks):
@@ -135,11 +64,19 @@ class NamedJobHooks(SiloHooks):
         # The last entry written per key: usually still current (this silo is the only writer
         # while it owns the job), which saves a read per update.
         self._known: dict[str, Entry] = {}
-        self.clearance = Clearance(store)
         self.recorder = StatusRecorder(store, self._known)
         # The registry buckets this silo owns, when names are kept in them (opt-in, issue 25 point 5).
-        self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule) \
-            if silo.options.named_registry == "experimental-buckets" else None
+        self.buckets: Buckets | None = None
+        self.owned: OwnerCalls | None = None
+        self.sender: StatusSender | None = None
+        if silo.options.named_registry == "experimental-buckets":
+            self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule)
+            self.owned = OwnerCalls(self.buckets)
+            self.routed = Routed(store, _Peers(silo), BUCKETS)
+            self.sender = StatusSender(lambda items: self.routed.ask_many("named_status", items))
+            self.clearance = Clearance(store, ask=self._ask_owner)
+        else:
+            self.clearance = Clearance(store)
 
     metadata_keys = (NAMED_MARK,)
 
@@ -157,7 +94,8 @@ class NamedJobHooks(SiloHooks):
         if key is None:
             return True
         if TRIGGERED_FROM in job.metadata:
-            return await self._admit_triggered(event, key)
+            return await (self._admit_triggered(event, key) if self.buckets is None
+                          else self._admit_triggered_at_owner(event, key))
         verdict = await self.clearance.verdict(key, job.id, job.generation, job.metadata.get(REPLACES_MARK))
         if not isinstance(verdict, str):
             return verdict
@@ -177,12 +115,30 @@ class NamedJobHooks(SiloHooks):
         run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)) if event.shard else None
         await self.recorder.flush_key(key)  # this run's own earlier changes first, in order
         return await self._update(key, job_id, lambda e: replace(e, status=started(e.status, event, owner),
-                                                                  retire=_retiring(e.retire, run))) is not None
+                                                                  retire=retiring(e.retire, run))) is not None
+
+    async def _admit_triggered_at_owner(self, event: AttemptEvent, key: str) -> bool | None:
+        """``_admit_triggered`` with the names in buckets: the owner of ``key``'s bucket records
+        the run as running and lists it among the jobs the entry retires, in one append, while
+        the entry names the generation it ran from (``OwnerCalls.triggers``); None: no answer now."""
+        assert self.sender is not None
+        with contextlib.suppress(asyncio.TimeoutError):  # this run's own earlier changes first, if they go soon
+            await asyncio.wait_for(self.sender.flush(), ADMIT_WAIT_S)
+        run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)).row() if event.shard else None
+        asked = (key, triggered_from(event.job), run, started_change(event, self._silo.owner))
+        try:
+            answer = await asyncio.wait_for(self.routed.ask("named_trigger", key, asked), ADMIT_WAIT_S)
+        except asyncio.TimeoutError:
+            return None
+        return True if answer[0] == "ok" else False if answer[0] == "refused" else None
 
     async def attempt_started(self, event: AttemptEvent) -> None:
         key = event.job.metadata.get(NAMED_MARK)
         if key is not None and TRIGGERED_FROM not in event.job.metadata:
             owner = self._silo.owner
+            if self.sender is not None:
+                self.sender.add(key, event.job.id, started_change(event, owner))
+                return
             self.recorder.add(key, event.job.id, lambda e: replace(e, status=started(e.status, event, owner)),
                               start=True)
 
@@ -192,15 +148,20 @@ class NamedJobHooks(SiloHooks):
             owner, size = self._silo.owner, self._silo.options.history_size
             # A triggered run over for good has nothing left for a put or delete to cancel.
             done = event.job.id if end.finished and TRIGGERED_FROM in event.job.metadata else None
-            self.recorder.add(key, triggered_from(event.job),
-                              lambda e: replace(e, status=ended(e.status, event, end, owner, size),
-                                                retire=tuple(r for r in e.retire if r.job_id != done)))
+            if self.sender is not None:
+                self.sender.add(key, triggered_from(event.job), ended_change(event, end, owner, size))
+            else:
+                self.recorder.add(key, triggered_from(event.job),
+                                  lambda e: replace(e, status=ended(e.status, event, end, owner, size),
+                                                    retire=tuple(r for r in e.retire if r.job_id != done)))
             if end.finished:
                 self.clearance.forget(event.job.id)
 
     async def attempt_staged(self, event: AttemptEvent, target: str, since: datetime) -> None:
         key = event.job.metadata.get(NAMED_MARK)
-        if key is not None:
+        if key is not None and self.sender is not None:
+            self.sender.add(key, triggered_from(event.job), staged_change(target, since))
+        elif key is not None:
             self.recorder.add(key, triggered_from(event.job), lambda e: _with_status(e, staged(e.status, target, since)))
 
     async def job_cancelled(self, job_id: str) -> None:
@@ -237,27 +198,47 @@ class NamedJobHooks(SiloHooks):
                 # Before any of these jobs is admitted: the silo spawns this call as it queues
                 # them, ahead of the tasks that deliver them, and this hook comes first.
                 self.clearance.recheck(key, job.id, job.generation)
-            if adopted:
+            if adopted and self.sender is not None:
+                self.sender.add(key, triggered_from(job), interrupted_change(owner, size, kind))
+            elif adopted:
                 self.recorder.add(key, triggered_from(job), _interrupting(owner, size, kind))
 
     async def close(self) -> None:
+        if self.sender is not None:  # this silo's last status changes, while their owners may still answer
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.sender.flush(), CLOSE_FLUSH_S)
         if self.buckets is not None:
             await self.buckets.release_all()  # peers take them at once
         await self.clearance.close()
         await self.recorder.close()
+        if self.sender is not None:
+            await self.sender.close()
 
     async def maintain(self) -> None:
         if self.buckets is not None:
             await self.buckets.take()
 
     def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
-        return self._named_put if method == "named_put" and self.buckets is not None else None
+        return None if self.owned is None else self.owned.service(method)
 
-    async def _named_put(self, sent: Sequence[WirePut]) -> list[WireOutcome]:
-        """Puts sent to this silo as the owner of their buckets (``Buckets.put_many``)."""
-        assert self.buckets is not None
-        outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent])
-        return [outcome_to_wire(outcome) for outcome in outcomes]
+    async def flush_status(self) -> None:
+        """Return once every status change queued here so far was written (or sent to its owner)."""
+        if self.sender is not None:
+            await self.sender.flush()
+        else:
+            await self.recorder.flush()
+
+    async def _ask_owner(self, key: str, job_id: str) -> str | bool | None:
+        """The verdict of ``key``'s bucket owner on ``job_id`` (``OwnerCalls.verdicts``); None: no answer now."""
+        try:
+            # Bounded: an attempt waits in its batch, and an owner that is gone and not yet
+            # replaced (its lease running out) would hold every due named job up until then.
+            answer = await asyncio.wait_for(self.routed.ask("named_verdicts", key, (key, job_id)), ADMIT_WAIT_S)
+        except asyncio.TimeoutError:
+            return None
+        if answer[0] == "ok":
+            return str(answer[1])
+        return False if answer[0] == "refused" else None
 
     async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
         return await self._silo.schedule([(j.id, datetime_to_us(j.first_fire), pack(j.to_wire())) for j in jobs])
@@ -271,11 +252,14 @@ class NamedJobHooks(SiloHooks):
         return entry
 
 
-def _retiring(retire: tuple[Retired, ...], run: Retired | None) -> tuple[Retired, ...]:
-    """``retire`` with ``run`` on it, once (a retry of the run is admitted again)."""
-    if run is None or any(r.job_id == run.job_id for r in retire):
-        return retire
-    return (*retire, run)
+class _Peers:
+    """Calls to peer silos (and to this one) as ``Routed`` makes them, through the silo."""
+
+    def __init__(self, silo: SiloView) -> None:
+        self._silo = silo
+
+    async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+        return await self._silo.call_peer(silo_id, method, *args)
 
 
 def _interrupting(owner: str, size: int, triggered: bool) -> Callable[[Entry], Entry | None]:

@@ -1,11 +1,14 @@
-"""Puts sent to their registry bucket's owner (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
+"""Calls sent to registry buckets' owners (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
 
-The client side of ``cluster.named.buckets``: each put goes to the silo that owns its name's
-bucket, the puts of one event-loop tick in one call per owner (as schedule calls coalesce). Who
-owns which bucket is read from the bucket logs' metadata, and read again when a silo answers
-that it does not own one (taken over meanwhile) or refuses the call (not started, stopping):
-nothing was done then, so the put is sent again. A call lost on the way (the silo died) may have
-landed: its puts raise ``PutInDoubt``.
+The caller's side of ``cluster.named.buckets`` and ``cluster.named.owned``, for a client (puts,
+deletes, reads) and for a silo (fence verdicts, status records) alike: each item goes to the
+silo that owns its name's bucket, the items of one event-loop tick in one call per owner and
+method (as schedule calls coalesce). Who owns which bucket is read from the bucket logs'
+metadata, and read again when a silo answers that it does not own one (taken over meanwhile) or
+refuses the call (not started, stopping): nothing was done then, so the item is sent again. A
+call lost on the way (the silo died) may have been acted on: its items are answered
+``("lost", why)``, and what that means is the caller's to say (a put in doubt, a verdict not
+known yet). After ``SEND_ATTEMPTS`` sends, ``("unavailable", why)``.
 """
 
 from __future__ import annotations
@@ -19,18 +22,20 @@ from cluster.model.errors import ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob
 from cluster.model.routing import SiloRefused
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, bucket_of
-from cluster.named.buckets import NotOwner, PutOutcome, outcome_from_wire, put_to_wire
+from cluster.named.buckets import PutOutcome, outcome_from_wire, put_to_wire
 from cluster.named.registry import Entry
 from cluster.named.writes import PutRequest
 from cluster.runtime.membership import parse_owner
 from storage import Store, list_logs
 
-__all__ = ["RoutedPuts", "SiloCaller"]
+__all__ = ["Routed", "RoutedPuts", "SiloCaller", "put_outcome"]
 
 log = logging.getLogger("timeshard.named")
 
-SEND_ATTEMPTS = 40  # sends of one put while owners change or refuse (backing off up to 1 s)
+SEND_ATTEMPTS = 40  # sends of one item while owners change or refuse (backing off up to 1 s)
 _MAX_DELAY_S = 1.0
+
+_Item = tuple[str, Any, "asyncio.Future[Any]", int]  # key, what is sent, its answer, sends so far
 
 
 class SiloCaller(Protocol):
@@ -40,31 +45,58 @@ class SiloCaller(Protocol):
     async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any: ...
 
 
-class RoutedPuts:
-    """Sends puts to their buckets' owners, coalesced per tick (see the module docstring)."""
+class Routed:
+    """Sends items to their buckets' owners, coalesced per tick and method (module docstring)."""
 
     def __init__(self, store: Store, caller: SiloCaller, buckets: int = BUCKETS) -> None:
         self._store = store
         self._caller = caller
-        self._buckets = buckets
+        self.buckets = buckets
         self._owners: dict[int, str] = {}  # bucket -> the silo id its log names as owner
-        self._queued: list[tuple[PutRequest, asyncio.Future[PutOutcome], int]] = []
+        self._queued: dict[str, list[_Item]] = {}
         self._armed = False
         self._sends: set[asyncio.Task[None]] = set()
 
-    async def put(self, ask: PutRequest) -> tuple[Entry, ScheduledJob]:
-        (result,) = await self.put_many([ask])
-        if isinstance(result, BaseException):
-            raise result
-        return result
+    async def ask(self, method: str, key: str, sent: Any) -> Any:
+        (answer,) = await self.ask_many(method, [(key, sent)])
+        return answer
 
-    async def put_many(self, asks: Sequence[PutRequest]) -> list[PutOutcome]:
-        """Make every put of ``asks`` (distinct names); each one's result or error, in order."""
+    async def ask_many(self, method: str, items: Sequence[tuple[str, Any]]) -> list[Any]:
+        """Send each ``(key, what)`` of ``items`` to the owner of ``key``'s bucket; the answers, in order."""
         loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in asks]
-        self._queued += [(ask, future, 0) for ask, future in zip(asks, futures, strict=True)]
+        futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in items]
+        self._queued.setdefault(method, []).extend(
+            (key, sent, future, 0) for (key, sent), future in zip(items, futures, strict=True))
         self._arm()
         return list(await asyncio.gather(*futures))
+
+    async def ask_all(self, method: str, *args: Any) -> dict[int, Any]:
+        """Ask every bucket's owner ``method(numbers, *args)`` about the buckets it owns; each bucket's answer."""
+        answers: dict[int, Any] = {}
+        for tries in range(SEND_ATTEMPTS):
+            if tries:
+                await asyncio.sleep(min(_MAX_DELAY_S, 0.01 * 2 ** tries))
+                self._owners.clear()
+            missing = [n for n in range(self.buckets) if n not in answers]
+            if any(n not in self._owners for n in missing):
+                await self._read_owners()
+            by_silo: dict[str, list[int]] = {}
+            for number in missing:
+                if number in self._owners:
+                    by_silo.setdefault(self._owners[number], []).append(number)
+            results = await asyncio.gather(*(self._caller._at_silo(silo, "feature_call", method, numbers, *args)
+                                             for silo, numbers in by_silo.items()), return_exceptions=True)
+            for (silo, numbers), result in zip(by_silo.items(), results, strict=True):
+                if isinstance(result, SiloRefused):
+                    continue
+                if isinstance(result, BaseException):
+                    raise ClusterUnavailable(f"the owner {silo} of registry buckets {numbers} did not answer "
+                                             f"({result!r})") from result
+                answers.update((n, a) for n, a in result.items() if n in numbers)
+            if len(answers) == self.buckets:
+                return answers
+        raise ClusterUnavailable(f"no owner answered for registry buckets "
+                                 f"{[n for n in range(self.buckets) if n not in answers]}")
 
     def _arm(self) -> None:
         if not self._armed and self._queued:
@@ -73,57 +105,57 @@ class RoutedPuts:
 
     def _start(self) -> None:
         self._armed = False
-        queued, self._queued = self._queued, []
-        task = asyncio.get_running_loop().create_task(self._route(queued))
-        self._sends.add(task)
-        task.add_done_callback(self._sends.discard)
+        queued, self._queued = self._queued, {}
+        for method, items in queued.items():
+            task = asyncio.get_running_loop().create_task(self._route(method, items))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
 
-    async def _route(self, queued: list[tuple[PutRequest, asyncio.Future[PutOutcome], int]]) -> None:
-        if any(bucket_of(ask.key, self._buckets) not in self._owners for ask, _, _ in queued):
+    async def _route(self, method: str, items: list[_Item]) -> None:
+        if any(bucket_of(key, self.buckets) not in self._owners for key, *_ in items):
             try:
                 await self._read_owners()
             except Exception as exc:
-                for _, future, _ in queued:
-                    _answer(future, ClusterUnavailable(f"not put: its registry bucket's owner is unknown ({exc!r})"))
+                for _, _, future, _ in items:
+                    _answer(future, ("unavailable", f"its registry bucket's owner is unknown ({exc!r})"))
                 return
-        by_silo: dict[str | None, list[tuple[PutRequest, asyncio.Future[PutOutcome], int]]] = {}
-        for one in queued:
-            by_silo.setdefault(self._owners.get(bucket_of(one[0].key, self._buckets)), []).append(one)
-        await asyncio.gather(*(self._send(silo, puts) for silo, puts in by_silo.items()))
+        by_silo: dict[str | None, list[_Item]] = {}
+        for one in items:
+            by_silo.setdefault(self._owners.get(bucket_of(one[0], self.buckets)), []).append(one)
+        await asyncio.gather(*(self._send(method, silo, sent) for silo, sent in by_silo.items()))
 
-    async def _send(self, silo: str | None, puts: list[tuple[PutRequest, asyncio.Future[PutOutcome], int]]) -> None:
+    async def _send(self, method: str, silo: str | None, items: list[_Item]) -> None:
         if silo is None:
-            await self._again(puts)  # no live owner yet: a peer takes the bucket once its owner's lease ran out
+            await self._again(method, items)  # no live owner yet: a peer takes the bucket once its owner's lease ran out
             return
         try:
-            answers = await self._caller._at_silo(silo, "feature_call", "named_put", [put_to_wire(a) for a, _, _ in puts])
+            answers = await self._caller._at_silo(silo, "feature_call", method, [sent for _, sent, _, _ in items])
         except SiloRefused:
-            await self._again(puts)
+            await self._again(method, items)
             return
-        except Exception as exc:  # lost on the way, or failed there: it may have landed
-            for ask, future, _ in puts:
-                _answer(future, PutInDoubt(f"its bucket's owner {silo} did not answer ({exc!r})", ask.name))
+        except Exception as exc:  # lost on the way, or failed there: it may have been acted on
+            for _, _, future, _ in items:
+                _answer(future, ("lost", f"its bucket's owner {silo} did not answer ({exc!r})"))
             return
         again = []
-        for (ask, future, tries), answer in zip(puts, answers, strict=True):
-            outcome = outcome_from_wire(answer, ask)
-            if isinstance(outcome, NotOwner):
-                again.append((ask, future, tries))
+        for item, answer in zip(items, answers, strict=True):
+            if answer[0] == "not_owner":
+                again.append(item)
             else:
-                _answer(future, outcome)
+                _answer(item[2], answer)
         if again:
-            await self._again(again)
+            await self._again(method, again)
 
-    async def _again(self, puts: list[tuple[PutRequest, asyncio.Future[PutOutcome], int]]) -> None:
-        """Send ``puts`` again once the owners are read anew; nothing of them was done."""
-        tries = max(t for _, _, t in puts) + 1
+    async def _again(self, method: str, items: list[_Item]) -> None:
+        """Send ``items`` again once the owners are read anew; nothing of them was done."""
+        tries = max(t for *_, t in items) + 1
         if tries >= SEND_ATTEMPTS:
-            for ask, future, _ in puts:
-                _answer(future, ClusterUnavailable(f"not put: no owner of {ask.name!r}'s registry bucket answered"))
+            for key, _, future, _ in items:
+                _answer(future, ("unavailable", f"no owner of {key!r}'s registry bucket answered"))
             return
         await asyncio.sleep(min(_MAX_DELAY_S, 0.01 * 2 ** tries))
         self._owners.clear()
-        self._queued += [(ask, future, tries) for ask, future, _ in puts]
+        self._queued.setdefault(method, []).extend((key, sent, future, tries) for key, sent, future, _ in items)
         self._arm()
 
     async def _read_owners(self) -> None:
@@ -136,6 +168,34 @@ class RoutedPuts:
         self._owners = owners
 
 
-def _answer(future: asyncio.Future[PutOutcome], outcome: PutOutcome) -> None:
+class RoutedPuts:
+    """Puts sent to their buckets' owners, as they answer them (no cancel of a replaced generation:
+    ``cluster.named.bucketclient`` adds that)."""
+
+    def __init__(self, store: Store, caller: SiloCaller, buckets: int = BUCKETS) -> None:
+        self.routed = Routed(store, caller, buckets)
+
+    async def put(self, ask: PutRequest) -> tuple[Entry, ScheduledJob]:
+        (result,) = await self.put_many([ask])
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    async def put_many(self, asks: Sequence[PutRequest]) -> list[PutOutcome]:
+        """Make every put of ``asks``; each one's result or error, in order."""
+        answers = await self.routed.ask_many("named_put", [(ask.key, put_to_wire(ask)) for ask in asks])
+        return [put_outcome(answer, ask) for answer, ask in zip(answers, asks, strict=True)]
+
+
+def put_outcome(answer: Any, ask: PutRequest) -> PutOutcome:
+    """What a put's answer means for its caller."""
+    if answer[0] == "lost":
+        return PutInDoubt(answer[1], ask.name)
+    if answer[0] == "unavailable":
+        return ClusterUnavailable(f"not put: {answer[1]}")
+    return outcome_from_wire(answer, ask)
+
+
+def _answer(future: asyncio.Future[Any], answer: Any) -> None:
     if not future.done():
-        future.set_result(outcome)
+        future.set_result(answer)

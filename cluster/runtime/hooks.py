@@ -193,6 +193,11 @@ class SiloView(Protocol):
         ``suspects``: silos that may hold an earlier try of these jobs (see ``Silo.schedule``)."""
         ...
 
+    async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
+        """One call to silo ``silo_id`` (this one too), never tried elsewhere: a feature asking
+        the owner of its log (``feature_call``). ``SiloRefused``: nothing done; ``SiloLost``: unknown."""
+        ...
+
 
 HooksFactory = Callable[["Store", SiloView], Sequence[SiloHooks]]
 """Builds a silo's hooks inside its event loop, once the silo has joined. Passed to ``Silo`` by

@@ -329,7 +329,11 @@ class Outcomes:
         if await run.stays_cancelled():
             await self._cancel_next(run.job_id, run.shard)
             return None, excluded, skipped
-        if new_entry is not None:
+        started = self._runs.find(run.job_id)
+        if new_entry is not None and (started is None or started is run or started.entry is not new_entry):
+            # Not when the next occurrence runs already: a take-back of this run's shard carried
+            # out the same move and queued it while this older copy's outcome was being written.
+            # Queued again, it ran twice from one shard, its silo alive (simulator seed 1259).
             self._queue_unless_paused(run.job_id, nxt, new_entry)
         return nxt, excluded, skipped
 

@@ -20,8 +20,9 @@ from ray.core.generated.common_pb2 import ActorDiedErrorContext  # type: ignore[
 
 from cluster.model.ahead import Ahead
 from cluster.model.attempt import DELIVER, Attempt, Outcome
-from cluster.model.errors import failure, one_line
+from cluster.model.errors import SiloStopping, failure, one_line
 from cluster.model.jobs import Target
+from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import resolve_code_path
 from cluster.runtime.membership import SILO_PREFIX
 from cluster.runtime.transport import Ping, TargetAbsent
@@ -332,6 +333,24 @@ class RayTransport:
             return Ping.UNKNOWN  # busy or paused: the heartbeat watch decides
         except Exception:  # e.g. Ray's OutOfMemoryError: a death, but no proof of how
             return Ping.UNKNOWN
+
+    async def call_peer(self, silo_id: str, method: str, args: Sequence[Any], timeout: float) -> Any:
+        handle = self._peers.get(silo_id)
+        try:
+            if handle is None:  # looked up off the event loop, as a ping's
+                handle = self._peers[silo_id] = await asyncio.wait_for(asyncio.to_thread(
+                    ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
+        except (ValueError, asyncio.TimeoutError) as exc:
+            raise SiloRefused(f"silo {silo_id} is not registered ({exc!r})") from exc
+        try:
+            return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, asyncio.TimeoutError) as exc:
+            self._peers.pop(silo_id, None)
+            raise SiloLost(f"silo {silo_id} did not answer {method}: {one_line(exc)}") from exc
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, SiloStopping):  # raised before doing anything
+                raise SiloRefused(f"silo {silo_id}: {one_line(exc.cause)}") from exc
+            raise SiloLost(f"silo {silo_id} failed {method}: {one_line(exc)}") from exc
 
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
         for silo_id in silo_ids:

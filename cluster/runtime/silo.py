@@ -32,6 +32,7 @@ from typing import Any
 from cluster.model.clock import SYSTEM_CLOCK, Clock
 from cluster.model.errors import InvalidJob, SiloStopping, UnsupportedWireVersion
 from cluster.model.options import ClusterOptions
+from cluster.model.routing import SiloRefused
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.cancel import CancelAnswer
 from cluster.runtime.firing import describe_target
@@ -53,6 +54,7 @@ log = logging.getLogger("timeshard.silo")
 # Seconds before a failed start step (join, first clock reading) is tried again; doubled up to the max.
 FIRST_JOIN_RETRY = 0.2
 MAX_JOIN_RETRY = 5.0
+PEER_CALL_TIMEOUT_S = 10.0  # a feature's call to a peer (a registry bucket's owner): no answer by then is a loss
 # Staged runs ``status()`` names one by one (it counts them all).
 STAGED_SHOWN = 20
 
@@ -221,6 +223,14 @@ class Silo:
             if serve is not None:
                 return await serve(*args)
         raise LookupError(f"no feature of silo {self.silo_id} answers {method!r}")
+
+    async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
+        """One call to silo ``silo_id`` for a feature (``SiloView.call_peer``); this silo's own is made here."""
+        if silo_id == self.silo_id:
+            if method != "feature_call":
+                raise SiloRefused(f"silo {silo_id} answers only feature calls from itself")
+            return await self.feature_call(*args)
+        return await self._r.transport.call_peer(silo_id, method, args, PEER_CALL_TIMEOUT_S)
 
     @property
     def node(self) -> str:

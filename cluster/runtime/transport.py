@@ -87,3 +87,9 @@ class Transport(Protocol):
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
         """Ask peers, without waiting, to look for orphaned shards now (a graceful stop)."""
         ...
+
+    async def call_peer(self, silo_id: str, method: str, args: Sequence[Any], timeout: float) -> Any:
+        """Call ``method(*args)`` on peer silo ``silo_id``: its answer, or ``SiloRefused``
+        (not acted on: no such silo now) or ``SiloLost`` (maybe acted on: died, or no answer
+        within ``timeout``). The one call that raises: its caller tells the two apart."""
+        ...

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cluster.cli.drill_analysis import (
+    DELIVERY_S,
     IN_FLIGHT_S,
     LANDED_S,
     STORM_ACK_FLOOR,
@@ -34,9 +35,15 @@ def job(k: int, shard: str = "shards/a", due: float | None = None) -> Any:
                            shard=shard, schedule=None)
 
 
-def run(k: int, owner: str, started: float, scheduled_for: float | None = None) -> dict[str, Any]:
-    return {"job_id": f"j{k}", "run_id": f"r{k}-{started}@{owner}", "started": started,
-            "scheduled_for": T + k if scheduled_for is None else scheduled_for}
+def run(k: int, owner: str, started: float, scheduled_for: float | None = None, *, received: float | None = None,
+        sent: float | None = None) -> dict[str, Any]:
+    """A record as the recorder writes it: ``received`` when the batch reached it (else at the
+    start), ``sent`` when its silo sent it (only a batch sent ahead says)."""
+    record = {"job_id": f"j{k}", "run_id": f"r{k}-{started}@{owner}", "started": started,
+              "scheduled_for": T + k if scheduled_for is None else scheduled_for, "sent": sent}
+    if received is not None:
+        record["received"] = received
+    return record
 
 
 def observer(appends: tuple[Appended, ...] = (), **owners: list[tuple[float, str]]) -> Observer:
@@ -115,6 +122,99 @@ def test_an_outcome_the_log_cannot_place_is_judged_by_the_measured_in_flight_win
     report = analyse([job(0), job(1)], records, [KILL], ClusterOptions(), seen)
     assert (report.explained_by_window, report.other_duplicates) == (1, 1)
     assert report.unexplained_duplicates[0][1][1] == long_before
+
+
+def _placed_by_window(durable: float, *unplaced: int) -> DrillReport:
+    """A re-run explained only by the in-flight window (j0's outcome in an append of no proven
+    writer), beside j5, run once, whose outcome was read ``durable`` s after it started; the
+    unplaced appends are at the offsets given (one outcome each for j0, j1, ...)."""
+    records = [run(0, "0#1", T + 9.5), run(0, "1#1", T + 12), run(5, "0#1", T + 5.5)]
+    appends = [Appended("shards/a", offset, T + 11.05, None, (f"j{k}",), (f"j{k}",), T + 10.4)
+               for k, offset in enumerate(unplaced)]
+    records += [x for k in range(1, len(unplaced)) for x in (run(k, "0#1", T + 9.6), run(k, "1#1", T + 12))]
+    seen = observer((*appends, outcome("j5", writer="0#1", seen=T + 5.5 + durable)), a=[(T, "0#1"), (T + 11, "1#1")])
+    jobs = [job(0), job(5)] + [job(k) for k in range(1, len(unplaced))]
+    return analyse(jobs, records, [KILL], ClusterOptions(), seen)
+
+
+def test_the_in_flight_window_excuses_only_what_the_runs_own_durable_times_justify():
+    fast = _placed_by_window(0.3, 40)
+    assert (fast.explained_by_window, fast.other_duplicates, fast.durable_s) == (1, 0, [0.3])
+    assert fast.in_flight_window_ok and fast.ok
+    # Planted: appends this slow to become durable; a run begun IN_FLIGHT_S before the kill
+    # may have had its outcome durable by then, so the window no longer explains its re-run.
+    slow = _placed_by_window(IN_FLIGHT_S + 0.1, 40)
+    assert slow.explained_by_window == 1 and not slow.in_flight_window_ok and not slow.ok
+    # Nothing measured: nothing justifies the window.
+    blind = _placed_by_window(0.3, 40)
+    blind.durable_s = []
+    assert not blind.in_flight_window_ok and not blind.ok
+
+
+def test_the_in_flight_window_places_no_more_appends_than_the_hits_changed_owners():
+    # One kill of an owner of one shard: one read across its change of owner, one append it
+    # could leave unplaced. Planted: two such appends, as if every read lost its writer.
+    assert _placed_by_window(0.3, 40, 40).in_flight_window_ok
+    two = _placed_by_window(0.3, 40, 41)
+    assert (two.explained_by_window, two.window_appends) == (2, [("shards/a", 40), ("shards/a", 41)])
+    assert not two.in_flight_window_ok and not two.ok
+
+
+HIT = Event("kill", T + 10, "0", "0#1", [])  # a kill that measures no failover
+
+
+def _arrived_after_kill(*arrivals: tuple[float, float | None], measured: float = 0.01) -> DrillReport:
+    """Fires of the killed 0#1 whose calls reached the handler at these (arrival, sent) times, one
+    batch each, beside a batch sent ahead that took ``measured`` s to arrive."""
+    records = [run(k, "0#1", at + 0.01, received=at, sent=sent) for k, (at, sent) in enumerate(arrivals)]
+    records.append(run(9, "0#1", T + 9.5, received=T + 9.45, sent=T + 9.45 - measured))
+    return analyse([job(k) for k in range(len(arrivals))] + [job(9)], records, [HIT], ClusterOptions(), observer())
+
+
+def test_a_call_that_arrives_after_its_silo_was_killed_is_excused_only_as_measured():
+    # Arrived 0.2 s after the kill, sent when nobody knows: the delivery window excuses it, and counts it.
+    late = _arrived_after_kill((T + 10.2, None))
+    assert (late.zombie_fires, late.delivery_excused, late.delivery_s) == (0, [("0#1", 0.2, 1)], [0.01])
+    assert late.delivery_window_ok and late.ok
+    # Sent before the kill, as the recorder measured: on its way, whenever it arrived within the window.
+    proven = _arrived_after_kill((T + 10.3, T + 9.99))
+    assert (proven.zombie_fires, proven.delivery_excused) == (0, []) and proven.ok
+    # Arrived later than any call on its way, or sent after the kill as measured: the killed silo fired.
+    zombie = _arrived_after_kill((T + 10 + DELIVERY_S + 0.1, None))
+    assert zombie.zombie_fires == 1 and not zombie.ok
+    assert _arrived_after_kill((T + 10.03, T + 10.02)).zombie_fires == 1
+
+
+def test_a_silo_that_runs_on_after_ray_kill_was_sent_fires_until_its_process_is_seen_stopped():
+    # ray.kill at T+10; the process was seen gone at T+10.08. A call it sent at T+10.05 came from
+    # a running silo; one sent at T+10.1 did not.
+    hit = Event("kill", T + 10, "0", "0#1", [], ended=T + 10.08)
+    records = [run(0, "0#1", T + 10.07, received=T + 10.06, sent=T + 10.05), run(9, "0#1", T + 9.5, received=T + 9.45, sent=T + 9.44)]
+    report = analyse([job(0), job(9)], records, [hit], ClusterOptions(), observer())
+    assert (report.zombie_fires, report.delivery_excused) == (0, []) and report.ok
+    records.append(run(1, "0#1", T + 10.12, received=T + 10.11, sent=T + 10.1))
+    assert analyse([job(0), job(1), job(9)], records, [hit], ClusterOptions(), observer()).zombie_fires == 1
+
+
+def test_the_delivery_window_excuses_no_more_batches_than_hits_and_only_when_delivery_was_that_fast():
+    # Planted: a killed silo whose calls kept arriving, batch after batch, within the window.
+    many = _arrived_after_kill((T + 10.1, None), (T + 10.3, None))
+    assert len(many.delivery_excused) == 2 and not many.delivery_window_ok and not many.ok
+    # Planted: calls took longer to arrive than the window allows: it no longer covers a call on its way.
+    slow = _arrived_after_kill((T + 10.2, None), measured=DELIVERY_S + 0.1)
+    assert slow.delivery_s == [DELIVERY_S + 0.1] and not slow.delivery_window_ok and not slow.ok
+    unmeasured = analyse([job(0)], [run(0, "0#1", T + 10.21, received=T + 10.2)], [HIT], ClusterOptions(), observer())
+    assert unmeasured.delivery_excused and not unmeasured.delivery_window_ok
+
+
+def test_a_rerun_of_a_call_that_arrived_after_a_pause_counts_against_the_delivery_window():
+    # A paused silo's fires are judged from when it was declared dead, not by this window; the
+    # re-run is explained only because the window places the call on its way at the pause.
+    pause = Event("pause", T + 10, "0", "0#1", ["shards/a"])
+    records = [run(0, "0#1", T + 10.21, received=T + 10.2), run(0, "1#1", T + 12)]
+    report = analyse([job(0)], records, [pause], ClusterOptions(), observer(a=[(T, "0#1"), (T + 11, "1#1")]))
+    assert (report.explained_by_log, report.delivery_excused) == (1, [("0#1", 0.2, 1)])
+    assert not report.delivery_window_ok and not report.ok  # nothing sent ahead in this run: the window is not measured
 
 
 def test_an_outcome_that_landed_after_its_owner_was_killed_is_not_the_killed_owners():
@@ -292,3 +392,30 @@ def test_lateness_after_a_kill_is_judged_by_the_due_time_acknowledged_for_jobs_d
     report = analyse(jobs, records, kills, ClusterOptions(), observer(a=[(T, "0#1"), (T + 11, "1#1")]))
     assert report.late_after_kill_s == [0.8, 0.3]  # j99 never ran: lost, not late
     assert report.lost == 1
+
+
+async def test_the_recorder_notes_when_its_silo_sent_a_batch_sent_ahead_from_this_host() -> None:
+    """What ``delivery_s`` is measured from, and what shows a call arriving after a kill was sent before it."""
+    import asyncio
+    import time
+
+    from cluster.model.ahead import Ahead, monotonic_domain
+    from cluster.model.attempt import Attempt
+    from cluster.model.wire import pack
+    from handlers.builtin import Recorder
+    from tests.runtime.harness import job as scheduled
+
+    async def deliver(domain: str | None) -> dict[str, Any]:
+        recorder = Recorder()
+        left, sent_us, sent_mono = time.time(), time.time_ns() // 1000, time.monotonic()
+        await asyncio.sleep(0.05)  # the call on its way
+        attempt = tuple(Attempt(pack(scheduled().to_wire()), "run-0", 1, time.time_ns() // 1000, 1))
+        ahead = None if domain is None else tuple(Ahead(sent_us, sent_mono, domain, sent_mono + 60))
+        await recorder.timeshard_deliver([attempt], 5.0, time.time() + 60, ahead)
+        (record,) = await recorder.executions()
+        return {**record, "left": left}
+
+    here = await deliver(monotonic_domain())
+    assert abs(here["sent"] - here["left"]) < 0.01 and 0.05 <= here["received"] - here["sent"] < 1.0
+    assert (await deliver("another host"))["sent"] is None  # its monotonic clock is not ours
+    assert (await deliver(None))["sent"] is None  # due on arrival: the call says nothing of when it left

@@ -11,7 +11,7 @@ import pytest
 
 from cluster import Cluster
 from cluster.cli.drill import DRILL_OPTIONS, run_drill
-from cluster.cli.drill_analysis import STORM_ACK_FLOOR, STORM_ACK_RATE, DrillReport
+from cluster.cli.drill_analysis import DELIVERY_S, IN_FLIGHT_S, STORM_ACK_FLOOR, STORM_ACK_RATE, DrillReport
 from cluster.model.options import ClusterOptions
 
 pytestmark = pytest.mark.ray
@@ -38,6 +38,15 @@ def assert_safe(report: DrillReport) -> None:
         f"{report.two_owner_fires} fires by an owner after another took its shard "
         f"(job, shard, owner, started, superseded at): {report.two_owner_examples[:5]}; events {events}")
     assert report.zombie_fires == 0, f"fires after a kill or declared death: {report.zombie_examples[:5]}"
+    # The windows that excused a re-run or a late call, justified by this run's own measurements.
+    assert report.in_flight_window_ok, (
+        f"{report.explained_by_window} re-runs excused by the {IN_FLIGHT_S} s in-flight window, which this run does not "
+        f"justify: start to durable outcome {_spread(report.durable_s)}; {len(report.window_appends)} appends of no "
+        f"proven writer placed, for {sum(len(e.shards) for e in report.hits)} shards hit")
+    assert report.delivery_window_ok, (
+        f"{len(report.delivery_excused)} batches (owner, arrived after the hit, jobs) excused by the {DELIVERY_S} s "
+        f"delivery window in {len(report.hits)} hits: {report.delivery_excused[:5]}; silo send to handler "
+        f"{_spread(report.delivery_s)}")
     assert not report.silo_faults, report.silo_faults[:5]
 
 
@@ -59,7 +68,8 @@ async def test_kills_and_a_pause_lose_nothing_and_the_paused_silo_is_fenced(ray_
     assert report.failover_s and max(report.failover_s) <= report.failover_bound_s, report.failover_s
     print(f"drill: {report.duplicates} duplicates in {sum(e.kind == 'kill' for e in report.events)} kills and a pause "
           f"({report.explained_by_log} by the log, {report.explained_by_window} by the window); failover per shard "
-          f"{sorted(report.failover_s)} s; start to durable outcome {_spread(report.durable_s)}")
+          f"{sorted(report.failover_s)} s; start to durable outcome {_spread(report.durable_s)}; "
+          f"silo send to handler {_spread(report.delivery_s)}, {len(report.delivery_excused)} late calls excused")
     # The paused incarnation was declared dead while stopped and came back as a new incarnation.
     assert report.paused_declared_dead_s is not None, "the paused silo was never declared dead"
     pause = next(e for e in report.events if e.kind == "pause")
@@ -83,7 +93,8 @@ async def test_a_restart_storm_loses_nothing(ray_session, drill_store, tmp_path)
     print(f"storm: {sum(e.kind == 'kill' for e in report.events)} kills; offered {load.offered}, acknowledged "
           f"{load.acknowledged}, in doubt {len(load.in_doubt)}, refused {load.refused}; {report.duplicates} duplicates "
           f"({report.explained_by_log} by the log, {report.explained_by_window} by the window); failover per shard "
-          f"{_spread(report.failover_s)}; start to durable outcome {_spread(report.durable_s)}")
+          f"{_spread(report.failover_s)}; start to durable outcome {_spread(report.durable_s)}; "
+          f"silo send to handler {_spread(report.delivery_s)}, {len(report.delivery_excused)} late calls excused")
     # Told something the client promises, every call: acknowledged, in doubt, or refused outright.
     assert not load.unexpected, f"schedule calls failed in ways the client does not promise: {load.unexpected[:5]}"
     # Two of three silos are up at any moment and the client routes around the one being killed.

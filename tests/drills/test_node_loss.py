@@ -38,6 +38,10 @@ def test_losing_a_node_and_scaling_under_load_lose_nothing(drill_store: str, tmp
     assert drill["other_duplicates"] == 0, drill["unexplained_duplicates"][:5]
     assert drill["two_owner_fires"] == 0, drill["two_owner_examples"][:5]
     assert drill["zombie_fires"] == 0, drill["zombie_examples"][:5]
+    # Each window that excused a re-run or a late call justified by this run's own measurements.
+    assert drill["in_flight_window_ok"], (drill["explained_by_window"], max(drill["durable_s"], default=None),
+                                          drill["window_appends"])
+    assert drill["delivery_window_ok"], (drill["delivery_excused"][:5], max(drill["delivery_s"], default=None))
     assert not drill["silo_faults"], drill["silo_faults"][:5]
     # Per shard of the lost node's silo: each fired from elsewhere within the bound.
     assert drill["failover_s"] and not drill["unmeasured_kills"] and max(drill["failover_s"]) <= drill["failover_bound_s"], (

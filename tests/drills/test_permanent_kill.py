@@ -8,6 +8,7 @@ rather than wait out suspicion and its lease, which a lost node still needs.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -34,9 +35,28 @@ async def _remove_one_restart_another(cluster: Cluster, silo: str, events: list[
     at = time.time()
     ray.kill(handles[silo], no_restart=True)  # removed: Ray will not bring it back
     ray.kill(handles[other], no_restart=False)  # Ray restarts it as a new incarnation
+    # Ray ends each process a moment after ray.kill is sent: what a silo sent until then is no zombie's.
+    ended = await _stopped([pid for pid, _, _ in hit.values()])
     for s, (_, owner, shards) in hit.items():
-        events.append(Event("kill", at, s, owner, shards))
+        events.append(Event("kill", at, s, owner, shards, ended=ended))
     return True
+
+
+async def _stopped(pids: list[int], timeout: float = 30.0) -> float:
+    """When none of ``pids`` runs any more (gone, or dead and not yet reaped), as first seen."""
+    deadline = time.monotonic() + timeout
+    while any(_runs(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"processes {pids} still ran {timeout} s after ray.kill"
+        await asyncio.sleep(0.005)
+    return time.time()
+
+
+def _runs(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 async def test_a_silo_removed_for_good_fails_over_within_a_second(ray_session: None, tmp_path: Path) -> None:

@@ -426,3 +426,56 @@ async def test_a_step_its_paused_writer_adds_after_a_taker_ran_it_does_not_start
         assert await hooks.admit(late) is False
     finally:
         await hooks.close()
+
+
+class Ticking:
+    """A clock the test moves."""
+
+    def __init__(self, now_us: int) -> None:
+        self.now = now_us
+
+    def now_us(self) -> int:
+        return self.now
+
+
+async def test_a_second_copy_of_a_step_waits_while_the_first_may_run_and_never_starts_after_it() -> None:
+    """Silo s0#1 wrote its intent for a and added a's job to its shard, then died before its
+    confirmation landed. Its next incarnation adopted the shard and started the job; the job's
+    end on its way to the flow log, s0#2 took the dead writer's intent over, and its search found
+    no trace of the job (the shard compacted past its removal): it added a second copy. That
+    copy waits while the first may run, and is refused once the first's end lands; the first
+    copy run again from its own shard (its silo killed, the shard adopted) starts at once; a
+    first copy silent for longer than an attempt can last (lost with a killed silo) lets the
+    second start. Before: the second copy started, and the step ran twice from two shards, its
+    silo alive (simulator seeds 205777 and 205632, every kind)."""
+    start = 1_000_000_000
+    store = await flow_with(["intent", "t0", "s0#1", ["a"], start])
+    view, clock = View(), Ticking(start)
+    view.owner, view.clock = "s0#2", clock
+    hooks = FlowHooks(store, view)
+    plan = compile_flow(two_steps(), flow_id="f1", created_us=0)
+    first = AttemptEvent(plan.job("a", us_to_datetime(start)), "run-1", 1, 1, us_to_datetime(start),
+                         us_to_datetime(start), "shards/20300101T000000.000000Z-s0.1-000002")
+    try:
+        assert await hooks.admit(first) is True
+        members = {"s0": Member("s0", 2, ACTIVE, start)}
+        taker = Recorded()  # finds nothing of the first copy: it adds the job to shards/s9
+        await reconcile(store, "etl", "s0#2", taker, LIMITS, members=members, now_us=lambda: start, launching=set())
+        assert taker.calls == [(["a"], [start], ["s0#1"])]
+        second = dataclasses.replace(first, run_id="run-2", shard="shards/s9")
+        assert await hooks.admit(second) is None, "the first copy may be running: asked again later"
+        rerun = dataclasses.replace(first, run_id="run-3")
+        assert await hooks.admit(rerun) is True, "the first copy, run again from its shard, starts"
+        await hooks.attempt_ended(first, AttemptEnd(True, None, us_to_datetime(start + 1), None, None, True))
+        assert await hooks.admit(second) is False, "the step succeeded: its second copy never starts"
+
+        other = compile_flow(two_steps("lost"), flow_id="f2", created_us=0)
+        await create_log(store, other)
+        lost = dataclasses.replace(second, job=other.job("a", us_to_datetime(start)))
+        await update(store, "lost", lambda s: applied(s, [["intent", "t0", "s0#1", ["a"], start]]))
+        assert await hooks.admit(dataclasses.replace(lost, shard=first.shard)) is True
+        assert await hooks.admit(lost) is None
+        clock.now = start + (view.options.handler_timeout + timedelta(seconds=10)) // timedelta(microseconds=1) + 1
+        assert await hooks.admit(lost) is True, "the first copy silent for longer than an attempt: the second runs"
+    finally:
+        await hooks.close()

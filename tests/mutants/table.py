@@ -377,11 +377,33 @@ MUTANTS: tuple[Mutant, ...] = (
         name="flow-step-admitted-after-cancel",
         kind="a flow cancel that does not hold",
         path="cluster/flows/hooks.py",
-        old="        if state is None or state.plan.id != flow_id:\n            return True\n",
-        new="        if True:\n            return True\n",
+        old="            if state.plan.id != flow_id or step is None:\n",
+        new="            if True:\n",
         catch=Pytest(("tests/flows/test_recovery.py::"
                       "test_a_step_its_writer_adds_after_the_cancel_returned_does_not_start",)),
         why="a step whose paused writer adds its job after flows.cancel returned True starts (simulator seed 92583)",
+    ),
+    Mutant(
+        name="next-occurrence-queued-while-it-runs",
+        kind="an occurrence run twice",
+        path="cluster/runtime/outcomes.py",
+        old="        if new_entry is not None and (started is None or started is run or started.entry is not new_entry):\n",
+        new="        if new_entry is not None:\n",
+        catch=Sim(1259, 1),
+        why="an older copy's outcome, written while a take-back of its shard carried out the same move and its "
+            "next occurrence already runs, queues that occurrence again: it runs twice from one shard, its silo alive",
+    ),
+    Mutant(
+        name="flow-step-second-copy-admitted",
+        kind="a flow step run twice",
+        path="cluster/flows/hooks.py",
+        old="            if step.started_shard not in (None, shard) and not _silent(step, self._limits, now):\n",
+        new="            if False:\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_second_copy_of_a_step_waits_while_the_first_may_run_and_never_starts_after_it",)),
+        why="a taker that found no trace of a step's job (it ran before its shard was compacted, its end still on "
+            "its way to the flow log) adds it again, and the second copy starts: the step runs twice, its silo "
+            "alive (simulator seeds 205777 and 205632, every kind)",
     ),
     Mutant(
         name="flow-confirmation-given-up",

@@ -139,3 +139,54 @@ def test_the_bucket_registry_is_opt_in_and_a_misspelt_choice_is_refused() -> Non
     assert ClusterOptions(named_registry="experimental-buckets").named_registry == "experimental-buckets"
     with pytest.raises(ValidationError, match="named_registry"):
         ClusterOptions(named_registry="bucket")
+
+
+def test_a_page_and_a_count_show_the_durable_entries_in_key_order_as_keys_come_go_and_are_taken_back() -> None:
+    """Random puts, deletes and status changes, up to three appends in flight at once (they land
+    in order, as the log writer makes them), a failed one taken back: at every step a page of
+    the whole bucket is what the log holds, in key order; a count of a prefix agrees; and ``durable``
+    of each key is its entry in the log (a status landed while a later append of its key flies)."""
+    import random
+
+    rng = random.Random("bucket-index/0")
+    state = BucketState()
+    log: dict[str, Entry] = {}  # what the log holds, by key
+    flying: list[tuple[list[Any], Any, list[str]]] = []  # (records, what undo needs, keys), in append order
+    keys = [entry_key("ns", "app", f"n{i:03d}") for i in range(40)]
+    scope = entry_key("ns", "app", "")
+    for step in range(1500):
+        if flying and (len(flying) >= 3 or rng.random() < 0.5):
+            records, done, held = flying.pop(0)  # the oldest append ends first
+            if rng.random() < 0.1 and not flying:
+                state.undo(done)  # failed (the owner then claims the bucket again from its log)
+                state.settle(held, done, landed=False)
+            else:
+                for record in records:
+                    if record[0] == DELETE:
+                        log.pop(record[1], None)
+                    elif record[0] == STATUS and record[1] in log:
+                        log[record[1]] = replace(log[record[1]], status=JobStatus.from_json(record[3]))
+                    elif record[0] == PUT:
+                        log[record[1]] = Entry.from_metadata(record[1], record[2], "")
+                state.settle(held, done, landed=True)
+        else:
+            key = rng.choice(keys)
+            current = state.entries.get(key)
+            roll = rng.random()
+            if current is not None and roll < 0.3:
+                record = [DELETE, key, current.job_id]
+            elif current is not None and roll < 0.6:
+                record = [STATUS, key, current.job_id, JobStatus(successful=step).to_json()]
+            else:
+                record = put(entry(key, step + 1, f"j{step}"))
+            done = state.apply_all([record])
+            flying.append(([record], done, state.hold(done)))
+        page, more = state.page(scope, None, 1000)
+        assert [(e.key, e.job_id, e.status) for e in page] == [(k, log[k].job_id, log[k].status) for k in sorted(log)], step
+        assert not more, step
+        assert all((state.durable(k) is None) == (k not in log) for k in keys), step
+        prefix = entry_key("ns", "app", "n01")
+        assert state.count(prefix) == sum(1 for k in log if k.startswith(prefix)), step
+    first, more = state.page(scope, None, 5)
+    rest, _ = state.page(scope, first[-1].key, 1000)
+    assert [e.key for e in first + rest] == sorted(log) and more == (len(log) > 5)

@@ -9,9 +9,12 @@ two puts of one free name never both win.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
+
+import pytest
 
 from cluster.model.errors import AlreadyExists, PutInDoubt
 from cluster.model.jobs import ScheduledJob
@@ -21,6 +24,7 @@ from cluster.model.wire import datetime_to_us
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS
 from cluster.named.buckets import Buckets, NotOwner, PutOutcome, outcome_to_wire, put_from_wire, put_to_wire
 from cluster.named.hooks import NamedJobHooks
+from cluster.named.owned import OwnerCalls
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, entry_key
 from cluster.named.routed import RoutedPuts
 from cluster.named.writes import PutRequest
@@ -188,3 +192,37 @@ async def test_only_a_cluster_that_opted_in_keeps_names_in_buckets() -> None:
     assert serve is not None
     (answer,) = await serve([put_to_wire(ask("nightly"))])
     assert answer[0] == "ok"
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_concurrent_puts_and_deletes_naming_the_same_names_in_any_order_all_end(seed: int) -> None:
+    """Two calls naming the same two names in opposite orders: each held the first while it
+    waited for the second (a put of it in progress), and neither ever ended."""
+    rng = random.Random(f"bucket-order/{seed}")
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    real = mine._schedule
+
+    async def slow(jobs: Sequence[ScheduledJob]) -> list[str]:  # a round stays in progress a while
+        await asyncio.sleep(rng.random() * 0.003)
+        return await real(jobs)
+
+    mine._schedule = slow
+    await mine.take()
+    owner = OwnerCalls(mine)
+    names = [f"k{i}" for i in range(5)]
+
+    async def one() -> None:
+        await asyncio.sleep(rng.random() * 0.003)
+        keys = rng.sample(names, 3)
+        if rng.random() < 0.7:
+            await mine.put_many([ask(k) for k in keys])
+            return
+        sent = []
+        for key in (entry_key("ns", "app", k) for k in keys):
+            current = mine.held[mine.bucket_for(key)].state.entries.get(key)
+            sent.append((key, "-" if current is None else current.job_id))
+        await owner.deletes(sent)
+
+    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(60))), 30)

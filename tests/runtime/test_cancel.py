@@ -213,8 +213,8 @@ async def test_a_cancel_returns_only_once_a_run_of_an_older_copy_of_the_shard_ca
 
     cancelling = asyncio.ensure_future(cancel_as_a_client_does())
     cancelling.add_done_callback(lambda _: events.append("cancel returned"))
-    for _ in range(200):  # time for the cancel to answer, had it nothing to wait for
-        await asyncio.sleep(0)
+    await until_idle()  # the cancel answered here, however many turns it took, had it nothing to wait for
+    assert not cancelling.done()
     handler.arrive.set()  # the first call reaches the handler
     assert await asyncio.wait_for(cancelling, 5) == "cancelled"
     assert heard == answers  # the path this case is about: the job queued here, or moved on
@@ -249,8 +249,8 @@ async def test_a_cancel_that_finds_the_job_gone_returns_only_once_a_run_of_an_ol
 
     cancelling = asyncio.ensure_future(parts.cancelling.cancel(name, j.id))
     cancelling.add_done_callback(lambda _: events.append("cancel returned"))
-    for _ in range(200):  # time for the cancel to answer, had it nothing to wait for
-        await asyncio.sleep(0)
+    await until_idle()  # the cancel answered here, however many turns it took, had it nothing to wait for
+    assert not cancelling.done()
     handler.arrive.set()  # the first call reaches the handler
     assert await asyncio.wait_for(cancelling, 5) == ("absent", None)
     assert events == ["started #1", "started #1", "cancel returned"]

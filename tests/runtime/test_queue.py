@@ -195,7 +195,7 @@ async def test_an_earlier_push_wakes_a_sleeping_wait_at_once():
     q: JobQueue[str] = JobQueue()
     q.push("late", wall_clock_us() + 60_000_000, "late")
     waiter = asyncio.create_task(q.wait_due(timeout=30))
-    await asyncio.sleep(0.05)
+    await until_idle()  # the waiter now waits for a push or its timer, or it has returned
     assert not waiter.done()
     soon = wall_clock_us() + 30_000
     q.push("soon", soon, "soon")
@@ -207,7 +207,7 @@ async def test_an_earlier_push_wakes_a_sleeping_wait_at_once():
 async def test_wait_on_an_empty_queue_wakes_on_the_first_push():
     q: JobQueue[str] = JobQueue()
     waiter = asyncio.create_task(q.wait_due())
-    await asyncio.sleep(0.02)
+    await until_idle()  # the waiter now waits for a push or its timer, or it has returned
     assert not waiter.done()
     q.push("now", wall_clock_us(), "now")
     assert await asyncio.wait_for(waiter, 5)

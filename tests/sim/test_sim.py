@@ -763,6 +763,20 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # move); the oracle took its first occurrence, fired elsewhere, for a second add.
     (207672, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "oracle: a retry answered a shard its earlier try's chain moved through", "two chains"),
+    # Every kind. s0#1 wrote its intent for a step, added the step's job to its shard and was
+    # killed before confirming. s0#2 adopted the shard and ran the job, its records of the start
+    # and end refused by the flow log for a while; the shard was compacted past the removal, and
+    # s0#2, taking the dead writer's intent over, found no trace of the job and added it again:
+    # the second copy started 0.3 s after the first's outcome was durable. A step's start is now
+    # claimed in its flow log, naming its copy's shard; another copy waits. Their worlds changed
+    # with the fix (a start is a flow log write now): tests/flows/test_recovery.py holds the case.
+    (205777, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a taker's second copy of a step started while the first's end was on its way", "duplicate"),
+    # Every kind, the same cause twice: a step's job run from an adopted shard (by the writer's
+    # next incarnation, and by another silo), its end not yet in the flow log, was added again by
+    # the silo taking the dead writer's intent over, and the second copy started.
+    (205632, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a taker's second copy of a step started while the first's end was on its way", "duplicate"),
 ]
 
 

@@ -1,0 +1,244 @@
+"""What a registry bucket's owner answers besides puts (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
+
+Every call comes from another silo or a client through ``Silo.feature_call``, carries plain
+values (``cluster.named.routed`` sends them, one call per owner per tick), and is answered from
+the owner's memory of its buckets (``cluster.named.buckets``), one answer per item, in order;
+``("not_owner",)`` when this silo does not answer for the item's bucket now (the caller reads
+the owners again and sends it there).
+
+- **Verdicts** (the generation fence, ``cluster.named.fence``): whether job J of a name may
+  start. Asked of the owner, whose memory is the bucket's durable state once no put or delete
+  of that name is under way (the answer waits for one that is: it decides). J is cleared,
+  with the shard the entry names, iff the entry names J; otherwise refused at once: the owner
+  knows every put in flight, so a job no durable entry names and no put under way is about
+  will never be named (its put died, failed, or was superseded).
+- **Deletes**: the name is deleted only while it still points at the job the caller cancelled
+  (``("changed", entry)`` otherwise: the caller cancels that one too and asks again), so once
+  a delete returned, nothing it named starts again.
+- **Triggered runs**: admitted at their start while the entry names their generation, listed
+  among the jobs it retires in the same append (so a put or delete replacing it cancels them).
+- **Retired**: older generations whose cancel the caller confirmed leave the entry's list.
+- **Status**: attempts' changes (``cluster.named.attempts``), applied in the order sent while the
+  entry names their generation, one ``STATUS`` record per name per call, one append per bucket.
+- **Reads** (``get``, a page, a count): the durable entries, never one an append under way
+  may still take back; so a read after a put returned sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from cluster.named.attempts import WireChange, apply_change, retiring
+from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS
+from cluster.named.buckets import Buckets, HeldBucket, merged, outcome_to_wire, put_from_wire, repeated
+from cluster.named.registry import Retired
+
+__all__ = ["OwnerCalls"]
+
+log = logging.getLogger("timeshard.silo")
+
+NOT_OWNER = ("not_owner",)
+
+
+class OwnerCalls:
+    """The calls a silo answers as the owner of registry buckets (see the module docstring)."""
+
+    def __init__(self, buckets: Buckets) -> None:
+        self.buckets = buckets
+        self._calls: dict[str, Callable[..., Awaitable[Any]]] = {
+            "named_put": self.puts, "named_verdicts": self.verdicts, "named_delete": self.deletes,
+            "named_retired": self.retired, "named_status": self.statuses, "named_get": self.gets,
+            "named_page": self.page, "named_count": self.count, "named_trigger": self.triggers,
+        }
+
+    def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
+        return self._calls.get(method)
+
+    async def puts(self, sent: Sequence[Any]) -> list[Any]:
+        outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent])
+        return [outcome_to_wire(outcome) for outcome in outcomes]
+
+    async def verdicts(self, sent: Sequence[tuple[str, str]]) -> list[Any]:
+        """``(key, job id)`` each: ``("ok", shard)`` cleared, ``("refused",)``, or not ours."""
+        return list(await asyncio.gather(*(self._verdict(key, job_id) for key, job_id in sent)))
+
+    async def _verdict(self, key: str, job_id: str) -> Any:
+        bucket = await self._settled(key)
+        if bucket is None:
+            return NOT_OWNER
+        entry = bucket.state.durable(key)
+        if entry is not None and entry.job_id == job_id:
+            return ("ok", entry.shard)
+        return ("refused",)
+
+    async def _settled(self, key: str) -> HeldBucket | None:
+        """The bucket of ``key`` once no put or delete of it is under way, if this silo answers for it."""
+        bucket = (await self.buckets.settled([key]))[self.buckets.bucket_for(key)]
+        return None if bucket is None or bucket.lost else bucket
+
+    async def deletes(self, sent: Sequence[tuple[str, str]]) -> list[Any]:
+        """``(key, job id the caller cancelled)`` each: ``("deleted",)``, ``("absent",)``,
+        ``("changed", entry metadata)``, ``("doubt", why)`` or not ours."""
+        later = repeated([key for key, _ in sent])
+        if later:  # a name twice in one call: one after the other (never waits on itself)
+            first = await self.deletes([one for i, one in enumerate(sent) if i not in later])
+            return merged(len(sent), later, first, await self.deletes([sent[i] for i in sorted(later)]))
+        out: list[Any] = [None] * len(sent)
+        rounds: dict[int, tuple[HeldBucket, list[int]]] = {}
+        held: list[tuple[HeldBucket, str]] = []
+        try:
+            answering = await self.buckets.settled([key for key, _ in sent])  # then no await until marked busy
+            for i, (key, job_id) in enumerate(sent):
+                bucket = answering[self.buckets.bucket_for(key)]
+                if bucket is None or bucket.lost:
+                    out[i] = NOT_OWNER
+                    continue
+                entry = bucket.state.entries.get(key)
+                if entry is None:
+                    out[i] = ("absent",)
+                elif entry.job_id != job_id:
+                    out[i] = ("changed", entry.metadata())
+                else:
+                    bucket.busy.add(key)  # no put of it decides until the delete is durable (or not)
+                    held.append((bucket, key))
+                    rounds.setdefault(bucket.number, (bucket, []))[1].append(i)
+            writes = [(bucket, rows, bucket.write([[DELETE, sent[i][0], sent[i][1]] for i in rows]))
+                      for bucket, rows in rounds.values()]
+            for bucket, rows, writing in writes:
+                try:
+                    await writing
+                except Exception as exc:
+                    self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
+                    for i in rows:
+                        out[i] = ("doubt", repr(exc))
+                else:
+                    for i in rows:
+                        out[i] = ("deleted",)
+        finally:
+            await _release(held)
+        return out
+
+    async def triggers(self, sent: Sequence[tuple[str, str, list[Any] | None, WireChange]]) -> list[Any]:
+        """``(key, generation's job id, triggered run as a retire row, its start)`` each: ``("ok",)``
+        once the entry, still naming that generation, shows the run running and lists it among
+        the jobs to retire (a put or delete replacing the generation then cancels it before it
+        returns); ``("refused",)`` if it names another or none; ``("doubt", why)``; or not ours."""
+        out: list[Any] = []
+        for key, job_id, run, change in sent:  # rare, out of band: one at a time
+            bucket = await self._settled(key)
+            entry = None if bucket is None else bucket.state.entries.get(key)
+            if bucket is None:
+                out.append(NOT_OWNER)
+            elif entry is None or entry.job_id != job_id:
+                out.append(("refused",))
+            else:
+                listed = retiring(entry.retire, None if run is None else Retired(run[0], run[1], run[2],
+                                                                                   len(run) < 4 or bool(run[3])))
+                new = replace(entry, status=apply_change(entry.status, change) or entry.status, retire=listed)
+                bucket.busy.add(key)
+                try:
+                    await bucket.write([[PUT, key, new.metadata()]])
+                except Exception as exc:
+                    self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
+                    out.append(("doubt", repr(exc)))
+                else:
+                    out.append(("ok",))
+                finally:
+                    await _release([(bucket, key)])
+        return out
+
+    async def retired(self, sent: Sequence[tuple[str, list[str]]]) -> list[Any]:
+        """``(key, job ids whose cancel was confirmed)`` each: taken off the entry's list."""
+        return await self._records(sent, lambda bucket, key, ids: [RETIRED, key, ids]
+                                   if bucket.state.entries.get(key) is not None else None)
+
+    async def statuses(self, sent: Sequence[tuple[str, str, WireChange]]) -> list[Any]:
+        """``(key, job id, change)`` each, in order: the entry's status after them, while it names that job."""
+        working: dict[str, Any] = {}  # key -> its status as this call's changes leave it
+
+        def record(bucket: HeldBucket, key: str, item: tuple[str, WireChange]) -> list[Any] | None:
+            job_id, change = item
+            entry = bucket.state.entries.get(key)
+            if entry is None or entry.job_id != job_id:
+                return None  # another generation's, or deleted: an older one never touches a newer one's status
+            status = apply_change(working.get(key, entry.status), change)
+            if status is None:
+                return None
+            working[key] = status
+            return [STATUS, key, job_id, status.to_json()]
+
+        return await self._records([(key, (job_id, change)) for key, job_id, change in sent], record, last_per_key=True)
+
+    async def _records(self, sent: Sequence[tuple[str, Any]],
+                       make: Callable[[HeldBucket, str, Any], list[Any] | None], last_per_key: bool = False) -> list[Any]:
+        """Append the records ``make`` builds for ``sent``, one append per bucket; ``("ok",)`` each once durable."""
+        out: list[Any] = [("ok",)] * len(sent)
+        answering: dict[int, HeldBucket | None] = {}
+        rounds: dict[int, tuple[HeldBucket, dict[str, list[Any]], list[int]]] = {}
+        for i, (key, item) in enumerate(sent):
+            number = self.buckets.bucket_for(key)
+            if number not in answering:
+                answering[number] = await self.buckets.answering(number)
+            bucket = answering[number]
+            if bucket is None:
+                out[i] = NOT_OWNER
+                continue
+            made = make(bucket, key, item)
+            _, records, rows = rounds.setdefault(number, (bucket, {}, []))
+            rows.append(i)
+            if made is not None:
+                records[key if last_per_key else f"{key}\0{i}"] = made  # a status: the last per key says it all
+        writes = [(bucket, rows, bucket.write(list(records.values()))) for bucket, records, rows in rounds.values()
+                  if records]
+        for bucket, rows, writing in writes:
+            try:
+                await writing
+            except Exception as exc:
+                self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
+                for i in rows:
+                    out[i] = ("doubt", repr(exc))
+        return out
+
+    async def gets(self, sent: Sequence[str]) -> list[Any]:
+        """Keys: ``("ok", entry metadata)``, ``("none",)`` or not ours."""
+        out: list[Any] = []
+        for key in sent:
+            bucket = await self.buckets.answering(self.buckets.bucket_for(key))
+            if bucket is None:
+                out.append(NOT_OWNER)
+                continue
+            entry = bucket.state.durable(key)
+            out.append(("none",) if entry is None else ("ok", entry.metadata()))
+        return out
+
+    async def page(self, numbers: Sequence[int], start: str, after: str | None, limit: int) -> dict[int, Any]:
+        """Of each bucket of ``numbers`` this silo answers for: ``(rows, more)``, at most ``limit``
+        ``(key, metadata)`` rows after key ``after`` among keys starting with ``start``."""
+        out: dict[int, Any] = {}
+        for number in numbers:
+            bucket = await self.buckets.answering(number)
+            if bucket is not None:
+                entries, more = bucket.state.page(start, after, limit)
+                out[number] = ([(e.key, e.metadata()) for e in entries], more)
+        return out
+
+    async def count(self, numbers: Sequence[int], start: str) -> dict[int, int]:
+        """Of each bucket of ``numbers`` this silo answers for: how many keys start with ``start``."""
+        out: dict[int, int] = {}
+        for number in numbers:
+            bucket = await self.buckets.answering(number)
+            if bucket is not None:
+                out[number] = bucket.state.count(start)
+        return out
+
+
+async def _release(held: list[tuple[HeldBucket, str]]) -> None:
+    for bucket, key in held:
+        bucket.busy.discard(key)
+    for bucket in {id(b): b for b, _ in held}.values():
+        async with bucket.settled:
+            bucket.settled.notify_all()
