@@ -514,7 +514,6 @@ MUTANTS: tuple[Mutant, ...] = (
         # Judged by the due time the simulated caller passed to put, not the job's first fire
         # (which carries the bug): until then every seed passed.
         catch=Sim(0, 200),
-        also=(Pytest(("tests/sim/test_sim.py::test_a_named_job_is_due_when_its_put_asked_not_when_the_library_says",)),),
         why="a named job's first run starts 50 ms before the due time its put was given",
     ),
     Mutant(
