@@ -320,8 +320,7 @@ class Adoption:
             settling = self._loading.settle_misfires(shard)
             self._loading.queue_loaded(shard, adopted=failed, settling=settling)
         # Moves its writer decided but may not have carried out: carried out now, exactly once.
-        for job_id, entry in await self._moves.settle_all(shard):
-            self._loading.queue_entry(job_id, entry)
+        await self._moves.settle_all(shard, self._loading.queue_entry)
         return shard
 
     def _lease_left_over(self, owner: str) -> float:
@@ -378,8 +377,7 @@ class Adoption:
             return False
         if new is None:
             return True
-        for job_id, entry in await self._moves.settle_all(new):
-            self._loading.queue_entry(job_id, entry)
+        await self._moves.settle_all(new, self._loading.queue_entry)
         return True
 
     async def _reclaim(self, shard: Shard) -> Shard | None:

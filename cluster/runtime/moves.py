@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from cluster.model.errors import LeaseLapsed
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.ownership import ShardTable
@@ -37,6 +38,13 @@ NEXT_DUE, NEXT_JOB, NEXT_OCCURRENCE, NEXT_ATTEMPTS, NEXT_SCHEDULED, NEXT_PAUSED 
 
 #: Claims an orphaned shard by name for this silo; None if it is not an orphan or another was faster.
 ClaimOrphan = Callable[[str], Awaitable["Shard | None"]]
+#: Queues the entry a settled move landed (``Loading.queue_entry``).
+QueueEntry = Callable[[str, LiveJob], None]
+
+
+class MoveWaits(Exception):
+    """A settle told not to wait would have had to: for a fresh target while the lease has
+    lapsed, or for another settle of the same move. Nothing of it was written: still pending."""
 
 
 class Moves:
@@ -51,8 +59,11 @@ class Moves:
         # (source, job id) -> its settle under way. The shard object, not its name: a source taken
         # back from its log is a new object, whose claim settles its moves while the old one's wait.
         self._settling: dict[tuple[Shard, str], asyncio.Future[None]] = {}
+        # Targets proven not to hold a move, kept from a settle that stopped for a wait to the
+        # one that carries it on (``settle_all``): see ``settle``.
+        self._abandoned: dict[tuple[Shard, str], set[str]] = {}
 
-    async def settle(self, source: Shard, job_id: str) -> LiveJob | None:
+    async def settle(self, source: Shard, job_id: str, *, wait: bool = True) -> LiveJob | None:
         """Make the move of ``job_id`` decided in ``source`` land exactly once.
 
         Returns the next occurrence's live entry when it sits in a loaded shard this silo holds
@@ -66,23 +77,31 @@ class Moves:
         settle of ours whose claim of the target was under way wrote the ADD just after, while
         the other decided the move again into a new shard, so the job lived on in both (found by
         the simulation, seed 9963: a cancel followed it into the first and answered "cancelled").
+
+        ``wait=False``: ``MoveWaits`` rather than wait for another settle of the move or for a
+        lapsed lease to be renewed (see ``settle_all``).
         """
         key = (source, job_id)
         while (other := self._settling.get(key)) is not None:
+            if not wait:
+                raise MoveWaits(f"another settle of {job_id!r} is under way")
             await asyncio.shield(other)
         done = self._settling[key] = asyncio.get_running_loop().create_future()
+        # Targets found not to hold the move: never written into after. A decision to go elsewhere
+        # that failed may have landed (its answer lost), and then the log says elsewhere while
+        # memory still names the old target: going back there would make a second chain.
+        abandoned = self._abandoned.pop(key, set())
         try:
-            return await self._settle(source, job_id)
+            return await self._settle(source, job_id, abandoned, wait)
+        except MoveWaits:
+            self._abandoned[key] = abandoned  # for the settle that carries it on
+            raise
         finally:
             del self._settling[key]
             done.set_result(None)
 
-    async def _settle(self, source: Shard, job_id: str) -> LiveJob | None:
+    async def _settle(self, source: Shard, job_id: str, abandoned: set[str], wait: bool) -> LiveJob | None:
         delay = FIRST_RETRY_DELAY
-        # Targets found not to hold the move: never written into after. A decision to go elsewhere
-        # that failed may have landed (its answer lost), and then the log says elsewhere while
-        # memory still names the old target: going back there would make a second chain.
-        abandoned: set[str] = set()
         while not source.lost and source.state is not None:
             pending = source.state.pending.get(job_id)
             if pending is None:
@@ -100,7 +119,7 @@ class Moves:
                         self._resolved(source, job_id, target_base)
                         return None
                     abandoned.add(target_base)
-                await self._retarget(source, job_id, nxt)
+                await self._retarget(source, job_id, nxt, wait)
             except Fenced:
                 continue  # the target was taken meanwhile: look again
             except StorageError as exc:
@@ -111,14 +130,39 @@ class Moves:
                 delay = min(2 * delay, MAX_RETRY_DELAY)
         return None
 
-    async def settle_all(self, source: Shard) -> list[tuple[str, LiveJob]]:
-        """Settle every move pending in ``source`` (just claimed); the entries to queue."""
-        queued = []
+    async def settle_all(self, source: Shard, queue: QueueEntry) -> None:
+        """Settle every move pending in ``source`` (just claimed), handing what lands to ``queue``.
+
+        Without waiting for the lease: claims run in the heartbeat's rounds, and in the start's
+        before the heartbeat runs, and only the heartbeat renews the lease. A move that needs a
+        fresh target while the lease has lapsed (created under a valid lease only:
+        ``ShardTable.open_shard``), or that another settle is carrying out (which may wait so),
+        is carried out in the background instead. Waited for here, the renewal never came: a
+        silo resumed past its lease waited in its start's claims for the heartbeat that had not
+        started yet, and never fired again nor heard it had been declared dead (simulator seed
+        216088, every kind).
+        """
+        landed: list[tuple[str, LiveJob]] = []
+        later: list[str] = []
         for job_id in list(source.state.pending if source.state is not None else ()):
+            try:
+                entry = await self.settle(source, job_id, wait=False)
+            except MoveWaits:
+                later.append(job_id)
+                continue
+            if entry is not None:
+                landed.append((job_id, entry))
+        for job_id, entry in landed:
+            queue(job_id, entry)
+        if later:
+            self._runs.spawn(self._settle_later(source, later, queue))
+
+    async def _settle_later(self, source: Shard, job_ids: list[str], queue: QueueEntry) -> None:
+        """``settle_all``'s moves that had to wait, carried out waiting as long as it takes."""
+        for job_id in job_ids:
             entry = await self.settle(source, job_id)
             if entry is not None:
-                queued.append((job_id, entry))
-        return queued
+                queue(job_id, entry)
 
     @staticmethod
     def _resolved(source: Shard, job_id: str, target_base: str) -> None:
@@ -176,13 +220,18 @@ class Moves:
             await self._shards.taken_back(target)  # retried into the shard taken back, not for good
             raise
 
-    async def _retarget(self, source: Shard, job_id: str, nxt: list[Any]) -> None:
+    async def _retarget(self, source: Shard, job_id: str, nxt: list[Any], wait: bool) -> None:
         """Decide again, in ``source``: the named target is proven not to hold the move.
 
         Where ``source``'s own log cannot take it, the source is let go (fenced) or taken back
         from its log (its writer stopped): either way its next holder settles what the log says.
+        ``wait=False``: ``MoveWaits`` if a fresh target needs a lease that has lapsed.
         """
-        target = await self._shards.open_shard(window_of(nxt[NEXT_DUE], self._duration))
+        try:
+            target = await self._shards.open_shard(window_of(nxt[NEXT_DUE], self._duration),
+                                                   lease_wait=None if wait else 0.0)
+        except LeaseLapsed:
+            raise MoveWaits(f"{job_id!r} needs a fresh target, and the lease has lapsed") from None
         try:
             await source.write([remove_op(job_id, nxt[NEXT_OCCURRENCE] - 1, MOVED, target.base, nxt)])
         except Fenced:

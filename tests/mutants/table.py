@@ -506,6 +506,18 @@ MUTANTS: tuple[Mutant, ...] = (
             "cancel returned True",
     ),
     Mutant(
+        name="claim-waits-for-the-lease",
+        kind="a silo frozen for good",
+        path="cluster/runtime/moves.py",
+        old="                entry = await self.settle(source, job_id, wait=False)\n",
+        new="                entry = await self.settle(source, job_id)\n",
+        catch=Pytest(("tests/runtime/test_claim_lease.py",)),
+        also=(Sim(216011, 1, "all"),),
+        why="a claim whose shard's move needs a fresh target waits for a lapsed lease that only the heartbeat "
+            "renews, in the heartbeat's own round or in the start's before the heartbeat runs: the silo never "
+            "fires or answers again (simulator seeds 216088 and 216011 with every fault)",
+    ),
+    Mutant(
         name="named-put-early",
         kind=EARLY,
         path="cluster/named/api.py",
