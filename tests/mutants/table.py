@@ -543,4 +543,29 @@ MUTANTS: tuple[Mutant, ...] = (
             "renews, in the heartbeat's own round or in the start's before the heartbeat runs: the silo never "
             "fires or answers again (simulator seeds 216088 and 216011 with every fault)",
     ),
+    Mutant(
+        name="named-put-early",
+        kind=EARLY,
+        path="cluster/named/api.py",
+        old="                self.client.resolve_target(parse_target(target)), name, due=due_time, data=data,\n",
+        new=f"                self.client.resolve_target(parse_target(target)), name, due=due_time - {FIFTY_MS}, data=data,\n",
+        # Judged by the due time the simulated caller passed to put, not the job's first fire
+        # (which carries the bug): until then every seed passed.
+        catch=Sim(0, 200),
+        why="a named job's first run starts 50 ms before the due time its put was given",
+    ),
+    Mutant(
+        name="batch-sent-twice",
+        kind="a duplicate an allowance absorbs",
+        path="cluster/runtime/firing.py",
+        old="                outcomes = await self._transport.deliver(target, handle, attempts, timeout, lease_end, ahead)\n",
+        new="                await self._transport.deliver(target, handle, attempts, timeout, lease_end, ahead)\n"
+            "                outcomes = await self._transport.deliver(target, handle, attempts, timeout, lease_end, ahead)\n",
+        # The duplicate check excuses a second success of one run as Ray's redelivery while the
+        # first's outcome is not durable: those the ceiling on that allowance sees, happening many
+        # times more often than Ray does it (the test's first assert: seeds 1-12 stay under every
+        # ceiling). A resend after the outcome landed fails seeds as a duplicate (15 of 0-39).
+        catch=Pytest(("tests/sim/test_sim.py::test_a_ceiling_catches_a_resent_batch_the_redelivery_allowance_absorbs",)),
+        why="a silo sends each batch twice under the same run ids: every job it fires runs twice",
+    ),
 )

@@ -263,6 +263,7 @@ class SimClient:
             if scheduled_job.id in self.ray.schedule_maybe_acted:
                 await earlier_try(world, self.ray, scheduled_job.id, scheduled_job.shard)
         world.stats["acked"] += len(scheduled)
+        world.stats["client: acked"] += len(scheduled)  # what its allowance of jobs in doubt is a share of
         world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
 
     def _refused(self, ids: Sequence[str], why: str) -> None:

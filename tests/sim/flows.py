@@ -18,7 +18,11 @@ checks judge by, with the handler's record of what ran:
 - **(c) nothing acknowledged lost**: a flow whose submit returned ends, after healing, as its
   design and the user's calls say: succeeded (every step ran with success) if no step is doomed,
   halted by a doomed step if one is, cancelled if a cancel returned True; and an ``ok`` in a
-  flow log is never written for a step whose job did not run with success;
+  flow log is never written for a step whose job did not run with success. A cancel without an
+  answer is made again after healing and the flow judged by that answer; one that then ended
+  cancelled must hold a cancel record its user wrote (counted);
+- **(e) not early**: no step starts before its flow's first submit was called and each step it
+  depends on had its ``ok`` land (a step has no delay of its own);
 - **(d) once**: a step's job is a job: ``World.check_duplicates`` holds it to one success unless
   a kill, a pause or a duplicate delivery explains another, and to one chain.
 
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
 FLOW_SHARE = 0.5
 MAX_STEPS = 5
 P_CANCEL = 0.25  # a turn of the user cancels a running flow rather than submitting one
+SETTLE_TRIES = 8  # after healing, a cancel in doubt is made again until answered, at most this often
 P_DOOMED = 0.15  # a flow has a step that fails more often than its retries allow
 P_STORE_ERROR = 0.03  # per client store call, as a silo's
 P_LOST_ANSWER = 0.03
@@ -99,6 +104,9 @@ class Design:
     acked_us: int | None = None  # when a submit of it first returned
     cancel_true_us: int | None = None  # when a cancel of it first returned True
     cancel_in_doubt: bool = False  # a cancel raised or got no answer: it may have landed
+    submit_sent_us: int | None = None  # when its first submit call was made: no step of it may start before
+    settle_tried: bool = False  # its cancel in doubt is being, or was, made again after healing
+    cancel_settled: bool = False  # a cancel made again after healing was answered
 
     @property
     def doomed(self) -> set[str]:
@@ -112,6 +120,7 @@ class FlowTruth:
     ok_landed: dict[tuple[str, str], int] = field(default_factory=dict)  # (flow, step) -> its ok landed
     ended_landed: dict[tuple[str, str], int] = field(default_factory=dict)  # ... its ok or fail landed
     job_step: dict[str, tuple[str, str]] = field(default_factory=dict)  # job id -> (flow, step), from "flow"
+    cancel_landed: dict[str, int] = field(default_factory=dict)  # flow -> when its user's "cancel" record landed
 
 
 class SimFlows:
@@ -206,6 +215,7 @@ class SimFlows:
 
     async def _submit(self, design: Design) -> None:
         world = self._world
+        design.submit_sent_us = true_now_us(world.loop)
         for tries in range(1 + RESUBMITS):
             ok, answer = await self._answer(f"submit {design.name}", self.flows.submit(design.flow))
             if ok:
@@ -232,15 +242,38 @@ class SimFlows:
             design.cancel_true_us = true_now_us(world.loop)
             world.stats["flows cancelled"] += 1
 
+    def settle(self) -> None:
+        """After healing, cancel again each flow whose cancel got no answer, until answered (as
+        ``World.settle`` does a job's): how it ended is then judged by that answer, not excused."""
+        for design in self.designs.values():
+            if design.cancel_in_doubt and design.cancel_true_us is None and not design.settle_tried:
+                design.settle_tried = True
+                self._world.spawn(self._call(self._settle_cancel(design)))
+
+    async def _settle_cancel(self, design: Design) -> None:
+        world = self._world
+        for _ in range(SETTLE_TRIES):
+            ok, answer = await self._answer(f"cancel {design.name} again", self.flows.cancel(design.name))
+            if ok:
+                design.cancel_settled = True
+                world.note(f"flows: cancel {design.name} again: {answer}")
+                if answer:  # it was running: from here on it must hold, as any cancel that returned True
+                    design.cancel_true_us = true_now_us(world.loop)
+                world.stats[f"flows: settled a cancel in doubt, then {'cancelled' if answer else 'finished'}"] += 1
+                return
+            await asyncio.sleep(1.0)
+
     # -- what happens -------------------------------------------------------------------
 
-    def landed(self, name: str, payload: bytes, now_us: int) -> None:
+    def landed(self, name: str, payload: bytes, now_us: int, *, by_user: bool = False) -> None:
         """A frame landed in a flow log (by a silo or the client): what it makes durable."""
         flow = name[len(FLOW_PREFIX):].rpartition("~")[0]
         world = self._world
         for record in decode(payload).records():
             world.say(f"flow log {flow}: {record if record[0] != 'flow' else ['flow', record[1][1]]}")
-            if record[0] == "flow":
+            if record[0] == "cancel" and by_user:
+                self.truth.cancel_landed.setdefault(flow, now_us)  # a user's cancel: what a cancelled flow needs
+            elif record[0] == "flow":
                 _, flow_id, steps, _ = record[1]
                 for i, step in enumerate(steps):
                     self.truth.job_step[f"{flow_id}-{i}"] = (flow, step[0])
@@ -259,13 +292,20 @@ class SimFlows:
 
     def spec(self, job_id: str, attempt: Attempt) -> Spec:
         """A step's job as the handler sees it: one occurrence, failing its first ``fail`` attempts.
-        Due whenever its flow says (the order is checked by ``fired``, not a due time)."""
+        Due at the earliest the user allowed, never at what the library wrote in the job: once its
+        flow's first submit was called and each of its dependencies' ``ok`` had landed (a step
+        carries no delay of its own). ``fired`` judges the order by sends; this judges the start."""
         from tests.sim.world import Spec
 
         job = ScheduledJob.from_wire(unpack(attempt.job))
         assert FLOW_META in job.metadata, f"{job_id} is neither a job the client scheduled nor a flow step"
-        self.truth.job_step.setdefault(job_id, (job.metadata[FLOW_META], job.metadata[STEP_META]))
-        return Spec(job_id, EPOCH_US, fail_first=int(job.data["fail"]))
+        flow, step = self.truth.job_step.setdefault(job_id, (job.metadata[FLOW_META], job.metadata[STEP_META]))
+        design = self.designs.get(flow)
+        due_us = EPOCH_US
+        if design is not None and design.submit_sent_us is not None:
+            landed = (self.truth.ok_landed.get((flow, dep), EPOCH_US) for dep in design.deps.get(step, ()))
+            due_us = max([design.submit_sent_us, *landed])
+        return Spec(job_id, due_us, fail_first=int(job.data["fail"]))
 
     def fired(self, sent: Sent, now_us: int, alive: bool) -> None:
         """An attempt of a step's job starts now: (a) its dependencies' success was durable when
@@ -377,8 +417,16 @@ class SimFlows:
             if design.cancel_true_us is not None:
                 if status.state != FLOW_CANCELLED:
                     world.violate(f"flow cancel lost: {name}'s cancel returned True, it ended {shown}")
+            elif design.cancel_in_doubt and not design.cancel_settled:
+                world.violate(f"flow cancel unsettled: {name}'s cancel got no answer, nor did it when made "
+                              f"again after healing; it ended {shown}")
             elif design.cancel_in_doubt and status.state == FLOW_CANCELLED:
-                pass  # its cancel may have landed
+                # The cancel made again found it finished: cancelled by the one in doubt, whose
+                # record, written by the user, must have landed.
+                if name in self.truth.cancel_landed:
+                    world.stats["flows cancelled by a cancel in doubt"] += 1
+                else:
+                    world.violate(f"flow cancelled uncalled: {name} ended {shown}; no cancel of it landed")
             elif design.doomed:
                 if status.state != FLOW_HALTED or status.halted_by not in design.doomed:
                     world.violate(f"flow not halted by its policy: {name} ended {shown}; "
@@ -442,7 +490,7 @@ class ClientStore(Store):
         result = await op()
         if method in _WRITES:
             if method == "append_block" and name.startswith(FLOW_PREFIX):
-                self._sim.landed(name, payload, true_now_us(world.loop))
+                self._sim.landed(name, payload, true_now_us(world.loop), by_user=True)
             if world.injecting and world.faults.lost_answers and rng.random() < P_LOST_ANSWER:
                 error = rng.choice(_LOST[method])
                 world.note(f"lost answer flows client {method} {name} -> {error.__name__}")

@@ -18,6 +18,8 @@ What each call returned, and when, is the truth the checks judge by (never what 
   trigger) had ended before that call began, nor, of two puts at once that both returned, of the
   lower generation's: sent after it returned, or started after it while its sender lives;
 - nothing of a put that raised ``AlreadyExists`` ever starts;
+- nothing starts before the due time its put was given (by the caller's record of the call, not
+  the job the library built), nor a triggered run before its trigger was called;
 - a job starts only once its name's entry has pointed at it (read from the store as writes land:
   the fence clears a job by that pointer, so a stray copy, or a job whose put never pointed the
   name at it, never runs);
@@ -93,12 +95,22 @@ class Call:
     answer: Any = None
     job_id: str | None = None  # put: the job it returned; trigger: the run; pause: the job paused
     generation: int | None = None  # put, get: the generation returned
+    asked: Asked | None = None  # put: what its caller passed
 
     def ended_before(self, at_us: int) -> bool:
         return self.ended_us is not None and self.ended_us < at_us
 
     def text(self) -> str:
         return f"{self.kind}#{self.n}({self.name})"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a put's caller passed: its job's due time (true µs), period (s, 0: one-shot) and repeats."""
+
+    due_us: int
+    period_s: int
+    repeats: int
 
 
 @dataclass(frozen=True)
@@ -236,11 +248,28 @@ class Named:
             if key is None:
                 continue
             origin = job.metadata.get(TRIGGERED_FROM)
-            self.jobs[job.id] = Submitted(name_of(key), now_us, origin)
-            period = 0 if origin else int(job.metadata.get(PERIOD, "0"))
-            self.world.specs[job.id] = Spec(job.id, datetime_to_us(job.first_fire), period_s=period,
-                                            repeats=(job.repeats or 1) if period else 1,
-                                            fail_first=int(job.metadata.get(FAIL_FIRST, "0")))
+            submitted = self.jobs[job.id] = Submitted(name_of(key), now_us, origin)
+            fail_first = int(job.metadata.get(FAIL_FIRST, "0"))
+            if origin:
+                # A run now: due when its trigger was called, never before.
+                started = [c.started_us for c in self._origins(submitted)]
+                self.world.specs[job.id] = Spec(job.id, min(started, default=now_us), fail_first=fail_first)
+                continue
+            asked = self._asked(submitted, datetime_to_us(job.first_fire))
+            self.world.specs[job.id] = Spec(job.id, asked.due_us, period_s=asked.period_s,
+                                            repeats=asked.repeats if asked.period_s else 1, fail_first=fail_first)
+
+    def _asked(self, submitted: Submitted, built_us: int) -> Asked:
+        """What the put that sent ``submitted`` passed, by the caller's own record of its calls, never
+        by the job the library built from it. Of two puts of a race under way, the one whose due
+        time the job carries (it picks between what was asked, never sets it), else the earlier due."""
+        puts = [c.asked for c in self._origins(submitted) if c.asked is not None]
+        if not puts:  # sent outside its calls (counted where it starts): the earliest any put of the name asked
+            puts = [c.asked for c in self.calls[submitted.name]
+                    if c.asked is not None and c.started_us <= submitted.at_us]
+        if not puts:
+            return Asked(EPOCH_US, 0, 1)
+        return next((a for a in puts if a.due_us == built_us), min(puts, key=lambda a: a.due_us))
 
     def landed(self, name: str) -> None:
         """A write to the store landed (the caller's or a silo's): a registry entry's pointer noted."""
@@ -296,10 +325,12 @@ class Named:
         shape: dict[str, Any] = {"schedule": "@every 2s", "repeats": rng.randint(2, 3)} if recurring else {}
         if overwrite is None:
             overwrite = rng.random() >= P_CREATE_ONLY
+        asked = Asked(due_us, 2 if recurring else 0, shape.get("repeats", 1))
         call = await self._call("put", name, lambda: self.client.jobs.put(
             name, target=TARGET, due_time=us_to_datetime(due_us), overwrite=overwrite,
             metadata={PERIOD: "2" if recurring else "0", FAIL_FIRST: str(fail_first)},
-            failure_policy=FailurePolicy.constant("1s", max_retries=3) if fail_first else None, **shape), race)
+            failure_policy=FailurePolicy.constant("1s", max_retries=3) if fail_first else None, **shape),
+            race, asked=asked)
         if call.ok:
             found: NamedJob = call.answer
             call.job_id, call.generation = found.job.id, found.generation
@@ -340,9 +371,10 @@ class Named:
         elif not isinstance(resume.error, JobNotFound):
             self.hold_unknown.add(name)
 
-    async def _call(self, kind: str, name: str, make: Callable[[], Awaitable[Any]], race: int = 0) -> Call:
+    async def _call(self, kind: str, name: str, make: Callable[[], Awaitable[Any]], race: int = 0, *,
+                    asked: Asked | None = None) -> Call:
         world = self.world
-        call = Call(next(self._n), kind, name, true_now_us(world.loop), race)
+        call = Call(next(self._n), kind, name, true_now_us(world.loop), race, asked=asked)
         self.calls[name].append(call)
         self.running += 1
         try:

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from cluster.model.wire import datetime_to_us
+from cluster.named.registry import NAMED_MARK
 from tests.sim.__main__ import replay_command
 from tests.sim.loop import VirtualLoop
 from tests.sim.world import Faults, Result, run_seed
@@ -63,6 +67,47 @@ FLOW_FLOORS = {
     "flows halted": 39,
 }
 FLOORS.update(FLOW_FLOORS)
+# What every chunk may at most excuse: each allowance an oracle counts, as a share of what gives
+# rise to it (excused duplicates per kill, jobs in doubt per job acknowledged to the real client,
+# exemptions per damaged frame). An allowance widened by a bug, or a bug it absorbs, shows as more
+# excused per chance than any chunk of seeds 0-1999 had. Each is 1.5 times the largest share a
+# chunk reached (issue 24), measured twice: with the default kinds, and with +torn_logs, whose
+# torn outcomes run far more again after a kill (its column applies when the seeds tear logs).
+# The comments give both: excused/chances of the chunk with the largest share. One never seen has
+# no margin: its first case is a finding, to be explained before it is allowed.
+CEILINGS: dict[str, tuple[str, float, float]] = {
+    # allowance: (its chances, the most per chance by default, ... with torn logs)
+    "in flight at a kill": ("kills", 0.12, 0.38),  # 28/354 = 0.079; 83/331 = 0.25
+    "succeeded twice: kill": ("kills", 0.55, 1.34),  # 128/354 = 0.36; 281/316 = 0.89
+    "succeeded twice: partition": ("partitions", 0.37, 0.39),  # 70/286 = 0.24; 74/289 = 0.26
+    "succeeded twice: pause": ("pauses", 0.18, 0.14),  # 40/348 = 0.11; 30/329 = 0.091
+    "succeeded twice: redelivered": ("deliveries", 0.050, 0.051),  # 396/11986 = 0.033; 416/12280 = 0.034
+    "succeeded twice: claimed or taken back": ("shards taken over", 0.038, 0.030),  # 46/1865 = 0.025; 44/2265 = 0.019
+    "succeeded twice: added again by a retry": ("acked", 0.0038, 0.027),  # 15/5914 = 0.0025; 106/5880 = 0.018
+    "succeeded twice: arrived after its sender gave up": ("deliveries", 0.0, 0.0),  # never
+    "succeeded twice: flow step's outcome lost to a kill": ("kills", 0.17, 0.60),  # 36/332 = 0.11; 131/331 = 0.40
+    "client: in doubt": ("client: acked", 0.21, 0.24),  # 376/2699 = 0.14; 463/2945 = 0.16
+    "named: older generation in flight at a kill": ("named: attempts started", 0.0039, 0.0078),  # 1/386; 2/383
+    "named: job sent outside its calls": ("named: attempts started", 0.0, 0.0),  # never
+    "flow step started after a cancel, sender killed": ("flows cancelled", 0.0, 0.0),  # never
+    "jobs exempt: a record damaged": ("damaged frames", 0.0, 3.3),  # no damage; 147/68 = 2.2
+    "pauses not held: their record damaged before the attempt was sent": ("damaged frames", 0.0, 0.0),  # never
+    "cancels whose own removal was damaged before the answer": ("damaged frames", 0.0, 0.028),  # -; 2/108 = 0.019
+}
+
+
+def over_ceilings(results: list[Result]) -> dict[str, tuple[int, int, float]]:
+    """Each allowance the seeds of ``results`` excused more of than its ceiling lets them:
+    (excused, chances, the most allowed per chance)."""
+    torn = any(r.faults.torn_logs for r in results)
+    over = {}
+    for key, (chance, share, torn_share) in CEILINGS.items():
+        excused = sum(r.stats.get(key, 0) for r in results)
+        chances = sum(r.stats.get(chance, 0) for r in results)
+        most = torn_share if torn else share
+        if excused > most * chances:
+            over[key] = (excused, chances, most)
+    return over
 
 
 @pytest.fixture(autouse=True)
@@ -92,6 +137,8 @@ def test_every_seed_keeps_every_invariant(chunk: int) -> None:
     done = {key: sum(r.stats.get(key, 0) for r in results) for key in FLOORS}
     short = {key: (done[key], floor) for key, floor in FLOORS.items() if done[key] < floor}
     assert not short, f"seeds {chunk * size}-{(chunk + 1) * size - 1} did too little (done, floor): {short}"
+    over = over_ceilings(results)
+    assert not over, f"seeds {chunk * size}-{(chunk + 1) * size - 1} excused too much (excused, chances, share): {over}"
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -777,3 +824,84 @@ def test_a_seed_that_found_a_bug_keeps_it(seed: int, kinds: str) -> None:
     later = "".join(f",{word}" for word in LATER_KINDS.split(",") if word and f"+{word[1:]}" not in named)
     result = run_seed(seed, Faults.parse(kinds + later))
     assert result.ok, _explain([result])
+
+
+PLANT_SEEDS = range(1, 13)  # a few seeds of every kind: the real client in 9 of them, flows in half
+
+
+def test_a_ceiling_catches_a_resent_batch_the_redelivery_allowance_absorbs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: a silo sends each batch twice under the same run ids, as a dispatcher re-sending
+    what it took for lost would. The duplicate check takes a second success of one run for Ray's
+    redelivery and excuses it; only its ceiling sees that it happens many times more than Ray's."""
+    from tests.sim.world import SimTransport
+
+    assert not over_ceilings([run_seed(seed) for seed in PLANT_SEEDS])
+    deliver = SimTransport.deliver
+
+    async def twice(self: SimTransport, *args: object, **kwargs: object) -> object:
+        await deliver(self, *args, **kwargs)  # type: ignore[arg-type]
+        return await deliver(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SimTransport, "deliver", twice)
+    over = over_ceilings([run_seed(seed) for seed in PLANT_SEEDS])
+    assert "succeeded twice: redelivered" in over, over
+
+
+def test_a_ceiling_catches_acknowledged_jobs_taken_for_in_doubt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: the lost check's allowance widened, every job acknowledged to the real client taken
+    for one whose call ended in doubt (so none of them is owed). Each seed still passes; the share
+    of jobs in doubt per acknowledged job goes past its ceiling."""
+    from tests.sim.client import SimClient
+
+    schedule = SimClient.schedule
+
+    async def widened(self: SimClient, *args: object, **kwargs: object) -> None:
+        await schedule(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.in_doubt.update(self.jobs)
+
+    monkeypatch.setattr(SimClient, "schedule", widened)
+    over = over_ceilings([run_seed(seed) for seed in PLANT_SEEDS])
+    assert "client: in doubt" in over, over
+
+
+def test_a_flow_cancel_in_doubt_is_settled_and_a_cancel_nobody_made_is_not_excused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flow whose cancel got no answer is cancelled again after healing and judged by that
+    answer; one that then ended cancelled must hold a cancel record its user wrote. Planted: a silo
+    writes a cancel record into the log of each flow whose step attempt ended (a silo taking a
+    step's end for a cancel). Most flows then fail as cancelled unasked; one whose user's cancel
+    failed before its record landed (3 of seeds 0-119, the first 15) ends cancelled with no cancel
+    of its user's behind it, which the simulator used to accept as "its cancel may have landed"."""
+    from cluster.flows.hooks import FlowHooks, _step_of
+
+    ended = FlowHooks.attempt_ended
+
+    async def cancelling(self: FlowHooks, event: Any, end: Any) -> None:
+        await ended(self, event, end)
+        found = _step_of(event.job)
+        if found is not None:
+            await self._record(found[0], [["cancel", datetime_to_us(event.started_at), "silo"]])
+
+    with monkeypatch.context() as planted:
+        planted.setattr(FlowHooks, "attempt_ended", cancelling)
+        seed = next((seed for seed in range(120) if any("flow cancelled uncalled" in v for v in run_seed(seed).violations)),
+                    None)
+    assert seed is not None, "no seed of 0-119 ended a flow cancelled by its silo while its user's cancel was in doubt"
+
+
+def test_a_named_job_is_due_when_its_put_asked_not_when_the_library_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: a named put builds its job 50 ms earlier than the due time its caller passed. The
+    job says so itself, so an early check by its first fire saw nothing (named seeds 15-23 all
+    passed); judged by what the put was asked, a start before it is early (6 of those 8 seeds)."""
+    from cluster.model.jobs import ScheduledJob
+
+    create = ScheduledJob.create.__func__  # type: ignore[attr-defined]
+
+    def early(cls: type[ScheduledJob], *args: Any, due: Any = None, **kwargs: Any) -> ScheduledJob:
+        if due is not None and NAMED_MARK in (kwargs.get("metadata") or {}):
+            due -= timedelta(milliseconds=50)
+        return create(cls, *args, due=due, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(ScheduledJob, "create", classmethod(early))
+    named = (15, 16, 17, 18, 20, 21, 22, 23)  # the seeds of 0-23 that draw a caller of named jobs
+    assert any(any(" early: " in v for v in run_seed(seed).violations) for seed in named)

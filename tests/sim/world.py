@@ -1457,6 +1457,8 @@ class World:
             self.settle()
             if self.named is not None:
                 self.named.settle()
+            if self.flows is not None:
+                self.flows.settle()
             if (self.loop.time() > CLIENT_S and true_now_us(self.loop) > self.last_due_us() and not self.owed()
                     and not self.settling and not self.holding and not self.cancelling
                     and (self.sim_client is None or not self.sim_client.calls)
