@@ -146,6 +146,12 @@ class Buckets:
         """One round: create the buckets missing from the store and claim orphans, up to
         ``limit`` held (None: this silo's fair share among the live); returns how many it took."""
         me = self._owner.me.owner  # who judges: a rejoin during the round voids its judgments
+        for stale in [b for b in self.held.values() if b.meta.owner != me]:
+            # Held under an earlier incarnation of this silo (declared dead, joined again): its
+            # log is an orphan peers may take, and this incarnation claims it like any other;
+            # kept, it filled the fair share, and a bucket nobody counted as free was never
+            # taken (simulator seed 9, ``default,+buckets``).
+            self.drop(stale, f"held under {stale.meta.owner}, an earlier incarnation than {me}")
         members = await self._owner.read_members()
         limit = fair_share_of(self.count, members) if limit is None else limit
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}

@@ -226,3 +226,23 @@ async def test_concurrent_puts_and_deletes_naming_the_same_names_in_any_order_al
         await owner.deletes(sent)
 
     await asyncio.wait_for(asyncio.gather(*(one() for _ in range(60))), 30)
+
+
+async def test_a_silo_declared_dead_takes_back_its_earlier_incarnation_s_buckets_once_it_is_proven_gone() -> None:
+    """Found by the simulator (seed 9 of ``--faults default,+buckets``): buckets held in memory
+    under an earlier incarnation counted toward the fair share of the rejoined one, so every
+    silo was "full" and a bucket named for the old incarnation was never taken: every call for
+    its names answered "not the owner" for good."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    assert await mine.take() == COUNT
+    await Membership(store).declare_dead(a.me.row, REPORTED)  # a peer's verdict while a was cut off
+    await a.heartbeat.beat()  # a learns it and joins again as a new incarnation
+    assert a.me.owner == "a#2"
+    assert await mine.take() == 0  # the first incarnation may still write until its lease runs out
+    a.clock.advance(OPTIONS.firing_lease.total_seconds())
+    a.lease.renew(a.clock.monotonic())
+    assert await mine.take() == COUNT
+    assert {head.metadata["owner"] for head in await list_logs(store, BUCKET_PREFIX)} == {"a#2"}
+    ok((await mine.put_many([ask("nightly")]))[0])
