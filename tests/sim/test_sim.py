@@ -306,7 +306,7 @@ def test_virtual_time_costs_no_wall_time() -> None:
 
 
 def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
-    assert Faults.parse("default") == Faults() == Faults.parse("all,-torn_logs")  # see Faults
+    assert Faults.parse("default") == Faults() == Faults.parse("all,-torn_logs,-buckets")  # see Faults
     assert Faults.parse("none,kills") == Faults(**{**dict.fromkeys(Faults.kinds(), False), "kills": True})
     assert Faults.parse("default,-skew,-pauses") == Faults(skew=False, pauses=False)
     assert Faults.parse(Faults(skew=False).describe()) == Faults(skew=False)  # what a replay command says
@@ -321,6 +321,7 @@ FLOWS_NOW = "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites
 # found before handlers waited say -ahead: with it a seed may draw a waiting handler, another world;
 # and all say -operator_pauses, found before operators paused jobs (issue 16), for the same reason.
 ALL_KINDS = "all,+real_client,+clock_jumps,+torn_logs"
+BUCKETS_NOW = "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets"
 FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the invariant it broke)
     (27, "latency,kills", "point 3", "two chains"),  # killed between the ADD and the REMOVE(MOVED)
     (261, "latency,pauses", "point 3", "two chains"),  # paused between them, the shard adopted meanwhile
@@ -729,6 +730,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the silo taking the dead writer's intent over, and the second copy started.
     (205632, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a taker's second copy of a step started while the first's end was on its way", "duplicate"),
+    # Names in silo-owned registry buckets (``--faults default,+buckets``). A partitioned owner
+    # gave way to a newer process of itself and a peer took its buckets, but a caller whose call
+    # to it was lost kept sending every later call there.
+    (0, BUCKETS_NOW, "a caller kept a lost owner of registry buckets", "unsettled"),
+    # A silo declared dead joined again still held its old incarnation's buckets in memory: its
+    # fair share full, it never claimed the one its old incarnation's log named, nor did anyone.
+    (9, BUCKETS_NOW, "a rejoined silo's buckets of its earlier incarnation filled its share", "unsettled"),
 ]
 
 
