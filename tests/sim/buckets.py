@@ -38,6 +38,7 @@ from cluster.named.buckets import PutOutcome
 from cluster.named.registry import NAMED_MARK
 from cluster.named.writes import PutRequest
 from cluster.runtime.shardlog import ADD, SHARD_PREFIX
+from cluster.runtime.shardlog import SNAPSHOT as SHARD_SNAPSHOT
 from storage.records import decode
 from tests.sim.client import SimRay, _drop
 from tests.sim.loop import true_now_us
@@ -125,7 +126,13 @@ def added_named(name: str, method: str, payload: bytes) -> list[ScheduledJob]:
     """The named jobs a shard log write that landed adds."""
     if not name.startswith(SHARD_PREFIX) or method != "append_block":
         return []
-    jobs = (ScheduledJob.from_wire(unpack(op[3])) for op in decode(payload).records() if op[0] == ADD)
+    packed = []
+    for op in decode(payload).records():
+        if op[0] == ADD:
+            packed.append(op[3])
+        elif op[0] == SHARD_SNAPSHOT:  # a rotation folds records not yet appended into its snapshot
+            packed += [row[2] for row in op[1]]
+    jobs = (ScheduledJob.from_wire(unpack(one)) for one in packed)
     return [job for job in jobs if NAMED_MARK in job.metadata]
 
 
@@ -142,7 +149,14 @@ class SimBucketNames(BucketNames):
     named: Named
 
     async def put_many(self, asks: Sequence[PutRequest]) -> list[PutOutcome]:
-        now_us = true_now_us(self.named.world.loop)
+        named = self.named
+        now_us = true_now_us(named.world.loop)
         for ask in asks:
-            self.named.asked.setdefault(asked(ask.key, ask.job.first_fire), now_us)
-        return await super().put_many(asks)
+            named.asked.setdefault(asked(ask.key, ask.job.first_fire), now_us)
+        outcomes = await super().put_many(asks)
+        for outcome, ask in zip(outcomes, asks, strict=True):
+            # Its record seen by none of the shard writes noted (a torn append that landed
+            # whole, say): judged from its answer on, as asked when the request left.
+            if isinstance(outcome, tuple) and outcome[1].id not in named.jobs:
+                named.submitted([outcome[1]], named.asked[asked(ask.key, ask.job.first_fire)])
+        return outcomes
