@@ -158,9 +158,11 @@ class Buckets:
         old_entries: list[tuple[str, dict[str, str]]] | None = None  # listed once a round, if a bucket needs them
         took = 0
         for number in range(self.count):
-            if number in self.held or len(self.held) >= limit:
-                continue
             head = heads.get(bucket_base(number))
+            # One whose log names this very incarnation is taken whatever the share: no peer
+            # takes a live owner's bucket (simulator seed 525, ``default,+buckets``).
+            if number in self.held or (len(self.held) >= limit and not (head and self._owner.mine(head.metadata))):
+                continue
             try:
                 if head is None:
                     bucket = await HeldBucket.create(self._store, number, me, self._options)

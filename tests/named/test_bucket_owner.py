@@ -246,3 +246,21 @@ async def test_a_silo_declared_dead_takes_back_its_earlier_incarnation_s_buckets
     assert await mine.take() == COUNT
     assert {head.metadata["owner"] for head in await list_logs(store, BUCKET_PREFIX)} == {"a#2"}
     ok((await mine.put_many([ask("nightly")]))[0])
+
+
+async def test_a_bucket_whose_log_names_this_very_silo_is_taken_back_whatever_its_share() -> None:
+    """Found by the simulator (seed 525 of ``--faults default,+buckets``): a bucket dropped from
+    memory (an append failed) while its log still named this silo was not taken back once the
+    silo held its fair share; no peer takes a live owner's bucket, so the names in it had no
+    answer for good, and a due occurrence of a named job waited for its verdict forever."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    assert await mine.take() == COUNT
+    b = await make_parts(store, "b")  # alive: a's fair share is now half the buckets
+    assert await buckets_of(b).take() == 0
+    dropped = mine.held[3]
+    mine.drop(dropped, "an append failed")  # its log still names a
+    assert len(mine.held) > 2
+    assert await mine.take() == 1
+    assert 3 in mine.held and await mine.answering(3) is not None

@@ -737,6 +737,10 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A silo declared dead joined again still held its old incarnation's buckets in memory: its
     # fair share full, it never claimed the one its old incarnation's log named, nor did anyone.
     (9, BUCKETS_NOW, "a rejoined silo's buckets of its earlier incarnation filled its share", "unsettled"),
+    # A bucket dropped from memory while its log still named the silo was not taken back once
+    # the silo held its fair share, and no peer takes a live owner's: a due occurrence waited
+    # for the bucket's verdict for good.
+    (525, BUCKETS_NOW, "a bucket its log named for a silo at its share was nobody's", "lost"),
 ]
 
 
