@@ -94,7 +94,9 @@ class BucketNames:
             if entry is None:
                 return False
             await self._cancel((entry.retired(), *entry.retire))
-            answer = await self.routed.ask("named_delete", key, (key, entry.job_id))
+            # What was cancelled: the owner deletes only if the entry names nothing else (a
+            # triggered run admitted meanwhile is listed to retire, and is cancelled next round).
+            answer = await self.routed.ask("named_delete", key, (key, entry.job_id, [r.job_id for r in entry.retire]))
             if answer[0] in ("deleted", "absent"):
                 return True
             if answer[0] == "changed":

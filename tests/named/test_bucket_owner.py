@@ -264,3 +264,23 @@ async def test_a_bucket_whose_log_names_this_very_silo_is_taken_back_whatever_it
     assert len(mine.held) > 2
     assert await mine.take() == 1
     assert 3 in mine.held and await mine.answering(3) is not None
+
+
+async def test_a_delete_is_refused_while_the_entry_lists_a_run_its_caller_did_not_cancel() -> None:
+    """Found by the simulator (seed 1181 of ``--faults default,+buckets``): a triggered run
+    admitted between a delete's read of the entry and its delete at the owner was listed to
+    retire, but the delete, which had not cancelled it, was carried out, and the run started
+    after ``delete`` returned."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    owner = OwnerCalls(mine)
+    entry, generation = ok((await mine.put_many([ask("nightly")]))[0])
+    read = entry.retire  # what the delete read and cancelled: nothing to retire yet
+    run = [generation.id + ".t1", entry.shard, entry.due_us]
+    assert await owner.triggers([(entry.key, generation.id, run, ("p",))]) == [("ok",)]  # admitted meanwhile
+    (answer,) = await owner.deletes([(entry.key, generation.id, [r.job_id for r in read])])
+    assert answer[0] == "changed" and run[0] in answer[1]["retire"]
+    (answer,) = await owner.deletes([(entry.key, generation.id, [run[0]])])  # the run cancelled too
+    assert answer == ("deleted",)

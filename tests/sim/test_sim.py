@@ -741,6 +741,9 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the silo held its fair share, and no peer takes a live owner's: a due occurrence waited
     # for the bucket's verdict for good.
     (525, BUCKETS_NOW, "a bucket its log named for a silo at its share was nobody's", "lost"),
+    # A triggered run admitted between a delete's read of the entry and its delete at the owner
+    # was listed to retire; the owner deleted the name anyway, and the run started after.
+    (1181, BUCKETS_NOW, "a delete carried out over a run it had not cancelled", "older generation ran"),
 ]
 
 
