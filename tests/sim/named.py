@@ -237,6 +237,7 @@ class Named:
         if draws_buckets(world):  # a seed whose names live in registry buckets works them
             world.options = replace(world.options, named_registry=REGISTRY)
             world.peer_ray = BucketRay(world, world.registry_rng)
+            world.stats["names in registry buckets"] = 1
             return cls(world, rng)
         return cls(world, rng) if drawn else None
 
