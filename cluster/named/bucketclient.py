@@ -9,8 +9,8 @@ What a caller relies on, and how it holds here:
   Confirmed cancels leave the entry's list in the background (a list left behind is only
   cancelled again by the next put or delete of the name).
 - **delete**: read the entry, cancel what it names, then delete it at the owner only while it
-  still names the job cancelled (else cancel the newer one too and ask again); once ``delete``
-  returned, nothing it named starts again.
+  still names the job cancelled and lists nothing else to retire (else cancel the newer ones
+  too and ask again); once ``delete`` returned, nothing it named starts again.
 - **trigger**: the run is admitted at its start by the bucket's owner, which lists it among the
   jobs the entry retires while the entry names its generation (``OwnerCalls.triggers``).
 - **pause / resume**: the pause lives in the shard's log as with entries; the answer is
@@ -94,7 +94,9 @@ class BucketNames:
             if entry is None:
                 return False
             await self._cancel((entry.retired(), *entry.retire))
-            answer = await self.routed.ask("named_delete", key, (key, entry.job_id))
+            # What was cancelled: the owner deletes only if the entry names nothing else (a
+            # triggered run admitted meanwhile is listed to retire, and is cancelled next round).
+            answer = await self.routed.ask("named_delete", key, (key, entry.job_id, [r.job_id for r in entry.retire]))
             if answer[0] in ("deleted", "absent"):
                 return True
             if answer[0] == "changed":

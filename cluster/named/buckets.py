@@ -146,15 +146,23 @@ class Buckets:
         """One round: create the buckets missing from the store and claim orphans, up to
         ``limit`` held (None: this silo's fair share among the live); returns how many it took."""
         me = self._owner.me.owner  # who judges: a rejoin during the round voids its judgments
+        for stale in [b for b in self.held.values() if b.meta.owner != me]:
+            # Held under an earlier incarnation of this silo (declared dead, joined again): its
+            # log is an orphan peers may take, and this incarnation claims it like any other;
+            # kept, it filled the fair share, and a bucket nobody counted as free was never
+            # taken (simulator seed 9, ``default,+buckets``).
+            self.drop(stale, f"held under {stale.meta.owner}, an earlier incarnation than {me}")
         members = await self._owner.read_members()
         limit = fair_share_of(self.count, members) if limit is None else limit
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}
         old_entries: list[tuple[str, dict[str, str]]] | None = None  # listed once a round, if a bucket needs them
         took = 0
         for number in range(self.count):
-            if number in self.held or len(self.held) >= limit:
-                continue
             head = heads.get(bucket_base(number))
+            # One whose log names this very incarnation is taken whatever the share: no peer
+            # takes a live owner's bucket (simulator seed 525, ``default,+buckets``).
+            if number in self.held or (len(self.held) >= limit and not (head and self._owner.mine(head.metadata))):
+                continue
             try:
                 if head is None:
                     bucket = await HeldBucket.create(self._store, number, me, self._options)

@@ -90,6 +90,7 @@ class Routed:
                 if isinstance(result, SiloRefused):
                     continue
                 if isinstance(result, BaseException):
+                    self._forget(silo)
                     raise ClusterUnavailable(f"the owner {silo} of registry buckets {numbers} did not answer "
                                              f"({result!r})") from result
                 answers.update((n, a) for n, a in result.items() if n in numbers)
@@ -134,6 +135,9 @@ class Routed:
             await self._again(method, items)
             return
         except Exception as exc:  # lost on the way, or failed there: it may have been acted on
+            # The owner may be gone for good and its buckets taken over: read them again next
+            # time, or every later call goes to the dead owner (simulator seed 0, buckets kind).
+            self._forget(silo)
             for _, _, future, _ in items:
                 _answer(future, ("lost", f"its bucket's owner {silo} did not answer ({exc!r})"))
             return
@@ -157,6 +161,10 @@ class Routed:
         self._owners.clear()
         self._queued.setdefault(method, []).extend((key, sent, future, tries) for key, sent, future, _ in items)
         self._arm()
+
+    def _forget(self, silo: str) -> None:
+        """Forget which buckets ``silo`` owns: it did not answer, and may have lost them."""
+        self._owners = {n: owner for n, owner in self._owners.items() if owner != silo}
 
     async def _read_owners(self) -> None:
         owners: dict[int, str] = {}

@@ -226,3 +226,61 @@ async def test_concurrent_puts_and_deletes_naming_the_same_names_in_any_order_al
         await owner.deletes(sent)
 
     await asyncio.wait_for(asyncio.gather(*(one() for _ in range(60))), 30)
+
+
+async def test_a_silo_declared_dead_takes_back_its_earlier_incarnation_s_buckets_once_it_is_proven_gone() -> None:
+    """Found by the simulator (seed 9 of ``--faults default,+buckets``): buckets held in memory
+    under an earlier incarnation counted toward the fair share of the rejoined one, so every
+    silo was "full" and a bucket named for the old incarnation was never taken: every call for
+    its names answered "not the owner" for good."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    assert await mine.take() == COUNT
+    await Membership(store).declare_dead(a.me.row, REPORTED)  # a peer's verdict while a was cut off
+    await a.heartbeat.beat()  # a learns it and joins again as a new incarnation
+    assert a.me.owner == "a#2"
+    assert await mine.take() == 0  # the first incarnation may still write until its lease runs out
+    a.clock.advance(OPTIONS.firing_lease.total_seconds())
+    a.lease.renew(a.clock.monotonic())
+    assert await mine.take() == COUNT
+    assert {head.metadata["owner"] for head in await list_logs(store, BUCKET_PREFIX)} == {"a#2"}
+    ok((await mine.put_many([ask("nightly")]))[0])
+
+
+async def test_a_bucket_whose_log_names_this_very_silo_is_taken_back_whatever_its_share() -> None:
+    """Found by the simulator (seed 525 of ``--faults default,+buckets``): a bucket dropped from
+    memory (an append failed) while its log still named this silo was not taken back once the
+    silo held its fair share; no peer takes a live owner's bucket, so the names in it had no
+    answer for good, and a due occurrence of a named job waited for its verdict forever."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    assert await mine.take() == COUNT
+    b = await make_parts(store, "b")  # alive: a's fair share is now half the buckets
+    assert await buckets_of(b).take() == 0
+    dropped = mine.held[3]
+    mine.drop(dropped, "an append failed")  # its log still names a
+    assert len(mine.held) > 2
+    assert await mine.take() == 1
+    assert 3 in mine.held and await mine.answering(3) is not None
+
+
+async def test_a_delete_is_refused_while_the_entry_lists_a_run_its_caller_did_not_cancel() -> None:
+    """Found by the simulator (seed 1181 of ``--faults default,+buckets``): a triggered run
+    admitted between a delete's read of the entry and its delete at the owner was listed to
+    retire, but the delete, which had not cancelled it, was carried out, and the run started
+    after ``delete`` returned."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    owner = OwnerCalls(mine)
+    entry, generation = ok((await mine.put_many([ask("nightly")]))[0])
+    read = entry.retire  # what the delete read and cancelled: nothing to retire yet
+    run = [generation.id + ".t1", entry.shard, entry.due_us]
+    assert await owner.triggers([(entry.key, generation.id, run, ("p",))]) == [("ok",)]  # admitted meanwhile
+    (answer,) = await owner.deletes([(entry.key, generation.id, [r.job_id for r in read])])
+    assert answer[0] == "changed" and run[0] in answer[1]["retire"]
+    (answer,) = await owner.deletes([(entry.key, generation.id, [run[0]])])  # the run cancelled too
+    assert answer == ("deleted",)

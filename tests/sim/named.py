@@ -1,6 +1,7 @@
 """Named jobs in the simulation (issue 25, deliverable 6): ``client.jobs`` itself — put, overwrite,
 delete, trigger, pause and resume — on the simulated silos and store, racing kills, pauses,
-partitions and lost answers.
+partitions and lost answers; on per-name entries, or with the ``buckets`` kind on registry
+buckets owned by silos (``tests.sim.buckets``).
 
 In a share of seeds (the ``named`` kind) a caller works a few names through the real
 ``NamedJobs`` on a real ``cluster.client.Client``. Only two things are the simulation's: the
@@ -43,7 +44,7 @@ import sys
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cluster.client import Client
@@ -57,6 +58,7 @@ from cluster.named.api import NamedJob, NamedJobs
 from cluster.named.registry import NAMED_MARK, REGISTRY_PREFIX, name_of
 from storage import LogInfo, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
+from tests.sim.buckets import REGISTRY, BucketRay, SimBucketNames, added_named, asked, draws_buckets, pointed_by
 from tests.sim.client import SimRay, earlier_try
 from tests.sim.loop import EPOCH_US, true_now_us
 
@@ -196,12 +198,21 @@ class _Client(Client):
 class _Jobs(NamedJobs):
     """``NamedJobs`` on the caller's simulated store: the one seam, as ``call_silo`` is the client's."""
 
-    def __init__(self, client: Client, store: Store) -> None:
+    def __init__(self, client: Client, store: Store, named: Named) -> None:
         super().__init__(client)
         self._sim_store = store
+        self._sim_named = named
 
     async def _store(self) -> Store:
         return self._sim_store
+
+    async def _writer(self) -> Any:
+        loop = id(asyncio.get_running_loop())
+        if self._sim_named.buckets and loop not in self._writers:
+            writer = SimBucketNames(self._sim_store, self.client, self.client)  # type: ignore[arg-type]
+            writer.named = self._sim_named
+            self._writers[loop] = writer
+        return await super()._writer()
 
 
 class Named:
@@ -210,13 +221,16 @@ class Named:
     def __init__(self, world: World, rng: random.Random) -> None:
         self.world = world
         self.rng = rng
-        self.ray = SimRay(world, rng, ends_superseded=True)
+        # Names kept in registry buckets (the ``buckets`` kind): the owners' answers may be lost too.
+        self.buckets = world.options.named_registry == REGISTRY
+        self.ray = BucketRay(world, rng) if self.buckets else SimRay(world, rng, ends_superseded=True)
         self.client = _Client("sim", list(world.procs), world.options, call_silo=self.ray,
                               start=rng.randrange(len(world.procs)))
         self.client.named = self
-        self.client._jobs = _Jobs(self.client, NamedStore(self))
+        self.client._jobs = _Jobs(self.client, NamedStore(self), self)
         self.calls: dict[str, list[Call]] = defaultdict(list)
         self.jobs: dict[str, Submitted] = {}  # job id -> its schedule call
+        self.asked: dict[tuple[str, int], int] = {}  # (key, due µs) of a put at a bucket's owner -> when sent
         self.pointed: set[str] = set()  # job ids a name's entry pointed at, as its writes landed
         # Job id -> [paused at, resume sent at, pause sent at], one per pause that returned.
         self.held: dict[str, list[list[int | None]]] = defaultdict(list)
@@ -231,18 +245,23 @@ class Named:
     @classmethod
     def draw(cls, world: World) -> Named | None:
         rng = random.Random(f"named/{world.seed}")
-        if world.faults.named and rng.random() < NAMED_SHARE:
+        drawn = world.faults.named and rng.random() < NAMED_SHARE
+        if draws_buckets(world):  # a seed whose names live in registry buckets works them
+            world.options = replace(world.options, named_registry=REGISTRY)
+            world.peer_ray = BucketRay(world, world.registry_rng)
+            world.stats["names in registry buckets"] = 1
             return cls(world, rng)
-        return None
+        return cls(world, rng) if drawn else None
 
     # -- what the client and the store saw ------------------------------------------------
 
-    def submitted(self, jobs: Sequence[ScheduledJob]) -> None:
-        """Jobs about to be sent in a schedule call: each judged, wherever it turns up, by what
-        its caller asked (its due time, period and repeats, carried in its metadata)."""
+    def submitted(self, jobs: Sequence[ScheduledJob], at_us: int | None = None) -> None:
+        """Jobs about to be sent in a schedule call (or asked for ``at_us`` by a put at a bucket's
+        owner): each judged, wherever it turns up, by what its caller asked (its due time, period
+        and repeats, carried in its metadata)."""
         from tests.sim.world import Spec
 
-        now_us = true_now_us(self.world.loop)
+        now_us = true_now_us(self.world.loop) if at_us is None else at_us
         for job in jobs:
             key = job.metadata.get(NAMED_MARK)
             if key is None:
@@ -271,15 +290,23 @@ class Named:
             return Asked(EPOCH_US, 0, 1)
         return next((a for a in puts if a.due_us == built_us), min(puts, key=lambda a: a.due_us))
 
-    def landed(self, name: str) -> None:
-        """A write to the store landed (the caller's or a silo's): a registry entry's pointer noted."""
-        if not name.startswith(REGISTRY_PREFIX):
-            return
-        log = self.world.store._logs.get(name)
-        job_id = None if log is None else log.metadata.get("job")
-        if job_id is not None and job_id not in self.pointed:
-            self.pointed.add(job_id)
-            self.world.note(f"named: {name} points at {job_id}")
+    def landed(self, name: str, method: str = "", payload: bytes = b"") -> None:
+        """A write to the store landed (the caller's or a silo's): a registry entry's pointer
+        noted, or a registry bucket's record pointing a name at a job."""
+        if self.buckets:
+            for job in added_named(name, method, payload):
+                at_us = self.asked.get(asked(job.metadata[NAMED_MARK], job.first_fire))
+                if job.id not in self.jobs and at_us is not None and TRIGGERED_FROM not in job.metadata:
+                    self.submitted([job], at_us)  # made by its bucket's owner, under an id of its own
+        if name.startswith(REGISTRY_PREFIX):
+            log = self.world.store._logs.get(name)
+            job_ids = [] if log is None or "job" not in log.metadata else [log.metadata["job"]]
+        else:
+            job_ids = pointed_by(name, method, payload)
+        for job_id in job_ids:
+            if job_id not in self.pointed:
+                self.pointed.add(job_id)
+                self.world.note(f"named: {name} points at {job_id}")
 
     # -- the caller -----------------------------------------------------------------------
 

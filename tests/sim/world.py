@@ -69,6 +69,7 @@ from tests.sim.ahead import (
     HandlerClocks,
     SimHandler,
 )
+from tests.sim.buckets import BucketRay, call_peer, registry_rng
 from tests.sim.client import SimClient, client_rng
 from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
 from tests.sim.dormant import dormant_rng, draws_nightly, nightly
@@ -168,6 +169,10 @@ class Faults:
     # In a share of seeds silos share hosts, so a peer sees a dead silo's process gone from its
     # host's process table: proof of its end without Ray (issue 28). Never of one that runs on.
     shared_hosts: bool = True
+    # In a share of seeds names live in silo-owned registry buckets (``named_registry=
+    # "experimental-buckets"``), worked by the named-jobs caller (``tests.sim.buckets``). Off by
+    # default while that registry is opt-in.
+    buckets: bool = False
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -175,7 +180,7 @@ class Faults:
 
     @classmethod
     def parse(cls, text: str) -> Faults:
-        """``"default"`` (every kind but ``torn_logs``), ``"all"``, ``"none"``, or a comma list
+        """``"default"`` (every kind but ``torn_logs`` and ``buckets``), ``"all"``, ``"none"``, or a comma list
         of kinds (``"kills,pauses"``); ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
         faults, listing = cls(), False
         for word in (w.strip() for w in text.split(",") if w.strip()):
@@ -548,6 +553,10 @@ class SimTransport:
     def notify_adopt(self, silo_ids: Iterable[str]) -> None:
         pass  # only a graceful stop sends this; the simulation kills
 
+    async def call_peer(self, silo_id: str, method: str, args: Sequence[Any], timeout: float) -> Any:
+        """A feature's call to a peer (a registry bucket's owner): ``tests.sim.buckets``."""
+        return await call_peer(self._world, self._proc, self._epoch, silo_id, method, args, timeout)
+
 
 def node_of(silo_id: str, epoch: int) -> str:
     """The node (and pid namespace) of ``silo_id``'s process of ``epoch``."""
@@ -678,6 +687,8 @@ class World:
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
         self.jump_rng = jump_rng(seed)
         self.jumps = draws_jumps(self)
+        self.registry_rng = registry_rng(seed)  # what only registry-bucket seeds draw
+        self.peer_ray: BucketRay | None = None  # silos' calls to peers, in registry-bucket seeds
         self.named = Named.draw(self)  # a caller of named jobs in a share of seeds
         self.flows = SimFlows.draw(self)  # a user of flows in a share of seeds
         self.dormant_rng = dormant_rng(seed)
@@ -791,7 +802,7 @@ class World:
         self.stats["writes"] += 1
         now_us = true_now_us(self.loop)
         if self.named is not None:
-            self.named.landed(name)
+            self.named.landed(name, method, payload)
         if name.startswith(SHARD_PREFIX) and method in ("create", "set_metadata"):
             base = name.rpartition("~")[0]
             owner = self.owner_of_record(base)
