@@ -17,7 +17,9 @@ Records (msgpack lists, first item the kind):
   runs it again at ``retry_at_us`` (error is None when ``always`` re-runs a success);
 - ``["ok", step, attempt, at_us]`` / ``["fail", step, attempt, error, at_us]`` — the step
   succeeded / exhausted its retries (the first ``fail`` halts the flow);
-- ``["intent", token, owner, [step, ...], at_us]`` — ``owner`` is about to schedule these steps;
+- ``["intent", token, owner, [step, ...], at_us, refused]`` — ``owner`` is about to schedule these
+  steps; ``refused`` (absent when None) is the token of an intent its writer's schedule call was
+  refused for before writing anything, handed over by this one (see ``progress.hand_over``);
 - ``["sched", token, [[step, shard, due_us], ...], at_us]`` — ... and did: their jobs are durable;
 - ``["cancel", at_us, token]`` then ``["cancelled", [step, ...], at_us]`` — a user cancelled the
   flow; ``token`` (absent in logs written before it) tells the cancelling call its own record
@@ -167,6 +169,7 @@ class FlowState:
     steps: dict[str, StepState] = field(default_factory=dict)
     intents: dict[str, Intent] = field(default_factory=dict)
     confirmed: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)  # intents whose schedule call wrote nothing (see ``earlier_tries``)
     halted_by: str | None = None
     cancelled_us: int | None = None
     cancel_token: str | None = None  # the cancel record's, to tell the call that wrote it
@@ -211,9 +214,11 @@ class FlowState:
             step = self.steps.get(record[1])
             return step is not None and self._step_event(record[1], step, record)
         if kind == "intent":
-            _, token, owner, steps, at = record
+            _, token, owner, steps, at, *refused = record
             if token in self.intents:
                 return False
+            if refused and refused[0] is not None:
+                self.refused.add(refused[0])
             self.intents[token] = Intent(token, owner, tuple(steps), at)
             for name in steps:
                 self.steps[name].token = token
@@ -292,10 +297,16 @@ class FlowState:
 
     def earlier_tries(self, step: str) -> list[Intent]:
         """The unconfirmed intents naming ``step`` since its last confirmed one, oldest first:
-        each writer may have scheduled its job before it stopped."""
+        each writer may have scheduled its job before it stopped.
+
+        Not one its writer handed over after its schedule call was refused: that call wrote
+        nothing. Counted, it named its live writer as a suspect, whose shards of its silo the
+        holder it handed to could not settle: two holders, and the step never ran (simulator
+        seed 25 with every kind: s2#3, refused, handed f4's steps to s0#3, which then waited
+        on s2#3's adopted shard until the end)."""
         tries: list[Intent] = []
         for intent in self.intents.values():  # in log order
-            if step in intent.steps:
+            if step in intent.steps and intent.token not in self.refused:
                 tries = [] if intent.token in self.confirmed else [*tries, intent]
         return tries
 

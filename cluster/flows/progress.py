@@ -90,7 +90,9 @@ async def hand_over(store: Store, flow: str, intent: Intent, owner: str, holders
     90830 and 90973 with flows: a client's steps never ran). The new intent names the holder as
     its writer: the holder takes it over at its next reconcile, as its own whose launch is not
     under way, and every other silo waits for it as for any live writer. Two holders or more:
-    no silo can settle it alone, and the step waits for their shards to leave them."""
+    no silo can settle it alone, and the step waits for their shards to leave them. The new
+    intent names the refused one: that call wrote nothing, so its writer is no suspect of the
+    holder's (``FlowState.earlier_tries``)."""
     me, holder = parse_owner(owner), parse_owner(holders[0]) if len(holders) == 1 else None
     if me is None or holder is None or holder[0] == me[0]:
         return  # a client's; its own (settled for it) or an earlier incarnation's, which adoption settles
@@ -100,7 +102,8 @@ async def hand_over(store: Store, flow: str, intent: Intent, owner: str, holders
                  and intent.token not in state.confirmed and state.steps[s].state not in TERMINAL_STEP_STATES]
         if state.finished or not steps:
             return []
-        return applied(state, [["intent", uuid.uuid4().hex[:16], holders[0], steps, now_us()]])
+        # Names the refused intent: its call wrote nothing, so its writer is no suspect of the holder's.
+        return applied(state, [["intent", uuid.uuid4().hex[:16], holders[0], steps, now_us(), intent.token]])
 
     try:
         await update(store, flow, decide)

@@ -729,6 +729,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # the silo taking the dead writer's intent over, and the second copy started.
     (205632, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a taker's second copy of a step started while the first's end was on its way", "duplicate"),
+    # Every kind. A client's flow submit failed in doubt; 60 s on s2#3 took its intent over, was
+    # refused (s0#3 held a shard of the window the client's call might reach) and handed the
+    # steps to s0#3. Its own refused intent still counted as an earlier try, naming s2#3, which
+    # held its previous incarnation's shard of the window: s0#3 could not settle that, two
+    # holders, and the acknowledged flow never ran. A hand-over now names the intent it replaces.
+    # Its world changed with 205777's fix (it passes without this one since): the case is held by
+    # tests/flows/test_recovery.py, with real silos' scheduling.
+    (25, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a refused taker's intent kept it a suspect of the holder it handed to", "flow lost"),
 ]
 
 
