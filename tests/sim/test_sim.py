@@ -738,6 +738,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # tests/flows/test_recovery.py, with real silos' scheduling.
     (25, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a refused taker's intent kept it a suspect of the holder it handed to", "flow lost"),
+    # The default kinds with torn_logs. A heartbeat round declared a peer dead and claimed its
+    # shards; settling a claimed shard's move into a fresh shard waited for the lease, which a
+    # VM suspension mid-round had let lapse and only that very loop renews: s2#3 never beat
+    # again, and held a shard s0#2 took and drained, five jobs queued unfired to the end.
+    (449, "default,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a heartbeat round waited for the lease only it renews", "stuck"),
 ]
 
 
