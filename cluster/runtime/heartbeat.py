@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from cluster.model.clock import Clock
+from cluster.model.errors import SiloStopping
 from cluster.model.options import ClusterOptions
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.lease import Lease
@@ -93,6 +94,7 @@ class Heartbeat:
         interval = self._options.heartbeat_interval.total_seconds()
         loop = asyncio.get_running_loop()
         began = loop.time()
+        self._lease.renewer, self._lease.renew_now = asyncio.current_task(), self._beat_in_round
         while True:
             await asyncio.sleep(max(0.0, began + interval - loop.time()))
             began = loop.time()
@@ -111,6 +113,16 @@ class Heartbeat:
                 log.warning("heartbeat failed", extra={"silo": self._me.owner, "error": repr(exc)})
             except Exception:
                 log.exception("heartbeat round failed")
+
+    async def _beat_in_round(self) -> None:
+        """Beat now, from within a round of this loop that needs the lease (``Lease.wait_valid``);
+        a beat that did not renew it is tried again at the loop's cadence."""
+        if self.superseded:
+            raise SiloStopping(f"silo {self._me.silo_id}: a newer process of it joined")
+        async with self._writing:
+            await self.beat()
+        if not self._lease.valid:
+            await asyncio.sleep(self._options.heartbeat_interval.total_seconds())
 
     async def beat(self) -> None:
         """Rewrite our row by CAS; rejoin as a new incarnation if a peer declared us dead."""

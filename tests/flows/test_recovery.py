@@ -17,7 +17,7 @@ from cluster.flows import api as flow_api
 from cluster.flows import hooks as flow_hooks
 from cluster.flows.api import Flows
 from cluster.flows.hooks import FlowHooks
-from cluster.flows.log import applied, create_log, read_flow, update
+from cluster.flows.log import Schedule, applied, create_log, read_flow, update
 from cluster.flows.model import FLOW_PREFIX, compile_flow
 from cluster.flows.progress import Limits, advance, reconcile
 from cluster.model.clock import SYSTEM_CLOCK, Clock
@@ -27,10 +27,11 @@ from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us, pack, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
 from cluster.runtime.membership import ACTIVE, Member, Membership
-from cluster.runtime.shardlog import SUCCEEDED, add_op, remove_op
-from storage import Fenced, MemoryStore, Store, Unavailable, generation_name
+from cluster.runtime.roles import Roles
+from cluster.runtime.shardlog import SHARD_PREFIX, SUCCEEDED, ShardState, add_op, remove_op
+from storage import Fenced, MemoryStore, Store, Unavailable, generation_name, list_logs, read_log
 from storage.records import encode
-from tests.runtime.harness import OPTIONS
+from tests.runtime.harness import OPTIONS, T0, LocalTransport, item, job, make_parts
 
 T = Target.actor("worker", namespace="test")
 
@@ -314,6 +315,48 @@ async def test_a_takeover_the_taker_cannot_settle_is_handed_to_the_silo_holding_
     holder = Recorded()
     await reconcile(store, "etl", "6#1", holder, LIMITS, members=BOTH, now_us=later, launching=set())
     assert holder.calls == [(["a"], [100], ["5", "5#1", "6", "6#1", "7"])]
+
+
+def silo_schedule(parts: Roles) -> Schedule:
+    """A silo's own schedule call, as ``FlowHooks`` makes it (without the job checks)."""
+
+    async def schedule(jobs: Sequence[ScheduledJob], suspects: Sequence[str] = (),
+                       settled: Sequence[str] = ()) -> list[str]:
+        return await parts.scheduling.schedule([item(j) for j in jobs], suspects, settled)
+
+    return schedule
+
+
+async def test_the_silo_a_refused_taker_handed_a_step_to_does_not_wait_on_that_taker() -> None:
+    """A client's intent, taken over by a#2, which holds a#1's shard of the window (adopted): its
+    schedule call is refused, as b#1 holds a shard there the client's call may still reach, and
+    it hands the step to b#1, naming itself settled: its refusal came after it found no call of
+    the earlier try under way in its shards, so b#1 searches them without waiting on a#2.
+    Before: a#2's adopted shard held b#1 up, b#1's own held any other taker up,
+    and no single silo could settle the step: the acknowledged flow never ran (simulator seed
+    25 with every kind)."""
+    store = MemoryStore()
+    due = T0 + timedelta(hours=1)
+    first = await make_parts(store, "a")
+    (old,) = await first.scheduling.schedule([item(job(due=due))])
+    taker = await make_parts(store, "a", transport=LocalTransport(predecessors_exited=True))
+    assert await taker.adoption.claim_for_cancel(old) is not None  # a#2 holds a#1's shard of the window
+    holder = await make_parts(store, "b")
+    (own,) = await holder.scheduling.schedule([item(job(due=due))])  # b#1's, open to the client's try
+    await create_log(store, compile_flow(two_steps(), flow_id="f1", created_us=0))
+    await update(store, "etl", lambda s: applied(s, [["intent", "t0", "client-1", ["a"], datetime_to_us(due)]]))
+    members = {"a": Member("a", 2, ACTIVE, LATER), "b": Member("b", 1, ACTIVE, LATER)}
+    at = datetime_to_us(due) + LATER  # the client's intent is past its grace period
+
+    with pytest.raises(EarlierTryUnsettled) as refused:
+        await reconcile(store, "etl", "a#2", silo_schedule(taker), LIMITS, members=members, now_us=lambda: at,
+                        launching=set())
+    assert refused.value.holders == ("b#1",)
+    state = await reconcile(store, "etl", "b#1", silo_schedule(holder), LIMITS, members=members,
+                            now_us=lambda: at, launching=set())
+    assert state is not None and state.steps["a"].shard == own
+    assert [h.base for h in await list_logs(store, SHARD_PREFIX)
+            if state.plan.job_id("a") in ShardState().replay((await read_log(store, h.base)).records()).live] == [own]
 
 
 async def writer(store: Store, step: str = "a") -> tuple[str, tuple[str, ...]]:

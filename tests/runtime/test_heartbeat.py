@@ -3,14 +3,18 @@ and a silo declared dead drops its shards and rejoins as a new incarnation."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
 
+from cluster.model.wire import timedelta_to_us
 from cluster.runtime.membership import DEAD, REPORTED, Membership
+from cluster.runtime.shard import Shard
+from cluster.runtime.shardlog import window_of
 from cluster.runtime.transport import Ping
 from storage import MemoryStore, StorageError
-from tests.runtime.harness import GatedStore, add, job, make_parts
+from tests.runtime.harness import OPTIONS, GatedStore, add, job, make_parts
 
 
 async def test_a_beat_renews_the_lease_from_when_it_began() -> None:
@@ -116,3 +120,29 @@ async def test_an_older_process_of_a_silo_gives_way_to_a_newer_one_instead_of_re
     await new.heartbeat.beat()  # the new process keeps its row: nobody took it back
     assert new.me.owner == "s#2"
     assert (await Membership(store).members())["s"].incarnation == 2
+
+
+async def test_a_round_that_needs_the_lease_after_it_lapsed_renews_it_instead_of_waiting_for_itself(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round that declared a peer dead claims its shards and settles their moves; a move into a
+    fresh shard needs the lease, and only this loop renews it. Before: a VM suspension mid-round
+    let the lease lapse, the round waited for a renewal that never came, and the silo never beat
+    again, holding shards peers had taken, their jobs queued unfired (simulator seed 449, torn_logs)."""
+    parts = await make_parts(options=OPTIONS.with_(heartbeat_interval="20ms"))
+    window = window_of(parts.clock.now_us() + 1_000_000, timedelta_to_us(OPTIONS.shard_duration))
+    opened: list[Shard] = []
+
+    async def round_needing_the_lease() -> None:
+        parts.clock.advance(10)  # type: ignore[attr-defined]  # suspended mid-round: the lease lapsed
+        opened.append(await parts.shards.open_shard(window))  # as a claimed shard's move settles
+
+    monkeypatch.setattr(parts.heartbeat, "detect_failures", round_needing_the_lease)
+    loop = asyncio.create_task(parts.heartbeat.run())
+    try:
+        for _ in range(300):
+            if opened:
+                break
+            await asyncio.sleep(0.01)
+        assert opened and parts.lease.valid, "the round waited for its own renewal"
+    finally:
+        await parts.heartbeat.halt(loop)

@@ -857,6 +857,23 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A triggered run admitted between a delete's read of the entry and its delete at the owner
     # was listed to retire; the owner deleted the name anyway, and the run started after.
     (1181, BUCKETS_NOW, "a delete carried out over a run it had not cancelled", "older generation ran"),
+    # Every kind. A client's flow submit failed in doubt; 60 s on s2#3 took its intent over, was
+    # refused (s0#3 held a shard of the window the client's call might reach) and handed the
+    # steps to s0#3. Its own refused intent still counted as an earlier try, naming s2#3, which
+    # held its previous incarnation's shard of the window: s0#3 could not settle that, two
+    # holders, and the acknowledged flow never ran. A hand-over now names the intent it replaces.
+    # Its world changed with 205777's fix (it passes without this one since): the case is held by
+    # tests/flows/test_recovery.py, with real silos' scheduling.
+    (25, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a refused taker's intent kept it a suspect of the holder it handed to", "flow lost"),
+    # The default kinds with torn_logs. A heartbeat round declared a peer dead and claimed its
+    # shards; settling a claimed shard's move into a fresh shard waited for the lease, which a
+    # VM suspension mid-round had let lapse and only that very loop renews: s2#3 never beat
+    # again, and held a shard s0#2 took and drained, five jobs queued unfired to the end. Its
+    # world changed with 205777's fix (it passes without this one since): tests/runtime/test_heartbeat.py
+    # holds the case.
+    (449, "default,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "a heartbeat round waited for the lease only it renews", "stuck"),
 ]
 
 
