@@ -28,16 +28,19 @@ T = Target.actor("worker", namespace="test")
 
 
 class SlowAnswers(MemoryStore):
-    """A memory store whose reads of flow logs, once ``hold`` is set, are answered late: read
-    at once, the answer handed back only when ``release`` is set (a slow network, a paused VM)."""
+    """A memory store whose next append to a flow log, once ``hold`` is set, is answered late:
+    written at once, the answer handed back only when ``release`` is set (a slow network, a
+    paused VM). An admission claims its step's start in the flow log (a CAS append), so a late
+    *read* would only make that append fail after the cancel and read the cancel: the stall
+    that matters is after the claim landed."""
 
     def __init__(self) -> None:
         super().__init__()
         self.hold = False
         self.reached, self.release = asyncio.Event(), asyncio.Event()
 
-    async def fetch(self, name: str, offset: int = 0) -> Any:
-        answer = await super().fetch(name, offset)
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> Any:
+        answer = await super().append_block(name, payload, if_match)
         if self.hold and name.startswith("flows/"):
             self.hold = False
             self.reached.set()
@@ -77,8 +80,8 @@ class StoreFlows(Flows):
 async def test_a_step_admitted_before_the_cancel_and_stalled_past_it_does_not_start(
         monkeypatch: pytest.MonkeyPatch, cancel: bool) -> None:
     """Silo 0 wrote its intent for a, added a's job and stalled before confirming it; a came
-    due and was admitted (the flow log read before the cancel), then its silo stalled 6 s
-    before sending it. The cancel, knowing no shard of a, waited for a confirmation that did
+    due and was admitted (its start claimed in the flow log before the cancel), then its silo
+    stalled 6 s before sending it. The cancel, knowing no shard of a, waited for a confirmation that did
     not come and returned True. Before: a was sent to its handler after that (the known gap
     left open in notes/closing4.md). Now the admission, older than ``ADMISSION_HOLDS_S`` when
     the send comes, is asked again: it refuses, and a flow not cancelled has its step sent, once."""
@@ -99,7 +102,7 @@ async def test_a_step_admitted_before_the_cancel_and_stalled_past_it_does_not_st
         clock.advance(1)
         store.hold = True
         parts.firing.dispatch(parts.queue.pop_due(limit=parts.runs.room))
-        await asyncio.wait_for(store.reached.wait(), 5)  # the admission has read the log: not cancelled
+        await asyncio.wait_for(store.reached.wait(), 5)  # the admission's claim landed: not cancelled
         if cancel:
             assert await StoreFlows(store).cancel("etl") is True
         clock.advance(ADMISSION_HOLDS_S + 4)  # the stall: longer than the cancel's wait
