@@ -857,6 +857,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A triggered run admitted between a delete's read of the entry and its delete at the owner
     # was listed to retire; the owner deleted the name anyway, and the run started after.
     (1181, BUCKETS_NOW, "a delete carried out over a run it had not cancelled", "older generation ran"),
+    # Three flows' steps succeeded in one batch; the silo told their hooks one after another,
+    # and recording the first step's success scheduled its dependant, a call that waited for a
+    # rejoin that never came (the silo, declared dead, was superseded). Two steps' successes,
+    # durable in their shard, never reached their flow log; the shard drained and was deleted,
+    # and reconcile, finding no trace, ran them again. Each run's hooks are now told apart.
+    (31, BUCKETS_NOW, "a batch's flow successes waited behind another step's dependants", "duplicate"),
 ]
 
 
