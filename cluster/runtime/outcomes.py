@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -80,6 +80,14 @@ def shaped_next(job: ScheduledJob, scheduled: datetime, metrics: SiloMetrics) ->
     return (scheduled_us, fire_us), excluded
 
 
+async def _together(calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Run ``calls`` side by side; a lone one is awaited as it is, without a task of its own."""
+    if len(calls) == 1:
+        await calls[0]
+    elif calls:
+        await asyncio.gather(*calls)
+
+
 class Outcomes:
     """Writes outcomes of attempts into their shards and queues what comes next."""
 
@@ -145,16 +153,19 @@ class Outcomes:
             marked = [r for r in runs if r.cancelled and r not in written]
         finally:
             self._runs.release_all([r for r in runs if r not in marked])
+        # As complete() tells them: a one-shot job that succeeded is finished; and each run's
+        # hooks apart from the others'. Told one after another, a hook that took long held back
+        # the rest: a flow hook recording a step's success schedules its dependants, and that
+        # call waited for a rejoin that never came (its silo, declared dead, was superseded);
+        # the batch's other steps' successes never reached their flow logs, their drained shard
+        # was deleted, and reconcile ran them again (simulator seed 31 with buckets).
         hooked = [r for r in written if r.hooks]
-        if hooked:
-            # As complete() tells them: a one-shot job that succeeded is finished.
-            end = AttemptEnd(True, None, now_datetime(self._clock), None, None, True)
-            for run in hooked:
-                await call_hooks(run.hooks, "attempt_ended", run.event(), end)
-        for run in runs:
-            if run.hooks and run not in written and run not in marked:
-                await call_hooks(run.hooks, "attempt_unsure", run.event())
-        await asyncio.gather(*(self.complete(r, Outcome(r.run_id), counted=True) for r in marked))
+        end = AttemptEnd(True, None, now_datetime(self._clock), None, None, True) if hooked else None
+        await _together([
+            *(call_hooks(r.hooks, "attempt_ended", r.event(), end) for r in hooked),
+            *(call_hooks(r.hooks, "attempt_unsure", r.event()) for r in runs
+              if r.hooks and r not in written and r not in marked),
+            *(self.complete(r, Outcome(r.run_id), counted=True) for r in marked)])
 
     def _discarded(self, run: Run) -> bool:
         """Whether ``run``'s outcome comes too late to record: its shard is no longer ours.

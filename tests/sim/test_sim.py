@@ -875,6 +875,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # holds the case.
     (449, "default,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "a heartbeat round waited for the lease only it renews", "stuck"),
+    # Three flows' steps succeeded in one batch; the silo told their hooks one after another,
+    # and recording the first step's success scheduled its dependant, a call that waited for a
+    # rejoin that never came (the silo, declared dead, was superseded). Two steps' successes,
+    # durable in their shard, never reached their flow log; the shard drained and was deleted,
+    # and reconcile, finding no trace, ran them again. Each run's hooks are now told apart.
+    (31, BUCKETS_NOW, "a batch's flow successes waited behind another step's dependants", "duplicate"),
 ]
 
 
