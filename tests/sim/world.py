@@ -146,9 +146,9 @@ class Faults:
     # part and blocks get damaged (``tests.sim.logs``). Only with ``all`` for now. Seeds 0-1999
     # with it (issue 24, before 205777's fix changed their worlds) found 449 (fixed, kept), 1129
     # (205777's cause) and 1643: a client's flow intent taken over while two live silos each
-    # hold a shard of its window, which only each holder can settle, so neither can
-    # (``progress.hand_over``; open, though 1643 passes since). Default it on once that is fixed
-    # and seeds 0-1999 pass with it (kept seeds already get -torn_logs from LATER_KINDS).
+    # hold a shard of its window, which only each holder can settle (fixed with 220668's
+    # hand-over from holder to holder). Default it on once the floors, the chunks' time and the
+    # mutation table are measured with it (kept seeds already get -torn_logs from LATER_KINDS).
     torn_logs: bool = False
     # In a share of seeds a caller works named jobs through ``client.jobs``: put, overwrite, delete,
     # trigger, pause and resume (``tests.sim.named``).
