@@ -21,10 +21,10 @@ from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import AddFailed
 from cluster.runtime.roles import Roles, wire
-from cluster.runtime.shardlog import add_op, window_of
+from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState, add_op, window_of
 from cluster.runtime.transport import Ping, TargetAbsent
 from handlers.base import JobHandler
-from storage import Fenced, MemoryStore, Store, Unavailable
+from storage import Fenced, MemoryStore, Store, Unavailable, list_logs, read_log
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 T0_US = datetime_to_us(T0)
@@ -358,3 +358,13 @@ async def fire_due(parts: Roles) -> None:
     # Outcome writes and isolated shards' lanes end on their own; nothing to wait on but the table.
     while parts.firing.busy:  # noqa: ASYNC110
         await asyncio.sleep(0.001)
+
+
+async def live_copies(store: Store, job_id: str) -> list[tuple[str, int]]:
+    """``(shard, occurrence)`` of every live copy of ``job_id``, folding every shard log."""
+    copies = []
+    for head in await list_logs(store, SHARD_PREFIX):
+        state = ShardState().replay((await read_log(store, head.base)).records())
+        if job_id in state.live:
+            copies.append((head.base, state.live[job_id][OCCURRENCE]))
+    return copies

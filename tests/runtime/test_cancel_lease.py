@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
 
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.lease import LEASE_FRACTION
 from cluster.runtime.membership import SILENT, Membership
-from cluster.runtime.shardlog import JOB, MOVED, OCCURRENCE, SHARD_PREFIX, ShardState, remove_op, window_of
-from storage import MemoryStore, list_logs, read_log
-from tests.runtime.harness import OPTIONS, T0_US, ManualClock, add, job, make_parts, until_idle
+from cluster.runtime.shardlog import JOB, MOVED, remove_op, window_of
+from storage import MemoryStore
+from tests.runtime.harness import OPTIONS, T0_US, ManualClock, add, job, live_copies, make_parts, until_idle
 
 LEASE_S = LEASE_FRACTION * OPTIONS.suspicion_timeout.total_seconds()
 
-
-async def live_copies(store: Any, job_id: str) -> list[tuple[str, int]]:
-    """``(shard, occurrence)`` of every live copy of ``job_id``, folding every shard log."""
-    copies = []
-    for head in await list_logs(store, SHARD_PREFIX):
-        state = ShardState().replay((await read_log(store, head.base)).records())
-        if job_id in state.live:
-            copies.append((head.base, state.live[job_id][OCCURRENCE]))
-    return copies
 
 
 async def test_a_cancel_past_the_lease_does_not_answer_moved_from_a_lost_shards_memory() -> None:

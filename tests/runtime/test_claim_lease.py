@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 from random import Random
-from typing import Any
 
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.lease import LEASE_FRACTION
 from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import JOB, MOVED, OCCURRENCE, SHARD_PREFIX, ShardState, remove_op, window_of
+from cluster.runtime.shardlog import JOB, MOVED, SHARD_PREFIX, remove_op, window_of
 from cluster.runtime.silo import Silo
-from storage import Store, list_logs, read_log
+from storage import Store, list_logs
 from tests.runtime.harness import (
     OPTIONS,
     T0_US,
@@ -30,6 +29,7 @@ from tests.runtime.harness import (
     Recorder,
     add,
     job,
+    live_copies,
     make_parts,
     until_idle,
 )
@@ -38,15 +38,6 @@ from tests.sim.loop import SimClock, VirtualLoop
 LEASE_S = LEASE_FRACTION * OPTIONS.suspicion_timeout.total_seconds()
 NEXT_DUE_US = T0_US + 13_000_000  # the moved occurrence: in the next window (10 s shards)
 
-
-async def live_copies(store: Any, job_id: str) -> list[tuple[str, int]]:
-    """``(shard, occurrence)`` of every live copy of ``job_id``, folding every shard log."""
-    copies = []
-    for head in await list_logs(store, SHARD_PREFIX):
-        state = ShardState().replay((await read_log(store, head.base)).records())
-        if job_id in state.live:
-            copies.append((head.base, state.live[job_id][OCCURRENCE]))
-    return copies
 
 
 async def shard_names(store: Store) -> set[str]:

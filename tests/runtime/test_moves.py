@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import timedelta
-from typing import Any
 
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import pack, timedelta_to_us
@@ -15,15 +14,13 @@ from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import (
     JOB,
     MOVED,
-    OCCURRENCE,
     SHARD_PREFIX,
     SUCCEEDED,
-    ShardState,
     add_op,
     remove_op,
     window_of,
 )
-from storage import MemoryStore, list_logs, read_log
+from storage import MemoryStore, list_logs
 from storage.generations import generation_name
 from tests.runtime.harness import (
     OPTIONS,
@@ -35,19 +32,10 @@ from tests.runtime.harness import (
     add,
     fire_due,
     job,
+    live_copies,
     make_parts,
     until_idle,
 )
-
-
-async def live_copies(store: Any, job_id: str) -> list[tuple[str, int]]:
-    """``(shard, occurrence)`` of every live copy of ``job_id``, folding every shard log."""
-    copies = []
-    for head in await list_logs(store, SHARD_PREFIX):
-        state = ShardState().replay((await read_log(store, head.base)).records())
-        if job_id in state.live:
-            copies.append((head.base, state.live[job_id][OCCURRENCE]))
-    return copies
 
 
 async def two_silos() -> tuple[GatedStore, ManualClock, Roles, Roles]:

@@ -11,19 +11,9 @@ import pytest
 
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState, window_of
-from storage import StorageError, list_logs, read_log
-from tests.runtime.harness import OPTIONS, T0_US, GatedStore, ManualClock, Recorder, add, fire_due, job, make_parts
-
-
-async def live_copies(store: GatedStore, job_id: str) -> list[tuple[str, int]]:
-    """``(shard, occurrence)`` of every live copy of ``job_id`` in the store's shard logs."""
-    copies = []
-    for head in await list_logs(store, SHARD_PREFIX):
-        state = ShardState().replay((await read_log(store, head.base)).records())
-        if job_id in state.live:
-            copies.append((head.base, state.live[job_id][OCCURRENCE]))
-    return copies
+from cluster.runtime.shardlog import window_of
+from storage import StorageError
+from tests.runtime.harness import OPTIONS, T0_US, GatedStore, ManualClock, Recorder, add, fire_due, job, live_copies, make_parts
 
 
 async def test_a_take_back_whose_move_leads_into_a_shard_that_must_be_taken_back_too_runs_the_next_occurrence() -> None:
