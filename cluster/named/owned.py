@@ -110,16 +110,8 @@ class OwnerCalls:
                     rounds.setdefault(bucket.number, (bucket, []))[1].append(i)
             writes = [(bucket, rows, bucket.write([[DELETE, sent[i][0], sent[i][1]] for i in rows]))
                       for bucket, rows in rounds.values()]
-            for bucket, rows, writing in writes:
-                try:
-                    await writing
-                except Exception as exc:
-                    self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
-                    for i in rows:
-                        out[i] = ("doubt", repr(exc))
-                else:
-                    for i in rows:
-                        out[i] = ("deleted",)
+            for i in await self._await_writes(writes, out):
+                out[i] = ("deleted",)
         finally:
             await _release(held)
         return out
@@ -196,6 +188,15 @@ class OwnerCalls:
                 records[key if last_per_key else f"{key}\0{i}"] = made  # a status: the last per key says it all
         writes = [(bucket, rows, bucket.write(list(records.values()))) for bucket, records, rows in rounds.values()
                   if records]
+        await self._await_writes(writes, out)
+        return out
+
+    async def _await_writes(self, writes: Sequence[tuple[HeldBucket, list[int], Awaitable[None]]],
+                            out: list[Any]) -> list[int]:
+        """The rows whose bucket's append landed; the others answer ``("doubt", error)``, and a
+        bucket whose append failed is dropped and claimed again from its log (its memory may
+        hold what the log does not)."""
+        landed: list[int] = []
         for bucket, rows, writing in writes:
             try:
                 await writing
@@ -203,7 +204,9 @@ class OwnerCalls:
                 self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
                 for i in rows:
                     out[i] = ("doubt", repr(exc))
-        return out
+            else:
+                landed.extend(rows)
+        return landed
 
     async def gets(self, sent: Sequence[str]) -> list[Any]:
         """Keys: ``("ok", entry metadata)``, ``("none",)`` or not ours."""
