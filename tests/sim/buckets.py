@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cluster.model.jobs import ScheduledJob
@@ -136,10 +135,13 @@ def added_named(name: str, method: str, payload: bytes) -> list[ScheduledJob]:
     return [job for job in jobs if NAMED_MARK in job.metadata]
 
 
-def asked(key: str, first_fire: datetime) -> tuple[str, int]:
-    """What ties a put's request to the job its owner makes of it under a new id: the name's
-    key and the due time (drawn to the µs per put)."""
-    return key, datetime_to_us(first_fire)
+def asked(key: str, job: ScheduledJob) -> tuple[str, int, int]:
+    """What ties a put's request to the job its owner makes of it under a new id (a copy but for
+    the id, generation and replaced job): the name's key, the due time drawn per put and the
+    put's own clock reading. The due time alone is not enough: two puts of a name drew the same
+    µs (seed 236640), and the later put's job was judged as the earlier one's, superseded by a
+    delete between them."""
+    return key, datetime_to_us(job.first_fire), datetime_to_us(job.created_at)
 
 
 class SimBucketNames(BucketNames):
@@ -152,11 +154,11 @@ class SimBucketNames(BucketNames):
         named = self.named
         now_us = true_now_us(named.world.loop)
         for ask in asks:
-            named.asked.setdefault(asked(ask.key, ask.job.first_fire), now_us)
+            named.asked.setdefault(asked(ask.key, ask.job), now_us)
         outcomes = await super().put_many(asks)
         for outcome, ask in zip(outcomes, asks, strict=True):
             # Its record seen by none of the shard writes noted (a torn append that landed
             # whole, say): judged from its answer on, as asked when the request left.
             if isinstance(outcome, tuple) and outcome[1].id not in named.jobs:
-                named.submitted([outcome[1]], named.asked[asked(ask.key, ask.job.first_fire)])
+                named.submitted([outcome[1]], named.asked[asked(ask.key, ask.job)])
         return outcomes

@@ -230,7 +230,7 @@ class Named:
         self.client._jobs = _Jobs(self.client, NamedStore(self), self)
         self.calls: dict[str, list[Call]] = defaultdict(list)
         self.jobs: dict[str, Submitted] = {}  # job id -> its schedule call
-        self.asked: dict[tuple[str, int], int] = {}  # (key, due µs) of a put at a bucket's owner -> when sent
+        self.asked: dict[tuple[str, int, int], int] = {}  # (key, due µs, made µs) of a put at a bucket's owner -> when sent
         self.pointed: set[str] = set()  # job ids a name's entry pointed at, as its writes landed
         # Job id -> [paused at, resume sent at, pause sent at], one per pause that returned.
         self.held: dict[str, list[list[int | None]]] = defaultdict(list)
@@ -295,7 +295,7 @@ class Named:
         noted, or a registry bucket's record pointing a name at a job."""
         if self.buckets:
             for job in added_named(name, method, payload):
-                at_us = self.asked.get(asked(job.metadata[NAMED_MARK], job.first_fire))
+                at_us = self.asked.get(asked(job.metadata[NAMED_MARK], job))
                 if job.id not in self.jobs and at_us is not None and TRIGGERED_FROM not in job.metadata:
                     self.submitted([job], at_us)  # made by its bucket's owner, under an id of its own
         if name.startswith(REGISTRY_PREFIX):
