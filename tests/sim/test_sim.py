@@ -881,13 +881,6 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # durable in their shard, never reached their flow log; the shard drained and was deleted,
     # and reconcile, finding no trace, ran them again. Each run's hooks are now told apart.
     (31, BUCKETS_NOW, "a batch's flow successes waited behind another step's dependants", "duplicate"),
-    # Every kind, registry buckets too. A silo's tasks, all cancelled at once at the end, lost a
-    # cancel: ``asyncio.wait_for`` (Python < 3.12) returns the inner result when its caller is
-    # cancelled just as the inner await ends, and a firing task went on to wait for a lease no
-    # heartbeat would renew; the end never came (``Deadlock``). The silo's bounded waits keep
-    # their cancels now (``cluster.model.waiting.wait_bounded``).
-    (236575, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
-     "a bounded wait swallowed the cancel of a stopping silo's task", "deadlock"),
     # Every kind, registry buckets too. Not the library's: the simulator tied a bucket owner's job
     # to the put that asked for it by the name and due time alone, and two puts of ``a`` drew the
     # same due µs with a delete between them; the later put's acknowledged job, judged as the
