@@ -57,9 +57,9 @@ from cluster.cli.drill_analysis import (
     StormLoad,
     analyse,
     failover_bound,
-    timeline,
 )
 from cluster.cli.drill_observer import Observer
+from cluster.cli.drill_timeline import timeline
 from cluster.cli.silologs import SiloLogWatch
 from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target

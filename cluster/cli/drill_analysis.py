@@ -11,10 +11,8 @@ hand-made records without Ray (``tests/drills/test_drill_analysis.py``).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from cluster.cli.drill_observer import Observer
@@ -290,11 +288,11 @@ def _on_its_way(record: Mapping[str, Any], hit: Event) -> str | None:
 
 def _delivery_times(records: list[dict[str, Any]]) -> list[float]:
     """Silo send to handler arrival, per batch sent ahead (one batch: one owner, one arrival)."""
-    batches = {(_owner(r), _sent(r)): _sent(r) - sent for r in records if (sent := _sent_by_silo(r)) is not None}
+    batches = {(owner_of(r), _sent(r)): _sent(r) - sent for r in records if (sent := _sent_by_silo(r)) is not None}
     return sorted(round(v, 4) for v in batches.values())
 
 
-def _owner(record: Mapping[str, Any]) -> str:
+def owner_of(record: Mapping[str, Any]) -> str:
     return str(record["run_id"]).rpartition("@")[2]
 
 
@@ -333,7 +331,7 @@ def _log_outcomes(observer: Observer | None, runs: Mapping[str, list[dict[str, A
     out: dict[str, _Outcomes] = {}
     if observer is None:
         return out
-    ran_once = {job: _owner(v[0]) for job, v in runs.items() if len(v) == 1}
+    ran_once = {job: owner_of(v[0]) for job, v in runs.items() if len(v) == 1}
     for a in observer.appends:
         writer = a.writer
         if writer is None:
@@ -381,7 +379,7 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     dup = _duplicates(runs, hits, _log_outcomes(observer, runs))
     explained = dup.by_log + len(dup.by_window)
     unexplained_rows = [[(str(shard_of.get(v[0]["job_id"])), 0.0, 0.0)]
-                        + [(_owner(r), round(r["started"], 3), round(told.get(r["job_id"], 0.0), 3)) for r in v]
+                        + [(owner_of(r), round(r["started"], 3), round(told.get(r["job_id"], 0.0), 3)) for r in v]
                         for v in dup.unexplained]
     two_owner = _superseded_fires(records, shard_of, observer)
     zombie, paused_dead = _zombie_fires(records, hits, observer, dup.late_arrivals)
@@ -447,7 +445,7 @@ def _explain(v: list[dict[str, Any]], i: int, used: set[int], hits: list[Event],
     for c in range(i):
         if c in used:
             continue
-        owner = _owner(v[c])
+        owner = owner_of(v[c])
         hit = next((e for e in hits if e.owner == owner and _on_its_way(v[c], e) and v[i]["started"] > e.at), None)
         if hit is None or owner in found.writers:
             continue  # not in flight at a hit, or its outcome was durable: nobody should have run it again
@@ -484,9 +482,9 @@ def _superseded_fires(records: list[dict[str, Any]], shard_of: Mapping[str, str 
         return found
     for r in records:
         shard = shard_of.get(r["job_id"])
-        superseded = observer.superseded_at(shard, _owner(r), _sent(r)) if shard else None
+        superseded = observer.superseded_at(shard, owner_of(r), _sent(r)) if shard else None
         if superseded is not None:
-            found.append((r["job_id"], str(shard), _owner(r), round(r["started"], 3), round(superseded, 3)))
+            found.append((r["job_id"], str(shard), owner_of(r), round(r["started"], 3), round(superseded, 3)))
     return found
 
 
@@ -498,7 +496,7 @@ def _zombie_fires(records: list[dict[str, Any]], hits: list[Event], observer: Ob
     zombie: list[tuple[str, str, float]] = []
     paused_dead: float | None = None
     for e in hits:
-        mine = [r for r in records if _owner(r) == e.owner]
+        mine = [r for r in records if owner_of(r) == e.owner]
         if e.kind == "pause":
             dead = observer.declared_dead_at(e.owner) if observer is not None else None
             paused_dead = None if dead is None else round(dead - e.at, 3)
@@ -533,7 +531,7 @@ def _failover(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: l
                        and not any(r["started"] <= e.at for r in runs.get(j.id, []))]
             if not waiting:
                 continue
-            takeovers = [r["started"] for r in fires.get(shard, []) if r["started"] > e.at and _owner(r) != e.owner]
+            takeovers = [r["started"] for r in fires.get(shard, []) if r["started"] > e.at and owner_of(r) != e.owner]
             if takeovers:
                 failover.append(round(min(takeovers) - e.at, 3))
             else:
@@ -556,49 +554,3 @@ def _late_after_kills(jobs: list[ScheduledJob], events: list[Event], runs: Mappi
             worst.append(round(max(late), 3))
     return worst
 
-
-def timeline(report: DrillReport, jobs: list[ScheduledJob], records: list[dict[str, Any]], path: Path) -> Path | None:
-    """Executions over time, one colour per silo incarnation, kills and pauses marked; below, jobs
-    due vs fired so far (a gap that stays open is loss)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    if not records:
-        return None
-    t0 = min(r["started"] for r in records)
-    due = {j.id: j.due.timestamp() for j in jobs}  # as acknowledged; a job never acknowledged shows its own
-    owners = sorted({_owner(r) for r in records})
-    fig, (ax, below) = plt.subplots(2, 1, figsize=(11, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    for owner in owners:
-        mine = [r for r in records if _owner(r) == owner]
-        ax.scatter([r["started"] - t0 for r in mine], [1000 * (r["started"] - due.get(r["job_id"], r["scheduled_for"])) for r in mine], s=4,
-                   label=f"fired by {owner}")
-    colours = {"kill": "#c53030", "pause": "#dd6b20", "resume": "#38a169"}
-    for e in report.events:
-        for axis in (ax, below):
-            axis.axvline(e.at - t0, color=colours[e.kind], linestyle="--", linewidth=0.8)
-        if len(report.events) <= 40:
-            ax.annotate(f"{e.kind} {e.owner}", (e.at - t0, 1), rotation=90, fontsize=6, va="bottom")
-    ax.set_yscale("symlog", linthresh=10)
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("lateness (ms, start - due)")
-    p50 = statistics.median(report.failover_s) if report.failover_s else float("nan")  # per shard
-    kind = "restart storm" if report.storm else "drill"
-    ax.set_title(f"{kind}: {report.jobs} jobs, lost {report.lost}, early {report.early}, duplicates {report.duplicates} "
-                 f"({report.other_duplicates} other), superseded-owner fires {report.two_owner_fires}, failover p50 {p50:.2f} s")
-    ax.legend(fontsize=6, markerscale=3, loc="upper left", ncol=max(1, len(owners) // 12))
-    due_times = sorted(j.due.timestamp() - t0 for j in jobs)
-    first = sorted({r["job_id"]: r["started"] for r in reversed(sorted(records, key=lambda r: r["started"]))}.values())
-    below.plot(due_times, range(1, len(due_times) + 1), label="jobs due", color="#4a5568", linewidth=1)
-    below.plot([t - t0 for t in first], range(1, len(first) + 1), label="jobs fired (first run)", color="#3182ce", linewidth=1)
-    below.set_xlabel("seconds since the first execution")
-    below.set_ylabel("jobs")
-    below.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

@@ -29,13 +29,12 @@ from dataclasses import replace
 from typing import Any
 
 from cluster.model.errors import ClusterUnavailable, PutInDoubt
-from cluster.model.jobs import ScheduledJob
 from cluster.model.ports import JobSubmitter
 from cluster.named.attempts import WireChange
 from cluster.named.bucket import BUCKETS
-from cluster.named.buckets import PutOutcome, put_to_wire
+from cluster.named.buckets import PutOutcome
 from cluster.named.registry import Entry, Retired
-from cluster.named.routed import Routed, SiloCaller, put_outcome
+from cluster.named.routed import RoutedPuts, SiloCaller
 from cluster.named.writes import PutRequest, locator
 from storage import Store
 
@@ -45,24 +44,17 @@ DELETE_ATTEMPTS = 32  # rounds of one delete while puts keep replacing what it c
 PAGE = 1000  # entries per owner call when all of a prefix is read
 
 
-class BucketNames:
+class BucketNames(RoutedPuts):
     """Named jobs' writes and reads on registry buckets, for one event loop (module docstring)."""
 
     def __init__(self, store: Store, caller: SiloCaller, submitter: JobSubmitter, buckets: int = BUCKETS) -> None:
-        self.routed = Routed(store, caller, buckets)
+        super().__init__(store, caller, buckets)
         self._submitter = submitter
         self._tidying: set[asyncio.Task[Any]] = set()
 
-    async def put(self, ask: PutRequest) -> tuple[Entry, ScheduledJob]:
-        (result,) = await self.put_many([ask])
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
     async def put_many(self, asks: Sequence[PutRequest]) -> list[PutOutcome]:
         """Make every put of ``asks``; each one's result or error, in order, once what each replaced is cancelled."""
-        answers = await self.routed.ask_many("named_put", [(ask.key, put_to_wire(ask)) for ask in asks])
-        outcomes = [put_outcome(answer, ask) for answer, ask in zip(answers, asks, strict=True)]
+        outcomes = await super().put_many(asks)
         return list(await asyncio.gather(*(self._retire(outcome, ask) for outcome, ask in zip(outcomes, asks,
                                                                                                strict=True))))
 
