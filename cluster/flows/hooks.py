@@ -14,6 +14,7 @@ from cluster.flows.model import ADMISSION_HOLDS_S, FLOW_ID_META, FLOW_META, FLOW
 from cluster.flows.progress import Limits, Unconfirmed, _silent, advance, job_outcome, reconcile
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
+from cluster.model.waiting import wait_bounded
 from cluster.model.wire import datetime_to_us, pack
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.membership import Membership
@@ -263,7 +264,7 @@ class FlowHooks(SiloHooks):
                 log.exception("flow reconcile round failed")
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval)
+                await wait_bounded(self._wake.wait(), self._interval)
 
     async def reconcile_all(self) -> None:
         """One reconcile pass over every flow not known to be finished."""

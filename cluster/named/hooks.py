@@ -24,6 +24,7 @@ from typing import Any
 
 from cluster.model.jobs import ScheduledJob
 from cluster.model.trigger import TRIGGERED_FROM, triggered_from
+from cluster.model.waiting import wait_bounded
 from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
 from cluster.named.attempts import (
     StatusSender,
@@ -123,11 +124,11 @@ class NamedJobHooks(SiloHooks):
         the entry names the generation it ran from (``OwnerCalls.triggers``); None: no answer now."""
         assert self.sender is not None
         with contextlib.suppress(asyncio.TimeoutError):  # this run's own earlier changes first, if they go soon
-            await asyncio.wait_for(self.sender.flush(), ADMIT_WAIT_S)
+            await wait_bounded(self.sender.flush(), ADMIT_WAIT_S)
         run = Retired(event.job.id, event.shard, datetime_to_us(event.job.due)).row() if event.shard else None
         asked = (key, triggered_from(event.job), run, started_change(event, self._silo.owner))
         try:
-            answer = await asyncio.wait_for(self.routed.ask("named_trigger", key, asked), ADMIT_WAIT_S)
+            answer = await wait_bounded(self.routed.ask("named_trigger", key, asked), ADMIT_WAIT_S)
         except asyncio.TimeoutError:
             return None
         return True if answer[0] == "ok" else False if answer[0] == "refused" else None
@@ -206,7 +207,7 @@ class NamedJobHooks(SiloHooks):
     async def close(self) -> None:
         if self.sender is not None:  # this silo's last status changes, while their owners may still answer
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.sender.flush(), CLOSE_FLUSH_S)
+                await wait_bounded(self.sender.flush(), CLOSE_FLUSH_S)
         if self.buckets is not None:
             await self.buckets.release_all()  # peers take them at once
         await self.clearance.close()
@@ -233,7 +234,7 @@ class NamedJobHooks(SiloHooks):
         try:
             # Bounded: an attempt waits in its batch, and an owner that is gone and not yet
             # replaced (its lease running out) would hold every due named job up until then.
-            answer = await asyncio.wait_for(self.routed.ask("named_verdicts", key, (key, job_id)), ADMIT_WAIT_S)
+            answer = await wait_bounded(self.routed.ask("named_verdicts", key, (key, job_id)), ADMIT_WAIT_S)
         except asyncio.TimeoutError:
             return None
         if answer[0] == "ok":

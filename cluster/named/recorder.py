@@ -24,6 +24,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from cluster.model.waiting import wait_bounded
 from cluster.named.registry import Entry, update_entry
 from storage import Store
 
@@ -104,7 +105,7 @@ class StatusRecorder:
             if not self._soon:
                 wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(wake.wait(), LINGER_S)
+                    await wait_bounded(wake.wait(), LINGER_S)
             await asyncio.sleep(LINGER_S if len(self._soon) > EAGER_KEYS else 0)
             keys = list(self._soon)
             self._soon.clear()

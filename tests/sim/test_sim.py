@@ -888,6 +888,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # clock reading (``created_at``) too.
     (236640, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "the oracle took a later put's job for an earlier put's with the same due time", "older generation ran"),
+    # Every kind, registry buckets too. A silo's tasks, all cancelled at once at the end, lost a
+    # cancel: ``asyncio.wait_for`` (Python < 3.12) returns the inner result when its caller is
+    # cancelled just as the inner await ends, and a firing task went on to wait for a lease no
+    # heartbeat would renew; the end never came (``Deadlock``). The silo's bounded waits keep
+    # their cancels now (``cluster.model.waiting.wait_bounded``).
+    (236575, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a bounded wait swallowed the cancel of a stopping silo's task", "deadlock"),
 ]
 
 
