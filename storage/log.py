@@ -225,6 +225,12 @@ class LogWriter:
         write under way that would settle that first."""
         return self._uncertain is not None and self._task is None
 
+    @property
+    def unsettled(self) -> bool:
+        """Whether an append's answer was lost and the log has not been read back since, a write
+        under way or not: the log may hold records its callers' memory does not."""
+        return self._uncertain is not None
+
     async def settle(self) -> None:
         """Settle what the next write would settle first (a doubt, a rotation's last steps), now.
 

@@ -65,6 +65,12 @@ class ClusterOptions:
       into one append block.
     - ``max_blocks`` (45,000): a shard log is compacted into a new generation before this many
       blocks (Azure's hard limit is 50,000).
+    - ``retry_window`` (60 s): how long a drained shard is kept after its last schedule write.
+      A client that lost a silo mid-call sends the same job ids again (for about 40 s), and the
+      retry looks for its earlier try's jobs in the shards that try could have written: kept,
+      a job that already ran to its end there is found, answered and not run again; deleted,
+      it would be added again (one more run, one more chain for a recurring job). 0 deletes a
+      drained shard as soon as its window is past.
     - ``misfire_grace`` (1 s): an occurrence later than this when its shard loads was missed,
       and the job's misfire policy decides (fire_once, fire_all, skip).
     - ``dispatch_ahead`` (50 ms): due jobs leave the silo up to this long before their due time
@@ -120,6 +126,7 @@ class ClusterOptions:
     group_commit_linger: timedelta = timedelta(milliseconds=2)
     max_blocks: int = 45_000
     misfire_grace: timedelta = timedelta(seconds=1)
+    retry_window: timedelta = timedelta(seconds=60)
     max_clock_skew: timedelta = timedelta(milliseconds=500)
     dispatch_ahead: timedelta = timedelta(milliseconds=50)
     silo_num_cpus: float = 0.01
@@ -152,6 +159,7 @@ class ClusterOptions:
             group_commit_linger: timedelta | str = ...,
             max_blocks: int = ...,
             misfire_grace: timedelta | str = ...,
+            retry_window: timedelta | str = ...,
             max_clock_skew: timedelta | str = ...,
             dispatch_ahead: timedelta | str = ...,
             silo_num_cpus: float = ...,
@@ -179,8 +187,9 @@ class ClusterOptions:
             # lease would have handlers refuse what they were sent.
             raise ValidationError("dispatch_ahead", "must be >= 0 and shorter than half the firing lease "
                                   f"(suspicion_timeout * {LEASE_FRACTION})", self.dispatch_ahead)
-        if self.lookahead < timedelta(0):
-            raise ValidationError("lookahead", "must not be negative", self.lookahead)
+        for name in ("lookahead", "retry_window"):
+            if getattr(self, name) < timedelta(0):
+                raise ValidationError(name, "must not be negative", getattr(self, name))
         if self.firing_lease <= self.heartbeat_interval:
             # Else the lease runs out between two heartbeats and the silo stops firing each time.
             raise ValidationError("suspicion_timeout", f"must be longer than heartbeat_interval / {LEASE_FRACTION} "

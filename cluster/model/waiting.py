@@ -10,8 +10,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def wait_bounded(aw: Awaitable[T], timeout: float) -> T:
-    """``await aw`` for at most ``timeout`` seconds; past it, ``TimeoutError`` (``aw`` cancelled).
+async def wait_bounded(aw: Awaitable[T], timeout: float | None) -> T:
+    """``await aw`` for at most ``timeout`` seconds (None: no limit); past it, ``TimeoutError`` (``aw`` cancelled).
 
     ``asyncio.wait_for`` before Python 3.12 returns the inner result when its caller is cancelled
     just as the inner await finishes, and the cancel is lost (CPython gh-86296): a silo stopping

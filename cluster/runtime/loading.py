@@ -211,9 +211,15 @@ class Loading:
         now = self._clock.now_us()
         # A shard just created (for a move's next occurrence, say) is empty until its first write.
         settled = self._clock.monotonic() - self._options.adoption_interval.total_seconds()
+        # A retried schedule call finds what its earlier try ran here only while the log is kept
+        # (``retry_window``): deleted, the retry added a recurring job whose chain had ended again,
+        # and every occurrence ran twice (simulation, seed 1490: seven jobs, seventeen runs). A
+        # shard taken over is kept as long from when it was taken: its earlier writes' time is
+        # not known here.
+        retried = self._clock.monotonic() - self._options.retry_window.total_seconds()
         listing = _SourceListing(self._store)
         for shard in self._shards:
-            if not self._deletable(shard, now, settled):
+            if not self._deletable(shard, now, settled, retried):
                 continue
             assert shard.state is not None
             sources = frozenset(shard.state.sources)
@@ -228,17 +234,19 @@ class Loading:
                 except StorageError:
                     return
             async with shard.gate.exclusive():
-                if not self._deletable(shard, now, settled) or shard.state is None or shard.state.sources != sources:
+                if not self._deletable(shard, now, settled, retried) or shard.state is None or shard.state.sources != sources:
                     # Lost while we listed (its log is its next owner's to judge), or a move
                     # landed meanwhile from a source not looked for: looked at again next round.
                     continue
                 await self._delete(shard)
 
-    def _deletable(self, shard: Shard, now: int, settled: float) -> bool:
-        """Whether ``shard`` is held, drained, past its window, and moves nothing still."""
+    def _deletable(self, shard: Shard, now: int, settled: float, retried: float) -> bool:
+        """Whether ``shard`` is held, drained, past its window and its retry window, and moves nothing still."""
         state = shard.state
         return (state is not None and self._shards.holds(shard) and not state.live and not state.pending
-                and shard.meta.window_end < now and shard.held_since <= settled and not self._runs.of_shard(shard))
+                and shard.meta.window_end < now and shard.held_since <= settled
+                and max(shard.held_since, shard.added_at) <= retried
+                and not self._runs.of_shard(shard))
 
     async def _delete(self, shard: Shard) -> None:
         # Sealed first: its writer closes for the delete, so it must not stay its window's open

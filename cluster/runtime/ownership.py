@@ -18,6 +18,7 @@ from typing import Any
 from cluster.model.clock import Clock
 from cluster.model.errors import LeaseLapsed, SiloStopping
 from cluster.model.options import ClusterOptions
+from cluster.model.waiting import wait_bounded
 from cluster.model.wire import timedelta_to_us as us
 from cluster.runtime.dormant import DormantViews
 from cluster.runtime.lease import Lease
@@ -28,7 +29,7 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import DUE, OWNER, RELEASED, ShardMeta, landed_ids, shard_name
-from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, read_log
+from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, Unavailable, read_log
 
 log = logging.getLogger("timeshard.silo")
 
@@ -98,7 +99,18 @@ class ShardTable:
         simulation, seed 349). Memory then answers only if the log still names this
         incarnation as its owner, read now; a log that names another owner, or is gone, proves
         the shard lost, and it is dropped as a fenced write drops it.
+
+        Nor does memory answer while an append's answer is lost, or once its writer stopped: a
+        resume that raised had landed, taken back from memory only, and a pause that then read
+        "already paused" from memory was followed by the log's resume and a start (found by the
+        simulation, seed 579). The writer is settled first (the shard taken back from its log if
+        the append landed: the caller looks again); ``Unavailable`` while the store cannot say.
         """
+        if (shard.writer.unsettled or shard.writer.stopped is not None) and self.holds(shard):
+            if not await self._settled(shard):
+                raise Unavailable(f"shard {shard.base!r}: an append whose answer was lost is not settled yet")
+            if self.shards.get(shard.base) is not shard or not self.holds(shard):
+                return False
         if lease.valid and self.holds(shard):
             return True
         owner = await owner_of(self._store, shard.base)
@@ -136,6 +148,7 @@ class ShardTable:
     async def _write_into(self, shard: Shard, ops: list[list[Any]], *, queue: bool) -> bool:
         """Append ``ops`` to ``shard``: True once durable there, False if they are surely not
         there and belong in a fresh shard; raises ``StorageError`` when that is not known."""
+        shard.added_at = self._clock.monotonic()  # a write in doubt counts: a retry looks here too
         try:
             async with shard.gate.shared():
                 if shard.lost or self.shards.get(shard.base) is not shard:
@@ -309,7 +322,7 @@ class ShardTable:
             await self._lease.wait_valid()
             return
         try:
-            await asyncio.wait_for(self._lease.wait_valid(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            await wait_bounded(self._lease.wait_valid(), max(0.0, deadline - asyncio.get_running_loop().time()))
         except TimeoutError:
             raise LeaseLapsed(f"{self._me.owner}'s lease lapsed and was not renewed in time to create a shard") from None
 

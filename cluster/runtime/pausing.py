@@ -102,6 +102,8 @@ class Pausing:
             while True:
                 shard = self._shards.get(shard_base)
                 if shard is not None and not await self._shards.answers_for(shard, self._lease):
+                    if self._shards.get(shard_base) not in (None, shard):
+                        continue  # taken back from its log meanwhile: the fresh copy answers
                     shard = None
                 if shard is None:
                     shard = await self._adoption.claim_for_cancel(shard_base)

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from cluster.model.clock import wall_clock_us
+from cluster.model.waiting import wait_bounded
 from cluster.runtime.queue_order import Bulk, Ordered, sorted_bulk
 
 T = TypeVar("T")
@@ -442,7 +443,7 @@ class JobQueue(Generic[T]):
                 sleep = left if sleep is None else min(sleep, left)
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), sleep)
+                await wait_bounded(self._changed.wait(), sleep)
 
     def _compact(self) -> None:
         # Cancelled and replaced entries stay in their slots as tombstones; dropping them once

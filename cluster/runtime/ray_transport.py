@@ -23,6 +23,7 @@ from cluster.model.attempt import DELIVER, Attempt, Outcome
 from cluster.model.errors import SiloStopping, failure, one_line
 from cluster.model.jobs import Target
 from cluster.model.routing import SiloLost, SiloRefused
+from cluster.model.waiting import wait_bounded
 from cluster.model.wire import resolve_code_path
 from cluster.runtime.membership import SILO_PREFIX
 from cluster.runtime.transport import Ping, TargetAbsent
@@ -128,7 +129,7 @@ class ActorDirectory:
             lookup = self._lookups[key] = asyncio.ensure_future(asyncio.to_thread(self._look_up, target))
             lookup.add_done_callback(lambda _: self._lookups.pop(key, None))
         try:
-            handle = await asyncio.wait_for(asyncio.shield(lookup), LOOKUP_TIMEOUT)
+            handle = await wait_bounded(asyncio.shield(lookup), LOOKUP_TIMEOUT)
         except asyncio.TimeoutError:
             raise TargetAbsent(f"looking up actor {target.name!r} took over {LOOKUP_TIMEOUT} s") from None
         self._handles[key] = handle
@@ -214,7 +215,7 @@ class RayTransport:
         if actor_id is None:
             return {}  # never found under its name here: no record to ask about
         try:
-            return await asyncio.wait_for(asyncio.to_thread(_actor_record, actor_id), LOOKUP_TIMEOUT)
+            return await wait_bounded(asyncio.to_thread(_actor_record, actor_id), LOOKUP_TIMEOUT)
         except Exception:  # Ray's GCS slow or unreachable: nothing is known
             return {}
 
@@ -246,7 +247,7 @@ class RayTransport:
                 ref = method.remote(batch, timeout, lease_end)
             else:
                 ref = method.remote(batch, timeout, lease_end, tuple(ahead))
-            outcomes = await asyncio.wait_for(ref, timeout + 10 + _wait_s(attempts, ahead))
+            outcomes = await wait_bounded(ref, timeout + 10 + _wait_s(attempts, ahead))
         except AttributeError:
             return await self._deliver_one_by_one(handle, attempts, timeout, lease_end)
         except asyncio.TimeoutError:
@@ -260,7 +261,7 @@ class RayTransport:
 
     async def withdraw(self, handle: Any, run_ids: Sequence[str], lease_end: float, timeout: float) -> list[str] | None:
         try:
-            return list(await asyncio.wait_for(getattr(handle, WITHDRAW).remote(list(run_ids), lease_end), timeout))
+            return list(await wait_bounded(getattr(handle, WITHDRAW).remote(list(run_ids), lease_end), timeout))
         except Exception as exc:  # lost, timed out, actor dead: nothing is known of these runs
             log.warning("a withdraw got no answer", extra={"runs": len(run_ids), "error": repr(exc)})
             return None
@@ -277,7 +278,7 @@ class RayTransport:
             if time.time() > lease_end:
                 return Outcome(attempt.run_id, "the sending silo's lease had expired", "LeaseExpired", refused=True)
             try:
-                await asyncio.wait_for(handle.execute_job.remote(attempt.context()), timeout)
+                await wait_bounded(handle.execute_job.remote(attempt.context()), timeout)
             except asyncio.TimeoutError:
                 return Outcome(attempt.run_id, f"no answer within {timeout} s", "TimeoutError", True)
             except Exception as exc:
@@ -304,7 +305,7 @@ class RayTransport:
         handle = self._peers.get(silo_id)
         try:
             if handle is None:  # looked up off the event loop, within the ping's timeout
-                found = await asyncio.wait_for(asyncio.to_thread(
+                found = await wait_bounded(asyncio.to_thread(
                     ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
                 handle = self._peers[silo_id] = found
                 before = self._actor_ids.get(silo_id)
@@ -315,7 +316,7 @@ class RayTransport:
                     # The name is still the dead handle's actor (Ray restarting it, or not yet
                     # rid of it): its death is the answer, as before the second look.
                     return Ping.EXITED if proves_exit(dead) else Ping.GONE
-            await asyncio.wait_for(handle.ping.remote(), timeout)
+            await wait_bounded(handle.ping.remote(), timeout)
             return Ping.ALIVE
         except ValueError:
             # No such actor: removed, but nothing says its process ended (an exit the kept
@@ -338,12 +339,12 @@ class RayTransport:
         handle = self._peers.get(silo_id)
         try:
             if handle is None:  # looked up off the event loop, as a ping's
-                handle = self._peers[silo_id] = await asyncio.wait_for(asyncio.to_thread(
+                handle = self._peers[silo_id] = await wait_bounded(asyncio.to_thread(
                     ray.get_actor, SILO_PREFIX + silo_id, namespace=self.namespace), timeout)
         except (ValueError, asyncio.TimeoutError) as exc:
             raise SiloRefused(f"silo {silo_id} is not registered ({exc!r})") from exc
         try:
-            return await asyncio.wait_for(getattr(handle, method).remote(*args), timeout)
+            return await wait_bounded(getattr(handle, method).remote(*args), timeout)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, asyncio.TimeoutError) as exc:
             self._peers.pop(silo_id, None)
             raise SiloLost(f"silo {silo_id} did not answer {method}: {one_line(exc)}") from exc

@@ -122,6 +122,7 @@ class Shard:
         self.gate = Gate()
         self.lost = False  # fenced: another silo owns it now
         self.held_since = 0.0  # monotonic, set by the shard table when it starts holding it
+        self.added_at = 0.0  # monotonic, when a schedule call last wrote here (``retry_window``)
         self.damage: ShardDamage | None = None  # what replay found bad in its log, if anything
         self.unreadable: dict[str, str] = {}  # job id -> why its job cannot be decoded (kept, never run)
         # While it is being handed over (``balance``): its due jobs, held back instead of started.

@@ -573,4 +573,15 @@ MUTANTS: tuple[Mutant, ...] = (
         catch=Pytest(("tests/sim/test_sim.py::test_a_ceiling_catches_a_resent_batch_the_redelivery_allowance_absorbs",)),
         why="a silo sends each batch twice under the same run ids: every job it fires runs twice",
     ),
+    Mutant(
+        name="memory-answers-behind-a-doubt",
+        kind="a pause that does not hold",
+        path="cluster/runtime/ownership.py",
+        old="        if (shard.writer.unsettled or shard.writer.stopped is not None) and self.holds(shard):\n",
+        new="        if False:\n",
+        catch=Pytest(("tests/runtime/test_pause_doubt.py",)),
+        also=(Sim(579, 1),),
+        why="a pause answers \"already paused\" from memory while a resume that raised had landed in the log: "
+            "the shard, taken back from its log, resumes the job and it starts after the pause returned",
+    ),
 )

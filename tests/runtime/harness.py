@@ -32,7 +32,7 @@ T0_US = datetime_to_us(T0)
 OPTIONS = ClusterOptions(
     shard_duration="10s", lookahead="5s", heartbeat_interval="1s", suspicion_timeout="5s", adoption_interval="2s",
     staging_interval="1s", handler_timeout="5s", undeliverable_timeout="30s", misfire_grace="1s",
-    group_commit_linger="0s",
+    group_commit_linger="0s", retry_window="0s",  # drained shards go at once unless a test keeps them
 )
 
 

@@ -895,6 +895,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # their cancels now (``cluster.model.waiting.wait_bounded``).
     (236575, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a bounded wait swallowed the cancel of a stopping silo's task", "deadlock"),
+    # Default kinds (its world reached with the bounded waits above). A resume's append landed,
+    # its answer lost and the log unreadable, so the resume raised and was taken back from memory
+    # only; a pause then answered "already paused" from that memory, the shard was taken back from
+    # its log (resumed) and the job started 0.1 s after the pause returned. Memory answers only
+    # once its writer's doubt is settled (``ShardTable.answers_for``; tests/runtime/test_pause_doubt.py).
+    (579, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
+     "memory answered a pause behind a resume in doubt", "pause did not hold"),
 ]
 
 

@@ -48,6 +48,7 @@ from cluster.flows.model import FLOW_PREFIX
 from cluster.model.ahead import Ahead
 from cluster.model.attempt import Attempt, Outcome
 from cluster.model.jobs import Target
+from cluster.model.options import ClusterOptions
 from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
@@ -605,6 +606,9 @@ def _captured_logs(world: World) -> Iterator[None]:
         logger.setLevel(level)
 
 
+RETRY_WINDOWS_S = (0.0, 10.0, ClusterOptions().retry_window.total_seconds())
+
+
 class World:
     """The silos, the store, the client and the handler of one seeded run."""
 
@@ -627,6 +631,10 @@ class World:
         self.turns = faults.turns and random.Random(f"turns/{seed}").random() < TURNS_SHARE
         if self.turns:
             self.options = dataclasses.replace(self.options, adoption_listers=1)
+        # How long drained shards stay for retried schedule calls: none (deletes race what they
+        # always raced), a few seconds, or the default, past every retry (drawn on its own).
+        retry_window = random.Random(f"retry_window/{seed}").choice(RETRY_WINDOWS_S)
+        self.options = dataclasses.replace(self.options, retry_window=timedelta(seconds=retry_window))
         self.sent: dict[str, Sent] = {}  # run id -> how it was sent, for the waiting handler's starts
         self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
         self.logs = Logs(self)  # rotation and torn appends, in a share of seeds
