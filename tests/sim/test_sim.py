@@ -888,6 +888,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # clock reading (``created_at``) too.
     (236640, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "the oracle took a later put's job for an earlier put's with the same due time", "older generation ran"),
+    # Every kind. A shard log's writer rotated (a damaged log claimed) with a firing mark queued
+    # and a cancel's removal behind it; the snapshot left the job out, but only records ahead of
+    # the mark counted as covered. The mark failed, the removal with it, the cancel put the job
+    # back and its silo ran it after its log said it was gone (tests/runtime/test_rotation_cancel.py).
+    (263574, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a rotation failed a removal its snapshot made durable, queued behind a metadata change", "duplicate"),
 ]
 
 
