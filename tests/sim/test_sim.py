@@ -894,6 +894,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # back and its silo ran it after its log said it was gone (tests/runtime/test_rotation_cancel.py).
     (263574, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a rotation failed a removal its snapshot made durable, queued behind a metadata change", "duplicate"),
+    # Every kind. s1#3 ran j14's first occurrence, decided its move into a fresh shard of its own
+    # and was paused with the ADD there on its way. s2#3 adopted the source and settled the move:
+    # its claim of the target failed in the store, it read the target all the same, found no ADD
+    # and decided the move again into a shard of its own. Resumed, s1#3's ADD landed (no claim had
+    # fenced it), and j14#2 ran from both. A target is read as proof only once a claim landed
+    # (tests/runtime/test_move_fence_doubt.py holds it, and a claim of ours under way).
+    (256531, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a move's target was read as proof though its claim had failed", "two chains"),
 ]
 
 
