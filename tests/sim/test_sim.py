@@ -902,6 +902,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # (tests/runtime/test_move_fence_doubt.py holds it, and a claim of ours under way).
     (256531, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a move's target was read as proof though its claim had failed", "two chains"),
+    # Every kind, registry buckets too. s0#2, declared dead, rejoined: its write of s0#3 landed but
+    # the call timed out. The next beat found s0#3 in the row, took it for a newer process of s0
+    # and ended for good; the registry bucket holding ``a`` stayed s0's until peers saw its row
+    # silent for the whole suspicion timeout, past every resume the caller made after healing
+    # (s2#1 had given way to its own s2#2 the same way at 3.45 s).
+    # A join now recognises its own unanswered write (tests/runtime/test_heartbeat.py).
+    (260256, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a silo took its own rejoin, landed unanswered, for a newer process of itself", "unsettled"),
 ]
 
 
