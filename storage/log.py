@@ -440,10 +440,14 @@ class LogWriter:
     async def _rotate(self) -> None:
         if self._snapshot is None:
             raise LogFull(f"log {self._base!r} reached its limits and the writer has no snapshot to rotate with")
-        # Taken together, with no await between: the snapshot covers exactly these records.
-        covered = []
-        while self._queue and self._queue[0].action is None:
-            covered.append(self._queue.popleft())
+        # Taken together, with no await between: the snapshot covers exactly these records, every
+        # one submitted so far, those queued behind a metadata change too (applied at submit, they
+        # are in it). Left queued, they failed with that change while the new generation held
+        # them: their callers took back from memory what the log keeps (a cancel "failed", and
+        # its job ran after its removal was durable: simulation seed 263574); or, the change done,
+        # they were written again after the snapshot. The changes run after, in their order.
+        covered = [sub for sub in self._queue if sub.action is None]
+        self._queue = deque(sub for sub in self._queue if sub.action is not None)
         try:
             packed = [pack(r) for r in self._snapshot()]
             await self._switch_to_new_generation(packed)

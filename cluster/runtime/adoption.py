@@ -89,6 +89,10 @@ def my_turn(slot: int, rank: int, every: int) -> int:
     return slot - (slot - rank) % every
 
 
+class ClaimInDoubt(StorageError):
+    """A claim of this silo's is under way: until it lands, the shard's old writer is not fenced."""
+
+
 class Adoption:
     """Finds orphaned shards and claims them for this silo."""
 
@@ -255,11 +259,28 @@ class Adoption:
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
+        return await self._claim_named(shard_base, proof=False)
+
+    async def claim_to_fence(self, shard_base: str) -> Shard | None:
+        """Claim an orphaned shard whose log a move's settle reads as proof (``Moves``), even
+        beyond the lookahead: the shard, or None if it is no orphan (another incarnation's claim
+        fenced its earlier writers). ``StorageError`` while a claim is in doubt — ours still under
+        way, or failed in the store — since only a claim that landed stops an ADD its orphaned
+        writer has on the way: read before, the log proved nothing. A paused silo's ADD landed
+        after such a read, while the move was decided again into a fresh shard: one occurrence
+        ran from both (simulator seed 256531, every kind)."""
+        return await self._claim_named(shard_base, proof=True)
+
+    async def _claim_named(self, shard_base: str, *, proof: bool) -> Shard | None:
         me = self._me.owner
         members = await self.read_members()
         for head in await list_logs(self._store, shard_base):
-            if head.base == shard_base and not self._busy(head.base) and self.claimable(head.metadata, members):
-                return await self.claim(head.base, ShardMeta.from_metadata(head.metadata), judged_by=me)
+            if head.base != shard_base:
+                continue
+            if proof and head.base in self._shards.pending:
+                raise ClaimInDoubt(f"a claim of {shard_base!r} by this silo is under way")
+            if not self._busy(head.base) and self.claimable(head.metadata, members):
+                return await self.claim(head.base, ShardMeta.from_metadata(head.metadata), judged_by=me, proof=proof)
         return None
 
     async def read_members(self) -> dict[str, Member]:
@@ -286,13 +307,14 @@ class Adoption:
         """Held, or being created or claimed by this silo right now."""
         return self._shards.get(base) is not None or base in self._shards.pending
 
-    async def claim(self, base: str, meta: ShardMeta, *, judged_by: str) -> Shard | None:
+    async def claim(self, base: str, meta: ShardMeta, *, judged_by: str, proof: bool = False) -> Shard | None:
         """Take ``base`` (last seen as ``meta``) by CAS, load it and queue its jobs; None if beaten.
 
         ``judged_by`` is the incarnation that found ``base`` claimable. After a rejoin that
         judgment is void: "our own shard" meant the old incarnation's, which the new one may take
         only as an orphan, once proven. The claim is then not made, or (if the rejoin lands
         while it is in flight) made under the old tag, which is not held (``ShardTable.add``).
+        ``proof``: a claim the store failed raises, rather than None (``claim_to_fence``).
         """
         me = judged_by
         if self._busy(base) or self._me.owner != me:
@@ -307,6 +329,8 @@ class Adoption:
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
             self.look_soon()  # it may have landed: then the shard is ours, and no peer takes it
+            if proof:
+                raise
             return None
         finally:
             self._shards.pending.discard(base)

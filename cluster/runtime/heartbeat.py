@@ -65,6 +65,8 @@ class Heartbeat:
         self._writing = asyncio.Lock()  # held while our row is written: a stop waits for it
         self.watching_peers = True  # off while stopping: keep our lease, take on nothing new
         self._unsure: Member | None = None  # our last row write, if its outcome is unknown
+        # Our last join, if its outcome is unknown: its token, and when its write began (its lease runs from then).
+        self._joining: tuple[str, float] | None = None
         # Called once a newer process of this silo has joined: this one must end (see ``beat``).
         self.on_superseded: Callable[[], None] = lambda: None
         self.superseded = False
@@ -80,8 +82,17 @@ class Heartbeat:
         def ended(previous: Member) -> bool:
             return previous.incarnation == replacing or self._transport.exited(previous.node, previous.pid)
 
-        self._me.joined(await self._membership.join(self._me.silo_id, self._clock.now_us(),
-                                                    node=self._transport.node_id(), pid=os.getpid(), ended=ended))
+        try:
+            member = await self._membership.join(self._me.silo_id, self._clock.now_us(), node=self._transport.node_id(),
+                                                 pid=os.getpid(), ended=ended,
+                                                 mine=self._joining[0] if self._joining else "")
+        except UnsureWrite as exc:
+            self._joining = exc.row.token, began
+            raise
+        if self._joining is not None and member.token == self._joining[0]:
+            began = self._joining[1]  # an earlier join's write landed: the lease runs from when it began
+        self._joining = None
+        self._me.joined(member)
         self._renew(began)
 
     async def run(self) -> None:
@@ -160,6 +171,8 @@ class Heartbeat:
         row = (await self._membership.members()).get(self._me.silo_id)
         if row is None or row.incarnation <= self._me.incarnation:
             return False
+        if self._joining is not None and row.token == self._joining[0]:
+            return False  # our own rejoin, landed unanswered: the next join takes it up
         log.error("a newer process of this silo joined; this one ends",
                   extra={"silo": self._me.owner, "newer": row.owner, "node": row.node, "pid": row.pid})
         self._me.retire()

@@ -170,37 +170,48 @@ class Membership:
         return {m.silo_id: m for m in (Member.from_metadata(md, etag) for _, md, etag in rows)}
 
     async def join(self, silo_id: str, now_us: int, *, node: str = "", pid: int = 0,
-                   ended: Callable[[Member], bool] = lambda previous: False) -> Member:
+                   ended: Callable[[Member], bool] = lambda previous: False, mine: str = "") -> Member:
         """Register a new incarnation of ``silo_id`` and return its row (status active).
 
         ``ended(previous row)`` says whether the incarnation being replaced provably fires no
         more (its process is gone); the new row records it, so peers take its shards at once.
         A write whose answer was lost is recognised by its token when the row is read again,
-        so one join makes one incarnation.
+        so one join makes one incarnation: within this call, or across calls when the caller
+        passes ``mine``, the token of an earlier join that raised ``UnsureWrite``.
         """
         name = MEMBER_PREFIX + silo_id
-        mine = ""  # the token of our last write, in case it landed unanswered
+        unsure: Member | None = None  # our last write, in case it landed unanswered
         while True:
             try:
                 stat = await self._store.stat(name)
             except NotFound:
                 row = Member(silo_id, 1, ACTIVE, now_us, node, pid, token=secrets.token_hex(8))
-                mine = row.token
+                unsure, mine = row, row.token
                 try:
                     etag = await self._store.create(name, row.to_metadata())
                 except AlreadyExists:
                     continue  # another incarnation raced us to it: read and go on from there
+                except Unavailable as exc:
+                    raise UnsureWrite(f"row of {silo_id}: outcome of a join unknown: {exc!r}", row) from exc
                 return replace(row, etag=etag)
+            except Unavailable as exc:
+                if unsure is None:
+                    raise
+                raise UnsureWrite(f"row of {silo_id}: outcome of a join unknown: {exc!r}", unsure) from exc
             previous = Member.from_metadata(stat.metadata, stat.etag)
             if mine and previous.token == mine:
                 return previous
             row = Member(silo_id, previous.incarnation + 1, ACTIVE, now_us, node, pid, token=secrets.token_hex(8),
                          ended_through=previous.ended_with(ended(previous)))
-            mine = row.token
+            unsure, mine = row, row.token
             try:
                 etag = await self._store.set_metadata(name, row.to_metadata(), if_match=stat.etag)
             except Fenced:
                 continue
+            except Unavailable as exc:
+                # It may have landed: taken for another's, the row would make this silo give way
+                # to itself as to a newer process (``Heartbeat._replaced``; simulator seed 260256).
+                raise UnsureWrite(f"row of {silo_id}: outcome of a join unknown: {exc!r}", row) from exc
             return replace(row, etag=etag)
 
     async def update(self, row: Member, **changes: Any) -> Member:

@@ -36,7 +36,8 @@ MAX_RETRY_DELAY = 5.0
 # and the job's pause record [note, by, since_us] if it is paused.
 NEXT_DUE, NEXT_JOB, NEXT_OCCURRENCE, NEXT_ATTEMPTS, NEXT_SCHEDULED, NEXT_PAUSED = range(6)
 
-#: Claims an orphaned shard by name for this silo; None if it is not an orphan or another was faster.
+#: Claims an orphaned shard by name for this silo; None if it is not an orphan or another was faster,
+#: ``StorageError`` while a claim is in doubt (``Adoption.claim_to_fence``).
 ClaimOrphan = Callable[[str], Awaitable["Shard | None"]]
 #: Queues the entry a settled move landed (``Loading.queue_entry``).
 QueueEntry = Callable[[str, LiveJob], None]
@@ -175,6 +176,7 @@ class Moves:
 
         Only the silo that decided a move writes its ADD; a target this silo does not hold was
         claimed from that silo since (which fences its writes), or is claimed now if orphaned.
+        A claim in doubt raises (retried as an outage): the target is read only once fenced.
         """
         held = self._shards.get(base)
         if held is not None and not held.lost:

@@ -90,7 +90,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode, metrics)
     departures = Departures(options.firing_lease.total_seconds())
     adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
-    moves.claim_orphan = adoption.claim_for_cancel
+    moves.claim_orphan = adoption.claim_to_fence
     shards.retake = adoption.retake
     shards.unsure = adoption.look_soon
     cancelling = Cancelling(store, queue, runs, shards, adoption, hooks, moves, loading, lease)

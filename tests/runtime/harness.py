@@ -24,7 +24,7 @@ from cluster.runtime.roles import Roles, wire
 from cluster.runtime.shardlog import OCCURRENCE, SHARD_PREFIX, ShardState, add_op, window_of
 from cluster.runtime.transport import Ping, TargetAbsent
 from handlers.base import JobHandler
-from storage import Fenced, MemoryStore, Store, Unavailable, list_logs, read_log
+from storage import Fenced, MemoryStore, StorageError, Store, Unavailable, list_logs, read_log
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 T0_US = datetime_to_us(T0)
@@ -204,6 +204,7 @@ class GatedStore:
         self._gates: dict[tuple[str, str], tuple[asyncio.Event, asyncio.Event]] = {}
         self._failures: dict[tuple[str, str], int] = {}
         self._lost_answers: dict[str, int] = {}
+        self._lost_error: dict[str, type[StorageError]] = {}
 
     def gate(self, method: str, prefix: str) -> asyncio.Event:
         release, reached = asyncio.Event(), asyncio.Event()
@@ -217,9 +218,11 @@ class GatedStore:
         """The next ``n`` calls of ``method`` on a name starting with ``prefix`` raise ``Unavailable``."""
         self._failures[(method, prefix)] = n
 
-    def lose_answer(self, method: str, n: int = 1) -> None:
-        """The next ``n`` such calls land, then raise ``Fenced`` as a retried CAS does on Azure."""
+    def lose_answer(self, method: str, n: int = 1, error: type[StorageError] = Fenced) -> None:
+        """The next ``n`` such calls land, then raise ``Fenced`` as a retried CAS does on Azure
+        (or ``error``: ``Unavailable`` is a call that timed out after landing)."""
         self._lost_answers[method] = n
+        self._lost_error[method] = error
 
     def __getattr__(self, attr: str) -> Any:
         target = getattr(self.inner, attr)
@@ -240,7 +243,7 @@ class GatedStore:
             if self._lost_answers.get(attr):
                 self._lost_answers[attr] -= 1
                 # Landed, but the answer was lost and the retry saw our own write as a conflict.
-                raise Fenced(f"injected: {attr} landed, its answer was lost")
+                raise self._lost_error.get(attr, Fenced)(f"injected: {attr} landed, its answer was lost")
             return result
 
         return call

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from cluster.runtime.membership import DEAD, REPORTED, Membership
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import window_of
 from cluster.runtime.transport import Ping
-from storage import MemoryStore, StorageError
+from storage import MemoryStore, StorageError, Unavailable
 from tests.runtime.harness import OPTIONS, GatedStore, add, job, make_parts
 
 
@@ -99,6 +100,74 @@ async def test_a_peer_that_really_declared_us_dead_is_still_seen_as_such() -> No
     store.lose_answer("set_metadata", 1)  # the rejoin's write lands but its answer is lost
     await parts.heartbeat.beat()  # our beat's CAS fails for real: the token in the row is not ours
     assert parts.me.owner == "s#2"  # one new incarnation, not two
+
+
+async def test_a_rejoin_that_landed_but_timed_out_is_taken_for_our_own_not_for_a_newer_process() -> None:
+    """Simulator seed 260256: declared dead, the silo rejoined; the write of s#2 landed, but the
+    call timed out. The next beat found s#2 in the row, took it for a newer process of this silo
+    (``_replaced``) and ended for good: nothing ran it again, and the registry bucket it had
+    owned answered no resume until peers saw its row silent for the whole suspicion timeout."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    ended: list[bool] = []
+    parts.heartbeat.on_superseded = lambda: ended.append(True)
+    await Membership(store).declare_dead(parts.me.row)  # type: ignore[arg-type]
+    store.lose_answer("set_metadata", 1, Unavailable)  # the rejoin's write lands; its call times out
+    with pytest.raises(StorageError):
+        await parts.heartbeat.beat()
+    assert parts.me.rejoining  # unsure whether it is s#2: it holds nothing meanwhile
+    await parts.heartbeat.beat()
+    assert not ended and not parts.heartbeat.superseded
+    assert not parts.me.rejoining and parts.me.owner == "s#2" and parts.lease.valid
+    assert (await Membership(store).members())["s"].incarnation == 2  # one join, one incarnation
+    await parts.heartbeat.beat()  # and the row's ETag is the one it holds: the next beat lands
+    assert parts.me.owner == "s#2"
+
+
+async def test_a_rejoin_found_landed_later_holds_the_lease_only_from_when_its_write_began() -> None:
+    """Peers count a row's silence from when they first saw it, at the earliest when its write
+    began: a lease renewed from the later look would outlast what they wait before taking over."""
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    await Membership(store).declare_dead(parts.me.row)  # type: ignore[arg-type]
+    store.lose_answer("set_metadata", 1, Unavailable)
+    with pytest.raises(StorageError):
+        await parts.heartbeat.beat()
+    parts.clock.advance(4.5)  # past the lease (0.8 x the 5 s suspicion timeout) from that write
+    await parts.heartbeat.beat()
+    assert parts.me.owner == "s#2" and not parts.lease.valid
+    await parts.heartbeat.beat()  # a beat that lands renews it
+    assert parts.me.owner == "s#2" and parts.lease.valid
+
+
+async def test_a_rejoin_whose_answer_and_look_after_were_both_lost_is_taken_up_by_the_next() -> None:
+    store = GatedStore()
+    parts = await make_parts(store, "s")  # type: ignore[arg-type]
+    await Membership(store).declare_dead(parts.me.row)  # type: ignore[arg-type]
+    store.lose_answer("set_metadata", 1)  # the rejoin's write lands; its caller hears Fenced ...
+    write = store.inner.set_metadata
+
+    async def then_the_look_fails(*args: Any, **kwargs: Any) -> str:
+        etag = await write(*args, **kwargs)
+        store.fail_next("stat", 1)  # ... and the look at the row after it fails
+        return etag
+
+    store.inner.set_metadata = then_the_look_fails  # type: ignore[method-assign]
+    with pytest.raises(StorageError):
+        await parts.heartbeat.beat()
+    store.inner.set_metadata = write  # type: ignore[method-assign]
+    await parts.heartbeat.beat()
+    assert not parts.heartbeat.superseded and parts.me.owner == "s#2" and parts.lease.valid
+
+
+async def test_a_first_join_that_landed_but_timed_out_makes_one_incarnation() -> None:
+    store = GatedStore()
+    store.lose_answer("create", 1, Unavailable)
+    parts = await make_parts(store, "s", join=False)  # type: ignore[arg-type]
+    with pytest.raises(StorageError):
+        await parts.heartbeat.join()
+    await parts.heartbeat.join()  # as Silo._start retries it
+    assert parts.me.owner == "s#1" and parts.lease.valid
 
 
 async def test_an_older_process_of_a_silo_gives_way_to_a_newer_one_instead_of_rejoining() -> None:

@@ -902,6 +902,28 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # once its writer's doubt is settled (``ShardTable.answers_for``; tests/runtime/test_pause_doubt.py).
     (579, "default,+real_client,+clock_jumps,+named,+flows,+dormant_overwrites,+turns,+shared_hosts",
      "memory answered a pause behind a resume in doubt", "pause did not hold"),
+    # Every kind. A shard log's writer rotated (a damaged log claimed) with a firing mark queued
+    # and a cancel's removal behind it; the snapshot left the job out, but only records ahead of
+    # the mark counted as covered. The mark failed, the removal with it, the cancel put the job
+    # back and its silo ran it after its log said it was gone (tests/runtime/test_rotation_cancel.py).
+    (263574, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a rotation failed a removal its snapshot made durable, queued behind a metadata change", "duplicate"),
+    # Every kind. s1#3 ran j14's first occurrence, decided its move into a fresh shard of its own
+    # and was paused with the ADD there on its way. s2#3 adopted the source and settled the move:
+    # its claim of the target failed in the store, it read the target all the same, found no ADD
+    # and decided the move again into a shard of its own. Resumed, s1#3's ADD landed (no claim had
+    # fenced it), and j14#2 ran from both. A target is read as proof only once a claim landed
+    # (tests/runtime/test_move_fence_doubt.py holds it, and a claim of ours under way).
+    (256531, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a move's target was read as proof though its claim had failed", "two chains"),
+    # Every kind, registry buckets too. s0#2, declared dead, rejoined: its write of s0#3 landed but
+    # the call timed out. The next beat found s0#3 in the row, took it for a newer process of s0
+    # and ended for good; the registry bucket holding ``a`` stayed s0's until peers saw its row
+    # silent for the whole suspicion timeout, past every resume the caller made after healing
+    # (s2#1 had given way to its own s2#2 the same way at 3.45 s).
+    # A join now recognises its own unanswered write (tests/runtime/test_heartbeat.py).
+    (260256, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a silo took its own rejoin, landed unanswered, for a newer process of itself", "unsettled"),
 ]
 
 

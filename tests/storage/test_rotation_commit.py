@@ -115,3 +115,38 @@ async def test_a_rotation_claimed_before_its_last_step_acknowledges_what_the_cla
     with pytest.raises(storage.Fenced):
         await ids.add(writer, 4)
     assert list((await read_log(store, "r")).records()) == [1, 2, 3]
+
+
+class MarkFails(MemoryStore):
+    """A memory store of two blocks per generation, where a metadata change carrying ``mark`` fails."""
+
+    def __init__(self) -> None:
+        super().__init__(max_blocks=2)
+        self.marks_fail = False
+
+    async def set_metadata(self, name: str, metadata: Any, if_match: str | None) -> str:
+        if self.marks_fail and "mark" in metadata:
+            raise storage.Unavailable("injected: set_metadata failed")
+        return await super().set_metadata(name, metadata, if_match)
+
+
+@pytest.mark.parametrize("mark_fails", [True, False])
+async def test_a_rotation_covers_the_records_queued_behind_a_metadata_change(mark_fails: bool) -> None:
+    """Simulator seed 263574: the snapshot holds every record submitted, also those behind a
+    metadata change in the queue; only those ahead of it were acknowledged. When the change
+    failed, the record behind it failed with it, though durable: its caller (a cancel) took it
+    back from memory, and the job it removed ran. When the change landed, the record was
+    appended again after the snapshot that held it."""
+    store = MarkFails()
+    ids = Ids()
+    writer = await LogWriter.create(store, "r", {"owner": "a"}, snapshot=ids.snapshot, options=LogOptions())
+    for i in (1, 2):
+        await ids.add(writer, i)
+    store.marks_fail = mark_fails
+    # Queued together: 3 meets the store's block limit, the writer rotates, the change and 4 wait behind.
+    three, mark, four = await asyncio.gather(ids.add(writer, 3), writer.set_metadata({"owner": "a", "mark": "1"}),
+                                            ids.add(writer, 4), return_exceptions=True)
+    assert writer.rotations == 1
+    assert three is None and four is None  # before the fix, with the change failing: 4 Unavailable
+    assert isinstance(mark, storage.Unavailable) if mark_fails else isinstance(mark, str)
+    assert list((await read_log(store, "r")).records()) == [1, 2, 3, 4]  # before the fix, the change landing: 4 twice
