@@ -226,10 +226,11 @@ class LogWriter:
         return self._uncertain is not None and self._task is None
 
     @property
-    def unsettled(self) -> bool:
-        """Whether an append's answer was lost and the log has not been read back since, a write
-        under way or not: the log may hold records its callers' memory does not."""
-        return self._uncertain is not None
+    def doubt_disowned(self) -> bool:
+        """Whether the log may hold records its callers' memory does not: an append's answer was
+        lost, its callers took back what it carried (``disown_doubt``), and the log has not been
+        read back since, a write under way or not."""
+        return self._uncertain is not None and self._disowned
 
     async def settle(self) -> None:
         """Settle what the next write would settle first (a doubt, a rotation's last steps), now.

@@ -106,7 +106,7 @@ class ShardTable:
         simulation, seed 579). The writer is settled first (the shard taken back from its log if
         the append landed: the caller looks again); ``Unavailable`` while the store cannot say.
         """
-        if (shard.writer.unsettled or shard.writer.stopped is not None) and self.holds(shard):
+        if (shard.writer.doubt_disowned or shard.writer.stopped is not None) and self.holds(shard):
             if not await self._settled(shard):
                 raise Unavailable(f"shard {shard.base!r}: an append whose answer was lost is not settled yet")
             if self.shards.get(shard.base) is not shard or not self.holds(shard):

@@ -577,7 +577,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="memory-answers-behind-a-doubt",
         kind="a pause that does not hold",
         path="cluster/runtime/ownership.py",
-        old="        if (shard.writer.unsettled or shard.writer.stopped is not None) and self.holds(shard):\n",
+        old="        if (shard.writer.doubt_disowned or shard.writer.stopped is not None) and self.holds(shard):\n",
         new="        if False:\n",
         # Seed 579 found it; once the retry window moved its world, no seed of 0-999 (every kind)
         # reaches it: the runtime test is its catcher.
