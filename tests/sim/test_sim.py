@@ -948,7 +948,9 @@ def test_a_ceiling_catches_a_resent_batch_the_redelivery_allowance_absorbs(monke
     redelivery and excuses it; only its ceiling sees that it happens many times more than Ray's."""
     from tests.sim.world import SimTransport
 
-    assert not over_ceilings([run_seed(seed) for seed in PLANT_SEEDS])
+    # Unplanted, this allowance stays under its ceiling (others, over so few seeds, may not:
+    # twelve seeds with 18 kills and one delayed batch of five are over "in flight at a kill").
+    assert "succeeded twice: redelivered" not in over_ceilings([run_seed(seed) for seed in PLANT_SEEDS])
     deliver = SimTransport.deliver
 
     async def twice(self: SimTransport, *args: object, **kwargs: object) -> object:
@@ -966,6 +968,7 @@ def test_a_ceiling_catches_acknowledged_jobs_taken_for_in_doubt(monkeypatch: pyt
     of jobs in doubt per acknowledged job goes past its ceiling."""
     from tests.sim.client import SimClient
 
+    assert "client: in doubt" not in over_ceilings([run_seed(seed) for seed in PLANT_SEEDS])
     schedule = SimClient.schedule
 
     async def widened(self: SimClient, *args: object, **kwargs: object) -> None:
