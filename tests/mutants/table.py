@@ -597,4 +597,43 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a drained shard is deleted while a retried schedule call may still look for it: a job its "
             "earlier try ran to the end is added again and runs again, every occurrence of a recurring one",
     ),
+    Mutant(
+        name="rotation-fails-what-its-snapshot-holds",
+        kind="a cancel that does not hold",
+        path="storage/log.py",
+        old="        covered = [sub for sub in self._queue if sub.action is None]\n"
+            "        self._queue = deque(sub for sub in self._queue if sub.action is not None)\n",
+        new="        covered = []\n"
+            "        while self._queue and self._queue[0].action is None:\n"
+            "            covered.append(self._queue.popleft())\n",
+        catch=Pytest(("tests/runtime/test_rotation_cancel.py", "tests/storage/test_rotation_commit.py")),
+        # Seed 263574 (every kind) found it on c8fb34c; worlds have moved since.
+        why="a rotation counts as covered only the records ahead of a queued metadata change: a cancel's removal "
+            "behind a firing mark that then fails is reported failed though the snapshot made it durable, the "
+            "job is put back and runs after its log said it was gone",
+    ),
+    Mutant(
+        name="move-target-read-after-a-failed-claim",
+        kind="a claim without proof",
+        path="cluster/runtime/roles.py",
+        old="    moves.claim_orphan = adoption.claim_to_fence\n",
+        new="    moves.claim_orphan = adoption.claim_for_cancel\n",
+        catch=Pytest(("tests/runtime/test_move_fence_doubt.py",)),
+        # Seed 256531 (every kind) found it on c8fb34c; worlds have moved since.
+        why="settling a move reads its target as proof though the claim that would fence the target's old writer "
+            "failed in the store (or is still under way): that writer's late ADD lands and the occurrence runs "
+            "from two shards",
+    ),
+    Mutant(
+        name="own-rejoin-taken-for-a-newer-process",
+        kind="a silo silent for good",
+        path="cluster/runtime/heartbeat.py",
+        old="        if self._joining is not None and row.token == self._joining[0]:\n"
+            "            return False  # our own rejoin, landed unanswered: the next join takes it up\n",
+        new="",
+        catch=Pytest(("tests/runtime/test_heartbeat.py",)),
+        # Seed 260256 (every kind) found it on c8fb34c; worlds have moved since.
+        why="a rejoin whose row write landed but timed out is taken, at the next beat, for a newer process of the "
+            "same silo: this one ends for good, and its shards and buckets wait for a suspicion timeout",
+    ),
 )
