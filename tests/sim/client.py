@@ -233,10 +233,10 @@ class SimClient:
         task = asyncio.ensure_future(self.client.submit_jobs(jobs))
         done, _ = await asyncio.wait({task}, timeout=CALL_TIMEOUT_S)
         if not done:
-            task.add_done_callback(_drop)
             self.in_doubt.update(ids)
             world.stats["client: schedule without an answer"] += 1
             world.note(f"client schedule {ids}: no answer within {CALL_TIMEOUT_S} s (in doubt)")
+            await self._answered_late(task)
             return
         try:
             scheduled = task.result()
@@ -265,6 +265,20 @@ class SimClient:
         world.stats["acked"] += len(scheduled)
         world.stats["client: acked"] += len(scheduled)  # what its allowance of jobs in doubt is a share of
         world.note(f"client schedule {ids}: acknowledged in {sorted({j.shard or '' for j in scheduled})}")
+
+    async def _answered_late(self, task: asyncio.Future[list[Any]]) -> None:
+        """The call its caller gave up on goes on (the client's retries); where it lands, a retry
+        may have added a job again whose earlier try ran to its end: judged as a call in doubt
+        (seed 282950: a retry 67 s after the first try, its shard kept by ``retry_window`` and
+        rotated since, wrote j13 again beside the run it had; its answer was dropped unjudged)."""
+        try:
+            scheduled = await task
+        except Exception:
+            return  # failed: nothing of it landed, or its take-back failed as a ScheduleInDoubt says
+        self._world.note(f"client schedule {[j.id for j in scheduled]}: answered after its caller gave up")
+        for scheduled_job in scheduled:
+            if scheduled_job.shard is not None and scheduled_job.id in self.ray.schedule_maybe_acted:
+                await earlier_try(self._world, self.ray, scheduled_job.id, scheduled_job.shard, acknowledged=False)
 
     def _refused(self, ids: Sequence[str], why: str) -> None:
         now_us = true_now_us(self._world.loop)
@@ -370,6 +384,7 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
         return
     world.added_again.add(job_id)
     world.chain_sent[job_id] = sent_us
+    world.chain_shard[job_id] = shard
     told = "added again" if acknowledged else "in doubt"
     world.stats[f"client: {told} after its earlier try ran"] += 1
     world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")

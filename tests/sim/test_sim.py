@@ -924,6 +924,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # A join now recognises its own unanswered write (tests/runtime/test_heartbeat.py).
     (260256, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a silo took its own rejoin, landed unanswered, for a newer process of itself", "unsettled"),
+    # Every kind. Not the library's: the client gave up on a schedule call after 60 s (in doubt),
+    # its retries went on, and 67 s after the first try one landed j13 again in the shard that try
+    # had run it from (kept by ``retry_window``, compacted by a rotation since): one more run, as
+    # in doubt allows. The simulator dropped that late answer unjudged and took the run for a
+    # duplicate; a late answer is now judged as a call in doubt is.
+    (282950, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: the answer of a call its caller gave up on went unjudged", "duplicate"),
 ]
 
 

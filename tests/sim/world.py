@@ -690,6 +690,8 @@ class World:
         self.added_again: set[str] = set()
         # Job id -> when the retry that added it again was sent: its new chain's runs leave after.
         self.chain_sent: dict[str, int] = {}
+        # ... and the shard the retry wrote it to: the acknowledged one, or the one a call in doubt named
+        self.chain_shard: dict[str, str] = {}
         # Shard -> reads of its log (when, by which silo, what): what a retry's search saw.
         self.shard_reads: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
@@ -1545,9 +1547,10 @@ class World:
 
     def _chain_start_us(self, job_id: str) -> int:
         """When the chain a retried schedule call added again began: its first occurrence sent from
-        the shard the call acknowledged (the earlier chain's fired from another, ``SimClient``).
-        Every run of the earlier chain was sent before: it had no live copy left when the retry wrote."""
-        shard, after = self.acked.get(job_id), self.chain_sent.get(job_id, 0)
+        the shard the call acknowledged, or named in doubt (the earlier chain's fired from another,
+        or from the same one before the retry was sent, ``SimClient``). Every run of the earlier
+        chain was sent before: it had no live copy left when the retry wrote."""
+        shard, after = self.chain_shard.get(job_id, self.acked.get(job_id)), self.chain_sent.get(job_id, 0)
         return min((d.sent_us for d in self.deliveries
                     if d.job_id == job_id and d.occurrence == 1 and d.shard == shard and d.sent_us >= after),
                    default=EPOCH_US + 10**15)
