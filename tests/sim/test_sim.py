@@ -931,6 +931,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # duplicate; a late answer is now judged as a call in doubt is.
     (282950, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: the answer of a call its caller gave up on went unjudged", "duplicate"),
+    # Every kind. Not the library's: s1#1's try of a schedule call wrote j38 and j39 into its
+    # shard and took them back as the call failed; the log rotated with the removals queued, so
+    # they landed only as the jobs' absence from the snapshot (9.74 s). The retry wrote them into
+    # s2's shard; s2#3 ran them, lost the shard to a claim before their outcomes landed, and the
+    # claimer ran them again: at-least-once. The simulator read the take-back as their outcome,
+    # "durable" before the first run. A snapshot's absence is an outcome only of an occurrence
+    # that ran from that shard (tests/sim/test_snapshot_reading.py).
+    (283659, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "the oracle read a schedule try's take-back, folded into a snapshot, as its retry's outcome", "duplicate"),
 ]
 
 

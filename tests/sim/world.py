@@ -860,10 +860,18 @@ class World:
         occurrence it was live at, or at the next one if that one had succeeded (its outcome
         queued the next here, which the cancel then removed). The snapshot cannot tell a cancel
         from an outcome; this owes no more than the store shows done, and nothing is inferred
-        for a job no cancel was sent for: gone unasked, it is owed what it never ran."""
+        for a job no cancel was sent for: gone unasked, it is owed what it never ran.
+
+        Only an occurrence that ran from this shard can have ended here by an outcome, as an
+        appended one is a run's SUCCEEDED or MOVED. Gone without having run here, it was taken
+        back (a failed schedule call's REMOVE(CANCELLED), which says nothing of the copy its
+        retry wrote into another shard: seed 283659, every kind, where such a take-back was read
+        as the outcome of the retry's run and its at-least-once after a pause judged a duplicate),
+        cancelled or expired."""
         split = split_name(old_name)
         logs = self.store._logs
         assert split is not None
+        ran_here = {(d.job_id, d.occurrence) for d in self.deliveries if d.shard == split[0]}
         new_log = logs.get(generation_name(split[0], int(logs[old_name].metadata[NEXT_KEY])))
         if new_log is None:
             return
@@ -874,7 +882,8 @@ class World:
             if now is not None and now[OCCURRENCE] <= occurrence:
                 continue
             for ended in range(occurrence, occurrence + 1 if now is None else now[OCCURRENCE]):
-                self.outcome_landed.setdefault((job_id, ended), now_us)
+                if (job_id, ended) in ran_here:
+                    self.outcome_landed.setdefault((job_id, ended), now_us)
             moved_on = after.moved.get(job_id) and after.moved.get(job_id) != before.moved.get(job_id)
             if now is None and not moved_on and job_id in self.cancel_sent:
                 ran = (job_id, occurrence) in self.ran_ok
