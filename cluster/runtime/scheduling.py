@@ -17,7 +17,7 @@ import asyncio
 import logging
 from array import array
 from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -44,7 +44,7 @@ from cluster.runtime.shardlog import (
     shards_before,
     window_of,
 )
-from storage import Fenced, StorageError, Store, list_logs, read_log
+from storage import Fenced, NotFound, StorageError, Store, list_logs, read_log
 from storage.generations import list_logs_between
 
 log = logging.getLogger("timeshard.silo")
@@ -243,8 +243,7 @@ class Scheduling:
                     if owner is not None and parse_owner(owner) is not None:
                         holders.add(owner)
                     continue
-                records = (await read_log(self._store, head.base)).records()
-                for job_id in landed_ids(records, ids - found.keys()):
+                for job_id in landed_ids(await self._records_kept(head.base), ids - found.keys()):
                     found[job_id] = head.base
         if unsettled:
             raise EarlierTryUnsettled(f"shards {unsettled} may still take an earlier try of this call; "
@@ -274,11 +273,24 @@ class Scheduling:
             window = int(head.metadata.get("window_start", "0"))
             wanted = {job_id for job_id, first in windows.items() if first <= window and job_id not in found}
             if wanted:
-                records = (await read_log(self._store, head.base)).records()
-                found.update(dict.fromkeys(landed_ids(records, wanted), head.base))
+                found.update(dict.fromkeys(landed_ids(await self._records_kept(head.base), wanted), head.base))
         if found:
             log.info("retried schedule call found jobs of its earlier try moved on", extra={"jobs": len(found)})
         return found
+
+    async def _records_kept(self, base: str) -> Iterable[list[Any]]:
+        """The records of a shard the search listed; none once its log is gone.
+
+        A drained shard is deleted once its ``retry_window`` is over, maybe between the listing
+        and this read: gone, it holds nothing an earlier try can still add to or be found in, as
+        the next listing would say. Raised instead, the retry failed, and a flow step taken over
+        from a client's intent waited for its taker's next reconcile round: the acknowledged
+        flow's first step ran two minutes after its submit (simulator seed 285077, every kind).
+        """
+        try:
+            return (await read_log(self._store, base)).records()
+        except NotFound:
+            return ()
 
     async def _fenced_from_suspects(self, base: str, metadata: dict[str, str], creator: tuple[str, int],
                                     suspects: set[str], members: dict[str, Member]) -> bool:

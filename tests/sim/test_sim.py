@@ -940,6 +940,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # that ran from that shard (tests/sim/test_snapshot_reading.py).
     (283659, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "the oracle read a schedule try's take-back, folded into a snapshot, as its retry's outcome", "duplicate"),
+    # Every kind. f9's submit raised in doubt; submitted again, it was acknowledged with the
+    # client's intent unconfirmed, which s1#4 took over after the grace period (78 s). Its search
+    # for the earlier try listed s0.4-000001, drained, and s0#5 deleted it (its retry window
+    # over) before the read: NotFound failed s1#4's whole reconcile round. Taken over again 20 s
+    # later, then handed from holder to holder, the step was scheduled at 138.6 s and the run
+    # ended with the flow still running. A shard gone between listing and read holds nothing,
+    # as the next listing says (tests/runtime/test_retry_window.py).
+    (285077, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a retry's search failed on a drained shard deleted after its listing", "flow lost"),
 ]
 
 
