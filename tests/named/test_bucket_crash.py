@@ -16,12 +16,13 @@ from typing import Any
 
 import pytest
 
+from cluster.model.errors import ClusterUnavailable
 from cluster.model.jobs import ScheduledJob
 from cluster.named.bucket import LANDED, PUT
 from cluster.named.buckets import Buckets
 from cluster.named.registry import entry_key
 from cluster.runtime.shardlog import SHARD_PREFIX, landed_ids
-from storage import LogWriter, Store, list_logs, read_log
+from storage import LogWriter, StorageError, Store, list_logs, read_log
 from tests.named.bucket_cluster import TARGET, Cluster
 
 STORES = ["memory", "file"]
@@ -163,3 +164,22 @@ async def test_an_acknowledged_put_whose_landing_was_not_recorded_fires_from_its
     assert await copies(c.store, put.job.id) == [put.job.shard]
     await c.fire(3)
     assert c.starts.log.count(put.job.id) >= 2
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_put_whose_job_failed_to_land_is_taken_back_for_the_next_owner_too(kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    landed = after_landing(writer_of(c, "a", "n"), PUT)
+
+    async def fail_once_put(jobs: Sequence[ScheduledJob], suspects: Sequence[str]) -> list[str]:
+        await landed.wait()  # the PUT is durable by now
+        raise StorageError("injected: the shard append failed")
+
+    owned(c, "a")._schedule = fail_once_put
+    with pytest.raises(ClusterUnavailable):  # told: not put
+        await c.jobs().put("n", target=TARGET, schedule="@every 1s")
+    assert await c.jobs().get("n") is None
+    await take_over(c)
+    assert await c.jobs().get("n") is None  # the log took it back too
+    await c.fire(2)
+    assert c.starts.log == []
