@@ -636,4 +636,15 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a rejoin whose row write landed but timed out is taken, at the next beat, for a newer process of the "
             "same silo: this one ends for good, and its shards and buckets wait for a suspicion timeout",
     ),
+    Mutant(
+        name="retry-fails-on-a-shard-deleted-after-its-listing",
+        kind="a flow that never runs",
+        path="cluster/runtime/scheduling.py",
+        old="        except NotFound:\n            return ()\n",
+        new="        except NotFound:\n            raise\n",
+        catch=Pytest(("tests/runtime/test_retry_window.py",)),
+        # Seed 285077 (every kind) found it at 2cd6e13; the runtime tests hold the race itself.
+        why="a retried schedule call fails when a drained shard its search listed is deleted before the read: "
+            "a flow step taken over from a client's intent waits a reconcile round per failure",
+    ),
 )

@@ -949,6 +949,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # as the next listing says (tests/runtime/test_retry_window.py).
     (285077, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a retry's search failed on a drained shard deleted after its listing", "flow lost"),
+    # Every kind, more of the two oracle shapes above (282950: a late answer left unjudged, 279092;
+    # 283659: a take-back folded into a snapshot read as an outcome, 286401 and 288095).
+    (279092, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: the answer of a call its caller gave up on went unjudged", "duplicate"),
+    (286401, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a take-back folded into a snapshot read as an outcome", "duplicate"),
+    (288095, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a take-back folded into a snapshot read as an outcome", "duplicate"),
 ]
 
 
