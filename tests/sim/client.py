@@ -35,8 +35,9 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cluster.client import Client
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
@@ -70,6 +71,36 @@ CALL_TIMEOUT_S = 60.0
 #: More hops than any job's chain in a run has (its repeats), so a cycle cannot hang a check.
 MAX_CHAIN_HOPS = 1000
 
+T = TypeVar("T")
+
+
+class ScheduleTry:
+    """One try of a schedule call, as it reached its silo: the shard logs a retry's search read
+    are told apart by the try that read them, not by the silo, which runs other calls at once
+    (seed 275005: another call's search read the log 14 ms after the retry was sent, while it
+    still held the earlier try's records; the retry's own search read it once a rotation had
+    compacted them away, and rightly added the job again, yet was judged by the other read)."""
+
+    def __init__(self) -> None:
+        self.running = True
+
+    async def run(self, call: Awaitable[T]) -> T:
+        """Run ``call`` as this try's work: it and the tasks it starts read for this try."""
+        _RUNNING_TRY.set(self)  # the task's own context: its caller's stays as it was
+        try:
+            return await call
+        finally:
+            self.running = False  # a task it started that outlives it reads for no call
+
+
+_RUNNING_TRY: ContextVar[ScheduleTry | None] = ContextVar("schedule_try", default=None)
+
+
+def running_try() -> ScheduleTry | None:
+    """The schedule try whose work the running task does, while that try runs."""
+    attempt = _RUNNING_TRY.get()
+    return attempt if attempt is not None and attempt.running else None
+
 
 class SimRay:
     """The ``SiloCall`` of a real ``Client`` in the simulation: one call to one silo process."""
@@ -88,8 +119,10 @@ class SimRay:
         # Job id -> its due (µs) as a schedule call carried it, and the suspects its retries named.
         self.schedule_due: dict[str, int] = {}
         self.schedule_suspects: dict[str, set[str]] = defaultdict(set)
-        # Job id -> when its latest try was sent (true µs), and to which silo.
+        # Job id -> when its latest try was sent (true µs), and to which silo; and that try, once
+        # it reached the silo (what it read there is its own: ``_compacted_before``).
         self.schedule_sent: dict[str, tuple[int, str]] = {}
+        self.schedule_try: dict[str, ScheduleTry] = {}
 
     async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
         if method == "schedule":
@@ -125,7 +158,12 @@ class SimRay:
             raise SiloLost(f"silo {silo_id}: Ray lost its node; {method} did not reach it")
         if self._ends_superseded and proc.superseded.is_set():
             raise SiloLost(f"silo {silo_id}: its process ended, a newer one joined (RayActorError)")
-        task = asyncio.ensure_future(getattr(silo, method)(*args))
+        call = getattr(silo, method)(*args)
+        if method == "schedule":
+            attempt = ScheduleTry()
+            self.schedule_try.update(dict.fromkeys((item[0] for item in args[0]), attempt))
+            call = attempt.run(call)
+        task = asyncio.ensure_future(call)
         ends = [asyncio.ensure_future(proc.died.wait())]
         if self._ends_superseded:
             ends.append(asyncio.ensure_future(proc.superseded.wait()))
@@ -354,9 +392,9 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
     # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
     # fired from another, it was added twice; or from this one, by a try that ran to its end
     # before a rotation compacted it away, and only then the retry looked.
-    sent_us, silo_id = ray.schedule_sent.get(job_id, (0, ""))
+    sent_us, _ = ray.schedule_sent.get(job_id, (0, ""))
     if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries) and (
-            not _compacted_before(world, job_id, shard, sent_us, silo_id)):
+            not _compacted_before(world, job_id, shard, sent_us, ray.schedule_try.get(job_id))):
         return
     live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
             and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
@@ -416,13 +454,14 @@ async def _chain_from(world: World, job_id: str, shard: str) -> list[str]:
     return chain
 
 
-def _compacted_before(world: World, job_id: str, shard: str, sent_us: int, silo_id: str) -> bool:
+def _compacted_before(world: World, job_id: str, shard: str, sent_us: int, retry: ScheduleTry | None) -> bool:
     """Whether ``job_id``'s earlier try ran in ``shard`` to its end and was compacted away there
     before the retry that wrote it again looked (docs/failover.md: such a job is added again, one
     more run): every occurrence the earlier try ran there ended durably (no live copy left), and
-    the first read of that log by the retry's silo once the retry was sent, the search's, held no
-    record of the job. A read that held one, the retry had to answer with (seed 83235 with torn
-    logs: the retry wrote into the very shard its earlier try had run from, rotated meanwhile)."""
+    the retry's own first read of that log, its search's, held no record of the job. A read that
+    held one, the retry had to answer with (seed 83235 with torn logs: the retry wrote into the
+    very shard its earlier try had run from, rotated meanwhile). Only the retry's own: another
+    call on its silo reads the same log at its own time (``ScheduleTry``)."""
     earlier = {d.occurrence for d in world.deliveries if d.job_id == job_id and d.shard == shard and d.sent_us < sent_us}
     if 1 not in earlier:
         return False
@@ -433,8 +472,8 @@ def _compacted_before(world: World, job_id: str, shard: str, sent_us: int, silo_
              for occurrence in sorted(earlier)]
     if None in ended:
         return False
-    reads = [(at_us, data) for at_us, reader, data in world.shard_reads.get(shard, ()) if reader == silo_id and at_us >= sent_us]
-    if not reads:
+    reads = [(at_us, data) for at_us, reader, data in world.shard_reads.get(shard, ()) if reader is retry]
+    if retry is None or not reads:
         return False
     at_us, data = reads[0]
     return max(t for t in ended if t is not None) < at_us and not landed_ids(decode(data).records(), {job_id})

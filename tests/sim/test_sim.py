@@ -957,6 +957,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
      "oracle: a take-back folded into a snapshot read as an outcome", "duplicate"),
     (288095, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: a take-back folded into a snapshot read as an outcome", "duplicate"),
+    # Every kind. Not the library's: s1#3 ran j26's three occurrences to their end, its client
+    # never heard, and the client's retry reached s1 while another retried call searched there.
+    # That call read the shard's log 14 ms after the retry was sent, j26's records still in it; a
+    # rotation compacted them away, the retry's own search read the new generation and added j26
+    # again (the one more run docs/failover.md allows). The oracle took the other call's read for
+    # the retry's: it judged by the first read of the log by the retry's silo, not by the retry's
+    # own (tests/sim/test_retry_reads.py).
+    (275005, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: another call's read of the log taken for the retry's own search", "duplicate"),
 ]
 
 

@@ -71,7 +71,7 @@ from tests.sim.ahead import (
     SimHandler,
 )
 from tests.sim.buckets import BucketRay, call_peer, registry_rng
-from tests.sim.client import SimClient, client_rng
+from tests.sim.client import ScheduleTry, SimClient, client_rng, running_try
 from tests.sim.clocks import draws_jumps, jump_clocks, jump_rng
 from tests.sim.dormant import dormant_rng, draws_nightly, nightly
 from tests.sim.flows import SimFlows
@@ -402,9 +402,9 @@ class SimStore(Store):
 
     async def fetch(self, name: str, offset: int = 0) -> Fetched:
         fetched: Fetched = await self._call("fetch", name, lambda: self._world.store.fetch(name, offset))
-        if offset == 0 and name.startswith(SHARD_PREFIX):
-            self._world.shard_reads[name.rpartition("~")[0]].append(
-                (true_now_us(self._world.loop), self._proc.silo_id, fetched.data))
+        reader = running_try()
+        if offset == 0 and name.startswith(SHARD_PREFIX) and reader is not None:
+            self._world.shard_reads[name.rpartition("~")[0]].append((true_now_us(self._world.loop), reader, fetched.data))
         return fetched
 
     async def delete(self, name: str, if_match: str | None) -> None:
@@ -690,10 +690,15 @@ class World:
         self.added_again: set[str] = set()
         # Job id -> when the retry that added it again was sent: its new chain's runs leave after.
         self.chain_sent: dict[str, int] = {}
+<<<<<<< HEAD
         # ... and the shard the retry wrote it to: the acknowledged one, or the one a call in doubt named
         self.chain_shard: dict[str, str] = {}
         # Shard -> reads of its log (when, by which silo, what): what a retry's search saw.
         self.shard_reads: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
+=======
+        # Shard -> reads of its log by schedule calls (when, by which try, what): what a retry's search saw.
+        self.shard_reads: dict[str, list[tuple[int, ScheduleTry, bytes]]] = defaultdict(list)
+>>>>>>> s275005
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
         self.client_rng = client_rng(seed)
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
