@@ -690,15 +690,10 @@ class World:
         self.added_again: set[str] = set()
         # Job id -> when the retry that added it again was sent: its new chain's runs leave after.
         self.chain_sent: dict[str, int] = {}
-<<<<<<< HEAD
         # ... and the shard the retry wrote it to: the acknowledged one, or the one a call in doubt named
         self.chain_shard: dict[str, str] = {}
-        # Shard -> reads of its log (when, by which silo, what): what a retry's search saw.
-        self.shard_reads: dict[str, list[tuple[int, str, bytes]]] = defaultdict(list)
-=======
         # Shard -> reads of its log by schedule calls (when, by which try, what): what a retry's search saw.
         self.shard_reads: dict[str, list[tuple[int, ScheduleTry, bytes]]] = defaultdict(list)
->>>>>>> s275005
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
         self.client_rng = client_rng(seed)
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
