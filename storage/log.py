@@ -494,6 +494,13 @@ class LogWriter:
         size = blocks = 0
         seq = self._last_seq + 1
         budget = self._options.max_block_bytes - FRAME_OVERHEAD
+        if any(len(record) > budget for record in packed):
+            # A record no block can hold would never be written: the loop below appended empty
+            # frames until the store's block limit (a shard's snapshot is one record, so a shard
+            # holding more than a block of live jobs could not rotate). Refused as too big instead.
+            with contextlib.suppress(StorageError):
+                await store.delete(new_name, etag)
+            raise LogFull(f"log {self._base!r}: a snapshot record of {max(map(len, packed))} bytes exceeds one block ({budget})")
         start = 0
         while start < len(packed):
             end, used = start, 0

@@ -150,3 +150,20 @@ async def test_a_rotation_covers_the_records_queued_behind_a_metadata_change(mar
     assert three is None and four is None  # before the fix, with the change failing: 4 Unavailable
     assert isinstance(mark, storage.Unavailable) if mark_fails else isinstance(mark, str)
     assert list((await read_log(store, "r")).records()) == [1, 2, 3, 4]  # before the fix, the change landing: 4 twice
+
+
+async def test_a_snapshot_record_bigger_than_a_block_is_refused_not_written_as_empty_blocks() -> None:
+    """A record no block can hold made the rotation append empty frames until the store's block
+    limit (50,000 requests on Azure, then LogFull): a shard's snapshot is one record, so a shard
+    holding more than a block of live jobs at rotation did that. It fails at once now, and the
+    log is as it was."""
+    store = MemoryStore()
+    big = ["x" * 3000]
+    options = LogOptions(max_block_bytes=2048, rotate_blocks=2)
+    writer = await LogWriter.create(store, "r", {"owner": "a"}, snapshot=lambda: big, options=options)
+    await writer.append(1)
+    await writer.append(2)
+    with pytest.raises(storage.LogFull, match="exceeds one block"):
+        await asyncio.wait_for(writer.append(3), 5)
+    assert [i.name for i in await store.list("r")] == ["r~00000000"]  # no generation left half-written
+    assert list((await read_log(store, "r")).records()) == [1, 2]
