@@ -11,10 +11,6 @@ built from the log, is the truth. Records (msgpack lists):
 
 - ``[PUT, key, metadata]``: the name now points at the generation ``metadata`` describes
   (``Entry.metadata()``: generation, job, shard, due, retire list, status, inline definition);
-- ``[PUT, key, metadata, adder]``: the same, written while silo incarnation ``adder`` adds the
-  job to its shards (shard ``""``: not known yet); ``[LANDED, key, job_id, shard]`` follows once
-  the job is durable there. A next owner finds such a job by id among the adder's shards, or adds
-  it again (``Buckets.take``), before it answers anything;
 - ``[STATUS, key, job_id, status]``: the status (``JobStatus.to_json()``) of generation
   ``job_id``; a generation the name no longer points at is left alone;
 - ``[RETIRED, key, job_ids]``: those older generations are confirmed cancelled;
@@ -45,7 +41,6 @@ __all__ = [
     "BUCKETS",
     "BUCKET_PREFIX",
     "DELETE",
-    "LANDED",
     "PUT",
     "RETIRED",
     "SNAPSHOT",
@@ -67,7 +62,6 @@ STATUS = "S"
 RETIRED = "R"
 DELETE = "D"
 SNAPSHOT = "N"
-LANDED = "L"
 
 
 def bucket_of(key: str, buckets: int) -> int:
@@ -119,8 +113,6 @@ class BucketState:
         # Keys whose records are applied here but not durable yet: the entry each had before
         # the first of them, and how many appends carry them (``durable`` answers from these).
         self.inflight: dict[str, tuple[Entry | None, int]] = {}
-        # Who adds the job of an entry whose shard is not known yet (a PUT written beside its ADD).
-        self.adders: dict[str, str] = {}
         self._sorted: list[str] | None = None  # the keys in order, sorted when first read, then kept
 
     def durable(self, key: str) -> Entry | None:
@@ -185,11 +177,6 @@ class BucketState:
         before = self.entries.get(key)
         if kind == PUT:
             self.entries[key] = Entry.from_metadata(key, record[2], "")
-            if len(record) > 3:
-                self.adders[key] = record[3]
-        elif kind == LANDED:
-            if before is not None and before.job_id == record[2]:
-                self.entries[key] = replace(before, shard=record[3])
         elif kind == STATUS:
             if before is not None and before.job_id == record[2]:
                 self.entries[key] = replace(before, status=JobStatus.from_json(record[3]))
@@ -216,12 +203,10 @@ class BucketState:
     def hold(self, done: list[tuple[list[Any], Entry | None, Entry | None]]) -> list[str]:
         """Mark the keys of ``done`` (just applied) in flight until ``settle``; returns them."""
         keys: list[str] = []
-        seen: set[str] = set()  # a list searched per key was a tenth of a 1,000-put round's CPU
         for record, before, _ in done:
             key = record[1]
-            if key in seen:
+            if key in keys:
                 continue
-            seen.add(key)
             keys.append(key)
             pending = self.inflight.get(key)
             self.inflight[key] = (before, 1) if pending is None else (pending[0], pending[1] + 1)
@@ -253,15 +238,9 @@ class BucketState:
                 self.entries[key] = before
             self._sorted = None
 
-    def unlanded(self) -> list[tuple[Entry, str]]:
-        """The entries whose job may not be durable yet (no ``LANDED`` record), each with its adder."""
-        return [(entry, self.adders[key]) for key, entry in self.entries.items() if not entry.shard and key in self.adders]
-
     def snapshot(self) -> list[list[Any]]:
-        """The records a rotated generation starts with: every entry, whole (with its adder
-        while its shard is not known)."""
-        return [[SNAPSHOT, [[key, entry.metadata(), *([self.adders[key]] if not entry.shard and key in self.adders else [])]
-                            for key, entry in self.entries.items()]]]
+        """The records a rotated generation starts with: every entry, whole."""
+        return [[SNAPSHOT, [[key, entry.metadata()] for key, entry in self.entries.items()]]]
 
     def replay(self, records: Iterable[Any], first_seq: int = -1) -> BucketState:
         """Fold ``records`` in order; a record that is not one this module writes is set aside
@@ -287,8 +266,7 @@ class BucketState:
         if not isinstance(record, list) or len(record) < 2:
             raise ValueError(f"not a record: {record!r}")
         if record[0] == SNAPSHOT:
-            self.entries = {row[0]: Entry.from_metadata(row[0], row[1], "") for row in record[1]}
-            self.adders = {row[0]: row[2] for row in record[1] if len(row) > 2}
+            self.entries = {key: Entry.from_metadata(key, metadata, "") for key, metadata in record[1]}
             self._sorted = None
             return
         if not isinstance(record[1], str):

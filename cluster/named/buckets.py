@@ -28,7 +28,7 @@ from typing import Any
 from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.wire import datetime_to_us, pack, unpack
-from cluster.named.bucket import DELETE, LANDED, PUT, BucketMeta, BucketState, bucket_base, bucket_of
+from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
 from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
@@ -43,14 +43,9 @@ __all__ = ["Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcom
 log = logging.getLogger("timeshard.silo")
 
 IMPORT_CHUNK = 500  # old entries a record append carries when a bucket takes them in
-#: How long a round's ``LANDED`` records wait for another append to the bucket to ride on before
-#: they are appended alone: an append of their own is three fsyncs on the file store, as dear as
-#: the round's ``PUT`` append, and losing them costs only a search at the next owner's takeover.
-CONFIRM_AFTER_S = 0.05
 
-#: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order. The
-#: second argument: silo incarnations that may hold an earlier try (found there, not added again).
-Schedule = Callable[[Sequence[ScheduledJob], Sequence[str]], Awaitable[list[str]]]
+#: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
+Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[list[str]]]
 PutOutcome = tuple[Entry, ScheduledJob] | BaseException
 
 
@@ -66,9 +61,6 @@ class HeldBucket:
         self.lost = False  # fenced: another silo owns it now
         self.busy: set[str] = set()  # keys in a put now: one put per name at a time
         self.settled = asyncio.Condition()  # notified when puts leave ``busy``
-        self.confirming: list[list[Any]] = []  # LANDED records in memory, riding on the next append
-        self.flushing: asyncio.Task[None] | None = None
-        self.settling: asyncio.Task[None] | None = None  # jobs of puts a past owner left unconfirmed
 
     @classmethod
     async def create(cls, store: Store, number: int, owner: str, options: LogOptions) -> HeldBucket:
@@ -117,32 +109,8 @@ class HeldBucket:
         assert self.writer is not None
         done = self.state.apply_all(records)
         keys = self.state.hold(done)
-        appending = asyncio.ensure_future(self.append(records))
+        appending = asyncio.ensure_future(self.writer.append_many(records))
         return asyncio.ensure_future(self._landed(appending, done, keys))  # settled even if its caller is gone
-
-    def append(self, records: list[list[Any]]) -> Awaitable[None]:
-        """Append ``records`` after the ``LANDED`` records waiting (``landed``)."""
-        assert self.writer is not None
-        riding, self.confirming = self.confirming, []
-        return self.writer.append_many([*riding, *records])
-
-    def landed(self, records: list[list[Any]]) -> None:
-        """The jobs ``records`` (``LANDED``) name are durable: memory names their shards at once;
-        the records ride on the bucket's next append (``flush_landed`` appends them alone)."""
-        self.state.apply_all(records)
-        self.confirming.extend(records)
-
-    async def flush_landed(self) -> None:
-        """Append the ``LANDED`` records still waiting after ``CONFIRM_AFTER_S``."""
-        while self.confirming and not self.lost:
-            await asyncio.sleep(CONFIRM_AFTER_S)
-            if self.confirming and not self.lost:
-                await self.append([])
-
-    def begin(self, records: list[list[Any]]) -> Begun:
-        """``write`` for a round's ``PUT`` records whose jobs are being added meanwhile: their
-        keys stay in flight until the round says how its jobs went (``Begun``)."""
-        return Begun(self, records)
 
     async def _landed(self, appending: Awaitable[None], done: list[tuple[list[Any], Entry | None, Entry | None]],
                       keys: list[str]) -> None:
@@ -158,55 +126,6 @@ class HeldBucket:
             self.state.settle(keys, done, landed=False)
             raise
         self.state.settle(keys, done, landed=True)
-
-
-class Begun:
-    """A round's ``PUT`` records applied to memory and being appended, their keys in flight
-    (reads and the fence see each name as it was) until the round's jobs are durable too."""
-
-    def __init__(self, bucket: HeldBucket, records: list[list[Any]]) -> None:
-        assert bucket.writer is not None
-        self._bucket = bucket
-        self._done = bucket.state.apply_all(records)
-        self._keys = bucket.state.hold(self._done)
-        self.appending = asyncio.ensure_future(self._append(bucket.append(records)))
-
-    async def _append(self, appending: Awaitable[None]) -> None:
-        try:
-            await appending
-        except Exception:
-            self.failed()
-            raise
-        except BaseException:  # cancelled: the append may still land, memory keeps it (as ``write``)
-            self._bucket.state.settle(self._keys, self._done, landed=False)
-            self._keys = []
-            raise
-
-    def failed(self) -> None:
-        """The append failed: memory takes the records back (as ``HeldBucket.write`` does)."""
-        state = self._bucket.state
-        if self._keys:
-            state.undo(self._done)
-            state.settle(self._keys, self._done, landed=False)
-            self._keys = []
-            assert self._bucket.writer is not None
-            self._bucket.writer.disown_doubt()  # should it land after all, the writer stops
-
-    def landed(self, records: list[list[Any]]) -> None:
-        """The jobs are durable too: ``records`` (``LANDED``) name their shards in memory at
-        once (``HeldBucket.landed``), and the keys settle."""
-        self._bucket.landed(records)
-        state = self._bucket.state
-        state.settle(self._keys, [(r, before, state.entries.get(r[1])) for r, before, _ in self._done], landed=True)
-
-    async def taken_back(self, records: list[list[Any]]) -> None:
-        """The jobs failed to land: memory as before at once, and ``records`` (each name as it
-        was) appended; the keys stay in flight as they were until that is durable."""
-        state = self._bucket.state
-        state.undo(self._done)
-        back = self._bucket.write(records)
-        state.settle(self._keys, self._done, landed=False)
-        await back
 
 
 class Buckets:
@@ -269,8 +188,6 @@ class Buckets:
                 break
             self.held[number] = bucket
             took += 1
-            if bucket.state.unlanded():
-                self._settle(bucket)
             log.info("registry bucket taken", extra={"bucket": bucket.base, "entries": len(bucket.state.entries)})
         return took
 
@@ -299,7 +216,7 @@ class Buckets:
         """Bucket ``number`` if this silo's memory of it may answer a caller now (as
         ``ShardTable.answers_for`` decides for a shard); None if it is not ours."""
         bucket = self.held.get(number)
-        if bucket is None or bucket.lost or bucket.settling is not None:
+        if bucket is None or bucket.lost:
             return None
         if self._lease.valid and bucket.meta.owner == self._owner.me.owner:
             return bucket
@@ -333,8 +250,6 @@ class Buckets:
         for bucket in list(self.held.values()):
             assert bucket.writer is not None
             try:
-                if bucket.confirming:  # so the next owner need not search for their jobs
-                    await bucket.append([])
                 await bucket.writer.set_metadata(bucket.meta.with_owner(RELEASED).to_metadata())
             except StorageError:
                 continue
@@ -387,100 +302,33 @@ class Buckets:
     async def _land(self, asks: Sequence[PutRequest], decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None,
                                                                           str | None]],
                     out: list[PutOutcome | None]) -> None:
-        """The round's ADDs into this silo's shards and its ``PUT`` records (one append per
-        bucket), made concurrently: one fsync stage of latency, not two. Each ``PUT`` names this
-        incarnation as the job's adder (its shard is not known yet), and a put answers once
-        both are durable; till then its key stays in flight (reads and the fence see the entry
-        before). A crash between the two leaves a ``PUT`` whose job the next owner finds or
-        adds again by id (``_add_unlanded``), or a job no entry names (refused by the fence)."""
         if not decided:
             return
-        me = self._owner.me.owner
-        by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob, Entry | None]]] = {}
-        for i, bucket, job, old, definition in decided:
-            entry = Entry(asks[i].key, "", job.generation, job.id, "", datetime_to_us(job.first_fire), asks[i].now_us,
+        try:
+            shards = await self._schedule([job for _, _, job, _, _ in decided])
+        except Exception as exc:
+            for i, *_ in decided:
+                out[i] = exc  # no entry points at these jobs: the fence never clears them
+            return
+        by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob]]] = {}
+        for (i, bucket, job, old, definition), shard in zip(decided, shards, strict=True):
+            job = replace(job, shard=shard)
+            entry = Entry(asks[i].key, "", job.generation, job.id, shard, datetime_to_us(job.first_fire), asks[i].now_us,
                           JobStatus(next_fire=job.first_fire), () if old is None else (old.retired(), *old.retire),
                           definition)
-            by_bucket.setdefault(bucket.number, []).append((i, entry, job, old))
+            by_bucket.setdefault(bucket.number, []).append((i, entry, job))
         held = {bucket.number: bucket for _, bucket, *_ in decided}
-        adding = asyncio.gather(self._schedule([job for _, _, job, _, _ in decided], ()), return_exceptions=True)
-        rounds = {number: held[number].begin([[PUT, e.key, e.metadata(), me] for _, e, _, _ in rows])
-                  for number, rows in by_bucket.items()}
-        appended = await asyncio.gather(*(r.appending for r in rounds.values()), return_exceptions=True)
-        (shards,) = await adding
-        shard_of = {} if isinstance(shards, BaseException) else {job.id: s for (*_, job, _, _), s in zip(decided, shards, strict=True)}
-        for (number, rows), result in zip(by_bucket.items(), appended, strict=True):
-            bucket, begun = held[number], rounds[number]
+        results = await asyncio.gather(*(held[number].write([[PUT, e.key, e.metadata()] for _, e, _ in rows])
+                                         for number, rows in by_bucket.items()), return_exceptions=True)
+        for (number, rows), result in zip(by_bucket.items(), results, strict=True):
             if isinstance(result, BaseException):
-                # Fenced, or in doubt: memory took the records back (``Begun``), the log may hold them.
-                self.drop(bucket, f"its append failed ({result!r})", retake=True)
-                for i, *_ in rows:
+                # Fenced, or in doubt: memory took the records back, the log may hold them.
+                self.drop(held[number], f"its append failed ({result!r})", retake=True)
+            for i, entry, job in rows:
+                if isinstance(result, BaseException):
                     out[i] = PutInDoubt(f"its bucket's append failed ({result!r})", asks[i].name)
-                continue
-            if isinstance(shards, BaseException):
-                await self._take_back(bucket, begun, rows, shards, asks, out)
-                continue
-            begun.landed([[LANDED, e.key, job.id, shard_of[job.id]] for _, e, job, _ in rows])
-            self._confirm(bucket)
-            for i, entry, job, _ in rows:
-                out[i] = (replace(entry, shard=shard_of[job.id]), replace(job, shard=shard_of[job.id]))
-
-    async def _take_back(self, bucket: HeldBucket, begun: Begun, rows: list[tuple[int, Entry, ScheduledJob, Entry | None]],
-                         error: BaseException, asks: Sequence[PutRequest], out: list[PutOutcome | None]) -> None:
-        """The round's jobs failed to land but its ``PUT``s did: point each name back at what it
-        named before, so no name points at a job that may not be durable."""
-        back = [[DELETE, e.key, e.job_id] if old is None else [PUT, e.key, old.metadata()] for _, e, _, old in rows]
-        try:
-            await begun.taken_back(back)
-        except Exception as exc:  # the log may still name the jobs: the next owner finds or adds them by id
-            self.drop(bucket, f"its append failed ({exc!r})", retake=True)
-            for i, *_ in rows:
-                out[i] = PutInDoubt(f"its job did not land and taking its put back failed ({exc!r})", asks[i].name)
-            return
-        for i, *_ in rows:
-            out[i] = error  # no entry points at these jobs: the fence never clears them
-
-    def _confirm(self, bucket: HeldBucket) -> None:
-        """See that a round's ``LANDED`` records reach the log soon, riding on another append or
-        alone; not awaited by the put (its job is durable, and a next owner finds it by id).
-        Failed, the bucket is taken again from its log."""
-
-        async def flush() -> None:
-            try:
-                await bucket.flush_landed()
-            except Exception as exc:
-                self.drop(bucket, f"its append failed ({exc!r})", retake=True)
-
-        if bucket.flushing is None or bucket.flushing.done():
-            bucket.flushing = asyncio.get_running_loop().create_task(flush())
-
-    def _settle(self, bucket: HeldBucket) -> None:
-        """Answer nothing from ``bucket`` until ``_add_unlanded`` is done; in a task of its own, as
-        adding jobs waits for the silo's start, and a silo takes buckets as it starts."""
-
-        async def settle() -> None:
-            try:
-                await self._add_unlanded(bucket)
-            except Exception as exc:  # the next maintenance round takes it again from its log
-                self.drop(bucket, f"the jobs of its unconfirmed puts are not settled yet ({exc!r})")
-                return
-            bucket.settling = None
-
-        bucket.settling = asyncio.get_running_loop().create_task(settle())
-
-    async def _add_unlanded(self, bucket: HeldBucket) -> None:
-        """Before a taken bucket answers anything: every entry whose job its adder may not have
-        made durable (no ``LANDED``) gets it, found by id among the adder's shards or added again
-        into this silo's (the runtime's earlier-try search), and the shard recorded."""
-        waiting = bucket.state.unlanded()
-        if not waiting:
-            return
-        jobs = [replace(ScheduledJob.from_wire(unpack(base64.b64decode(entry.definition or ""))), id=entry.job_id)
-                for entry, _ in waiting]
-        shards = await self._schedule(jobs, sorted({adder for _, adder in waiting}))
-        await bucket.write([[LANDED, entry.key, entry.job_id, shard] for (entry, _), shard in zip(waiting, shards, strict=True)])
-        log.info("registry bucket found or added the jobs of puts its last owner left unconfirmed",
-                 extra={"bucket": bucket.base, "jobs": len(jobs)})
+                else:
+                    out[i] = (entry, job)
 
 
 def repeated(keys: Sequence[str]) -> set[int]:

@@ -241,9 +241,8 @@ class NamedJobHooks(SiloHooks):
             return str(answer[1])
         return False if answer[0] == "refused" else None
 
-    async def _schedule(self, jobs: Sequence[ScheduledJob], suspects: Sequence[str]) -> list[str]:
-        return await self._silo.schedule([(j.id, datetime_to_us(j.first_fire), pack(j.to_wire())) for j in jobs],
-                                         suspects)
+    async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
+        return await self._silo.schedule([(j.id, datetime_to_us(j.first_fire), pack(j.to_wire())) for j in jobs])
 
     async def _update(self, key: str, job_id: str, change: Any) -> Entry | None:
         entry = await update_entry(self._store, key, job_id, change, self._known.pop(key, None))

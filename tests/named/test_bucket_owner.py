@@ -38,8 +38,8 @@ COUNT = 4
 
 
 def buckets_of(parts: Roles) -> Buckets:
-    async def schedule(jobs: Sequence[ScheduledJob], suspects: Sequence[str]) -> list[str]:
-        return await parts.scheduling.schedule([item(j) for j in jobs], suspects)
+    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
+        return await parts.scheduling.schedule([item(j) for j in jobs])
 
     parts.lease.renew(parts.clock.monotonic())
     return Buckets(parts.store, parts.adoption.owner, parts.lease, COUNT, schedule)
@@ -204,9 +204,9 @@ async def test_concurrent_puts_and_deletes_naming_the_same_names_in_any_order_al
     mine = buckets_of(a)
     real = mine._schedule
 
-    async def slow(jobs: Sequence[ScheduledJob], suspects: Sequence[str]) -> list[str]:  # a round stays in progress a while
+    async def slow(jobs: Sequence[ScheduledJob]) -> list[str]:  # a round stays in progress a while
         await asyncio.sleep(rng.random() * 0.003)
-        return await real(jobs, suspects)
+        return await real(jobs)
 
     mine._schedule = slow
     await mine.take()
