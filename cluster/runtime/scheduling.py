@@ -163,8 +163,7 @@ class Scheduling:
         for r, items in zip(results, batches.values(), strict=True):
             shard = r if isinstance(r, Shard) else r.shard if isinstance(r, AddFailed) else None
             if shard is not None:  # None: it failed before anything was written
-                may_fire.update(await self._withdraw(self._shards.get(shard.base) or shard,
-                                                     [item[0] for item in items]))
+                may_fire.update(await self._withdraw(self._shards.get(shard.base) or shard, items))
         error = failure.error if isinstance(failure, AddFailed) else failure
         if may_fire:
             log.error("schedule call failed and could not take back all it wrote",
@@ -172,8 +171,14 @@ class Scheduling:
             raise ScheduleInDoubt(f"schedule failed: {error!r}", may_fire) from error
         raise error
 
-    async def _withdraw(self, shard: Shard, job_ids: list[str]) -> dict[str, str | None]:
-        """Take back ``job_ids`` from ``shard``, retried; returns the ones that may still fire."""
+    async def _withdraw(self, shard: Shard, items: list[Item]) -> dict[str, str | None]:
+        """Take back ``items`` from ``shard``, retried; returns the ones that may still fire.
+
+        Those not taken back are queued, as their log says: written unqueued, they stayed live
+        in the log and in memory, queued nowhere, until the shard was next loaded; the caller
+        told they may fire saw them neither fire nor go (simulator seed 311450, every kind).
+        """
+        job_ids = [item[0] for item in items]
         for _ in range(WITHDRAW_ATTEMPTS):
             try:
                 started = await self._cancelling.withdraw(shard, job_ids)
@@ -184,6 +189,9 @@ class Scheduling:
                             extra={"shard": shard.base, "error": repr(exc)})
                 continue
             return dict.fromkeys(started, shard.base)
+        else:  # not after Fenced: the shard's new owner queues what landed
+            if self._shards.get(shard.base) is shard:
+                self._queue_new(shard, items)
         return dict.fromkeys(job_ids, shard.base)
 
     def _queue_new(self, shard: Shard, items: list[Item]) -> None:

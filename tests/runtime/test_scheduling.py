@@ -97,6 +97,32 @@ async def test_a_failed_call_that_cannot_take_back_what_landed_names_the_jobs_th
     assert await copies(store.inner, second.id) == []
 
 
+async def test_a_landed_batch_that_could_not_be_taken_back_fires_as_the_caller_was_told_it_may() -> None:
+    """Before: written unqueued, a batch whose take-back failed stayed live in its shard's log and
+    in memory, queued nowhere: the client, told it may fire, saw it neither fire nor go
+    (simulator seed 311450 with every kind)."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    parts.transport.handlers["h"] = Recorder()
+    first, second = job(due=timedelta(seconds=1)), job(due=timedelta(hours=2))
+    assert window_prefix(first.due) != window_prefix(second.due)
+    held = store.gate("append_block", window_prefix(second.due))
+    call = asyncio.ensure_future(parts.scheduling.schedule([item(first), item(second)]))
+    await store.reached("append_block", window_prefix(second.due)).wait()
+    await until_idle()  # the first window's batch lands meanwhile
+    assert await copies(store.inner, first.id) != []
+    store.fail_next("append_block", 3, prefix=window_prefix(second.due))
+    store.fail_next("append_block", 9, prefix=window_prefix(first.due))  # three take-backs of three tries
+    held.set()
+    with pytest.raises(ScheduleInDoubt) as raised:
+        await call
+    assert list(raised.value.may_fire) == [first.id]
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    assert parts.transport.delivered() == [first.id]
+
+
 async def test_a_retry_after_the_first_silo_died_having_landed_the_jobs_adds_no_second_copy() -> None:
     """Before: the retry wrote every job again into the second silo's shard: two live copies."""
     store = MemoryStore()

@@ -966,6 +966,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # own (tests/sim/test_retry_reads.py).
     (275005, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: another call's read of the log taken for the retry's own search", "duplicate"),
+    # Every kind. s1#2's call for j18..j20 landed j19 and j20 (window 0, written unqueued), its
+    # window-10 batch failed, and three take-backs failed (stat Unavailable): ScheduleInDoubt at
+    # 9.149 s, may fire j19 and j20. Nothing queued them: live in the log and in memory, they
+    # neither fired nor went until the run's end (tests/runtime/test_scheduling.py).
+    (311450, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a landed batch whose take-back failed was left unqueued", "stuck"),
 ]
 
 
