@@ -70,8 +70,15 @@ class Balance:
         # released, would not know to wait for them before it answers a cancel or pause.
         shards = [s for s in self._shards if s.loaded and not s.lost and s.leaving is None and s.held_since <= settled
                   and s.sent_before_until <= now and s.damage is None and not self._quarantine.quarantined(s)
-                  and self._shards.holds(s)]
+                  and self._shards.holds(s) and not self._drained(s)]
         return sorted(shards, key=lambda s: (self._shards.is_open(s), s.meta.window_start))
+
+    def _drained(self, shard: Shard) -> bool:
+        """Whether ``shard`` is past its window with nothing live: kept only for its retry window
+        until deleted, it carries no load to move. Handed over, its next owner replays its log for
+        nothing, and a record damaged in it revives a job this silo saw end: it ran again long after
+        the cluster had settled (simulation, seed 313993 with every kind: j7)."""
+        return shard.live_count == 0 and shard.meta.window_end < self._clock.now_us()
 
     async def hand_over(self, excess: int) -> int:
         """Hand over up to ``excess`` shards, one by one; how many were released."""

@@ -972,6 +972,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # neither fired nor went until the run's end (tests/runtime/test_scheduling.py).
     (311450, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a landed batch whose take-back failed was left unqueued", "stuck"),
+    # Every kind. j7 ended at s2 at 3.8 s, and its record was damaged at 9.0 s. Its shard, drained
+    # and kept for retry_window, counted toward s2's share: s2 handed it over at 22.4 s, after the
+    # cluster had settled; s0 replayed the damaged log and sent j7 again at 24.2 s, at the run's
+    # end. Nothing hung; the move itself was the fault (tests/runtime/test_balance.py).
+    (313993, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a drained shard kept for its retry window was handed over", "stuck"),
 ]
 
 
