@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import defaultdict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -284,10 +284,7 @@ class SimClient:
             self._refused(sorted(set(ids) - set(may_fire)), f"ScheduleInDoubt without them: {exc}")
             world.stats["client: schedule in doubt"] += 1
             world.note(f"client schedule {ids}: ScheduleInDoubt, may fire {sorted(may_fire)}")
-            for job_id, shard in sorted(may_fire.items()):
-                # A retry's batch in doubt may have landed as an acknowledged one does: the same rule.
-                if shard is not None and job_id in self.ray.schedule_maybe_acted:
-                    await earlier_try(self._world, self.ray, job_id, shard, acknowledged=False)
+            await judge_in_doubt(self._world, self.ray, may_fire)
             return
         except Exception as exc:
             self._refused(ids, f"{type(exc).__name__}: {exc}")
@@ -375,6 +372,25 @@ class SimClient:
                               f"({why})")
         world.stats["client: in doubt"] = len(self.in_doubt)
         world.stats["client: in doubt, fired"] = len(self.in_doubt & {d.job_id for d in world.deliveries})
+
+
+async def judge_in_doubt(world: World, ray: SimRay, may_fire: Mapping[str, str | None]) -> None:
+    """A schedule call that ended in ``ScheduleInDoubt``: a retry's batch in doubt may have landed
+    as an acknowledged one does, so each job a try may have acted on is judged by the same rule
+    (``earlier_try``). A job the error names no shard for (a retry lost after it reached its
+    silo, then the call gave up) is judged at each shard its first occurrence fired from: only
+    the retry's copy can be excused there, since at the earlier try's shard the retry's own copy
+    is still recorded where a retry looks (seed 328498, every kind: a trigger's first try ran in
+    s2.1-000002 and a claim rewrote that log without it; the retry at s0, lost after it wrote,
+    found nothing and wrote the run again, the one more run docs/failover.md allows; the call
+    ended in doubt with no shard, and the named caller judged no in-doubt call at all)."""
+    for job_id, shard in sorted(may_fire.items()):
+        if job_id not in ray.schedule_maybe_acted:
+            continue
+        shards = [shard] if shard is not None else sorted(
+            {d.shard for d in world.deliveries if d.job_id == job_id and d.occurrence == 1})
+        for copy in shards:
+            await earlier_try(world, ray, job_id, copy, acknowledged=False)
 
 
 async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, acknowledged: bool = True) -> None:

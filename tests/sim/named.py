@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from cluster.client import Client
 from cluster.model import times
-from cluster.model.errors import AlreadyExists, JobNotFound
+from cluster.model.errors import AlreadyExists, JobNotFound, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.policies import FailurePolicy
 from cluster.model.trigger import TRIGGERED_FROM
@@ -59,7 +59,7 @@ from cluster.named.registry import NAMED_MARK, REGISTRY_PREFIX, name_of
 from storage import LogInfo, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
 from tests.sim.buckets import REGISTRY, BucketRay, SimBucketNames, added_named, asked, draws_buckets, pointed_by
-from tests.sim.client import SimRay, earlier_try
+from tests.sim.client import SimRay, earlier_try, judge_in_doubt
 from tests.sim.loop import EPOCH_US, true_now_us
 
 if TYPE_CHECKING:
@@ -184,8 +184,12 @@ class _Client(Client):
 
     async def submit_jobs(self, jobs: Sequence[ScheduledJob]) -> list[ScheduledJob]:
         self.named.submitted(jobs)
-        landed = await super().submit_jobs(jobs)
         ray = self.named.ray
+        try:
+            landed = await super().submit_jobs(jobs)
+        except ScheduleInDoubt as exc:
+            await judge_in_doubt(self.named.world, ray, exc.may_fire)  # as any client's call in doubt
+            raise
         for job in landed:
             # Judged as any client's retried call: a retry that found no trace of an earlier try
             # that had already run (its shard deleted as drained) adds it again, one more run as

@@ -978,6 +978,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # end. Nothing hung; the move itself was the fault (tests/runtime/test_balance.py).
     (313993, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a drained shard kept for its retry window was handed over", "stuck"),
+    # Every kind. Not the library's: a trigger's first try (lost at s2) landed its run in
+    # s2.1-000002, which ran it at 4.5 s; s0's claim rewrote that log at 5.7 s without it. The
+    # retry at s0 read the new generation, found nothing, wrote the run again (one more run,
+    # docs/failover.md) and was lost after it acted; the call ended in ScheduleInDoubt naming no
+    # shard. The named caller judged no call in doubt, and the client's rule skipped a job with
+    # no shard, so the allowed run was called a duplicate (tests/sim/test_in_doubt.py).
+    (328498, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a call in doubt naming no shard went unjudged", "duplicate"),
 ]
 
 

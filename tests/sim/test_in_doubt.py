@@ -1,0 +1,69 @@
+"""A schedule call that ends in ``ScheduleInDoubt`` naming no shard for a job (its retry was lost
+after it reached a silo, then the call gave up) is judged as any call in doubt (seed 328498, every
+kind: a trigger's first try ran its run in s2's shard, and a claim rewrote that log without it; the
+retry at s0 found nothing there, wrote the run again and was lost after it acted. The run more is
+the one docs/failover.md allows, yet the simulator skipped a job with no shard and called it a
+duplicate)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from cluster.runtime.shardlog import add_op, remove_op
+from storage import Store
+from storage.generations import generation_name
+from storage.records import encode
+from tests.runtime.harness import item, job
+from tests.sim.client import SimRay, judge_in_doubt
+from tests.sim.loop import VirtualLoop
+from tests.sim.world import Delivery, Faults, World
+
+EARLIER = "shards/20300101T000000.000000Z-s2.1-000002"  # the first try's shard (s2 lost)
+RETRY = "shards/20300101T000000.000000Z-s0.1-000005"  # the lost retry's (s0 lost after it wrote)
+
+
+async def _write(store: Store, base: str, records: list[list[object]]) -> None:
+    name = generation_name(base, 0)
+    etag = await store.create(name, {})
+    if records:
+        await store.append_block(name, encode(0, records), etag)
+
+
+async def _judged(world: World, *, earlier_kept: bool) -> bool:
+    """Whether the retry's copy is taken for the run more an in-doubt call may add: its earlier
+    try ran from ``EARLIER``, which still records it only when ``earlier_kept``."""
+    ran = job(due=timedelta(seconds=1))
+    job_id, due_us, packed = item(ran)
+    added = add_op(job_id, due_us, packed)
+    ended = [added, remove_op(job_id, 1, "succeeded")]
+    await _write(world.store, EARLIER, ended if earlier_kept else [])  # else compacted away
+    await _write(world.store, RETRY, ended)
+    for n, shard in enumerate((EARLIER, RETRY)):
+        world.deliveries.append(Delivery(job_id, 1, 1, n, n + 1, "s", shard, succeeded=True))
+    ray = SimRay(world)
+    ray.schedule_maybe_acted.add(job_id)
+    ray.schedule_due[job_id] = due_us
+    ray.schedule_suspects[job_id].update({"s2", "s1", "s0"})
+    await judge_in_doubt(world, ray, {job_id: None})
+    return job_id in world.added_again
+
+
+def _judge(*, earlier_kept: bool) -> bool:
+    loop = VirtualLoop()
+    world = World(0, Faults.parse("none"), loop)
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_judged(world, earlier_kept=earlier_kept))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+@pytest.mark.parametrize("earlier_kept", [False, True], ids=["earlier-compacted-away", "earlier-still-recorded"])
+def test_a_call_in_doubt_naming_no_shard_is_judged_at_the_shards_its_job_ran_from(earlier_kept: bool) -> None:
+    # Compacted away: the retry rightly wrote it again, one run more (before: judged a duplicate).
+    # Still recorded where the retry looked: it had to answer with that shard, no excuse.
+    assert _judge(earlier_kept=earlier_kept) is not earlier_kept
