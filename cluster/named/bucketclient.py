@@ -10,7 +10,8 @@ What a caller relies on, and how it holds here:
   cancelled again by the next put or delete of the name).
 - **delete**: read the entry, cancel what it names, then delete it at the owner only while it
   still names the job cancelled and lists nothing else to retire (else cancel the newer ones
-  too and ask again); once ``delete`` returned, nothing it named starts again.
+  too and ask again), and cancel it all once more (a shard loaded in between from a log whose
+  REMOVE was damaged has it live and cleared); once ``delete`` returned, nothing it named starts again.
 - **trigger**: the run is admitted at its start by the bucket's owner, which lists it among the
   jobs the entry retires while the entry names its generation (``OwnerCalls.triggers``).
 - **pause / resume**: the pause lives in the shard's log as with entries; the answer is
@@ -90,12 +91,25 @@ class BucketNames(RoutedPuts):
             # triggered run admitted meanwhile is listed to retire, and is cancelled next round).
             answer = await self.routed.ask("named_delete", key, (key, entry.job_id, [r.job_id for r in entry.retire]))
             if answer[0] in ("deleted", "absent"):
+                await self._cancel_after_delete(entry, name)
                 return True
             if answer[0] == "changed":
                 entry = Entry.from_metadata(key, answer[1], "")
                 continue
             raise _failure(answer, f"named job {name!r} may or may not be deleted")
         raise ClusterUnavailable(f"named job {name!r}: put again and again while being deleted; not deleted")
+
+    async def _cancel_after_delete(self, entry: Entry, name: str) -> None:
+        """Cancel what ``entry`` named once more, now that no entry names it. A silo that loaded
+        a shard between the first cancel and the delete, its REMOVE lost to a damaged frame since
+        (the README lets damage cost a frame's records), found the job live and the entry still
+        naming it, and cleared it: only a cancel after the delete reaches that clearance
+        (``job_cancelled``), as a put's cancel comes after its write (simulator seed 328446)."""
+        try:
+            await self._cancel((entry.retired(), *entry.retire))
+        except Exception as exc:
+            raise ClusterUnavailable(f"named job {name!r} deleted, but a cancel of what it named failed: "
+                                     f"it may still start ({exc!r})") from exc
 
     async def get_entry(self, key: str) -> Entry | None:
         answer = await self.routed.ask("named_get", key, key)

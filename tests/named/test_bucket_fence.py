@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ import pytest
 from cluster.model.errors import PutInDoubt
 from cluster.named.fence import ADMIT_WAIT_S
 from cluster.named.registry import entry_key
-from storage import StorageError
+from cluster.runtime.shardlog import REMOVE, ShardMeta
+from storage import MemoryStore, StorageError, decode
 from tests.named.bucket_cluster import TARGET, Cluster
 from tests.runtime.harness import Blocking, item, job
 
@@ -92,6 +93,55 @@ async def test_nothing_of_a_deleted_name_starts_once_delete_returns(kind: str, t
     assert again.generation == 1
     await c.fire(2)
     assert c.starts.after("delete returned") == [again.job.id] * 2
+
+
+async def test_a_deleted_job_whose_cancel_a_damaged_frame_lost_before_the_delete_wrote_does_not_start(
+        tmp_path: Path) -> None:
+    """Simulator seed 328446 (every fault, buckets): delete cancelled the name's job; its shard was
+    loaded again before the owner wrote the delete, from a log whose frame with that REMOVE had
+    been damaged (the README lets damage cost a frame's records): the job live in it, the entry
+    still naming it, the silo cleared it, and it started after delete returned True."""
+    c = await Cluster.start("memory", tmp_path)
+    jobs = c.jobs()
+    due = datetime.now(timezone.utc) + timedelta(seconds=4)  # within the lookahead: cleared as it lands
+    put = await jobs.put("n", target=TARGET, due_time=due)
+    await asyncio.sleep(0.05)  # the prefetcher's first poll
+    base, parts = put.job.shard, c.parts["a"]
+    assert base is not None and c.hooks["a"].clearance.shard_of(put.job.id) == base
+    gate, reached = asyncio.Event(), asyncio.Event()
+    call = c.call
+
+    async def held_delete(silo_id: str, method: str, args: tuple[Any, ...], caller: str = "client") -> Any:
+        if method == "feature_call" and args[0] == "named_delete":
+            reached.set()
+            await gate.wait()  # the owner writes the delete only once the shard was loaded again
+        return await call(silo_id, method, args, caller)
+
+    c.call = held_delete  # type: ignore[method-assign]
+    jobs = c.jobs()
+    deleting = asyncio.ensure_future(jobs.delete("n"))
+    await asyncio.wait_for(reached.wait(), 10)  # cancelled: its REMOVE is in the shard's log
+    other = await jobs.put("o", target=TARGET, due_time=due)  # a frame after the REMOVE's
+    assert other.job.shard == base
+    store = c.store
+    assert isinstance(store, MemoryStore)
+    log = store._logs[f"{base}~00000000"]
+    frames = decode(bytes(log.body)).frames
+    (cancel,) = [i for i, f in enumerate(frames[:-1]) if any(op[0] == REMOVE and op[1] == put.job.id
+                                                              for op in f.records)]
+    log.body[frames[cancel].offset + 25] ^= 0x5A  # bit rot: the frame with the delete's REMOVE
+    shard = parts.shards.get(base)
+    assert shard is not None and await parts.balance.release(shard)
+    back = await parts.adoption.claim(base, ShardMeta.from_metadata(log.metadata), judged_by=parts.me.owner)
+    assert back is not None and back.state is not None and put.job.id in back.state.live
+    await asyncio.sleep(0.05)  # the loaded shard's verdicts: the entry still names the job
+    assert c.hooks["a"].clearance.shard_of(put.job.id) == base
+    gate.set()
+    assert await deleting
+    c.starts.log.append("delete returned")
+    await c.fire(6)
+    assert put.job.id not in c.starts.after("delete returned")
+    assert other.job.id in c.starts.after("delete returned")
 
 
 @pytest.mark.parametrize("kind", STORES)

@@ -986,6 +986,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # no shard, so the allowed run was called a duplicate (tests/sim/test_in_doubt.py).
     (328498, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: a call in doubt naming no shard went unjudged", "duplicate"),
+    # Every kind, registry buckets too. A delete cancelled the name's job (its shard's owner
+    # answered "cancelled") and reached the bucket's owner only 6 s later; meanwhile a damaged frame
+    # cost that REMOVE and the shard was handed over, so its next owner found the job live and the
+    # entry still naming it, and cleared it. The delete was written and the job started 0.13 s
+    # after it returned. A delete cancels once more after its write, as a put cancels after its
+    # (tests/named/test_bucket_fence.py).
+    (328446, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a shard loaded between a delete's cancel and its write cleared a job whose REMOVE was damaged",
+     "older generation ran"),
 ]
 
 
