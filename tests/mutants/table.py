@@ -648,4 +648,39 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a retried schedule call fails when a drained shard its search listed is deleted before the read: "
             "a flow step taken over from a client's intent waits a reconcile round per failure",
     ),
+    Mutant(
+        name="failed-call-batch-left-unqueued",
+        kind="an acknowledged-in-doubt job never run",
+        path="cluster/runtime/scheduling.py",
+        old="                self._queue_new(shard, items)\n        return",
+        new="                pass\n        return",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_landed_batch_that_could_not_be_taken_back_fires_as_the_caller_was_told_it_may",)),
+        # Seed 311450 (every kind) found it in this stop's last search.
+        why="a failed schedule call's landed batch whose take-back failed stays live in the log and in memory, "
+            "queued nowhere: the caller was told it may fire, and it never does until the shard loads again",
+    ),
+    Mutant(
+        name="drained-shard-handed-over",
+        kind="a job run again long after it ended",
+        path="cluster/runtime/balance.py",
+        old="                  and self._shards.holds(s) and not self._drained(s)]\n",
+        new="                  and self._shards.holds(s)]\n",
+        catch=Pytest(("tests/runtime/test_balance.py::test_a_drained_shard_kept_for_its_retry_window_is_not_handed_over",)),
+        # Seed 313993 (every kind) found it in this stop's last search.
+        why="a drained shard kept for its retry window is handed over for balance; its next owner replays a log "
+            "whose damaged record revives a job that ended, and it runs again",
+    ),
+    Mutant(
+        name="bucket-delete-cancels-only-before-its-write",
+        kind="a superseded definition run",
+        path="cluster/named/bucketclient.py",
+        old="                await self._cancel_after_delete(entry, name)\n",
+        new="                pass\n",
+        catch=Pytest(("tests/named/test_bucket_fence.py::"
+                      "test_a_deleted_job_whose_cancel_a_damaged_frame_lost_before_the_delete_wrote_does_not_start",)),
+        # Seed 328446 (every kind, registry buckets) found it in this stop's last search.
+        why="a bucket delete cancels its job before writing DELETE: a shard loaded in between from a log whose "
+            "REMOVE was damaged clears the job, and it starts after delete returned",
+    ),
 )
