@@ -1519,6 +1519,7 @@ class World:
         copy runs it again: ``Adoption.taken_back``); the first attempt reaching its handler after
         its sender gave up waiting.
         """
+        chained: set[str] = set()  # jobs whose second chain an allowance excused
         successes: dict[tuple[str, int], list[Delivery]] = defaultdict(list)
         for d in self.deliveries:
             if d.succeeded:
@@ -1553,6 +1554,9 @@ class World:
                 else:
                     self.stats[f"succeeded twice: {why[0]}"] += 1
                     self.note(f"{job_id}#{occurrence} succeeded again: {why[1]}")
+                    if why[0] == "added again by a retry" and job_id not in chained:
+                        chained.add(job_id)  # the allowance is one more chain per job, whatever its length
+                        self.stats["jobs added again by a retry"] += 1
 
     def _chain_start_us(self, job_id: str) -> int:
         """When the chain a retried schedule call added again began: its first occurrence sent from
