@@ -7,7 +7,6 @@ duplicate)."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
@@ -18,8 +17,7 @@ from storage.generations import generation_name
 from storage.records import encode
 from tests.runtime.harness import item, job
 from tests.sim.client import SimRay, judge_in_doubt
-from tests.sim.loop import VirtualLoop
-from tests.sim.world import Delivery, Faults, World
+from tests.sim.world import Delivery, World, in_quiet_world
 
 EARLIER = "shards/20300101T000000.000000Z-s2.1-000002"  # the first try's shard (s2 lost)
 RETRY = "shards/20300101T000000.000000Z-s0.1-000005"  # the lost retry's (s0 lost after it wrote)
@@ -52,14 +50,7 @@ async def _judged(world: World, *, earlier_kept: bool) -> bool:
 
 
 def _judge(*, earlier_kept: bool) -> bool:
-    loop = VirtualLoop()
-    world = World(0, Faults.parse("none"), loop)
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(_judged(world, earlier_kept=earlier_kept))
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
+    return in_quiet_world(lambda world: _judged(world, earlier_kept=earlier_kept))
 
 
 @pytest.mark.parametrize("earlier_kept", [False, True], ids=["earlier-compacted-away", "earlier-still-recorded"])

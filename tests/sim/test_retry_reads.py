@@ -22,8 +22,8 @@ from cluster.runtime.shardlog import landed_ids
 from storage import Store, read_log
 from tests.runtime.harness import OPTIONS, LocalTransport, ManualClock, Recorder, add, fire_due, item, job, make_parts
 from tests.sim.client import SimRay, earlier_try
-from tests.sim.loop import VirtualLoop, true_now_us
-from tests.sim.world import UP, Delivery, Faults, SimStore, World
+from tests.sim.loop import true_now_us
+from tests.sim.world import UP, Delivery, SimStore, World, in_quiet_world
 
 
 class _Search:
@@ -87,14 +87,7 @@ async def _retried(world: World, *, retry_reads_first: bool) -> bool:
 
 
 def _judge(*, retry_reads_first: bool) -> bool:
-    loop = VirtualLoop()
-    world = World(0, Faults.parse("none"), loop)
-    asyncio.set_event_loop(loop)
-    try:
-        return loop.run_until_complete(_retried(world, retry_reads_first=retry_reads_first))
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
+    return in_quiet_world(lambda world: _retried(world, retry_reads_first=retry_reads_first))
 
 
 @pytest.mark.parametrize("retry_reads_first", [False, True], ids=["compacted-before-the-retry-read", "held-when-the-retry-read"])

@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.features import feature_hooks
 from cluster.flows.model import FLOW_PREFIX
@@ -1737,6 +1737,21 @@ def _faulted_between(world: World, silo_id: str, start_us: int, end_us: int) -> 
                 return "partition"
             cut_from = None
     return "partition" if cut_from is not None and cut_from <= end_us else None
+
+
+T = TypeVar("T")
+
+
+def in_quiet_world(body: Callable[[World], Awaitable[T]]) -> T:
+    """Run ``body`` in a world with no faults and no silos started: for judging a hand-made history."""
+    loop = VirtualLoop()
+    world = World(0, Faults.parse("none"), loop)
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(body(world))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def run_seed(seed: int, faults: Faults | None = None, *, verbose: bool = False) -> Result:
