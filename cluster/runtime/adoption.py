@@ -115,6 +115,7 @@ class Adoption:
         self.recheck_at: float | None = None  # when (monotonic) a shard seen waiting for a lease becomes an orphan
         self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
+        self._claims_failed = 0  # claims the store failed (not beaten): an adoption round stops at one
         self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
         # When to list (``round_due``): the live silos last read, and what of their rows a
         # departure or join changes; the interval of this silo's last round; whether it heard
@@ -188,7 +189,12 @@ class Adoption:
         self._budget = next_budget(len(candidates), self._budget)
         self._rng.shuffle(candidates)  # silos racing for the same orphans mostly pick different ones
         claimed = 0
-        for base, meta in candidates[:take]:
+        failed = self._claims_failed
+        for base, meta in candidates:
+            # Beaten to one (a peer picked it too), the next is claimed at once, not an interval
+            # later: failover waits on no lost race. A store that fails a claim ends the round.
+            if claimed == take or self._claims_failed != failed:
+                break
             claimed += await self.claim(base, meta, judged_by=me) is not None
         self.excess = max(0, mine + claimed - fair)
         # Orphans left for later (the budget, a share for peers) or released shards waiting
@@ -328,6 +334,7 @@ class Adoption:
             return None  # another silo was faster
         except StorageError as exc:
             log.warning("could not claim shard", extra={"shard": base, "error": repr(exc)})
+            self._claims_failed += 1
             self.look_soon()  # it may have landed: then the shard is ours, and no peer takes it
             if proof:
                 raise

@@ -230,3 +230,33 @@ async def test_a_silo_that_rejoins_during_an_adoption_round_takes_its_old_shards
     assert await parts.adoption.adopt_orphans() == 0  # s#1 seen replaced now: its lease may still hold
     parts.clock.advance(OPTIONS.firing_lease.total_seconds())
     assert await parts.adoption.adopt_orphans() == 2  # proven orphans once s#1's lease ran out
+
+
+async def test_a_peer_beaten_to_an_orphan_claims_the_next_one_in_the_same_round() -> None:
+    """Two survivors, two orphans: each claims a fair share of one. When both pick the same
+    orphan first, the one beaten goes on to the other at once, not an adoption interval later
+    (the node-replacement drill's failover ran 4.05 s against a 3.5 s bound that way)."""
+    store = MemoryStore()
+    jobs = {}
+    for victim_id in ("v", "w"):
+        victim = await make_parts(store, victim_id)
+        j = job(due=timedelta(seconds=2))
+        (name,) = await add(victim, j)
+        jobs[name] = j
+        await Membership(store).declare_dead(victim.me.row, EXITED)
+    a, b = await make_parts(store, "a"), await make_parts(store, "b")
+    real_claim = b.adoption.claim
+    beaten: list[str] = []
+
+    async def claim_after_a(base: str, meta: ShardMeta, **kw: object) -> object:
+        if not beaten:  # a lands its claim of the same orphan first
+            beaten.append(base)
+            assert await a.adoption.claim(base, meta, judged_by=a.me.owner) is not None
+        return await real_claim(base, meta, **kw)  # type: ignore[arg-type]
+
+    b.adoption.claim = claim_after_a  # type: ignore[method-assign]
+    assert await b.adoption.adopt_orphans() == 1
+    owners = {head.base: ShardMeta.from_metadata(head.metadata).owner for head in await list_logs(store, SHARD_PREFIX)}
+    assert owners[beaten[0]] == a.me.owner
+    (other,) = set(owners) - set(beaten)
+    assert owners[other] == b.me.owner and b.queue.get(jobs[other].id) is not None
