@@ -89,6 +89,15 @@ def my_turn(slot: int, rank: int, every: int) -> int:
     return slot - (slot - rank) % every
 
 
+def _ended(before: tuple[int, str, int] | None, now: tuple[int, str, int]) -> bool:
+    """Whether a silo's row went from ``before`` to ``now`` (incarnation, status, ended
+    through) by an incarnation ending: replaced, declared dead or leaving, or proven ended."""
+    if before is None:
+        return False
+    (was, was_status, was_ended), (inc, status, ended) = before, now
+    return inc > was or ended > was_ended or (status in (DEAD, LEAVING) and was_status not in (DEAD, LEAVING))
+
+
 class ClaimInDoubt(StorageError):
     """A claim of this silo's is under way: until it lands, the shard's old writer is not fenced."""
 
@@ -129,6 +138,9 @@ class Adoption:
         self._leftover = False
         self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
         self._members: Mapping[str, Member] = {}  # the membership table last read
+        #: A read of the table showed an incarnation end (replaced, dead, leaving) since the last
+        #: round: the heartbeat that read it adopts at once, as the silo that declared it does.
+        self.departure_heard = False
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # a test waits on a clock of its own
 
     @property
@@ -145,6 +157,7 @@ class Adoption:
         """
         me = self._me.owner  # who judges: a rejoin during the round voids its judgments
         members = await self.read_members()
+        self.departure_heard = False  # this round takes what that made orphans
         now = self._clock.monotonic()
         self.recheck_at = None
         calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
@@ -249,6 +262,8 @@ class Adoption:
         roster = {silo: (m.incarnation, m.status, m.ended_through) for silo, m in members.items()}
         if self._roster is not None and roster != self._roster:
             self.look_soon()  # an incarnation ended (orphans), or one joined (a new fair share)
+            before = self._roster
+            self.departure_heard |= any(_ended(before.get(silo), now) for silo, now in roster.items())
         self._roster = roster
         self._alive = sorted(silo for silo, m in members.items() if m.status not in (DEAD, LEAVING))
 

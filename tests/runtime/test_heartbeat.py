@@ -15,7 +15,7 @@ from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import window_of
 from cluster.runtime.transport import Ping
 from storage import MemoryStore, StorageError, Unavailable
-from tests.runtime.harness import OPTIONS, GatedStore, add, job, make_parts
+from tests.runtime.harness import OPTIONS, GatedStore, ManualClock, add, job, make_parts
 
 
 async def test_a_beat_renews_the_lease_from_when_it_began() -> None:
@@ -41,6 +41,29 @@ async def test_a_peer_silent_for_the_suspicion_timeout_is_declared_dead_and_its_
     await watcher.heartbeat.detect_failures()
     assert (await Membership(store).members())["q"].status == DEAD
     assert watcher.queue.get(j.id) is not None
+
+
+async def test_a_peer_that_reads_a_death_another_declared_adopts_its_share_at_that_beat() -> None:
+    """Failover waits on no silo's adoption interval: the silo that declares a death adopts at
+    once, and so does every other silo at the beat that reads it (the node-replacement drill:
+    the second survivor took its orphan up to an interval later, failover 4.0 s against 3.5 s)."""
+    store = MemoryStore()
+    quiet = [await make_parts(store, silo, clock=ManualClock()) for silo in ("q", "r")]
+    jobs = []
+    for parts in quiet:
+        jobs.append(job(due=timedelta(seconds=2)))
+        await add(parts, jobs[-1])
+    declarer = await make_parts(store, "w1")
+    hearer = await make_parts(store, "w2", clock=declarer.clock)
+    await declarer.heartbeat.detect_failures()  # starts watching q and r
+    declarer.clock.advance(6)
+    await hearer.heartbeat.beat()
+    await hearer.heartbeat.detect_failures()  # first look: it suspects nobody yet
+    await declarer.heartbeat.detect_failures()  # declares both dead, takes its fair share: one
+    assert [m.status for s, m in (await Membership(store).members()).items() if s in ("q", "r")] == [DEAD, DEAD]
+    assert sum(declarer.queue.get(j.id) is not None for j in jobs) == 1
+    await hearer.heartbeat.detect_failures()  # reads the deaths: the other orphan now, no round needed
+    assert [hearer.queue.get(j.id) is not None for j in jobs] == [declarer.queue.get(j.id) is None for j in jobs]
 
 
 async def test_a_peer_the_transport_reports_gone_is_declared_dead_at_once() -> None:
