@@ -21,6 +21,7 @@ shard was firing, and a shard whose owners keep dying so runs in quarantine
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import zlib
@@ -28,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
+from cluster.model.waiting import wait_bounded
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
 from cluster.runtime.logowner import Owner, live_holder, orphan_at
@@ -139,8 +141,9 @@ class Adoption:
         self._listed = 0  # logs within the lookahead at the last round: the next asks for a little more
         self._members: Mapping[str, Member] = {}  # the membership table last read
         #: A read of the table showed an incarnation end (replaced, dead, leaving) since the last
-        #: round: the heartbeat that read it adopts at once, as the silo that declared it does.
+        #: round: a round runs at once, on every silo that read it (``round_due``, ``wait_for_round``).
         self.departure_heard = False
+        self._woken = asyncio.Event()
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # a test waits on a clock of its own
 
     @property
@@ -158,6 +161,7 @@ class Adoption:
         me = self._me.owner  # who judges: a rejoin during the round voids its judgments
         members = await self.read_members()
         self.departure_heard = False  # this round takes what that made orphans
+        self._woken.clear()
         now = self._clock.monotonic()
         self.recheck_at = None
         calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
@@ -228,6 +232,8 @@ class Adoption:
         now = self._clock.monotonic()
         if self.recheck_at is not None and now >= self.recheck_at:  # a dead peer's lease runs out
             return self._tick(now)
+        if self.departure_heard:  # orphans, or soon: failover waits on no interval, however few the silos
+            return self._tick(now)
         interval_passed = now - self._last_tick >= self._options.adoption_interval.total_seconds()
         every = stride(len(self._alive), self._options.adoption_listers)
         if every == 1:
@@ -247,6 +253,16 @@ class Adoption:
         self._last_tick = now
         return True
 
+    async def wait_for_round(self, tick: float) -> None:
+        """Sleep ``tick`` seconds, or less: until a read of the membership table (a heartbeat's)
+        shows a peer's incarnation ended. The maintenance loop waits here between its rounds, so
+        the orphans of a death a peer declared are claimed at the beat that read it, not up to an
+        adoption interval later; the heartbeat itself stays a short round."""
+        if not self._woken.is_set():
+            with contextlib.suppress(TimeoutError):
+                await wait_bounded(self._woken.wait(), tick)
+        self._woken.clear()
+
     def look_soon(self) -> None:
         """Run a round at the next tick: something may have left an orphan no listing has seen
         yet (a claim or create of ours whose outcome is unknown, a peer's departure)."""
@@ -263,7 +279,9 @@ class Adoption:
         if self._roster is not None and roster != self._roster:
             self.look_soon()  # an incarnation ended (orphans), or one joined (a new fair share)
             before = self._roster
-            self.departure_heard |= any(_ended(before.get(silo), now) for silo, now in roster.items())
+            if any(_ended(before.get(silo), now) for silo, now in roster.items()):
+                self.departure_heard = True
+                self._woken.set()
         self._roster = roster
         self._alive = sorted(silo for silo, m in members.items() if m.status not in (DEAD, LEAVING))
 

@@ -231,8 +231,6 @@ class Heartbeat:
                 causes[m.silo_id] = (m, cause)
         causes |= {silo_id: (m, SILENT) for silo_id, m in silent.items()}  # the strongest proof: every incarnation of it is over
         await self._declare(causes, await self._prove_reported(members, now))
-        if self._adoption.departure_heard:  # a peer declared it, or it left: its orphans at this beat too
-            await self._adoption.adopt_orphans()
 
     async def _declare(self, causes: dict[str, tuple[Member, str]], proven: Sequence[Member] = ()) -> None:
         """Declare each of ``causes`` dead for its cause; with ``proven`` (rows already marked EXITED),

@@ -413,7 +413,7 @@ class Silo:
         interval = self.options.adoption_interval.total_seconds()
         last_upkeep = self._r.adoption.start_rounds()
         while True:
-            await asyncio.sleep(tick)
+            await self._r.adoption.wait_for_round(tick)  # or less: a peer's death read at a heartbeat
             try:
                 self._r.shards.settle_writers()
                 await self._r.firing.retry_staged()

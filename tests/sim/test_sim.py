@@ -341,9 +341,9 @@ def test_a_cancel_folded_into_a_snapshot_is_read_there() -> None:
     """A cancel queued as its shard's log rotates lands only inside the next generation's
     SNAPSHOT, as its job's absence: the checks read it there, not only from REMOVE records
     (seeds 29 and 36 of all kinds reported such cancelled jobs lost). Their worlds moved on with
-    the product (a flow step's start now claims itself in its flow log, a silo adopts at the beat
-    that reads a death); seeds 4, 9 and 16 queue such a cancel now."""
-    results = [run_seed(seed, Faults.parse("all,-turns")) for seed in (4, 9, 16)]
+    the product (a flow step's start now claims itself in its flow log, a silo adopts as soon as
+    a beat reads a death); seeds 24, 30 and 39 queue such a cancel now."""
+    results = [run_seed(seed, Faults.parse("all,-turns")) for seed in (24, 30, 39)]
     assert all(r.stats.get("cancels read from a snapshot") for r in results), [r.stats for r in results]
     assert all(r.ok for r in results), _explain(results)
 
@@ -1060,8 +1060,9 @@ def test_a_flow_cancel_in_doubt_is_settled_and_a_cancel_nobody_made_is_not_excus
     answer; one that then ended cancelled must hold a cancel record its user wrote. Planted: a silo
     writes a cancel record into the log of each flow whose step attempt ended (a silo taking a
     step's end for a cancel). Most flows then fail as cancelled unasked; one whose user's cancel
-    failed before its record landed (3 of seeds 0-119, the first 15) ends cancelled with no cancel
-    of its user's behind it, which the simulator used to accept as "its cancel may have landed"."""
+    failed before its record landed (3 of seeds 160-279, the first 172, since silos adopt at the beat
+    that reads a death) ends cancelled with no cancel of its user's behind it, which the simulator
+    used to accept as "its cancel may have landed"."""
     from cluster.flows.hooks import FlowHooks, _step_of
 
     ended = FlowHooks.attempt_ended
@@ -1074,9 +1075,9 @@ def test_a_flow_cancel_in_doubt_is_settled_and_a_cancel_nobody_made_is_not_excus
 
     with monkeypatch.context() as planted:
         planted.setattr(FlowHooks, "attempt_ended", cancelling)
-        seed = next((seed for seed in range(120) if any("flow cancelled uncalled" in v for v in run_seed(seed).violations)),
-                    None)
-    assert seed is not None, "no seed of 0-119 ended a flow cancelled by its silo while its user's cancel was in doubt"
+        seed = next((seed for seed in range(160, 280)
+                     if any("flow cancelled uncalled" in v for v in run_seed(seed).violations)), None)
+    assert seed is not None, "no seed of 160-279 ended a flow cancelled by its silo while its user's cancel was in doubt"
 
 
 def test_a_named_job_is_due_when_its_put_asked_not_when_the_library_says(monkeypatch: pytest.MonkeyPatch) -> None:
