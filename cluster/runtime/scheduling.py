@@ -208,8 +208,12 @@ class Scheduling:
         for item in items:
             job_id = item[0]
             entry = live.get(job_id)
-            # A load that ran meanwhile queued it already, and it may even have started.
-            if (entry is not None and job_id not in taken and self._runs.find(job_id) is None
+            run = self._runs.find(job_id)
+            # A load that ran meanwhile queued it already, and it may even have started. A run of
+            # another shard's copy is not this one: a retry adds a job again once the log its
+            # earlier try ran in no longer records it, even while that run is still finishing
+            # here, and its outcome queues nothing of this shard (simulator seed 346763).
+            if (entry is not None and job_id not in taken and (run is None or run.shard.base != shard.base)
                     and self._queue.get(job_id) is None):
                 taken.add(job_id)
                 keys.append(job_id)

@@ -534,3 +534,40 @@ async def test_a_call_fenced_while_its_append_was_in_doubt_and_unable_to_read_th
         await call
     assert raised.value.may_fire == {j.id: shard}
     assert await copies(store.inner, j.id) == [shard]
+
+
+async def test_a_retry_that_adds_again_a_job_still_finishing_here_from_a_compacted_log_queues_its_copy() -> None:
+    """The earlier try's job ran here, from the suspect's shard this silo claimed; its success was
+    durable and a rotation had compacted it out of the log, but the run was still finishing (the
+    rotation not done) when the retry looked: found nowhere, the job was added again, as allowed,
+    into this silo's own shard. The new copy was taken for that run (same job id) and never
+    queued: live in its log, acknowledged, and neither queued nor running, to the end (simulator
+    seed 346763, every fault: a flow step taken over by the silo that had adopted its shard)."""
+    store = GatedStore()
+    options = dataclasses.replace(OPTIONS, max_blocks=2)  # the outcome's append (the third) rotates the log
+    first = await make_parts(store, "a", options=options)  # type: ignore[arg-type]
+    j = job(due=timedelta(seconds=1))
+    (earlier,) = await first.scheduling.schedule([item(j)])  # landed; the client never heard
+    assert await first.scheduling.schedule([item(job(due=timedelta(seconds=5)))]) == [earlier]
+    again = await make_parts(store, "a", transport=restarted(), options=options)  # type: ignore[arg-type]
+    again.transport.handlers["h"] = Recorder()
+    claimed = await again.adoption.claim_for_cancel(earlier)
+    assert claimed is not None
+    again.loading.queue_loaded(claimed, adopted=True)
+    finishing = store.gate("set_metadata", f"{earlier}~00000001")  # the rotation's last step
+    again.lease.renew(again.clock.monotonic())
+    again.clock.advance(1)
+    again.firing.dispatch(again.queue.pop_due(limit=again.runs.room))
+    await asyncio.wait_for(store.reached("set_metadata", f"{earlier}~00000001").wait(), 5)
+    assert again.runs.find(j.id) is not None, "the run must still be finishing while the retry looks"
+    assert await copies(store.inner, j.id) == []  # its success is durable, and compacted away
+    (name,) = await asyncio.wait_for(again.scheduling.schedule([item(j)], suspects=["a#1"]), 5)
+    assert name != earlier and await copies(store.inner, j.id) == [name]  # added again: one more run
+    finishing.set()
+    await until_idle()
+    assert again.runs.find(j.id) is None
+    assert again.queue.get(j.id) is not None, "the copy the retry acknowledged is live but queued nowhere"
+    again.clock.advance(1)
+    await fire_due(again)
+    assert again.transport.delivered() == [j.id, j.id]
+    assert await copies(store.inner, j.id) == []
