@@ -998,6 +998,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     (328446, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a shard loaded between a delete's cancel and its write cleared a job whose REMOVE was damaged",
      "older generation ran"),
+    # Every kind, flows too. A flow step's intent was taken over by the silo that had adopted the
+    # shard its dead writer had added the job to, while that job was still finishing there: its
+    # success durable and compacted out of the log by a rotation not yet done. The retry found it
+    # nowhere and added it again, as allowed, into its own shard; the new copy was taken for the
+    # finishing run (same job id) and never queued (tests/runtime/test_scheduling.py). Reached once
+    # every silo reading a death adopted at once.
+    (346763, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a job added again while its earlier copy's run was finishing here was left unqueued", "stuck"),
 ]
 
 
