@@ -1006,6 +1006,48 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # every silo reading a death adopted at once.
     (346763, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a job added again while its earlier copy's run was finishing here was left unqueued", "stuck"),
+    # Every kind. s1#1 died with c's PUT durable and its job never added; s2#1 took the bucket,
+    # added the job again (s2.1-000001), and died before its LANDED record. The PUT still named
+    # s1#1 alone as the adder, so s2#3's takeover searched s1's shards, added a second copy
+    # (s2.3-000002) and named it; the first copy was refused as not the one named, which left
+    # the named one live and queued nowhere. A next owner now names itself among the adders
+    # before it adds (tests/named/test_bucket_crash.py).
+    (300985, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a bucket's next owner added a put's job again without recording that it did", "stuck"),
+    # Every kind. put#20(a), sent to s0#1 (suspended), left its PUT in registry/0003 and no
+    # LANDED; s0#2 opened s0.2-000002 in the job's window. Every owner taking the bucket after
+    # searched s0#1's shards for the job and waited on s0#2's live shard as one s0#1 might still
+    # write to: dropped every round (EarlierTryUnsettled), the bucket never answered, and c's
+    # acknowledged job and its trigger's run never fired. A call writes under its own
+    # incarnation alone (tests/named/test_bucket_crash.py).
+    (291112, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a bucket's takeover search waited on the adder's next incarnation's live shard", "lost"),
+    # Every kind. Not the library's: registry/0003 rotated while c's put had no LANDED record, so
+    # its snapshot row carried the adders as a third field; the oracle read rows as pairs, and its
+    # ValueError, raised into the owner's append (which had landed), dropped the bucket at every
+    # take for 128 s: c's jobs never fired, a's resume never answered. The oracle's own error now
+    # fails a seed by name (tests/sim/test_bucket_reading.py).
+    (330012, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a bucket snapshot's row with its adders unread, its error raised into the append", "lost"),
+    # Every kind. put#1(a) was answered by s1#1 (job in s1.1-000001), killed before its LANDED
+    # record; delete#4(a) read the entry and cancelled the job there. s0#1 took the bucket, found
+    # the job nowhere live (cancelled: as a withdrawn try) and added it again, same id, into
+    # s0.1-000001, recording that shard. The owner deleted the name as it still named the job id,
+    # and the copy ran on every 2 s after delete returned. The owner deletes only while the entry
+    # names the job in the shard the caller cancelled it in (tests/named/test_bucket_crash.py).
+    (340609, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a delete's owner took the job a next owner added again into another shard for the one cancelled",
+     "older generation ran"),
+    # Every kind. s2#3 rotated s1.1-000001 with f3's step s1 just succeeded in it; the commit (gen
+    # 0 pointing at gen 1) landed, its answer was lost and the stat after it failed too. The
+    # success was reported not durable, and the rotation tried again found its own commit in
+    # place, took it for a claimer's and dropped the shard it still owned as fenced. The success
+    # lived only as an absence from gen 1's snapshot: the step's silo read it back as no outcome,
+    # reconcile took it for a lost job, and the step ran again from s2.5-000004. The writer asks
+    # the store again until it says whether the commit landed (tests/storage/test_rotation_commit.py).
+    (344458, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a rotation's commit in doubt taken for a claimer's: its shard dropped, a step's folded success lost",
+     "duplicate"),
 ]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import storage
 from storage import LogOptions, LogWriter, MemoryStore, read_log
-from storage.generations import PENDING_KEY, generation_name
+from storage.generations import NEXT_KEY, PENDING_KEY, generation_name
 
 FINISH = generation_name("r", 1)  # the generation the rotation writes; its pending mark is cleared last
 
@@ -167,3 +167,73 @@ async def test_a_snapshot_record_bigger_than_a_block_is_refused_not_written_as_e
         await asyncio.wait_for(writer.append(3), 5)
     assert [i.name for i in await store.list("r")] == ["r~00000000"]  # no generation left half-written
     assert list((await read_log(store, "r")).records()) == [1, 2]
+
+
+COMMIT = generation_name("r", 0)  # the rotation's commit point: the CAS pointing it at generation 1
+
+
+class CommitAnswerLost(MemoryStore):
+    """A memory store where the rotation's commit lands and its answer is lost, and the stat that
+    would tell fails ``stats_down`` times (the store is still not answering)."""
+
+    def __init__(self, stats_down: int) -> None:
+        super().__init__()
+        self.lose_answer = False
+        self.stats_down = stats_down
+
+    async def set_metadata(self, name: str, metadata: Any, if_match: str | None) -> str:
+        etag = await super().set_metadata(name, metadata, if_match)
+        if name == COMMIT and NEXT_KEY in metadata and self.lose_answer:
+            self.lose_answer = False
+            raise storage.Unavailable("injected: the commit landed, its answer was lost")
+        return etag
+
+    async def stat(self, name: str) -> storage.LogStat:
+        if name == COMMIT and self.stats_down:
+            self.stats_down -= 1
+            raise storage.Unavailable("injected: stat failed")
+        return await super().stat(name)
+
+
+@pytest.mark.parametrize("stats_down", [1, 3])
+async def test_a_rotation_whose_commit_landed_unseen_acknowledges_what_it_covers_and_keeps_its_log(
+        stats_down: int) -> None:
+    """Simulator seed 344458 with every kind: a shard's rotation covered a flow step's success; its
+    commit landed, the answer was lost and the store did not answer the stat either. The success
+    was reported not durable, and the next rotation, finding its own commit there, took it for
+    another writer's: the silo dropped the shard it still owned as fenced. The step's success
+    lived only as an absence from the new generation's snapshot, which its silo could not read
+    back, so the step's flow never heard it and ran the step again from a new shard. The writer
+    now asks the store again until it says whether the commit landed."""
+    store = CommitAnswerLost(stats_down)
+    writer, ids = await rotating_writer(store)
+    store.lose_answer = True
+    await asyncio.wait_for(ids.add(writer, 3), 30)  # before the fix: Unavailable, though generation 1 holds it
+    assert writer.rotations == 1 and writer.generation == 1
+    await ids.add(writer, 4)  # before the fix: Fenced by its own commit
+    assert writer.stopped is None
+    assert list((await read_log(store, "r")).records()) == [1, 2, 3, 4]
+
+
+class CommitFailsUnseen(CommitAnswerLost):
+    """... and where the commit fails without landing, the store silent after it just the same."""
+
+    async def set_metadata(self, name: str, metadata: Any, if_match: str | None) -> str:
+        if name == COMMIT and NEXT_KEY in metadata and self.lose_answer:
+            self.lose_answer = False
+            raise storage.Unavailable("injected: the commit failed")
+        return await super().set_metadata(name, metadata, if_match)
+
+
+async def test_a_rotation_whose_commit_failed_unseen_reports_it_and_rotates_again() -> None:
+    """The store, asked again, says the commit did not land: the rotation failed as any write
+    does, nothing it covers is durable, and the writer goes on (no wait for good, no fence)."""
+    store = CommitFailsUnseen(stats_down=2)
+    writer, ids = await rotating_writer(store)
+    store.lose_answer = True
+    with pytest.raises(storage.Unavailable):
+        await asyncio.wait_for(ids.add(writer, 3), 30)
+    assert writer.generation == 0 and list((await read_log(store, "r")).records()) == [1, 2]
+    await ids.add(writer, 4)  # the snapshot still holds 3: a caller that kept it in memory
+    assert writer.stopped is None and writer.rotations == 1
+    assert list((await read_log(store, "r")).records()) == [1, 2, 3, 4]
