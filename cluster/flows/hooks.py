@@ -135,15 +135,21 @@ class FlowHooks(SiloHooks):
             record = ["fail", step, event.attempt, end.error, at]
         await self._record(flow, [record])
 
-    async def attempt_unsure(self, event: AttemptEvent) -> None:
+    async def attempt_unsure(self, event: AttemptEvent, end: AttemptEnd | None = None) -> None:
         found = _step_of(event.job)
         if found is not None and event.shard:
-            self._spawn(self._settle_unsure(found[0], found[1], event))
+            self._spawn(self._settle_unsure(found[0], found[1], event, end))
 
-    async def _settle_unsure(self, flow: str, step: str, event: AttemptEvent) -> None:
+    async def _settle_unsure(self, flow: str, step: str, event: AttemptEvent, end: AttemptEnd | None) -> None:
         """Record how an attempt whose outcome write was in doubt ended, read from its shard's
         log now: later, a drained shard may be deleted, and reconcile would take the step for
-        one whose job was lost and run it again."""
+        one whose job was lost and run it again.
+
+        A job no longer in its log whose attempt the silo knows succeeded is recorded as such:
+        its removal may have been folded into a snapshot, which keeps only live jobs. Read as
+        lost, the step ran again from another shard, its success durable and its silo alive
+        (simulator seed 335398, every kind: the shard was rotated between the lost answer and
+        this read)."""
         delay = RECORD_RETRY_S
         while True:
             try:
@@ -161,7 +167,10 @@ class FlowHooks(SiloHooks):
             await self._record(flow, [["fail", step, event.attempt, "retries exhausted (outcome read from its shard)", at]])
         elif outcome == CANCELLED:
             await self._record(flow, [["cancelled", [step], at]])
-        # Still live: it runs again, and is told of again. Gone with its shard: reconcile runs it again.
+        elif outcome is None and end is not None and end.succeeded and end.finished:
+            await self._record(flow, [["ok", step, event.attempt, at]])
+        # Still live: it runs again, and is told of again. Gone, how it ended unknown here:
+        # reconcile runs it again.
 
     async def shard_loaded(self, jobs: Sequence[tuple[ScheduledJob, int, int]], adopted: bool) -> None:
         if adopted and any(_step_of(job) for job, _, _ in jobs):

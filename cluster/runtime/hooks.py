@@ -97,11 +97,16 @@ class SiloHooks:
     async def attempt_ended(self, event: AttemptEvent, end: AttemptEnd) -> None:
         """An attempt's outcome is durable in its shard."""
 
-    async def attempt_unsure(self, event: AttemptEvent) -> None:
+    async def attempt_unsure(self, event: AttemptEvent, end: AttemptEnd | None = None) -> None:
         """An attempt ended, but whether its outcome is durable is unknown: the write's answer
         was lost and the shard was dropped or taken back from its log. The shard's log tells: a
         job still there runs again (and is told of again); a job gone from it ended as its
-        ``remove`` there says, and ``attempt_ended`` will not come for this attempt."""
+        ``remove`` there says, and ``attempt_ended`` will not come for this attempt.
+
+        A compaction folds that ``remove`` into a snapshot, which holds only live jobs: the log
+        then says the job ended, not how. ``end`` is how the attempt ended whatever the write
+        did, where the silo knows it (a one-shot job's success: its only write is its removal);
+        None where the write was to decide it (a retry or the end, by the failure policy)."""
 
     async def attempt_staged(self, event: AttemptEvent, target: str, since: datetime) -> None:
         """An attempt is due but its target (``target``, e.g. ``actor mailer@app``) does not exist

@@ -28,8 +28,8 @@ from cluster.model.wire import datetime_to_us, pack, us_to_datetime
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
 from cluster.runtime.membership import ACTIVE, Member, Membership
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import SHARD_PREFIX, SUCCEEDED, ShardState, add_op, remove_op
-from storage import Fenced, MemoryStore, Store, Unavailable, generation_name, list_logs, read_log
+from cluster.runtime.shardlog import SHARD_PREFIX, SNAPSHOT, SUCCEEDED, ShardState, add_op, remove_op
+from storage import Fenced, LogWriter, MemoryStore, Store, Unavailable, generation_name, list_logs, read_log
 from storage.records import encode
 from tests.runtime.harness import OPTIONS, T0, LocalTransport, item, job, make_parts
 
@@ -204,6 +204,32 @@ async def test_an_outcome_write_in_doubt_is_read_from_the_shard_log() -> None:
             await asyncio.sleep(0.01)
         assert state is not None and state.steps["a"].state == "succeeded"
         assert view.scheduled == [f"{state.plan.id}-1"]
+    finally:
+        await hooks.close()
+
+
+async def test_a_success_in_doubt_whose_removal_a_rotation_folded_away_is_recorded() -> None:
+    """As above, but the shard's log was rotated before the hook read it: its snapshot keeps
+    only live jobs, so the log says the job ended, not how. The silo knows its attempt
+    succeeded: read as a lost job instead, the step ran again from another shard, its success
+    durable and its silo alive (simulator seed 335398, every kind)."""
+    store, view = MemoryStore(), View()
+    hooks, event = await started(store, view)
+    try:
+        job = event.job
+        writer = await LogWriter.create(store, event.shard, {}, snapshot=ShardState().snapshot)
+        await writer.append_many([add_op(job.id, 0, pack(job.to_wire())), remove_op(job.id, 1, SUCCEEDED)])
+        await writer.rotate()
+        await writer.close()
+        assert [op[0] for op in (await read_log(store, event.shard)).records()] == [SNAPSHOT], "the removal folded away"
+        await hooks.attempt_unsure(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
+        for _ in range(100):
+            state = await read_flow(store, "etl")
+            if state is not None and state.steps["a"].state == "succeeded":
+                break
+            await asyncio.sleep(0.01)
+        assert state is not None and state.steps["a"].state == "succeeded", "recorded as it ended, not left to reconcile"
+        assert view.scheduled == [f"{state.plan.id}-1"], "its dependant is scheduled, once"
     finally:
         await hooks.close()
 

@@ -1048,6 +1048,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     (344458, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a rotation's commit in doubt taken for a claimer's: its shard dropped, a step's folded success lost",
      "duplicate"),
+    # Every kind. s2#2 ran f1's step s3 from s0.1-000001; the removal of its success landed, its
+    # answer was lost and the stat after it failed: the shard was taken back from its log, and
+    # rotated (the removal folded into a snapshot of live jobs) before the flow hook read the
+    # outcome back. The log said only that the job had ended: no outcome was recorded, reconcile
+    # took the step for a lost job at 30 s and ran it again from s0.2-000001, its silo alive.
+    # The silo tells the hook the attempt succeeded (tests/flows/test_recovery.py,
+    # tests/runtime/test_outcomes.py).
+    (335398, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a success in doubt whose removal a rotation folded away read back as a lost job", "duplicate"),
 ]
 
 
