@@ -682,4 +682,64 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a bucket delete cancels its job before writing DELETE: a shard loaded in between from a log whose "
             "REMOVE was damaged clears the job, and it starts after delete returned",
     ),
+    Mutant(
+        name="orphan-left-after-a-lost-race",
+        kind="failover slower than its bound",
+        path="cluster/runtime/adoption.py",
+        old="        for base, meta in candidates:\n",
+        new="        for base, meta in candidates[:take]:\n",
+        catch=Pytest(("tests/runtime/test_adoption.py::"
+                      "test_a_peer_beaten_to_an_orphan_claims_the_next_one_in_the_same_round",)),
+        # The node-replacement drill found it in CI (failover 4.05 s against 3.5 s).
+        why="two survivors pick the same orphan first; the one beaten claims nothing more that round, and the "
+            "other orphan waits an adoption interval",
+    ),
+    Mutant(
+        name="death-heard-adopted-at-the-next-interval",
+        kind="failover slower than its bound",
+        path="cluster/runtime/adoption.py",
+        old="                self._woken.set()\n",
+        new="                pass\n",
+        catch=Pytest(("tests/runtime/test_heartbeat.py::"
+                      "test_a_peer_that_reads_a_death_another_declared_adopts_its_share_at_once",)),
+        # The node-replacement drill found it in CI (the second orphan taken 1.1-1.4 s after the first).
+        why="a silo that reads a death another declared waits for its maintenance loop's next tick or interval "
+            "before it adopts its share",
+    ),
+    Mutant(
+        name="added-again-copy-taken-for-a-finishing-run",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/scheduling.py",
+        old="(run is None or run.shard.base != shard.base)",
+        new="run is None",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_retry_that_adds_again_a_job_still_finishing_here_from_a_compacted_log_queues_its_copy",)),
+        # Seed 346763 (every kind) found it in this stop's search.
+        why="a retry adds a job again while its earlier copy's run is finishing on this silo from another shard; "
+            "the new copy is taken for that run and never queued",
+    ),
+    Mutant(
+        name="rotation-commit-doubt-reported-failed",
+        kind="a duplicate after a lost answer",
+        path="storage/log.py",
+        old="            old_etag = await self._commit(old_name, pointer)\n",
+        new="            old_etag = await cas_metadata(store, old_name, pointer, self._etag)\n",
+        catch=Pytest(("tests/storage/test_rotation_commit.py::"
+                      "test_a_rotation_whose_commit_landed_unseen_acknowledges_what_it_covers_and_keeps_its_log",)),
+        # Seed 344458 (every kind) found it in this stop's search.
+        why="a rotation's commit lands with its answer lost: what the snapshot covers is reported not durable, "
+            "the next rotation takes the writer's own commit for a claimer's, and the silo drops a shard it owns",
+    ),
+    Mutant(
+        name="flow-success-in-doubt-told-without-its-end",
+        kind="a flow step run twice",
+        path="cluster/runtime/outcomes.py",
+        old="            *(call_hooks(r.hooks, \"attempt_unsure\", r.event(), end) for r in runs\n",
+        new="            *(call_hooks(r.hooks, \"attempt_unsure\", r.event()) for r in runs\n",
+        catch=Pytest(("tests/runtime/test_outcomes.py::"
+                      "test_a_success_whose_removal_is_in_doubt_is_told_to_hooks_as_a_success",)),
+        # Seed 335398 (every kind) found it in this stop's search.
+        why="a step's success whose removal was in doubt is read back from a log a rotation compacted: no "
+            "outcome, and reconcile runs the step again",
+    ),
 )
