@@ -6,9 +6,16 @@ batch, parked, shown, and released by an operator."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from cluster.cli.jobs import _status_text
+from cluster.model.wire import datetime_to_us
+from cluster.runtime.firing import ADMIT_RETRY_US
+from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.quarantine import ALONE, BATCH, FIRING_MANY, MAX_SUSPECTS, batch_size, claimed_meta, digest
 from cluster.runtime.roles import Roles
@@ -16,7 +23,17 @@ from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
 from cluster.runtime.silo import Silo
 from storage import MemoryStore, list_logs, read_log
 from storage.base import check_metadata
-from tests.runtime.harness import OPTIONS, LocalTransport, ManualClock, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import (
+    OPTIONS,
+    LocalTransport,
+    ManualClock,
+    Recorder,
+    add,
+    fire_due,
+    job,
+    make_parts,
+    until_idle,
+)
 
 LIMIT = OPTIONS.max_adopted_count  # owner deaths in a row that quarantine a shard, or park a job
 PARKED = ALONE + LIMIT  # a suspicion that parks: LIMIT owners died while the job was alone in flight
@@ -342,3 +359,44 @@ def test_the_largest_mark_and_suspect_list_fit_the_metadata_limit() -> None:
                       generation=10**6, firing=",".join(digest(str(i)) for i in range(BATCH)), deaths=10**6,
                       suspects=tuple((digest(f"s{i}"), 99) for i in range(MAX_SUSPECTS)))
     check_metadata(worst.to_metadata())
+
+
+class Undecided(SiloHooks):
+    """A hook that cannot decide (a named job whose put is in doubt: its entry may yet name it);
+    notes the virtual time of each attempt it is asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    async def admit(self, event: Any) -> bool | None:
+        self.asked.append(datetime_to_us(event.scheduled_for))
+        return None
+
+
+@pytest.mark.parametrize("quarantined", [False, True])
+async def test_an_attempt_a_hook_deferred_is_due_when_asked_again_in_quarantine_as_outside_it(quarantined: bool) -> None:
+    """Simulator seed 366044 (every kind, 1.9 s ahead): a named job whose put was in doubt is
+    deferred by its hook, asked again a second later, for good. In a quarantined shard its runs
+    were due at the job's own time, 29 s before the end, and one was always in flight: the silo
+    held an attempt that late, time and again, where outside quarantine it waits for its retry."""
+    clock = ManualClock()
+    ahead = replace(OPTIONS, dispatch_ahead=timedelta(seconds=1.9))  # wider than the retry's second
+    parts = await make_parts(clock=clock, transport=LocalTransport(handlers={"h": Recorder()}, clock=clock),
+                             options=ahead)
+    parts.hooks.append(hook := Undecided())
+    j = job(due=timedelta(seconds=1))
+    (name,) = await add(parts, j)
+    shard = parts.shards.get(name)
+    assert shard is not None
+    if quarantined:  # as owners dying while it fired leave it
+        await shard.set_meta(replace(shard.meta, deaths=LIMIT))
+    clock.advance(1.5)
+    for _ in range(3):  # the fire loop takes it again at once: its retry is within the ahead window
+        parts.lease.renew(clock.monotonic())
+        parts.firing.dispatch(parts.firing.take_due(parts.runs.room))
+        await until_idle()
+        while parts.firing.busy:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+    first, *again = hook.asked
+    assert first == datetime_to_us(j.due)
+    assert len(again) == 2 and all(due >= first + ADMIT_RETRY_US for due in again), [d - first for d in again]

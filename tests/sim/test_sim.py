@@ -1057,6 +1057,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # tests/runtime/test_outcomes.py).
     (335398, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a success in doubt whose removal a rotation folded away read back as a lost job", "duplicate"),
+    # Every kind, 1.9 s ahead. A named put in doubt left its job deferred by its hook for good, in
+    # a shard quarantined after its owners kept dying while it fired. Outside quarantine a deferred
+    # attempt is due when it is asked again; a quarantined shard's lane ran it as due at its job's
+    # time, so one such run, 29 s past that time, was in flight time and again, to the end
+    # (tests/runtime/test_quarantine.py). Reached once every silo reading a death adopted at once.
+    (366044, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a quarantined shard ran an attempt its hook deferred as due at its job's time", "stuck"),
 ]
 
 
