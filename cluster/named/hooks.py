@@ -70,7 +70,7 @@ class NamedJobHooks(SiloHooks):
         self.buckets: Buckets | None = None
         self.owned: OwnerCalls | None = None
         self.sender: StatusSender | None = None
-        if silo.options.named_registry == "experimental-buckets":
+        if silo.options.named_buckets:
             self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule)
             self.owned = OwnerCalls(self.buckets)
             self.routed = Routed(store, _Peers(silo), BUCKETS)

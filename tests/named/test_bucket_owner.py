@@ -177,15 +177,15 @@ class View:
         return await self.parts.scheduling.schedule(jobs, suspects)
 
 
-async def test_only_a_cluster_that_opted_in_keeps_names_in_buckets() -> None:
+async def test_only_a_cluster_on_entries_keeps_no_buckets() -> None:
     store = MemoryStore()
     a = await make_parts(store, "a")
-    default = NamedJobHooks(store, View(a, ClusterOptions()))
-    await default.maintain()
-    assert await list_logs(store, BUCKET_PREFIX) == [] and default.service("named_put") is None
+    entries = NamedJobHooks(store, View(a, ClusterOptions(named_registry="entries")))
+    await entries.maintain()
+    assert await list_logs(store, BUCKET_PREFIX) == [] and entries.service("named_put") is None
 
     a.lease.renew(a.clock.monotonic())
-    opted = NamedJobHooks(store, View(a, ClusterOptions(named_registry="experimental-buckets")))
+    opted = NamedJobHooks(store, View(a, ClusterOptions()))  # the default
     await opted.maintain()
     assert len(await list_logs(store, BUCKET_PREFIX)) == BUCKETS
     serve = opted.service("named_put")

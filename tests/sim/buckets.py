@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.model.jobs import ScheduledJob
+from cluster.model.options import BUCKETS_REGISTRY
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us, unpack
 from cluster.named.bucket import BUCKET_PREFIX, PUT, SNAPSHOT
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 #: The share of seeds (with the ``buckets`` kind on) whose cluster keeps names in registry
 #: buckets; each such seed has a named-jobs caller.
 BUCKETS_SHARE = 0.5
-REGISTRY = "experimental-buckets"
+REGISTRY = BUCKETS_REGISTRY
 # Errors no call should raise: a bug in the silo that raised it, not a fault it met.
 BUGS = (AssertionError, TypeError, AttributeError, KeyError, IndexError, NameError)
 
