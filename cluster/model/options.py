@@ -246,8 +246,11 @@ class ClusterOptions:
 
     @property
     def named_buckets(self) -> bool:
-        """Whether named jobs' names are kept in silo-owned registry buckets (``named_registry``)."""
-        return self.named_registry == BUCKETS_REGISTRY
+        """Whether named jobs' names are kept in silo-owned registry buckets (``named_registry``).
+
+        The old spelling counts too: options unpickled from a silo of an earlier release (as
+        ``Cluster.connect`` takes them) were never validated here, so never normalised."""
+        return NAMED_REGISTRY_ALIASES.get(self.named_registry, self.named_registry) == BUCKETS_REGISTRY
 
     @property
     def firing_lease(self) -> timedelta:

@@ -9,6 +9,7 @@ the log is; and every client and silo send a name to the same bucket.
 from __future__ import annotations
 
 import asyncio
+import pickle
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -141,6 +142,11 @@ def test_names_are_kept_in_buckets_by_default_the_old_spelling_still_means_bucke
     old = ClusterOptions(named_registry="experimental-buckets")
     assert old.named_registry == "buckets" and old.named_buckets and old == ClusterOptions()
     assert ClusterOptions(named_registry="entries").with_(named_registry="experimental-buckets").named_buckets
+    # Options a silo of an earlier release describes (``Cluster.connect`` unpickles them, no
+    # validation on the way) still send this client's puts to the buckets.
+    described = ClusterOptions()
+    object.__setattr__(described, "named_registry", "experimental-buckets")
+    assert pickle.loads(pickle.dumps(described)).named_buckets
     for wrong in ("bucket", "Buckets", None, ["buckets"]):
         with pytest.raises(ValidationError, match="named_registry"):
             ClusterOptions(named_registry=wrong)  # type: ignore[arg-type]
