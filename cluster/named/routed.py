@@ -1,4 +1,4 @@
-"""Calls sent to registry buckets' owners (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
+"""Calls sent to registry buckets' owners (``named_registry="buckets"``, the default; issue 25 point 5).
 
 The caller's side of ``cluster.named.buckets`` and ``cluster.named.owned``, for a client (puts,
 deletes, reads) and for a silo (fence verdicts, status records) alike: each item goes to the
@@ -8,7 +8,9 @@ metadata, and read again when a silo answers that it does not own one (taken ove
 refuses the call (not started, stopping): nothing was done then, so the item is sent again. A
 call lost on the way (the silo died) may have been acted on: its items are answered
 ``("lost", why)``, and what that means is the caller's to say (a put in doubt, a verdict not
-known yet). After ``SEND_ATTEMPTS`` sends, ``("unavailable", why)``.
+known yet); but a client's read (``READS``) lost with its silo (``SiloLost``) is sent again to
+the bucket's next owner, as a read of the per-name entries never failed because a silo died. After ``SEND_ATTEMPTS`` sends,
+``("unavailable", why)``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Protocol
 
 from cluster.model.errors import ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob
-from cluster.model.routing import SiloRefused
+from cluster.model.routing import SiloLost, SiloRefused
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, bucket_of
 from cluster.named.buckets import PutOutcome, outcome_from_wire, put_to_wire
 from cluster.named.registry import Entry
@@ -28,12 +30,16 @@ from cluster.named.writes import PutRequest
 from cluster.runtime.membership import parse_owner
 from storage import Store, list_logs
 
-__all__ = ["Routed", "RoutedPuts", "SiloCaller", "put_outcome"]
+__all__ = ["READS", "Routed", "RoutedPuts", "SiloCaller", "put_outcome"]
 
 log = logging.getLogger("timeshard.named")
 
 SEND_ATTEMPTS = 40  # sends of one item while owners change or refuse (backing off up to 1 s)
 _MAX_DELAY_S = 1.0
+
+#: A client's reads of the registry: acted on twice, still a read, so one lost with its owner is
+#: sent again rather than failed (``client.jobs.get`` and ``list`` keep answering through a failover).
+READS = frozenset({"named_get", "named_page", "named_count"})
 
 _Item = tuple[str, Any, "asyncio.Future[Any]", int]  # key, what is sent, its answer, sends so far
 
@@ -91,6 +97,8 @@ class Routed:
                     continue
                 if isinstance(result, BaseException):
                     self._forget(silo)
+                    if method in READS and isinstance(result, SiloLost):
+                        continue  # asked again once the buckets' owners are read anew
                     raise ClusterUnavailable(f"the owner {silo} of registry buckets {numbers} did not answer "
                                              f"({result!r})") from result
                 answers.update((n, a) for n, a in result.items() if n in numbers)
@@ -138,6 +146,9 @@ class Routed:
             # The owner may be gone for good and its buckets taken over: read them again next
             # time, or every later call goes to the dead owner (simulator seed 0, buckets kind).
             self._forget(silo)
+            if method in READS and isinstance(exc, SiloLost):
+                await self._again(method, items)
+                return
             for _, _, future, _ in items:
                 _answer(future, ("lost", f"its bucket's owner {silo} did not answer ({exc!r})"))
             return
