@@ -33,7 +33,7 @@ from benchmarks.cluster import bench_env, handlers, in_batches, rate, running_cl
 from benchmarks.report import percentiles
 from cluster import Target
 from cluster.client import Client
-from cluster.model.options import NAMED_REGISTRIES, ClusterOptions
+from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, ClusterOptions
 from cluster.named.registry import entry_key, name_of, read_entry
 
 STATUS_SAMPLE = 40  # names whose status is polled after the burst, besides the last ones to start
@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="puts/s to allow for: the jobs are due once all of them can have returned")
     parser.add_argument("--steady-rate", type=float, default=200.0, help="named jobs due per second in the steady run")
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
-    parser.add_argument("--registry", default=ClusterOptions().named_registry, choices=NAMED_REGISTRIES,
+    parser.add_argument("--registry", default=ClusterOptions().named_registry,
+                        choices=(*NAMED_REGISTRIES, *NAMED_REGISTRY_ALIASES),
                         help="where names are kept (ClusterOptions.named_registry): buckets (the default) or "
                              "entries (issue 25's per-name path)")
     args = parser.parse_args(argv)

@@ -40,7 +40,7 @@ from typing import Any
 from benchmarks.cluster import BATCH, bench_env, far_future, in_batches, rate, running_cluster, specs
 from cluster import Target
 from cluster.client import Client
-from cluster.model.options import ENTRIES_REGISTRY, NAMED_REGISTRIES, ClusterOptions
+from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, ClusterOptions
 from cluster.named.writes import PutWriter
 
 TARGET = Target.actor("bench-named-put-nobody", "nowhere")  # never fires: every job is days ahead
@@ -163,11 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
     parser.add_argument("--phases", action="store_true", help="also time each step of the write path's rounds")
-    parser.add_argument("--registry", default=ClusterOptions().named_registry, choices=NAMED_REGISTRIES,
+    parser.add_argument("--registry", default=ClusterOptions().named_registry,
+                        choices=(*NAMED_REGISTRIES, *NAMED_REGISTRY_ALIASES),
                         help="where names are kept (ClusterOptions.named_registry): buckets (the default) or "
                              "entries (issue 25's per-name path)")
     args = parser.parse_args(argv)
-    if args.phases and args.registry != ENTRIES_REGISTRY:
+    if args.phases and ClusterOptions(named_registry=args.registry).named_buckets:
         parser.error("--phases times the per-name path's rounds (PutWriter): use it with --registry entries")
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

@@ -108,15 +108,16 @@ class ClusterOptions:
       whoever can call a silo or write to the store (see ``JobLimits``).
     - ``named_registry`` ("buckets"): where named jobs' names are kept. "buckets": in hashed
       bucket logs that silos own as they own shards; a round of puts costs one append per
-      bucket, the bucket's owner answers reads, fence checks and status changes from memory,
-      and firing a named job costs about what a plain job costs (0.63x its rate, measured in
-      ``benchmarks/named_put_profile.md``). "entries": one store entry per name, each put a
-      read and a compare-and-swap by the caller, each firing a read of the entry and status
-      writes to it (0.02x a plain job's rate). Choose "entries" only to keep a cluster on the
+      bucket, and the bucket's owner answers reads, fence checks and status changes from
+      memory, so firing a named job costs about what a plain job costs (0.63x its rate in
+      ``benchmarks/named_put_profile.md``). "entries": one store entry per name; each put costs
+      the caller a read and a compare-and-swap per name, each status change an entry write, and
+      a silo reads the entry to clear a job. Choose "entries" only to keep a cluster on the
       layout its store was written with: a store written with "entries" is taken in by each
-      bucket's first owner when the cluster moves to "buckets", but names written to buckets are
-      not seen by "entries", so a store does not move back. "experimental-buckets", the earlier
-      spelling, is taken as "buckets".
+      bucket's first owner when the cluster moves to "buckets", but names written to buckets
+      are not seen by "entries", so a store does not move back. Every silo and client of a
+      cluster must use one value (clients take it from the silos). "experimental-buckets", the
+      earlier spelling, is read as "buckets".
     """
 
     shard_duration: timedelta = timedelta(hours=1)

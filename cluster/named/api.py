@@ -256,7 +256,7 @@ class NamedJobs:
             options.job_limits().check(job, now, resolved=set())
 
     async def _buckets(self) -> BucketNames | None:
-        """The registry buckets' client when names are kept in them (opt-in), else None."""
+        """The registry buckets' client when names are kept in them (the default), else None."""
         writer = await self._writer()
         return writer if isinstance(writer, BucketNames) else None
 

@@ -1,4 +1,4 @@
-"""The registry buckets a silo owns, and puts decided by their owner (opt-in, issue 25 point 5).
+"""The registry buckets a silo owns, and puts decided by their owner (the default, issue 25 point 5).
 
 Ownership is the shard's own (``cluster.runtime.logowner``): a bucket log names its owner in its
 metadata; a silo creates a missing bucket or claims one whose owner is proven gone (released, or
@@ -12,8 +12,8 @@ next generation), makes the round's jobs durable in its own shards, then appends
 is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
 ``cluster.named.owned``; the callers' side is ``cluster.named.routed``. A store written with
 names in per-name entries keeps them: a bucket's first owner takes in those that hash to it
-before it answers anything (``HeldBucket.import_entries``). Not yet here (``named_registry=
-"experimental-buckets"`` stays incomplete until it is): the simulator.
+before it answers anything (``HeldBucket.import_entries``). The simulator works them in a share
+of its seeds (``tests.sim.buckets``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""In-process silos keeping names in registry buckets (``named_registry="experimental-buckets"``), without Ray.
+"""In-process silos keeping names in registry buckets (``named_registry="buckets"``), without Ray.
 
 Each silo is the runtime's roles (``tests.runtime.harness``) with the named-jobs hooks; calls
 between silos and from the client go straight to the silo asked, as ``Silo.call_peer`` and

@@ -1,4 +1,4 @@
-"""A registry bucket's log (issue 25, point 5; opt-in ``named_registry="experimental-buckets"``), without Ray.
+"""A registry bucket's log (issue 25, point 5; ``named_registry="buckets"``, the default), without Ray.
 
 What a caller relies on: what the bucket's owner held in memory when its appends returned is
 exactly what the next owner replays from the log — across a rotation, with a damaged record set

@@ -1,4 +1,4 @@
-"""Registry buckets owned by silos (issue 25 point 5; opt-in ``named_registry="experimental-buckets"``), without Ray.
+"""Registry buckets owned by silos (issue 25 point 5; ``named_registry="buckets"``, the default), without Ray.
 
 What a caller relies on: a put its bucket's owner acknowledged is there for the next owner, and
 its job is durable; a bucket is taken over only once its owner is proven gone, on the shard's own

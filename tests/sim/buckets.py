@@ -1,7 +1,7 @@
 """Named jobs on silo-owned registry buckets in the simulation (issue 25, points 5 and 6; the ``buckets`` kind).
 
 In a share of seeds (the ``buckets`` kind, off by default) the simulated cluster keeps names in
-registry buckets (``named_registry="experimental-buckets"``) and the named-jobs caller of
+registry buckets (``named_registry="buckets"``) and the named-jobs caller of
 ``tests.sim.named`` works them: its puts, deletes, reads and pauses go to each bucket's owner
 silo, and the owners' fence verdicts and status records go from silo to silo. Nothing of the
 registry is the simulation's but the Ray calls those take:
