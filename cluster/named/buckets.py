@@ -382,17 +382,15 @@ def _next_generation(ask: PutRequest, old: Entry | None) -> ScheduledJob:
 
 def resent(ask: PutRequest, entry: Entry | None) -> PutOutcome | None:
     """What a resend of ``ask`` answers from what its first send left in ``entry`` (the bucket
-    settled: ``_add_unlanded`` found or added again the jobs of unconfirmed ``PUT``s); None: no
-    trace, so it is made as a new put. The first send made and still named: that put, whatever
-    ``overwrite`` says. Made and replaced since: in doubt (landed). A create-only put whose name
-    another job holds: in doubt, not ``AlreadyExists``, as its first send may have made it and
-    a later put replaced it, its retired job's cancel confirmed and off the list since."""
+    as its log holds it: a round's ``PUT`` is appended only once its job is durable, so an
+    entry naming the first send's job names a whole one); None: no trace, so it is made as a
+    new put. The first send made and still named: that put, whatever ``overwrite`` says. Made
+    and replaced since: in doubt (landed). A create-only put whose name another job holds: in
+    doubt, not ``AlreadyExists``, as its first send may have made it and a later put replaced
+    it, its retired job's cancel confirmed and off the list since."""
     if entry is None:
         return None
-    if entry.job_id == ask.try_id:
-        if not entry.shard or entry.definition is None:
-            return PutInDoubt("its bucket's owner did not answer, and the generation it made is not settled yet",
-                              ask.name, landed=True)
+    if entry.job_id == ask.try_id and entry.definition is not None:  # a round's PUT always carries it
         job = ScheduledJob.from_wire(unpack(base64.b64decode(entry.definition)))
         return entry, replace(job, id=entry.job_id, shard=entry.shard)
     if any(r.job_id == ask.try_id for r in entry.retire):
