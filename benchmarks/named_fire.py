@@ -1,6 +1,6 @@
 """Named jobs beside plain ones on one cluster: jobs due at one instant into a no-op handler.
 
-    python -m benchmarks.named_fire [--jobs 5000] [--silos 2] [--store file] [--callers 64] [--registry entries]
+    python -m benchmarks.named_fire [--jobs 5000] [--silos 2] [--store file] [--callers 64] [--registry buckets]
 
 Per store, one fresh cluster (``--silos``, two counting handler actors) runs both, in this order:
 
@@ -13,9 +13,9 @@ Per store, one fresh cluster (``--silos``, two counting handler actors) runs bot
 - **steady**: ``--steady-jobs`` named one-shot jobs due at ``--steady-rate`` a second, the same
   status delay for a sample of them (polled every 50 ms).
 
-``--registry experimental-buckets`` keeps the names in silo-owned registry buckets (opt-in,
-issue 25 point 5); status is then read through ``client.jobs.get``. Prints one JSON object;
-writes nothing.
+``--registry`` names where the names are kept: ``buckets`` (the default, silo-owned registry
+buckets; status read through ``client.jobs.get``) or ``entries`` (one entry per name; status read
+from the entries themselves). Prints one JSON object; writes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from benchmarks.cluster import bench_env, handlers, in_batches, rate, running_cl
 from benchmarks.report import percentiles
 from cluster import Target
 from cluster.client import Client
-from cluster.model.options import NAMED_REGISTRIES, ClusterOptions
+from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, ClusterOptions
 from cluster.named.registry import entry_key, name_of, read_entry
 
 STATUS_SAMPLE = 40  # names whose status is polled after the burst, besides the last ones to start
@@ -139,7 +139,7 @@ async def steady(client: Client, hs: Sequence[tuple[Target, Any]], n: int, per_s
 async def succeeded(client: Client, keys: Sequence[str]) -> list[bool]:
     """Whether each name (by registry key) shows an attempt that succeeded, as ``get()`` would:
     its entry read from the store, or (names in registry buckets) ``get`` itself."""
-    if client.options.named_registry == "experimental-buckets":
+    if client.options.named_buckets:
         found = await asyncio.gather(*(client.jobs.get(name_of(key)) for key in keys))
         return [job is not None and job.status.successful > 0 for job in found]
     store = await client.jobs._store()
@@ -174,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="puts/s to allow for: the jobs are due once all of them can have returned")
     parser.add_argument("--steady-rate", type=float, default=200.0, help="named jobs due per second in the steady run")
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
-    parser.add_argument("--registry", default="entries", choices=NAMED_REGISTRIES,
-                        help="where names are kept (ClusterOptions.named_registry): entries (default) or "
-                             "experimental-buckets (opt-in, being built)")
+    parser.add_argument("--registry", default=ClusterOptions().named_registry,
+                        choices=(*NAMED_REGISTRIES, *NAMED_REGISTRY_ALIASES),
+                        help="where names are kept (ClusterOptions.named_registry): buckets (the default) or "
+                             "entries (issue 25's per-name path)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

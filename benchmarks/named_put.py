@@ -13,8 +13,9 @@ Per store, one fresh cluster (``--silos``) measures, in this order, every job du
 - **overwrite**: ``put(..., overwrite=True)`` of ``--overwrites`` of the names put above, from
   ``--callers`` callers (each cancels the generation it replaces, in a dormant shard).
 
-``--registry experimental-buckets`` measures the silo-owned registry being built (issue 25 point 5): puts go to
-their bucket's owner; ``--phases`` times only the per-name path's rounds.
+``--registry`` names where the names are kept: ``buckets`` (the default: puts go to their bucket's
+owner) or ``entries`` (one entry per name, written by the caller); ``--phases`` times only the
+per-name path's rounds, so it measures something only with ``--registry entries``.
 
 ``--phases`` adds, per measure, where a put's time went: the write path's rounds timed step by
 step in this process (read the entries, schedule the jobs, point the entries, retire what they
@@ -39,7 +40,7 @@ from typing import Any
 from benchmarks.cluster import BATCH, bench_env, far_future, in_batches, rate, running_cluster, specs
 from cluster import Target
 from cluster.client import Client
-from cluster.model.options import NAMED_REGISTRIES, ClusterOptions
+from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, ClusterOptions
 from cluster.named.writes import PutWriter
 
 TARGET = Target.actor("bench-named-put-nobody", "nowhere")  # never fires: every job is days ahead
@@ -162,10 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
     parser.add_argument("--phases", action="store_true", help="also time each step of the write path's rounds")
-    parser.add_argument("--registry", default="entries", choices=NAMED_REGISTRIES,
-                        help="where names are kept (ClusterOptions.named_registry): entries (default) or "
-                             "experimental-buckets (opt-in, being built)")
+    parser.add_argument("--registry", default=ClusterOptions().named_registry,
+                        choices=(*NAMED_REGISTRIES, *NAMED_REGISTRY_ALIASES),
+                        help="where names are kept (ClusterOptions.named_registry): buckets (the default) or "
+                             "entries (issue 25's per-name path)")
     args = parser.parse_args(argv)
+    if args.phases and ClusterOptions(named_registry=args.registry).named_buckets:
+        parser.error("--phases times the per-name path's rounds (PutWriter): use it with --registry entries")
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0
 

@@ -23,8 +23,12 @@ LEASE_FRACTION = 0.8
 # The most ended attempts a named job's status keeps: 20 of them, errors clipped, fit the 8 KiB
 # Azure allows a registry entry's metadata with room for the rest of the entry.
 MAX_HISTORY_SIZE = 20
-#: Where named jobs' names are kept (``ClusterOptions.named_registry``).
-NAMED_REGISTRIES = ("entries", "experimental-buckets")
+#: Where named jobs' names are kept (``ClusterOptions.named_registry``): the default first.
+BUCKETS_REGISTRY = "buckets"
+ENTRIES_REGISTRY = "entries"
+NAMED_REGISTRIES = (BUCKETS_REGISTRY, ENTRIES_REGISTRY)
+#: Earlier spellings of a registry, still accepted so that configs written with them keep working.
+NAMED_REGISTRY_ALIASES = {"experimental-buckets": BUCKETS_REGISTRY}
 
 
 @dataclass(frozen=True)
@@ -102,12 +106,18 @@ class ClusterOptions:
     - ``allowed_code_prefixes`` (None: any): module prefixes grain classes and callable failure
       policies must come from; silos import those paths, so this is the trust boundary for
       whoever can call a silo or write to the store (see ``JobLimits``).
-    - ``named_registry`` ("entries"): where named jobs' names are kept. "entries": one entry per
-      name, written by the caller (today's path). "experimental-buckets": hashed bucket logs
-      owned by silos like shards, so a round of puts is one append per bucket instead of a read
-      and a write per name (issue 25 point 5). Being built: the whole client.jobs API works on
-      it, and names written by "entries" are taken in once, but the simulator does not cover it
-      yet; for measuring it, never for use.
+    - ``named_registry`` ("buckets"): where named jobs' names are kept. "buckets": in hashed
+      bucket logs that silos own as they own shards; a round of puts costs one append per
+      bucket, and the bucket's owner answers reads, fence checks and status changes from
+      memory, so firing a named job costs about what a plain job costs (0.63x its rate in
+      ``benchmarks/named_put_profile.md``). "entries": one store entry per name; each put costs
+      the caller a read and a compare-and-swap per name, each status change an entry write, and
+      a silo reads the entry to clear a job. Choose "entries" only to keep a cluster on the
+      layout its store was written with: a store written with "entries" is taken in by each
+      bucket's first owner when the cluster moves to "buckets", but names written to buckets
+      are not seen by "entries", so a store does not move back. Every silo and client of a
+      cluster must use one value (clients take it from the silos). "experimental-buckets", the
+      earlier spelling, is read as "buckets".
     """
 
     shard_duration: timedelta = timedelta(hours=1)
@@ -136,7 +146,7 @@ class ClusterOptions:
     min_period: timedelta = timedelta(seconds=1)
     allowed_code_prefixes: tuple[str, ...] | None = None
     history_size: int = 10
-    named_registry: str = "entries"
+    named_registry: str = BUCKETS_REGISTRY
 
     if TYPE_CHECKING:
         # The generated __init__, as callers may use it: durations also as text ("10s", "PT5M"),
@@ -202,6 +212,8 @@ class ClusterOptions:
                 or not 0 <= self.history_size <= MAX_HISTORY_SIZE):
             raise ValidationError("history_size", f"must be an int from 0 to {MAX_HISTORY_SIZE}", self.history_size)
 
+        if isinstance(self.named_registry, str):
+            object.__setattr__(self, "named_registry", NAMED_REGISTRY_ALIASES.get(self.named_registry, self.named_registry))
         if self.named_registry not in NAMED_REGISTRIES:
             raise ValidationError("named_registry", f"must be one of {', '.join(NAMED_REGISTRIES)}", self.named_registry)
         if isinstance(self.silo_num_cpus, bool) or not isinstance(self.silo_num_cpus, (int, float)) or self.silo_num_cpus < 0:
@@ -232,6 +244,14 @@ class ClusterOptions:
     def job_limits(self) -> JobLimits:
         """The limits every job scheduled on this cluster must meet."""
         return replace(DEFAULT_LIMITS, min_period=self.min_period, code_prefixes=self.allowed_code_prefixes)
+
+    @property
+    def named_buckets(self) -> bool:
+        """Whether named jobs' names are kept in silo-owned registry buckets (``named_registry``).
+
+        The old spelling counts too: options unpickled from a silo of an earlier release (as
+        ``Cluster.connect`` takes them) were never validated here, so never normalised."""
+        return NAMED_REGISTRY_ALIASES.get(self.named_registry, self.named_registry) == BUCKETS_REGISTRY
 
     @property
     def firing_lease(self) -> timedelta:

@@ -256,7 +256,7 @@ class NamedJobs:
             options.job_limits().check(job, now, resolved=set())
 
     async def _buckets(self) -> BucketNames | None:
-        """The registry buckets' client when names are kept in them (opt-in), else None."""
+        """The registry buckets' client when names are kept in them (the default), else None."""
         writer = await self._writer()
         return writer if isinstance(writer, BucketNames) else None
 
@@ -265,7 +265,7 @@ class NamedJobs:
         writer = self._writers.get(loop)
         if writer is None:
             options = getattr(self.client, "options", None)
-            if options is not None and options.named_registry == "experimental-buckets" and hasattr(self.client, "_at_silo"):
+            if options is not None and options.named_buckets and hasattr(self.client, "_at_silo"):
                 writer = BucketNames(await self._store(), self.client, self.client)  # type: ignore[arg-type]
             else:
                 writer = PutWriter(await self._store(), self.client)

@@ -2,7 +2,7 @@
 
 The silo running an attempt computes nothing of the entry: with names kept in entries
 (``cluster.named.recorder``) it applies these to the entry it reads; with names kept in registry
-buckets (``named_registry="experimental-buckets"``) it sends the change as plain values
+buckets (``named_registry="buckets"``) it sends the change as plain values
 (``change_to_wire``) to the bucket's owner, which applies it to the entry in its memory
 (``apply_change``) and group-commits the result as a ``STATUS`` record.
 """

@@ -1,6 +1,6 @@
 """A registry bucket's log: the named jobs whose keys hash to it, as records its owner appends.
 
-Opt-in (``ClusterOptions.named_registry="experimental-buckets"``; issue 25, point 5). A name's key hashes to
+The default registry (``ClusterOptions.named_registry="buckets"``; issue 25, point 5). A name's key hashes to
 one of a fixed number of buckets (``bucket_of``); each bucket is one append-only log
 ``registry/<b>``, owned by one silo like a shard (``cluster.runtime.logowner``). The owner keeps
 the bucket's entries in memory and answers puts, reads and fence verdicts from it, so a put costs

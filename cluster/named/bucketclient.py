@@ -1,4 +1,4 @@
-"""``client.jobs`` on registry buckets (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
+"""``client.jobs`` on registry buckets (``named_registry="buckets"``, the default; issue 25 point 5).
 
 What a caller relies on, and how it holds here:
 

@@ -1,4 +1,4 @@
-"""The registry buckets a silo owns, and puts decided by their owner (opt-in, issue 25 point 5).
+"""The registry buckets a silo owns, and puts decided by their owner (the default, issue 25 point 5).
 
 Ownership is the shard's own (``cluster.runtime.logowner``): a bucket log names its owner in its
 metadata; a silo creates a missing bucket or claims one whose owner is proven gone (released, or
@@ -12,8 +12,8 @@ next generation), makes the round's jobs durable in its own shards, then appends
 is read. The rest of what an owner answers (fence verdicts, deletes, status records, reads) is
 ``cluster.named.owned``; the callers' side is ``cluster.named.routed``. A store written with
 names in per-name entries keeps them: a bucket's first owner takes in those that hash to it
-before it answers anything (``HeldBucket.import_entries``). Not yet here (``named_registry=
-"experimental-buckets"`` stays incomplete until it is): the simulator.
+before it answers anything (``HeldBucket.import_entries``). The simulator works them in a share
+of its seeds (``tests.sim.buckets``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
 
 __all__ = ["Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
-           "outcome_to_wire", "put_from_wire", "put_to_wire"]
+           "outcome_to_wire", "put_from_wire", "put_to_wire", "resent",
+           "resent_put"]
 
 log = logging.getLogger("timeshard.silo")
 
@@ -282,6 +283,10 @@ class Buckets:
                 out[i] = NotOwner(ask.key)
                 continue
             old = bucket.state.entries.get(ask.key)
+            seen = resent(ask, old) if ask.resend else None
+            if seen is not None:
+                out[i] = seen
+                continue
             if old is not None and not ask.overwrite:
                 out[i] = AlreadyExists(ask.name, ask.app_id, ask.namespace)
                 continue
@@ -364,30 +369,66 @@ class NotOwner(LookupError):
 
 def _next_generation(ask: PutRequest, old: Entry | None) -> ScheduledJob:
     """The job of ``ask``'s new generation: 1 for a free name, else the next, marked with the
-    job it replaces (the fence refuses it once the name points elsewhere)."""
+    job it replaces (the fence refuses it once the name points elsewhere). Its id is the put's
+    ``try_id`` on a first send; a resend that found no trace of its first send takes a fresh
+    one, as that send's job may be durable, unpointed at, in a dead owner's shard, or may have
+    been pointed at, replaced and retired: one id would then name two generations."""
+    job_id = new_job_id() if ask.resend else ask.try_id
     if old is None:
-        return replace(ask.job, id=new_job_id(), generation=1)
-    return replace(ask.job, id=new_job_id(), generation=old.generation + 1,
+        return replace(ask.job, id=job_id, generation=1)
+    return replace(ask.job, id=job_id, generation=old.generation + 1,
                    metadata={**ask.job.metadata, REPLACES_MARK: old.job_id})
+
+
+def resent(ask: PutRequest, entry: Entry | None) -> PutOutcome | None:
+    """What a resend of ``ask`` answers from what its first send left in ``entry`` (the bucket
+    as its log holds it: a round's ``PUT`` is appended only once its job is durable, so an
+    entry naming the first send's job names a whole one); None: no trace, so it is made as a
+    new put. The first send made and still named: that put, whatever ``overwrite`` says. Made
+    and replaced since: in doubt (landed). A create-only put whose name another job holds: in
+    doubt, not ``AlreadyExists``, as its first send may have made it and a later put replaced
+    it, its retired job's cancel confirmed and off the list since."""
+    if entry is None:
+        return None
+    if entry.job_id == ask.try_id and entry.definition is not None:  # a round's PUT always carries it
+        job = ScheduledJob.from_wire(unpack(base64.b64decode(entry.definition)))
+        return entry, replace(job, id=entry.job_id, shard=entry.shard)
+    if any(r.job_id == ask.try_id for r in entry.retire):
+        return PutInDoubt("its bucket's owner did not answer; the put was made, then replaced by a later put",
+                          ask.name, landed=True)
+    if not ask.overwrite:
+        return PutInDoubt("its bucket's owner did not answer, and the name is taken: by this put, replaced "
+                          "since, or by another", ask.name)
+    return None
 
 
 # -- over the wire: a put sent to its bucket's owner, and its answer -------------------------------
 
-#: What one put sends: (key, name, app_id, namespace, packed job, overwrite, now_us).
-WirePut = tuple[str, str, str, str, bytes, bool, int]
+#: What one put sends: (key, name, app_id, namespace, packed job, overwrite, now_us[, resend]).
+#: The packed job's id is the put's ``try_id`` (an owner of an earlier release ignores it); a
+#: first send has the seven fields an owner of an earlier release unpacks, a resend adds True.
+WirePut = tuple[Any, ...]
 #: What one put answers: ("ok", entry metadata, packed job) | ("exists",) | ("not_owner",)
-#: | ("doubt", why) | ("failed", why). Plain values: an exception with its own constructor
-#: arguments does not survive Ray's pickling of an answer.
+#: | ("doubt", why[, landed]) | ("failed", why). Plain values: an exception with its own
+#: constructor arguments does not survive Ray's pickling of an answer.
 WireOutcome = tuple[Any, ...]
 
 
 def put_to_wire(ask: PutRequest) -> WirePut:
-    return (ask.key, ask.name, ask.app_id, ask.namespace, pack(ask.job.to_wire()), ask.overwrite, ask.now_us)
+    sent = (ask.key, ask.name, ask.app_id, ask.namespace, pack(replace(ask.job, id=ask.try_id).to_wire()),
+            ask.overwrite, ask.now_us)
+    return (*sent, True) if ask.resend else sent
 
 
-def put_from_wire(sent: WirePut) -> PutRequest:
-    key, name, app_id, namespace, job, overwrite, now_us = sent
-    return PutRequest(key, name, app_id, namespace, ScheduledJob.from_wire(unpack(job)), overwrite, now_us)
+def put_from_wire(sent: Sequence[Any]) -> PutRequest:
+    key, name, app_id, namespace, packed, overwrite, now_us, *more = sent
+    job = ScheduledJob.from_wire(unpack(packed))
+    return PutRequest(key, name, app_id, namespace, job, overwrite, now_us, try_id=job.id, resend=bool(more and more[0]))
+
+
+def resent_put(sent: Sequence[Any]) -> WirePut:
+    """``sent`` (a put on the wire) as its resend after a send lost with its owner."""
+    return (*sent[:7], True)
 
 
 def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
@@ -396,7 +437,7 @@ def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
     if isinstance(outcome, NotOwner):
         return ("not_owner",)
     if isinstance(outcome, PutInDoubt):
-        return ("doubt", str(outcome))
+        return ("doubt", outcome.reason, outcome.landed)
     if isinstance(outcome, BaseException):
         return ("failed", repr(outcome))
     entry, job = outcome
@@ -413,7 +454,7 @@ def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
     if kind == "not_owner":
         return NotOwner(ask.key)
     if kind == "doubt":
-        return PutInDoubt(answer[1], ask.name)
+        return PutInDoubt(answer[1], ask.name, landed=len(answer) > 2 and bool(answer[2]))
     return ClusterUnavailable(f"not put: {answer[1]}")
 
 

@@ -41,7 +41,7 @@ name does not exist yet. It is *refused* — its occurrence removed — once the
 newer generation or another job of the same one, or is gone for a later generation (the ``put``
 that made it compares against an entry that no longer exists).
 
-With names kept in registry buckets (opt-in ``named_registry="experimental-buckets"``) the read
+With names kept in registry buckets (``named_registry="buckets"``, the default) the read
 is a question to the bucket's owner (``Clearance(ask=...)``, answered by
 ``cluster.named.owned``), batched per owner and tick; "the entry" above reads as "the bucket's
 durable state", which the owner alone writes and answers from memory: a job is cleared iff it

@@ -8,7 +8,7 @@ are queued and group-committed per name in the background (``cluster.named.recor
 applied only while the entry still points at that job: an older generation never touches the
 status of a newer one.
 
-With names kept in registry buckets (opt-in ``named_registry="experimental-buckets"``, issue 25
+With names kept in registry buckets (``named_registry="buckets"``, the default; issue 25
 point 5) the clearance is asked of the bucket's owner and the status changes are sent to it
 (``cluster.named.owned``); this silo also owns its share of the buckets and answers for them.
 """
@@ -66,11 +66,11 @@ class NamedJobHooks(SiloHooks):
         # while it owns the job), which saves a read per update.
         self._known: dict[str, Entry] = {}
         self.recorder = StatusRecorder(store, self._known)
-        # The registry buckets this silo owns, when names are kept in them (opt-in, issue 25 point 5).
+        # The registry buckets this silo owns, when names are kept in them (the default, issue 25 point 5).
         self.buckets: Buckets | None = None
         self.owned: OwnerCalls | None = None
         self.sender: StatusSender | None = None
-        if silo.options.named_registry == "experimental-buckets":
+        if silo.options.named_buckets:
             self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule)
             self.owned = OwnerCalls(self.buckets)
             self.routed = Routed(store, _Peers(silo), BUCKETS)

@@ -1,4 +1,4 @@
-"""What a registry bucket's owner answers besides puts (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
+"""What a registry bucket's owner answers besides puts (``named_registry="buckets"``, the default; issue 25 point 5).
 
 Every call comes from another silo or a client through ``Silo.feature_call``, carries plain
 values (``cluster.named.routed`` sends them, one call per owner per tick), and is answered from

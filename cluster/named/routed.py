@@ -1,4 +1,4 @@
-"""Calls sent to registry buckets' owners (opt-in ``named_registry="experimental-buckets"``, issue 25 point 5).
+"""Calls sent to registry buckets' owners (``named_registry="buckets"``, the default; issue 25 point 5).
 
 The caller's side of ``cluster.named.buckets`` and ``cluster.named.owned``, for a client (puts,
 deletes, reads) and for a silo (fence verdicts, status records) alike: each item goes to the
@@ -8,34 +8,43 @@ metadata, and read again when a silo answers that it does not own one (taken ove
 refuses the call (not started, stopping): nothing was done then, so the item is sent again. A
 call lost on the way (the silo died) may have been acted on: its items are answered
 ``("lost", why)``, and what that means is the caller's to say (a put in doubt, a verdict not
-known yet). After ``SEND_ATTEMPTS`` sends, ``("unavailable", why)``.
+known yet); but a client's read (``READS``) lost with its silo (``SiloLost``) is sent again to
+the bucket's next owner, as a read of the per-name entries never failed because a silo died,
+and so is a put (``RoutedPuts``), marked as a resend, which that owner answers by what the lost
+send left (``cluster.named.buckets.resent``). After ``SEND_ATTEMPTS`` sends,
+``("unavailable", why)``, or ``("lost", why)`` for an item one of whose sends was lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from cluster.model.errors import ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob
-from cluster.model.routing import SiloRefused
+from cluster.model.routing import SiloLost, SiloRefused
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, bucket_of
-from cluster.named.buckets import PutOutcome, outcome_from_wire, put_to_wire
+from cluster.named.buckets import PutOutcome, outcome_from_wire, put_to_wire, resent_put
 from cluster.named.registry import Entry
 from cluster.named.writes import PutRequest
 from cluster.runtime.membership import parse_owner
 from storage import Store, list_logs
 
-__all__ = ["Routed", "RoutedPuts", "SiloCaller", "put_outcome"]
+__all__ = ["READS", "Routed", "RoutedPuts", "SiloCaller", "put_outcome"]
 
 log = logging.getLogger("timeshard.named")
 
 SEND_ATTEMPTS = 40  # sends of one item while owners change or refuse (backing off up to 1 s)
 _MAX_DELAY_S = 1.0
 
-_Item = tuple[str, Any, "asyncio.Future[Any]", int]  # key, what is sent, its answer, sends so far
+#: A client's reads of the registry: acted on twice, still a read, so one lost with its owner is
+#: sent again rather than failed (``client.jobs.get`` and ``list`` keep answering through a failover).
+READS = frozenset({"named_get", "named_page", "named_count"})
+
+# key, what is sent, its answer, sends so far, why a send of it was lost (None: none was, or a read's)
+_Item = tuple[str, Any, "asyncio.Future[Any]", int, str | None]
 
 
 class SiloCaller(Protocol):
@@ -52,6 +61,8 @@ class Routed:
         self._store = store
         self._caller = caller
         self.buckets = buckets
+        #: Methods whose items lost with their silo are sent to the next owner: what to send then.
+        self.resends: dict[str, Callable[[Any], Any]] = {}
         self._owners: dict[int, str] = {}  # bucket -> the silo id its log names as owner
         self._queued: dict[str, list[_Item]] = {}
         self._armed = False
@@ -66,7 +77,7 @@ class Routed:
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in items]
         self._queued.setdefault(method, []).extend(
-            (key, sent, future, 0) for (key, sent), future in zip(items, futures, strict=True))
+            (key, sent, future, 0, None) for (key, sent), future in zip(items, futures, strict=True))
         self._arm()
         return list(await asyncio.gather(*futures))
 
@@ -91,6 +102,8 @@ class Routed:
                     continue
                 if isinstance(result, BaseException):
                     self._forget(silo)
+                    if method in READS and isinstance(result, SiloLost):
+                        continue  # asked again once the buckets' owners are read anew
                     raise ClusterUnavailable(f"the owner {silo} of registry buckets {numbers} did not answer "
                                              f"({result!r})") from result
                 answers.update((n, a) for n, a in result.items() if n in numbers)
@@ -117,8 +130,7 @@ class Routed:
             try:
                 await self._read_owners()
             except Exception as exc:
-                for _, _, future, _ in items:
-                    _answer(future, ("unavailable", f"its registry bucket's owner is unknown ({exc!r})"))
+                _give_up(items, f"its registry bucket's owner is unknown ({exc!r})")
                 return
         by_silo: dict[str | None, list[_Item]] = {}
         for one in items:
@@ -130,7 +142,7 @@ class Routed:
             await self._again(method, items)  # no live owner yet: a peer takes the bucket once its owner's lease ran out
             return
         try:
-            answers = await self._caller._at_silo(silo, "feature_call", method, [sent for _, sent, _, _ in items])
+            answers = await self._caller._at_silo(silo, "feature_call", method, [item[1] for item in items])
         except SiloRefused:
             await self._again(method, items)
             return
@@ -138,8 +150,17 @@ class Routed:
             # The owner may be gone for good and its buckets taken over: read them again next
             # time, or every later call goes to the dead owner (simulator seed 0, buckets kind).
             self._forget(silo)
-            for _, _, future, _ in items:
-                _answer(future, ("lost", f"its bucket's owner {silo} did not answer ({exc!r})"))
+            if method in READS and isinstance(exc, SiloLost):
+                await self._again(method, items)
+                return
+            why = f"its bucket's owner {silo} did not answer ({exc!r})"
+            resend = self.resends.get(method)
+            if resend is not None and isinstance(exc, SiloLost):
+                await self._again(method, [(key, resend(sent), future, tries, why)
+                                           for key, sent, future, tries, _ in items])
+                return
+            for _, _, future, _, _ in items:
+                _answer(future, ("lost", why))
             return
         again = []
         for item, answer in zip(items, answers, strict=True):
@@ -152,14 +173,14 @@ class Routed:
 
     async def _again(self, method: str, items: list[_Item]) -> None:
         """Send ``items`` again once the owners are read anew; nothing of them was done."""
-        tries = max(t for *_, t in items) + 1
+        tries = max(item[3] for item in items) + 1
         if tries >= SEND_ATTEMPTS:
-            for key, _, future, _ in items:
-                _answer(future, ("unavailable", f"no owner of {key!r}'s registry bucket answered"))
+            _give_up(items, f"no owner of {items[0][0]!r}'s registry bucket answered")
             return
         await asyncio.sleep(min(_MAX_DELAY_S, 0.01 * 2 ** tries))
         self._owners.clear()
-        self._queued.setdefault(method, []).extend((key, sent, future, tries) for key, sent, future, _ in items)
+        self._queued.setdefault(method, []).extend((key, sent, future, tries, lost)
+                                                   for key, sent, future, _, lost in items)
         self._arm()
 
     def _forget(self, silo: str) -> None:
@@ -182,6 +203,9 @@ class RoutedPuts:
 
     def __init__(self, store: Store, caller: SiloCaller, buckets: int = BUCKETS) -> None:
         self.routed = Routed(store, caller, buckets)
+        # A put lost with its owner may have been made: sent again, marked, to the bucket's next
+        # owner, which answers it by its job id (made: that put) rather than in doubt.
+        self.routed.resends["named_put"] = resent_put
 
     async def put(self, ask: PutRequest) -> tuple[Entry, ScheduledJob]:
         (result,) = await self.put_many([ask])
@@ -202,6 +226,12 @@ def put_outcome(answer: Any, ask: PutRequest) -> PutOutcome:
     if answer[0] == "unavailable":
         return ClusterUnavailable(f"not put: {answer[1]}")
     return outcome_from_wire(answer, ask)
+
+
+def _give_up(items: Sequence[_Item], why: str) -> None:
+    """Answer ``items`` unsent: unavailable (nothing done), or lost if a send of one was lost (maybe done)."""
+    for _, _, future, _, lost in items:
+        _answer(future, ("unavailable", why) if lost is None else ("lost", f"{lost}; then {why}"))
 
 
 def _answer(future: asyncio.Future[Any], answer: Any) -> None:

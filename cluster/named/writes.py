@@ -36,7 +36,7 @@ import base64
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
@@ -66,7 +66,11 @@ _REFUSED = (Fenced, LogExists, NotFound)  # a write the store did not make
 
 @dataclass(frozen=True)
 class PutRequest:
-    """One put as the caller asked it: ``job`` validated, without its id and generation yet."""
+    """One put as the caller asked it: ``job`` validated, without its id and generation yet.
+
+    With registry buckets, ``try_id`` is the id the owner gives the new generation's job on
+    the put's first send, and ``resend`` marks a send after one lost with its owner: the next
+    owner tells by that id whether the first send was made (``Buckets.put_many``)."""
 
     key: str
     name: str
@@ -75,6 +79,8 @@ class PutRequest:
     job: ScheduledJob
     overwrite: bool
     now_us: int
+    try_id: str = field(default_factory=new_job_id)
+    resend: bool = False
 
 
 @dataclass

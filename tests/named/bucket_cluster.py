@@ -1,4 +1,4 @@
-"""In-process silos keeping names in registry buckets (``named_registry="experimental-buckets"``), without Ray.
+"""In-process silos keeping names in registry buckets (``named_registry="buckets"``), without Ray.
 
 Each silo is the runtime's roles (``tests.runtime.harness``) with the named-jobs hooks; calls
 between silos and from the client go straight to the silo asked, as ``Silo.call_peer`` and
@@ -18,7 +18,7 @@ from cluster.client import Client
 from cluster.model.attempt import JobContext
 from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
-from cluster.model.options import ClusterOptions
+from cluster.model.options import BUCKETS_REGISTRY, ClusterOptions
 from cluster.model.routing import SiloRefused
 from cluster.model.wire import datetime_to_us
 from cluster.named.api import NamedJobs
@@ -29,7 +29,7 @@ from storage import FileStore, MemoryStore, ServerTime, Store
 from tests.runtime.harness import OPTIONS, ManualClock, fire_due, make_parts
 
 TARGET = Target.actor("h", "test")
-BUCKET_OPTIONS = replace(OPTIONS, named_registry="experimental-buckets")
+BUCKET_OPTIONS = replace(OPTIONS, named_registry=BUCKETS_REGISTRY)
 
 
 class ManualTimeFileStore(FileStore):

@@ -1,6 +1,6 @@
 """Named jobs on registry buckets fire, and the generation fence holds (issue 25 point 5), without Ray.
 
-Opt-in ``named_registry="experimental-buckets"``. What a caller relies on, judged by what it
+``named_registry="buckets"`` (the default). What a caller relies on, judged by what it
 was told: a job ``put`` acknowledged fires; once an overwrite or a delete returned, no attempt
 of an older generation starts — the one replaced, nor a stray copy that no put named — also
 after the owner of the name's bucket died and the next owner took the bucket from its log.

@@ -1,6 +1,6 @@
 """A store whose names were kept in per-name entries, opened with registry buckets (issue 25 point 5.6), without Ray.
 
-Opt-in ``named_registry="experimental-buckets"``. What a user switching over relies on: every
+``named_registry="buckets"`` (the default). What a user switching over relies on: every
 job put before is there (``get``, ``list``, ``count``), still fires, and an overwrite or delete
 still cancels it; the switch is made once (a later owner does not take the old names in again,
 so a name deleted on the buckets stays deleted). On the memory and the file store, and on the

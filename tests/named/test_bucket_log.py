@@ -1,4 +1,4 @@
-"""A registry bucket's log (issue 25, point 5; opt-in ``named_registry="experimental-buckets"``), without Ray.
+"""A registry bucket's log (issue 25, point 5; ``named_registry="buckets"``, the default), without Ray.
 
 What a caller relies on: what the bucket's owner held in memory when its appends returned is
 exactly what the next owner replays from the log — across a rotation, with a damaged record set
@@ -9,6 +9,7 @@ the log is; and every client and silo send a name to the same bucket.
 from __future__ import annotations
 
 import asyncio
+import pickle
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -134,11 +135,21 @@ def test_bucket_metadata_reads_back_and_a_log_without_it_reads_as_released() -> 
     assert replace(meta, owner="b#2") == meta.with_owner("b#2")
 
 
-def test_the_bucket_registry_is_opt_in_and_a_misspelt_choice_is_refused() -> None:
-    assert ClusterOptions().named_registry == "entries"  # today's path until the buckets pass the named-job suite
-    assert ClusterOptions(named_registry="experimental-buckets").named_registry == "experimental-buckets"
-    with pytest.raises(ValidationError, match="named_registry"):
-        ClusterOptions(named_registry="bucket")
+def test_names_are_kept_in_buckets_by_default_the_old_spelling_still_means_buckets_and_a_misspelt_choice_is_refused() -> None:
+    assert ClusterOptions().named_registry == "buckets" and ClusterOptions().named_buckets
+    assert not ClusterOptions(named_registry="entries").named_buckets
+    # A config written while the buckets were opt-in keeps working, and compares equal to today's.
+    old = ClusterOptions(named_registry="experimental-buckets")
+    assert old.named_registry == "buckets" and old.named_buckets and old == ClusterOptions()
+    assert ClusterOptions(named_registry="entries").with_(named_registry="experimental-buckets").named_buckets
+    # Options a silo of an earlier release describes (``Cluster.connect`` unpickles them, no
+    # validation on the way) still send this client's puts to the buckets.
+    described = ClusterOptions()
+    object.__setattr__(described, "named_registry", "experimental-buckets")
+    assert pickle.loads(pickle.dumps(described)).named_buckets
+    for wrong in ("bucket", "Buckets", None, ["buckets"]):
+        with pytest.raises(ValidationError, match="named_registry"):
+            ClusterOptions(named_registry=wrong)  # type: ignore[arg-type]
 
 
 def test_a_page_and_a_count_show_the_durable_entries_in_key_order_as_keys_come_go_and_are_taken_back() -> None:

@@ -1,4 +1,4 @@
-"""Registry buckets owned by silos (issue 25 point 5; opt-in ``named_registry="experimental-buckets"``), without Ray.
+"""Registry buckets owned by silos (issue 25 point 5; ``named_registry="buckets"``, the default), without Ray.
 
 What a caller relies on: a put its bucket's owner acknowledged is there for the next owner, and
 its job is durable; a bucket is taken over only once its owner is proven gone, on the shard's own
@@ -127,6 +127,8 @@ class Silos:
         self.buckets = buckets
         self.calls: list[str] = []
         self.fail_next: dict[str, Exception] = {}
+        self.lose_next: set[str] = set()  # silos whose next answer is lost once computed
+        self.answers: list[Any] = []
 
     async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
         assert method == "feature_call" and args[0] == "named_put"
@@ -135,10 +137,15 @@ class Silos:
         if failure is not None:
             raise failure
         outcomes = await self.buckets[silo_id].put_many([put_from_wire(one) for one in args[1]])
-        return [outcome_to_wire(o) for o in outcomes]
+        answers = [outcome_to_wire(o) for o in outcomes]
+        self.answers.append(answers)
+        if silo_id in self.lose_next:
+            self.lose_next.discard(silo_id)
+            raise SiloLost("the answer was lost on its way back")
+        return answers
 
 
-async def test_a_put_follows_its_bucket_to_the_new_owner_and_one_whose_answer_was_lost_is_in_doubt() -> None:
+async def test_a_put_follows_its_bucket_to_the_new_owner_and_one_lost_with_it_is_sent_again() -> None:
     store = MemoryStore()
     a = await make_parts(store, "a")
     mine = buckets_of(a)
@@ -160,9 +167,17 @@ async def test_a_put_follows_its_bucket_to_the_new_owner_and_one_whose_answer_wa
 
     silos.fail_next["b"] = SiloRefused("starting")  # nothing done: sent again
     assert ok((await client.put_many([ask("n6")]))[0])[0].generation == 1
-    silos.fail_next["b"] = SiloLost("died during the call")  # done or not: the caller must know
-    (lost,) = await client.put_many([ask("n7")])
-    assert isinstance(lost, PutInDoubt)
+    silos.fail_next["b"] = SiloLost("cut off before it acted")  # done or not: sent again, marked
+    made = ok((await client.put_many([ask("n7")]))[0])
+    assert silos.calls[-2:] == ["b", "b"] and made[0].generation == 1
+
+    for overwrite in (True, False):  # made, its answer lost: the resend answers that put, not another
+        silos.lose_next.add("b")
+        name = f"n8-{overwrite}"
+        again = ok((await client.put_many([ask(name, overwrite=overwrite)]))[0])
+        first = Entry.from_metadata(again[0].key, silos.answers[-2][0][1], "")  # what the lost answer said
+        assert again[0].job_id == again[1].id == first.job_id and again[0].generation == 1
+        assert (await theirs.put_many([ask(name, overwrite=True)]))[0][0].generation == 2  # type: ignore[index]
 
 
 class View:
@@ -177,15 +192,15 @@ class View:
         return await self.parts.scheduling.schedule(jobs, suspects)
 
 
-async def test_only_a_cluster_that_opted_in_keeps_names_in_buckets() -> None:
+async def test_only_a_cluster_on_entries_keeps_no_buckets() -> None:
     store = MemoryStore()
     a = await make_parts(store, "a")
-    default = NamedJobHooks(store, View(a, ClusterOptions()))
-    await default.maintain()
-    assert await list_logs(store, BUCKET_PREFIX) == [] and default.service("named_put") is None
+    entries = NamedJobHooks(store, View(a, ClusterOptions(named_registry="entries")))
+    await entries.maintain()
+    assert await list_logs(store, BUCKET_PREFIX) == [] and entries.service("named_put") is None
 
     a.lease.renew(a.clock.monotonic())
-    opted = NamedJobHooks(store, View(a, ClusterOptions(named_registry="experimental-buckets")))
+    opted = NamedJobHooks(store, View(a, ClusterOptions()))  # the default
     await opted.maintain()
     assert len(await list_logs(store, BUCKET_PREFIX)) == BUCKETS
     serve = opted.service("named_put")

@@ -1,6 +1,6 @@
 """Pause and resume of named jobs on registry buckets (issue 25 point 5), without Ray.
 
-Opt-in ``named_registry="experimental-buckets"``. What a caller relies on: once ``pause``
+``named_registry="buckets"`` (the default). What a caller relies on: once ``pause``
 returned nothing of the job starts until ``resume``, and ``get`` shows the pause (who, why,
 since) from the name's status at its bucket's owner; ``pause_all`` covers an app_id or a whole
 namespace. Each on the memory and the file store.

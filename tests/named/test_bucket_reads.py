@@ -1,6 +1,6 @@
 """Reads and status of named jobs on registry buckets (issue 25 point 5), without Ray.
 
-Opt-in ``named_registry="experimental-buckets"``. What a caller relies on: a read after a put
+``named_registry="buckets"`` (the default). What a caller relies on: a read after a put
 returned sees it (from any client), never a put whose append is still under way (it may yet
 be taken back); pages cover a scope in name order across every bucket, and ``count`` agrees;
 the status of attempts reaches ``get`` within a second, its records group-committed to the

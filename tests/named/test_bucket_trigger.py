@@ -1,6 +1,6 @@
 """Triggered runs of named jobs on registry buckets (issue 25 point 5), without Ray.
 
-Opt-in ``named_registry="experimental-buckets"``. What a caller relies on: ``trigger`` runs the
+``named_registry="buckets"`` (the default). What a caller relies on: ``trigger`` runs the
 current generation once now and the run counts in its status (marked triggered); once a
 ``put`` or ``delete`` of the name returned, a triggered run of an older generation does not
 start, even one admitted just before. Each on the memory and the file store.

@@ -20,7 +20,7 @@ from cluster.client import Client
 from cluster.model.attempt import JobContext
 from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
-from cluster.model.options import ClusterOptions
+from cluster.model.options import ENTRIES_REGISTRY, ClusterOptions
 from cluster.model.routing import Router
 from cluster.model.trigger import TRIGGERED_FROM
 from cluster.model.wire import datetime_to_us, pack
@@ -35,6 +35,9 @@ from storage import MemoryStore, Store, decode
 from tests.runtime.harness import OPTIONS, Blocking, ManualClock, fire_due, make_parts
 
 TARGET = Target.actor("h", "test")
+# The fence of names kept in per-name entries, which these tests read and write themselves
+# (``read_entry``, ``Entry``); the buckets' fence is ``test_bucket_fence``.
+ENTRIES = replace(OPTIONS, named_registry=ENTRIES_REGISTRY)
 
 
 @dataclass
@@ -42,7 +45,7 @@ class View:
     """What ``NamedJobHooks`` sees of its silo."""
 
     parts: Roles
-    options: ClusterOptions = OPTIONS
+    options: ClusterOptions = ENTRIES
 
     @property
     def owner(self) -> str:
@@ -80,7 +83,7 @@ async def start() -> tuple[Roles, NamedJobs, Starts]:
     async def call(silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
         return await methods[method](*args)
 
-    client = Client("test", ["0"], OPTIONS)
+    client = Client("test", ["0"], ENTRIES)
     client._router = Router(["0"], call)
     jobs = NamedJobs(client, store_url="memory://")
     jobs._stores[id(asyncio.get_running_loop())] = parts.store  # the silo's own store
@@ -301,7 +304,7 @@ async def test_an_older_generation_whose_cancel_a_damaged_frame_lost_does_not_st
         return await {"schedule": parts.scheduling.schedule, "cancel": parts.cancelling.cancel,
                       "shards_from": parts.cancelling.shards_from}[method](*args)
 
-    client = Client("test", ["0", "1"], OPTIONS)
+    client = Client("test", ["0", "1"], ENTRIES)
     client._router = Router(["0", "1"], call)  # a cancel follows the shard's owner
     jobs = NamedJobs(client, store_url="memory://")
     jobs._stores[id(asyncio.get_running_loop())] = store

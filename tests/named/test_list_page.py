@@ -16,7 +16,7 @@ from cluster import Target
 from cluster.client import Client
 from cluster.model.errors import ValidationError
 from cluster.model.jobs import ScheduledJob, new_job_id
-from cluster.model.options import ClusterOptions
+from cluster.model.options import ENTRIES_REGISTRY, ClusterOptions
 from cluster.model.wire import datetime_to_us
 from cluster.named.api import NamedJobs
 from cluster.named.registry import NAMED_MARK, Entry, JobStatus, entry_key, scope_prefix
@@ -28,7 +28,9 @@ T0 = datetime.now(timezone.utc).replace(microsecond=0)
 
 @pytest.fixture
 async def jobs() -> NamedJobs:
-    return NamedJobs(Client("ns", [], ClusterOptions()), store_url="memory://")
+    # Names in per-name entries, written here as ``put`` writes them; the buckets' pages are
+    # ``test_bucket_reads``.
+    return NamedJobs(Client("ns", [], ClusterOptions(named_registry=ENTRIES_REGISTRY)), store_url="memory://")
 
 
 async def seed(store: Store, name: str, *, namespace: str = "default", app_id: str = "default",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from cluster.client import Client
 from cluster.model.errors import JobNotFound, ValidationError
 from cluster.model.jobs import ScheduledJob, Target
+from cluster.model.options import ENTRIES_REGISTRY
 from cluster.model.routing import Router
 from cluster.model.wire import datetime_to_us
 from cluster.named.api import NamedJobs
@@ -33,7 +35,9 @@ def local_client(parts: Roles) -> Client:
     async def call(silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
         return await methods[method](*args)
 
-    client = Client("test", ["0"], OPTIONS)
+    # Names in per-name entries: this silo runs no named-jobs hooks, so it owns no registry
+    # buckets (the buckets' pause is ``test_bucket_pause``).
+    client = Client("test", ["0"], replace(OPTIONS, named_registry=ENTRIES_REGISTRY))
     client._router = Router(["0"], call)
     return client
 

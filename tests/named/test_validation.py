@@ -9,7 +9,7 @@ import pytest
 from cluster import FailurePolicy, Target
 from cluster.client import Client
 from cluster.model.errors import InvalidJob, InvalidPolicy, InvalidSchedule, InvalidTime, ValidationError
-from cluster.model.options import ClusterOptions
+from cluster.model.options import ENTRIES_REGISTRY, ClusterOptions
 from cluster.named.api import NamedJobs, parse_target
 from cluster.named.registry import (
     AttemptRecord,
@@ -28,7 +28,10 @@ TARGET = Target.actor("mailer", "apps")
 @pytest.fixture
 def jobs() -> NamedJobs:
     # No silo is ever called: validation happens before anything reaches the cluster or store.
-    return NamedJobs(Client("ns", [], ClusterOptions()), max_data_bytes=1024, store_url="memory://")
+    # Names in per-name entries, so "writes nothing" is read from the store itself, with no silo
+    # (no registry bucket owner) to ask.
+    return NamedJobs(Client("ns", [], ClusterOptions(named_registry=ENTRIES_REGISTRY)), max_data_bytes=1024,
+                     store_url="memory://")
 
 
 BAD_PUTS = [

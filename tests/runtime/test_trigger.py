@@ -5,12 +5,12 @@ schedule stays where it was."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob
-from cluster.model.options import ClusterOptions
+from cluster.model.options import ENTRIES_REGISTRY, ClusterOptions
 from cluster.model.trigger import TRIGGERED_FROM, triggered_run
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.hooks import NamedJobHooks
@@ -29,7 +29,9 @@ class View:
     """What ``NamedJobHooks`` sees of its silo."""
 
     parts: Roles
-    options: ClusterOptions = OPTIONS
+    # Names in per-name entries, which these tests write and read themselves; a triggered run's
+    # status in a registry bucket is ``tests/named/test_bucket_trigger``.
+    options: ClusterOptions = replace(OPTIONS, named_registry=ENTRIES_REGISTRY)
 
     @property
     def owner(self) -> str:

@@ -1,7 +1,7 @@
 """Named jobs on silo-owned registry buckets in the simulation (issue 25, points 5 and 6; the ``buckets`` kind).
 
 In a share of seeds (the ``buckets`` kind, off by default) the simulated cluster keeps names in
-registry buckets (``named_registry="experimental-buckets"``) and the named-jobs caller of
+registry buckets (``named_registry="buckets"``) and the named-jobs caller of
 ``tests.sim.named`` works them: its puts, deletes, reads and pauses go to each bucket's owner
 silo, and the owners' fence verdicts and status records go from silo to silo. Nothing of the
 registry is the simulation's but the Ray calls those take:
@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.model.jobs import ScheduledJob
+from cluster.model.options import BUCKETS_REGISTRY
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us, unpack
 from cluster.named.bucket import BUCKET_PREFIX, PUT, SNAPSHOT
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 #: The share of seeds (with the ``buckets`` kind on) whose cluster keeps names in registry
 #: buckets; each such seed has a named-jobs caller.
 BUCKETS_SHARE = 0.5
-REGISTRY = "experimental-buckets"
+REGISTRY = BUCKETS_REGISTRY
 # Errors no call should raise: a bug in the silo that raised it, not a fault it met.
 BUGS = (AssertionError, TypeError, AttributeError, KeyError, IndexError, NameError)
 
@@ -87,8 +88,11 @@ class BucketRay(SimRay):
     async def _call(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
         from tests.sim.world import P_LOST_ANSWER
 
-        answer = await super()._call(silo_id, method, args)
         world = self._world
+        if method == "feature_call" and args[0] == "named_put":
+            # Sends after one lost with its owner: judged, as every put, by what the client is told.
+            world.stats["registry: puts sent again after a loss"] += sum(len(one) > 7 for one in args[1])
+        answer = await super()._call(silo_id, method, args)
         if (method == "feature_call" and world.injecting and world.faults.lost_answers
                 and self._registry_rng.random() < P_LOST_ANSWER):
             world.stats["registry: answers lost"] += 1

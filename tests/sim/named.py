@@ -226,7 +226,7 @@ class Named:
         self.world = world
         self.rng = rng
         # Names kept in registry buckets (the ``buckets`` kind): the owners' answers may be lost too.
-        self.buckets = world.options.named_registry == REGISTRY
+        self.buckets = world.options.named_buckets
         self.ray = BucketRay(world, rng) if self.buckets else SimRay(world, rng, ends_superseded=True)
         self.client = _Client("sim", list(world.procs), world.options, call_silo=self.ray,
                               start=rng.randrange(len(world.procs)))

@@ -48,7 +48,7 @@ from cluster.flows.model import FLOW_PREFIX
 from cluster.model.ahead import Ahead
 from cluster.model.attempt import Attempt, Outcome
 from cluster.model.jobs import Target
-from cluster.model.options import ClusterOptions
+from cluster.model.options import ENTRIES_REGISTRY, ClusterOptions
 from cluster.model.policies import FailurePolicy
 from cluster.model.wire import us_to_datetime
 from cluster.runtime.membership import ACTIVE, MEMBER_PREFIX, Member
@@ -173,8 +173,9 @@ class Faults:
     # host's process table: proof of its end without Ray (issue 28). Never of one that runs on.
     shared_hosts: bool = True
     # In a share of seeds names live in silo-owned registry buckets (``named_registry=
-    # "experimental-buckets"``), worked by the named-jobs caller (``tests.sim.buckets``). Off by
-    # default while that registry is opt-in.
+    # "buckets"``, the cluster's default), worked by the named-jobs caller (``tests.sim.buckets``);
+    # the rest keep them in per-name entries. Off by default: the default fault kinds' seeds
+    # were searched with entries, and replay as they were.
     buckets: bool = False
 
     @classmethod
@@ -634,7 +635,10 @@ class World:
         # How long drained shards stay for retried schedule calls: none (deletes race what they
         # always raced), a few seconds, or the default, past every retry (drawn on its own).
         retry_window = random.Random(f"retry_window/{seed}").choice(RETRY_WINDOWS_S)
-        self.options = dataclasses.replace(self.options, retry_window=timedelta(seconds=retry_window))
+        # Names in per-name entries unless the seed draws registry buckets (``tests.sim.named``),
+        # as before buckets became the default: the seeds searched so far keep their worlds.
+        self.options = dataclasses.replace(self.options, retry_window=timedelta(seconds=retry_window),
+                                           named_registry=ENTRIES_REGISTRY)
         self.sent: dict[str, Sent] = {}  # run id -> how it was sent, for the waiting handler's starts
         self.store = MemoryStore(clock=lambda: true_now_us(loop))  # the store's clock is the true time
         self.logs = Logs(self)  # rotation and torn appends, in a share of seeds
