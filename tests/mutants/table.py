@@ -742,4 +742,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a step's success whose removal was in doubt is read back from a log a rotation compacted: no "
             "outcome, and reconcile runs the step again",
     ),
+    Mutant(
+        name="quarantined-attempt-due-at-its-jobs-time",
+        kind="a deferred attempt never run",
+        path="cluster/runtime/firing.py",
+        old="            run = self._new_run(max(due_us, entry[DUE]), job_id, entry)\n",
+        new="            run = self._new_run(entry[DUE], job_id, entry)\n",
+        catch=Pytest(("tests/runtime/test_quarantine.py::"
+                      "test_an_attempt_a_hook_deferred_is_due_when_asked_again_in_quarantine_as_outside_it",)),
+        # Seed 366044 (every kind) found it in this stop's search.
+        why="a quarantined shard runs an attempt its hook deferred as due at the job's own time: asked again at "
+            "once, over and over, it is in flight for good and never runs",
+    ),
 )
