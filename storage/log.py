@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .appends import append_verified, cas_metadata, landed_append, stat_or_fenced
+from .appends import append_verified, cas_metadata, cas_metadata_until_known, landed_append, stat_or_fenced
 from .base import MAX_BLOCK_BYTES, Appended, LogInfo, Store
 from .damage import describe_damage, keep_damaged
 from .errors import (
@@ -44,10 +44,6 @@ from .generations import (
     user_metadata,
 )
 from .records import FRAME_OVERHEAD, encode_frame, pack
-
-#: The first wait before asking the store again whether a rotation's commit landed; it doubles.
-COMMIT_RETRY_S = 0.05
-COMMIT_RETRY_MAX_S = 2.0
 
 #: Returns the live state as records; called synchronously at the moment of rotation.
 Snapshot = Callable[[], Iterable[Any]]
@@ -525,7 +521,7 @@ class LogWriter:
         # The commit point: only the owner of the old generation's ETag can point it forward.
         pointer = {**self._raw, NEXT_KEY: str(generation)}
         try:
-            old_etag = await self._commit(old_name, pointer)
+            old_etag = await cas_metadata_until_known(store, old_name, pointer, self._etag)
         except Fenced:
             with contextlib.suppress(StorageError):
                 await store.delete(new_name, etag)
@@ -537,39 +533,6 @@ class LogWriter:
         self._generation, self._raw, self._etag = generation, pending, etag
         self._size, self._blocks, self._last_seq = size, blocks, seq - 1
         self._unfinished = (claim_metadata(user), old_name, old_etag)
-
-    async def _commit(self, old_name: str, pointer: dict[str, str]) -> str:
-        """Point the old generation at the new one; its new ETag once the store says it did.
-
-        An answer lost with the store silent after it leaves the commit in doubt, and neither
-        way out of that is safe: reported failed, the records the snapshot covers were taken
-        back by their callers though the log may hold them; the next rotation then found this
-        very commit in place, took it for another writer's, and the writer stopped as fenced on
-        a log still its own (simulator seed 344458 with every kind: the shard was dropped, a flow
-        step's success, folded into the snapshot, was never told to its flow, and the step ran
-        again from another shard). So the store is asked until it answers.
-        """
-        try:
-            return await cas_metadata(self._store, old_name, pointer, self._etag)
-        except Fenced:
-            raise
-        except StorageError as exc:
-            doubt = exc
-        delay = COMMIT_RETRY_S
-        while True:
-            await asyncio.sleep(delay)
-            try:
-                stat = await stat_or_fenced(self._store, old_name)
-            except Fenced:
-                raise
-            except StorageError:
-                delay = min(2 * delay, COMMIT_RETRY_MAX_S)
-                continue
-            if stat.metadata == pointer:
-                return stat.etag
-            if stat.etag == self._etag:
-                raise doubt  # it did not land, nor did anything else: a plain failure
-            raise Fenced(f"log {self._base!r} was claimed by another writer")
 
     async def delete(self) -> None:
         """Delete the whole log: every other generation first, then the current one at this

@@ -723,7 +723,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="rotation-commit-doubt-reported-failed",
         kind="a duplicate after a lost answer",
         path="storage/log.py",
-        old="            old_etag = await self._commit(old_name, pointer)\n",
+        old="            old_etag = await cas_metadata_until_known(store, old_name, pointer, self._etag)\n",
         new="            old_etag = await cas_metadata(store, old_name, pointer, self._etag)\n",
         catch=Pytest(("tests/storage/test_rotation_commit.py::"
                       "test_a_rotation_whose_commit_landed_unseen_acknowledges_what_it_covers_and_keeps_its_log",)),
