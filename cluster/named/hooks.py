@@ -72,7 +72,7 @@ class NamedJobHooks(SiloHooks):
         self.sender: StatusSender | None = None
         if silo.options.named_buckets:
             self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule)
-            self.owned = OwnerCalls(self.buckets)
+            self.owned = OwnerCalls(self.buckets, self._cancel_here)
             self.routed = Routed(store, _Peers(silo), BUCKETS)
             self.sender = StatusSender(lambda items: self.routed.ask_many("named_status", items))
             self.clearance = Clearance(store, ask=self._ask_owner)
@@ -240,6 +240,9 @@ class NamedJobHooks(SiloHooks):
         if answer[0] == "ok":
             return str(answer[1])
         return False if answer[0] == "refused" else None
+
+    async def _cancel_here(self, shard: str, job_id: str) -> tuple[str, Any]:
+        return await self._silo.cancel(shard, job_id)
 
     async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
         return await self._silo.schedule([(j.id, datetime_to_us(j.first_fire), pack(j.to_wire())) for j in jobs])

@@ -17,7 +17,12 @@ the owners again and sends it there).
   a delete returned, nothing it named starts again.
 - **Triggered runs**: admitted at their start while the entry names their generation, listed
   among the jobs it retires in the same append (so a put or delete replacing it cancels them).
-- **Retired**: older generations whose cancel the caller confirmed leave the entry's list.
+- **Puts** (``cluster.named.buckets``) that replaced a generation: the owner cancels the jobs
+  the new entry retires in its own shards (where the replaced generation's put scheduled them)
+  before it answers, and answers the entry listing only the ones it could not confirm (another
+  silo's shard, a move to follow, a failure): the caller cancels those as before
+  (``BucketNames._retire``). An overwrite is then one call, not a put and a cancel call.
+- **Retired**: older generations whose cancel was confirmed leave the entry's list.
 - **Status**: attempts' changes (``cluster.named.attempts``), applied in the order sent while the
   entry names their generation, one ``STATUS`` record per name per call, one append per bucket.
 - **Reads** (``get``, a page, a count): the durable entries, never one an append under way
@@ -34,21 +39,29 @@ from typing import Any
 
 from cluster.named.attempts import WireChange, apply_change, retiring
 from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS
-from cluster.named.buckets import Buckets, HeldBucket, merged, outcome_to_wire, put_from_wire, repeated
+from cluster.named.buckets import Buckets, HeldBucket, PutOutcome, merged, outcome_to_wire, put_from_wire, repeated
 from cluster.named.registry import Retired
 
-__all__ = ["OwnerCalls"]
+__all__ = ["CancelHere", "OwnerCalls"]
 
 log = logging.getLogger("timeshard.silo")
 
 NOT_OWNER = ("not_owner",)
+#: What a cancel made here answers when the job will not start again (``Cancelling.cancel``).
+CONFIRMED = ("cancelled", "absent")
+
+#: Cancels job ``job_id`` of shard ``shard`` from this silo, as a client's cancel sent here
+#: would (``Silo.cancel``): ``("cancelled" | "absent" | "moved" | "not_owner", info)``.
+CancelHere = Callable[[str, str], Awaitable[tuple[str, Any]]]
 
 
 class OwnerCalls:
     """The calls a silo answers as the owner of registry buckets (see the module docstring)."""
 
-    def __init__(self, buckets: Buckets) -> None:
+    def __init__(self, buckets: Buckets, cancel: CancelHere | None = None) -> None:
         self.buckets = buckets
+        self._cancel = cancel
+        self._tidying: set[asyncio.Task[Any]] = set()
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {
             "named_put": self.puts, "named_verdicts": self.verdicts, "named_delete": self.deletes,
             "named_retired": self.retired, "named_status": self.statuses, "named_get": self.gets,
@@ -60,7 +73,50 @@ class OwnerCalls:
 
     async def puts(self, sent: Sequence[Any]) -> list[Any]:
         outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent])
+        if self._cancel is not None:
+            outcomes = await self._retire_here(outcomes)
         return [outcome_to_wire(outcome) for outcome in outcomes]
+
+    async def _retire_here(self, outcomes: list[PutOutcome]) -> list[PutOutcome]:
+        """Cancel the generations the landed puts of ``outcomes`` retire, from here; each put's
+        entry answered listing only those whose cancel this silo did not confirm.
+
+        The caller cancelled every one through its shard's owner, one call per job after the
+        put's own: a dormant window's overwrites paid two round trips each, and their cancels
+        mostly came back here, to the silo whose shards the replaced puts had scheduled into.
+        Concurrent ones reach ``Cancelling``'s batch per shard together. The confirmed leave the
+        entry's list in the background, as the caller's tidy did (a list left behind is only
+        cancelled again by the name's next put or delete)."""
+        assert self._cancel is not None
+        cancel = self._cancel
+        retiring = [(i, r) for i, o in enumerate(outcomes) if not isinstance(o, BaseException) for r in o[0].retire]
+        if not retiring:
+            return outcomes
+        answers = await asyncio.gather(*(cancel(r.shard, r.job_id) for _, r in retiring), return_exceptions=True)
+        done: dict[int, set[str]] = {}
+        for (i, r), answer in zip(retiring, answers, strict=True):
+            if not isinstance(answer, BaseException) and answer[0] in CONFIRMED:
+                done.setdefault(i, set()).add(r.job_id)
+        out = list(outcomes)
+        tidy: list[tuple[str, list[str]]] = []
+        for i, ids in done.items():
+            entry, job = outcomes[i]  # type: ignore[misc]
+            out[i] = replace(entry, retire=tuple(r for r in entry.retire if r.job_id not in ids)), job
+            tidy.append((entry.key, sorted(ids)))
+        task = asyncio.get_running_loop().create_task(self._tidy(tidy))
+        self._tidying.add(task)
+        task.add_done_callback(self._tidying.discard)
+        return out
+
+    async def tidied(self) -> None:
+        """Return once the confirmed cancels of every put answered so far are off their entries' lists (or failed to be)."""
+        await asyncio.gather(*self._tidying, return_exceptions=True)
+
+    async def _tidy(self, items: list[tuple[str, list[str]]]) -> None:
+        try:
+            await self.retired(items)
+        except Exception as exc:  # left listed: cancelled again by the name's next put or delete
+            log.warning("retired generations not taken off their entries", extra={"error": repr(exc)})
 
     async def verdicts(self, sent: Sequence[tuple[str, str]]) -> list[Any]:
         """``(key, job id)`` each: ``("ok", shard)`` cleared, ``("refused",)``, or not ours."""

@@ -200,6 +200,11 @@ class SiloView(Protocol):
         need no wait (see ``Silo.schedule``)."""
         ...
 
+    async def cancel(self, shard_base: str, job_id: str) -> tuple[str, Any]:
+        """Cancel ``job_id`` of ``shard_base`` as a client's cancel sent to this silo does
+        (``Silo.cancel``): ("cancelled" | "absent" | "moved" | "not_owner", info)."""
+        ...
+
     async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
         """One call to silo ``silo_id`` (this one too), never tried elsewhere: a feature asking
         the owner of its log (``feature_call``). ``SiloRefused``: nothing done; ``SiloLost``: unknown."""

@@ -81,6 +81,9 @@ class View:
     async def schedule(self, jobs: Any, suspects: Any = ()) -> list[str]:
         return await self.parts.scheduling.schedule(jobs, suspects)
 
+    async def cancel(self, shard_base: str, job_id: str) -> Any:
+        return await self.parts.cancelling.cancel(shard_base, job_id)
+
     async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
         return await self.cluster.call(silo_id, method, args, caller=self.parts.me.silo_id)
 

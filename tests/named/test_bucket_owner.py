@@ -191,6 +191,9 @@ class View:
     async def schedule(self, jobs: Sequence[tuple[str, int, bytes]], suspects: Sequence[str] = ()) -> list[str]:
         return await self.parts.scheduling.schedule(jobs, suspects)
 
+    async def cancel(self, shard_base: str, job_id: str) -> Any:
+        return await self.parts.cancelling.cancel(shard_base, job_id)
+
 
 async def test_only_a_cluster_on_entries_keeps_no_buckets() -> None:
     store = MemoryStore()

@@ -11,7 +11,7 @@ under its first send's id. Each on the memory store and the file store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from cluster.named.api import NamedJob
 from cluster.named.bucket import PUT
 from cluster.named.bucketclient import BucketNames
 from cluster.named.buckets import Buckets
+from cluster.named.owned import OwnerCalls
 from cluster.named.registry import entry_key
 from cluster.runtime.shardlog import SHARD_PREFIX, landed_ids
 from storage import LogWriter, Store, list_logs, read_log
@@ -84,8 +85,9 @@ async def copies(store: Store, job_id: str) -> list[str]:
 
 class LostPuts:
     """The first put call to ``silo`` acts as far as it gets; its caller hears only ``SiloLost``
-    once ``gone`` is set (the silo died). Calls to take confirmed cancels off an entry's list are
-    held while ``hold_tidy`` (a later put's list stays as it wrote it)."""
+    once ``gone`` is set (the silo died). Taking confirmed cancels off an entry's list is held
+    while ``hold_tidy`` (a later put's list stays as it wrote it): a caller's call to do so, and
+    an owner's own after the cancels it made (``OwnerCalls._retire_here``)."""
 
     def __init__(self, c: Cluster, silo: str) -> None:
         self.gone, self.reached = asyncio.Event(), asyncio.Event()
@@ -94,6 +96,16 @@ class LostPuts:
         self.hold_tidy = False
         self._silo, self._call = silo, c.call
         c.call = self.call  # type: ignore[method-assign]
+        for hooks in c.hooks.values():
+            assert hooks.owned is not None
+            hooks.owned._tidy = self._held(hooks.owned._tidy)  # type: ignore[method-assign]
+
+    def _held(self, tidy: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+        async def held(items: Any) -> None:
+            if self.hold_tidy:
+                await asyncio.Event().wait()
+            await tidy(items)
+        return held
 
     async def call(self, silo_id: str, method: str, args: tuple[Any, ...], caller: str = "client") -> Any:
         if method == "feature_call" and args[0] == "named_retired" and self.hold_tidy:
@@ -124,6 +136,12 @@ async def lost_put(c: Cluster, *, overwrite: bool = False) -> tuple[LostPuts, as
     putting = asyncio.ensure_future(c.jobs().put("n", target=TARGET, due_time="1s", overwrite=overwrite))
     await asyncio.wait_for(lost.reached.wait(), 10)
     return lost, putting
+
+
+def owned_calls(c: Cluster, silo: str) -> OwnerCalls:
+    calls = c.hooks[silo].owned
+    assert calls is not None
+    return calls
 
 
 async def a_dies(c: Cluster, lost: LostPuts) -> None:
@@ -183,6 +201,7 @@ async def test_a_put_made_then_replaced_before_its_resend_is_in_doubt_or_made_an
         writer = await other._writer()
         assert isinstance(writer, BucketNames)
         await writer.close()  # its confirmed cancels are off the list
+        await owned_calls(c, "a").tidied()  # and those its owner confirmed itself
     await a_dies(c, lost)
     first = lost.try_id()
     if not overwrite or not tidied:

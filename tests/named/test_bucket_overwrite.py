@@ -1,0 +1,88 @@
+"""An overwrite on registry buckets cancels what it replaced before ``put`` returns, from the
+bucket's owner where it can (issue 25 point 3), without Ray.
+
+What a caller relies on, judged by what it was told: once ``put(..., overwrite=True)`` returned,
+the replaced generation's job is gone from its shard's log and never starts; the new one fires.
+The owner cancels the replaced job in its own shard before it answers the put, so the caller
+makes no cancel call of its own; one the owner could not confirm (not its shard, a failure) the
+caller still cancels before ``put`` returns. Each on the memory store and the file store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.named.registry import entry_key
+from cluster.runtime.shardlog import ShardState
+from storage import Unavailable, read_log
+from tests.named.bucket_cluster import TARGET, Cluster, View
+
+STORES = ["memory", "file"]
+
+
+def client_calls(c: Cluster) -> list[str]:
+    """The methods a client made after this calls on silos, in order (feature calls by their feature method)."""
+    made: list[str] = []
+    call = c.call
+
+    async def recorded(silo_id: str, method: str, args: tuple[Any, ...], caller: str = "client") -> Any:
+        if caller == "client":
+            made.append(args[0] if method == "feature_call" else method)
+        return await call(silo_id, method, args, caller)
+
+    c.call = recorded  # type: ignore[method-assign]
+    return made
+
+
+async def live(c: Cluster, shard: str) -> set[str]:
+    """The jobs live in ``shard`` as its log, read whole, says."""
+    return set(ShardState().replay((await read_log(c.store, shard)).records()).live)
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_an_overwrite_cancels_the_old_job_at_the_bucket_owner_in_the_put_call_and_it_never_starts(
+        kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    made = client_calls(c)
+    jobs = c.jobs()
+    first = await jobs.put("tick", target=TARGET, schedule="@every 1s")
+    made.clear()
+    second = await jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True)
+    assert made == ["named_put"]  # the cancel rode in the put's own call
+    assert first.job.shard is not None and second.job.shard is not None
+    assert first.job.id not in await live(c, first.job.shard)  # removed before put returned
+    assert second.job.id in await live(c, second.job.shard)
+    owned = c.hooks["a"].owned
+    assert owned is not None
+    await owned.tidied()
+    entry = await (await jobs._buckets()).get_entry(entry_key("default", "default", "tick"))  # type: ignore[union-attr]
+    assert entry is not None and entry.job_id == second.job.id and entry.retire == ()  # confirmed: off its list
+    await c.fire(3)
+    assert second.job.id in c.starts.log and first.job.id not in c.starts.log
+
+
+@pytest.mark.parametrize("unconfirmed", ["not_owner", "moved", "failed"])
+@pytest.mark.parametrize("kind", STORES)
+async def test_an_old_job_the_owner_could_not_cancel_is_cancelled_by_the_caller_before_put_returns(
+        kind: str, unconfirmed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = await Cluster.start(kind, tmp_path)
+    made = client_calls(c)
+    jobs = c.jobs()
+    first = await jobs.put("tick", target=TARGET, schedule="@every 1s")
+
+    async def cannot(self: View, shard_base: str, job_id: str) -> Any:
+        if unconfirmed == "failed":
+            raise Unavailable("the store did not answer")
+        return unconfirmed, "elsewhere"  # another silo's shard, or a move to follow: not confirmed here
+
+    monkeypatch.setattr(View, "cancel", cannot)
+    made.clear()
+    second = await jobs.put("tick", target=TARGET, schedule="@every 1s", overwrite=True)
+    assert made == ["named_put", "cancel"]  # the caller cancelled it through the shard's owner
+    assert first.job.shard is not None
+    assert first.job.id not in await live(c, first.job.shard)
+    await c.fire(3)
+    assert second.job.id in c.starts.log and first.job.id not in c.starts.log
