@@ -49,6 +49,8 @@ log = logging.getLogger("timeshard.silo")
 NOT_OWNER = ("not_owner",)
 #: What a cancel made here answers when the job will not start again (``Cancelling.cancel``).
 CONFIRMED = ("cancelled", "absent")
+#: How long confirmed cancels gather before they leave their entries' lists (``OwnerCalls._tidy_soon``).
+TIDY_AFTER_S = 0.05
 
 #: Cancels job ``job_id`` of shard ``shard`` from this silo, as a client's cancel sent here
 #: would (``Silo.cancel``): ``("cancelled" | "absent" | "moved" | "not_owner", info)``.
@@ -61,7 +63,8 @@ class OwnerCalls:
     def __init__(self, buckets: Buckets, cancel: CancelHere | None = None) -> None:
         self.buckets = buckets
         self._cancel = cancel
-        self._tidying: set[asyncio.Task[Any]] = set()
+        self._retired_soon: dict[str, set[str]] = {}  # key -> job ids whose cancel was confirmed here
+        self._tidying: asyncio.Task[None] | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {
             "named_put": self.puts, "named_verdicts": self.verdicts, "named_delete": self.deletes,
             "named_retired": self.retired, "named_status": self.statuses, "named_get": self.gets,
@@ -85,8 +88,8 @@ class OwnerCalls:
         put's own: a dormant window's overwrites paid two round trips each, and their cancels
         mostly came back here, to the silo whose shards the replaced puts had scheduled into.
         Concurrent ones reach ``Cancelling``'s batch per shard together. The confirmed leave the
-        entry's list in the background, as the caller's tidy did (a list left behind is only
-        cancelled again by the name's next put or delete)."""
+        entry's list in the background (``_tidy_soon``), as the caller's tidy did: a list left
+        behind is only cancelled again by the name's next put or delete."""
         assert self._cancel is not None
         cancel = self._cancel
         retiring = [(i, r) for i, o in enumerate(outcomes) if not isinstance(o, BaseException) for r in o[0].retire]
@@ -98,19 +101,26 @@ class OwnerCalls:
             if not isinstance(answer, BaseException) and answer[0] in CONFIRMED:
                 done.setdefault(i, set()).add(r.job_id)
         out = list(outcomes)
-        tidy: list[tuple[str, list[str]]] = []
         for i, ids in done.items():
             entry, job = outcomes[i]  # type: ignore[misc]
             out[i] = replace(entry, retire=tuple(r for r in entry.retire if r.job_id not in ids)), job
-            tidy.append((entry.key, sorted(ids)))
-        task = asyncio.get_running_loop().create_task(self._tidy(tidy))
-        self._tidying.add(task)
-        task.add_done_callback(self._tidying.discard)
+            self._retired_soon.setdefault(entry.key, set()).update(ids)
+        if self._retired_soon and (self._tidying is None or self._tidying.done()):
+            self._tidying = asyncio.get_running_loop().create_task(self._tidy_soon())
         return out
 
     async def tidied(self) -> None:
         """Return once the confirmed cancels of every put answered so far are off their entries' lists (or failed to be)."""
-        await asyncio.gather(*self._tidying, return_exceptions=True)
+        while self._tidying is not None and not self._tidying.done():
+            await asyncio.gather(self._tidying, return_exceptions=True)
+
+    async def _tidy_soon(self) -> None:
+        """Take the confirmed cancels off their entries' lists, those of many puts in one append
+        per bucket: one per put round doubled a bucket's appends under a run of overwrites."""
+        while self._retired_soon:
+            await asyncio.sleep(TIDY_AFTER_S)
+            items, self._retired_soon = self._retired_soon, {}
+            await self._tidy([(key, sorted(ids)) for key, ids in items.items()])
 
     async def _tidy(self, items: list[tuple[str, list[str]]]) -> None:
         try:

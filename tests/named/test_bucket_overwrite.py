@@ -10,6 +10,7 @@ caller still cancels before ``put`` returns. Each on the memory store and the fi
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,29 @@ async def test_an_old_job_the_owner_could_not_cancel_is_cancelled_by_the_caller_
     assert first.job.id not in await live(c, first.job.shard)
     await c.fire(3)
     assert second.job.id in c.starts.log and first.job.id not in c.starts.log
+
+
+async def test_cancels_confirmed_while_earlier_ones_leave_their_lists_leave_theirs_too(tmp_path: Path) -> None:
+    c = await Cluster.start("memory", tmp_path)
+    jobs = c.jobs()
+    names = [f"n{i}" for i in range(20)]
+    await jobs.put_many([{"name": n, "target": TARGET, "due_time": "1h"} for n in names])
+    owned = c.hooks["a"].owned
+    assert owned is not None
+    tidy, flushing, go = owned._tidy, asyncio.Event(), asyncio.Event()
+
+    async def slow(items: Any) -> None:  # the first flush waits while the second wave is answered
+        flushing.set()
+        await go.wait()
+        await tidy(items)
+
+    owned._tidy = slow  # type: ignore[method-assign]
+    await asyncio.gather(*(jobs.put(n, target=TARGET, due_time="2h", overwrite=True) for n in names[:10]))
+    await asyncio.wait_for(flushing.wait(), 5)
+    await asyncio.gather(*(jobs.put(n, target=TARGET, due_time="2h", overwrite=True) for n in names[10:]))
+    go.set()
+    await asyncio.wait_for(owned.tidied(), 5)
+    buckets = await jobs._buckets()
+    assert buckets is not None
+    left = {n: e.retire for n in names if (e := await buckets.get_entry(entry_key("default", "default", n))) and e.retire}
+    assert left == {}  # every confirmed cancel off its list: none waits for a put that may never come
