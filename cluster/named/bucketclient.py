@@ -3,9 +3,10 @@
 What a caller relies on, and how it holds here:
 
 - **put**: the owner of the name's bucket decides and makes it durable (``Buckets.put_many``);
-  an overwrite then cancels every generation the entry retires through its shard's owner
-  (following moves, ``try_cancel_job``) before ``put`` returns, so no attempt of an older
-  generation starts after it (the fence: ``cluster.named.fence``, ``cluster.named.owned``).
+  an overwrite's owner cancels the generations the entry retires in its own shards before it
+  answers (``OwnerCalls._retire_here``); this side cancels what the answer still lists through
+  its shard's owner (following moves, ``try_cancel_job``) before ``put`` returns, so no attempt
+  of an older generation starts after it (the fence: ``cluster.named.fence``, ``cluster.named.owned``).
   Confirmed cancels leave the entry's list in the background (a list left behind is only
   cancelled again by the next put or delete of the name).
 - **delete**: read the entry, cancel what it names, then delete it at the owner only while it
