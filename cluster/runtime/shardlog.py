@@ -30,15 +30,14 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from storage import Decoded
+from storage.records import collector_paused
 
 log = logging.getLogger("timeshard.silo")
 
@@ -198,17 +197,6 @@ def pause_op(job_id: str, note: str | None, by: str, since_us: int) -> list[Any]
 
 def resume_op(job_id: str) -> list[Any]:
     return [RESUME, job_id]
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 # A live job inside one shard: [due_us, packed job, occurrence, attempts, scheduled_us, owner, queued].
@@ -477,7 +465,7 @@ class ShardState:
         """
         live, owner, apply = self.live, self.owner, self.apply
         low, high = MIN_US, MAX_US
-        with _gc_paused():
+        with collector_paused():
             for index, op in enumerate(records):
                 # ``op[0]`` may be False (== ADD) harmlessly: every field is checked after it.
                 if (type(op) is list and len(op) == 7 and op[0] == ADD and type(op[1]) is str
