@@ -2,10 +2,12 @@
 
 A bucket's owner answers a page from the keys in order and a count from a key's rank. One sorted
 list did both, but a key added or removed moves every key after it: at 250,000 names a bucket
-(1,000,000 in four) that is 50-85 µs a put or delete, paid on the put path once anything was
-listed. Here the keys are kept in sorted chunks of at most ``2 * CHUNK``, found by each chunk's
+(1,000,000 in four) that is 18-85 µs a put or delete (quiet to loaded machine), paid on the put
+path once anything was listed. Here the keys are kept in sorted chunks of at most ``2 * CHUNK``, found by each chunk's
 last key, so a change moves at most a chunk, a page starts after two bisections, and a rank sums
-the lengths of the chunks before it (a few hundred at a million keys).
+the lengths of the chunks before it (a few hundred at a million keys). Measured at 250,000 keys in
+one process: an add 1.7 µs against the list's 18-20 µs, a remove 1.3-1.5 µs against 11-12 µs, a
+rank 5 µs.
 """
 
 from __future__ import annotations
