@@ -2,6 +2,7 @@
 
     python -m benchmarks.named_listing [--jobs 100000] [--stores file,azure] [--repeat 3]
     python -m benchmarks.named_listing --jobs 1000000 --stores file --before --old-repeat 0
+    python -m benchmarks.named_listing --registry buckets --stores memory,file,azure --jobs 1000000 --old-repeat 0 --takeover
 
 Fills one scope with ``--jobs`` named jobs, then times ``GET /api/jobs`` of ``timeshard ui``
 (served by aiohttp's test server over the real store) for: the first page, a page deep in (its
@@ -22,7 +23,18 @@ Besides the dashboard's requests, each run times the store's own ``list_page(lim
 the same figures are taken first on the flat layout every log had until the directory layout
 (the ``FileStore`` of commit ``BEFORE``, loaded from git), filled once; then the store is opened
 by today's ``FileStore``, which moves it in (timed), and measured again: before and after on the
-same names, in one run. Writes only under ``TIMESHARD_BENCH_DIR`` (a scratch directory when
+same names, in one run.
+
+With ``--registry buckets`` the names live where a cluster keeps them by default, in registry
+buckets owned by silos (two in-process silos, no Ray; ``benchmarks._bucket_names`` says how a
+million names load in a minute or two, with a progress line); stores ``memory``, ``file`` and
+``azure``. It checks once that the count is every name and the pages come in name order, then
+times ``NamedJobs.list_page`` (first, deep), ``count`` (the scope, a prefix of 100) and the
+dashboard's requests, and names the full garbage collections those calls sat through. With
+``--takeover``, a new silo then takes every bucket from its log: that time, and its first page
+and count. On the file store it prints how many files the store holds and its fullest directory.
+
+Writes only under ``TIMESHARD_BENCH_DIR`` (a scratch directory when
 unset); prints its figures and writes nothing else.
 """
 
@@ -32,6 +44,7 @@ import argparse
 import asyncio
 import base64
 import dataclasses
+import gc
 import importlib.util
 import os
 import statistics
@@ -49,6 +62,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from benchmarks import _bucket_names
 from benchmarks._azurite import Azurite
 from cluster.cli.job_text import named_job_to_json
 from cluster.cli.ui import UiSource, make_app
@@ -58,7 +72,7 @@ from cluster.named.api import NamedJobs
 from cluster.named.registry import NAMED_MARK, Entry, JobStatus, entry_key
 from cluster.named.writes import write_definition
 from storage import AlreadyExists as LogExists
-from storage import MetadataWrite, Store, open_store
+from storage import MemoryStore, MetadataWrite, Store, open_store
 
 PAGE = 50
 FILLERS = 64
@@ -182,8 +196,7 @@ def named_jobs(url: str, store: Store | None = None) -> NamedJobs:
 
 
 @asynccontextmanager
-async def dashboard(url: str, store: Store | None = None) -> AsyncIterator[TestClient]:
-    jobs = named_jobs(url, store)
+async def dashboard(jobs: NamedJobs) -> AsyncIterator[TestClient]:
     app = make_app(UiSource(status=lambda: [], jobs=jobs))
 
     async def old(request: web.Request) -> web.Response:
@@ -198,13 +211,39 @@ async def dashboard(url: str, store: Store | None = None) -> AsyncIterator[TestC
         yield client
     finally:
         await client.close()
-        await jobs.close()
+
+
+class Collections:
+    """The garbage collector's pauses while a call is timed: with a million entries in the owners'
+    memory a full collection is what a slow run most often is, so each run names the ones it held."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._started))
+
+
+COLLECTIONS = Collections()
 
 
 async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     started = time.perf_counter()
     await call()
     return time.perf_counter() - started
+
+
+def show_collections() -> None:
+    """The collections of generation 2 (the whole heap) made while calls were timed."""
+    full = [seconds for generation, seconds in COLLECTIONS.pauses if generation == 2]
+    if full:
+        print(f"  gc: {len(full)} full collections, {sum(full) * 1000:.0f} ms in all, longest {max(full) * 1000:.0f} ms",
+              flush=True)
+    COLLECTIONS.pauses.clear()
 
 
 async def measure_store(store: Store, jobs: NamedJobs, count: int, repeat: int) -> dict[str, list[float]]:
@@ -227,8 +266,7 @@ async def measure_store(store: Store, jobs: NamedJobs, count: int, repeat: int) 
     return figures
 
 
-async def measure(url: str, count: int, repeat: int, old_repeat: int,
-                  store: Store | None = None) -> dict[str, list[float]]:
+async def measure(jobs: NamedJobs, count: int, repeat: int, old_repeat: int) -> dict[str, list[float]]:
     deep = job_name(int(count * 0.9))
     prefix = job_name(count // 2)[:-2]  # 100 jobs
 
@@ -240,7 +278,7 @@ async def measure(url: str, count: int, repeat: int, old_repeat: int,
         return dict(body)
 
     figures: dict[str, list[float]] = {}
-    async with dashboard(url, store) as ui:
+    async with dashboard(jobs) as ui:
         cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
             ("paged: first page", lambda: get(f"/api/jobs?size={PAGE}")),
             ("paged: deep page (cold cursor)", lambda: get(f"/api/jobs?size={PAGE}&after={deep}")),
@@ -261,6 +299,9 @@ async def measure(url: str, count: int, repeat: int, old_repeat: int,
 
 
 async def run_store(kind: str, root: Path, args: argparse.Namespace) -> None:
+    if args.registry == "buckets":
+        await run_buckets(kind, root, args)
+        return
     if kind == "file":
         url = f"file://{root / 'file-store'}"
         if args.before:
@@ -295,7 +336,7 @@ async def fill_store(url: str, count: int, how: str, store: Store | None = None)
 async def report(url: str, args: argparse.Namespace, store: Store | None = None) -> None:
     jobs = named_jobs(url, store)
     figures = await measure_store(store if store is not None else await jobs._store(), jobs, args.jobs, args.repeat)
-    figures.update(await measure(url, args.jobs, args.repeat, args.old_repeat, store))
+    figures.update(await measure(jobs, args.jobs, args.repeat, args.old_repeat))
     if store is None:
         await jobs.close()
     for label, runs in figures.items():
@@ -327,6 +368,112 @@ async def run_before_after(url: str, root: Path, args: argparse.Namespace) -> No
     await report(url, args)
 
 
+class BucketRecords:
+    """The key and entry metadata of name ``i`` as a put's ``PUT`` record carries them (``inline_entry``'s),
+    from one job built once: parsing a schedule per name made the load ten times slower than its appends."""
+
+    def __init__(self) -> None:
+        self.scope = entry_key("default", "default", "x")[:-1]
+        self.job = ScheduledJob.create(Target.actor("h", "apps"), "x", due=T0 + timedelta(minutes=5),
+                                       schedule="@every 1m", metadata={NAMED_MARK: self.scope + "x"}, now=T0)
+        first = inline_entry(job_name(0))
+        assert first.name == self.scope + job_name(0)  # names of this benchmark are stored unescaped
+
+    def __call__(self, i: int) -> tuple[str, dict[str, str]]:
+        name = job_name(i)
+        key = self.scope + name
+        job = replace(self.job, id=new_job_id(), name=name, metadata={NAMED_MARK: key}, generation=1, shard="shard-0")
+        packed = base64.b64encode(pack(job.to_wire())).decode("ascii")
+        entry = Entry(key, "", 1, job.id, "shard-0", datetime_to_us(job.first_fire), datetime_to_us(T0),
+                      JobStatus(next_fire=job.first_fire), (), packed)
+        return key, entry.metadata()
+
+
+async def measure_named(jobs: NamedJobs, count: int, repeat: int) -> dict[str, list[float]]:
+    """``NamedJobs.list_page`` and ``count`` (no HTTP), after checking the count is every name."""
+    deep = job_name(int(count * 0.9))
+    prefix = job_name(count // 2)[:-2]  # 100 jobs
+    # What each call is timed answering is checked once: every name counted, pages in name order.
+    assert await jobs.count() == count and await jobs.count(prefix) == 100
+    first, after = await jobs.list_page(limit=PAGE), await jobs.list_page(after=deep, limit=PAGE)
+    assert [n.name for n in first.items] == [job_name(i) for i in range(PAGE)], first.items[:3]
+    assert [n.name for n in after.items] == [job_name(int(count * 0.9) + 1 + i) for i in range(PAGE)], after.items[:3]
+    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("named: list_page(limit=50), first", lambda: jobs.list_page(limit=PAGE)),
+        ("named: list_page(limit=50), deep", lambda: jobs.list_page(after=deep, limit=PAGE)),
+        ("named: count()", jobs.count),
+        ("named: count(prefix), 100 names", lambda: jobs.count(prefix)),
+    ]
+    figures: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        for label, call in cases:
+            figures.setdefault(label, []).append(await timed(call))
+    return figures
+
+
+def show(figures: dict[str, list[float]]) -> None:
+    for label, runs in figures.items():
+        shown = ", ".join(f"{r * 1000:.1f}" for r in runs)
+        print(f"  {label:40s} median {statistics.median(runs) * 1000:8.1f} ms   (runs: {shown} ms)", flush=True)
+
+
+async def run_buckets(kind: str, root: Path, args: argparse.Namespace) -> None:
+    """The default registry: names in silo-owned buckets (``benchmarks._bucket_names``)."""
+    clock = _bucket_names.clock_now()
+    if kind == "azure":
+        with Azurite() as azurite:
+            secret = azurite.write_connection_string(root / "azurite.secret")
+            async with open_store(azurite.store_url("named-listing", secret)) as store:
+                await run_buckets_on(kind, store, clock, args)
+        return
+    store = MemoryStore() if kind == "memory" else _bucket_names.file_store(str(root / f"buckets-{kind}"), clock)
+    try:
+        await run_buckets_on(kind, store, clock, args)
+    finally:
+        await store.close()
+    if kind == "file":
+        where = root / f"buckets-{kind}"
+        files = [f for _, _, names in os.walk(where) for f in names]
+        widest = max(len(os.listdir(d)) for d, _, _ in os.walk(where))
+        print(f"  the store: {len(files)} files, the fullest directory holds {widest} entries, "
+              f"{sum(1 for f in files if f.endswith('.lock'))} .lock files", flush=True)
+
+
+async def run_buckets_on(kind: str, store: Store, clock: Any, args: argparse.Namespace) -> None:
+    print(f"{kind}, registry buckets: {args.jobs} named jobs in one scope", flush=True)
+    cluster = await _bucket_names.start(store, clock)
+    await _bucket_names.load(cluster, args.jobs, BucketRecords())
+    jobs = cluster.jobs()
+    gc.callbacks.append(COLLECTIONS)
+    figures = await measure_named(jobs, args.jobs, args.repeat)
+    figures.update(await measure(jobs, args.jobs, args.repeat, args.old_repeat))
+    show(figures)
+    show_collections()
+    if args.takeover:
+        await takeover(cluster, store, clock, args)
+    gc.callbacks.remove(COLLECTIONS)
+
+
+async def takeover(cluster: Any, store: Store, clock: Any, args: argparse.Namespace) -> None:
+    """Both owners stop (releasing their buckets); a new silo takes every bucket from its log:
+    how long that takes, then the first page and count its fresh memory answers."""
+    for hooks in cluster.hooks.values():
+        assert hooks.buckets is not None
+        await hooks.buckets.release_all()
+    started = time.perf_counter()
+    fresh = await _bucket_names.start(store, clock, silos=("c",), take_all=True)
+    print(f"  a new silo took every bucket ({args.jobs} names) in {time.perf_counter() - started:.1f} s", flush=True)
+    jobs = fresh.jobs()
+    COLLECTIONS.pauses.clear()  # the takeover's own
+    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("after takeover: first list_page", lambda: jobs.list_page(limit=PAGE)),
+        ("after takeover: first count()", jobs.count)]
+    show({label: [await timed(call)] for label, call in cases})
+    show_collections()
+    assert await jobs.count() == args.jobs, "the new owner's count is not every name"
+    assert [n.name for n in (await jobs.list_page(limit=PAGE)).items] == [job_name(i) for i in range(PAGE)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -337,6 +484,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="entries: each registry entry as a put writes it (definition inline), 5,000 a "
                              "write_metadata_many; put_many: NamedJobs.put_many, 2,000 a call; put_like: one "
                              "entry and definition at a time")
+    parser.add_argument("--registry", choices=("entries", "buckets"), default="entries",
+                        help="entries: names in per-name registry entries (the older layout); buckets: in "
+                             "silo-owned registry buckets, the default registry (in-process silos, no Ray)")
+    parser.add_argument("--takeover", action="store_true",
+                        help="buckets: then a new silo takes every bucket from its log; time that and its first reads")
     parser.add_argument("--before", action="store_true",
                         help="file store: measure the flat layout first, then the same store moved into the new one")
     args = parser.parse_args(argv)

@@ -377,10 +377,11 @@ class NamedJobs:
     async def count(self, prefix: str = "", *, app_id: str = DEFAULT_SCOPE, namespace: str = DEFAULT_SCOPE) -> int:
         """Return how many jobs ``list`` would return, from the registry's names alone.
 
-        No definition and no entry is read: the file and memory stores keep counts (one index
-        row for a whole scope, a range of the index for a prefix); Azure lists the names, one
-        List Blobs call per 5,000, so a page asks for it when its filters change, not on every
-        refresh.
+        No definition and no entry is read. With names in registry buckets (the default) each
+        bucket's owner answers from its names in memory, on every store. With per-name entries
+        the file and memory stores keep counts (one index row for a whole scope, a range of the
+        index for a prefix); Azure lists the names, one List Blobs call per 5,000, so a page asks
+        for it when its filters change, not on every refresh.
         """
         start = _key_of(namespace, app_id, prefix, "prefix") if prefix else _scope_of(namespace, app_id)
         buckets = await self._buckets()

@@ -23,15 +23,15 @@ memory showed replays to the same state, and replay never needs more than the lo
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster.named.registry import Entry, JobStatus
+from cluster.named.sortedkeys import SortedKeys
 from cluster.runtime.logowner import RELEASED
 from storage import Decoded
 
@@ -113,7 +113,9 @@ class BucketState:
         # Keys whose records are applied here but not durable yet: the entry each had before
         # the first of them, and how many appends carry them (``durable`` answers from these).
         self.inflight: dict[str, tuple[Entry | None, int]] = {}
-        self._sorted: list[str] | None = None  # the keys in order, sorted when first read, then kept
+        # The keys in order, kept in step with ``entries`` once made: at the end of a replay
+        # (``replay_log``), so that no read after a takeover pays for sorting a whole bucket.
+        self._sorted: SortedKeys | None = None
 
     def durable(self, key: str) -> Entry | None:
         """The entry of ``key`` as the log holds it: what a read may show (an append under way
@@ -124,52 +126,54 @@ class BucketState:
     def page(self, start: str, after: str | None, limit: int) -> tuple[list[Entry], bool]:
         """At most ``limit`` durable entries whose keys start with ``start``, after key ``after``,
         in key order; and whether more follow."""
-        keys = self._keys()
-        i = bisect.bisect_right(keys, after) if after is not None and after >= start else bisect.bisect_left(keys, start)
+        past = after if after is not None and after >= start else None
+        keys = self._keys().since(start if past is None else past, inclusive=past is None)
         # Keys a delete under way took out of memory (and its order) are still durable.
         gone = sorted(key for key, (before, _) in self.inflight.items() if before is not None
                       and key not in self.entries and key.startswith(start) and (after is None or key > after))
         out: list[Entry] = []
         g = 0
+        kept = _within(keys, start)
         while len(out) < limit:
-            kept = keys[i] if i < len(keys) and keys[i].startswith(start) else None
             if g < len(gone) and (kept is None or gone[g] < kept):
                 key, g = gone[g], g + 1
             elif kept is not None:
-                key, i = kept, i + 1
+                key, kept = kept, _within(keys, start)
             else:
                 break
             entry = self.durable(key)
             if entry is not None:
                 out.append(entry)
-        return out, (i < len(keys) and keys[i].startswith(start)) or g < len(gone)
+        return out, kept is not None or g < len(gone)
 
     def count(self, start: str) -> int:
         """How many durable entries' keys start with ``start`` (in-flight new keys counted out,
         in-flight deleted ones in)."""
         keys = self._keys()
-        first = bisect.bisect_left(keys, start)
-        last = bisect.bisect_left(keys, start + "\U0010ffff") if start else len(keys)
+        first = keys.rank(start)
+        last = keys.rank(start + "\U0010ffff") if start else len(keys)
         changing = [(before is None, key in self.entries) for key, (before, _) in self.inflight.items()
                     if key.startswith(start)]
         return last - first - sum(1 for new, there in changing if new and there) \
             + sum(1 for new, there in changing if not new and not there)
 
-    def _keys(self) -> list[str]:
+    def _keys(self) -> SortedKeys:
         if self._sorted is None:
-            self._sorted = sorted(self.entries)
+            self._sorted = SortedKeys(self.entries)
         return self._sorted
+
+    def _reorder(self, key: str, was_there: bool) -> None:
+        """Keep the order in step after ``key`` came or went (a chunk changed, not the whole bucket)."""
+        if self._sorted is not None and was_there != (key in self.entries):
+            if was_there:
+                self._sorted.remove(key)
+            else:
+                self._sorted.add(key)
 
     def apply(self, record: list[Any]) -> Entry | None:
         """Fold one record; returns the entry its key had before (what ``undo`` restores)."""
         before = self._apply(record)
-        key = record[1]
-        if self._sorted is not None and (before is None) != (key not in self.entries):
-            # A key came or went: the order kept in step (a memmove, not a sort of the bucket).
-            if before is None:
-                bisect.insort(self._sorted, key)
-            else:
-                del self._sorted[bisect.bisect_left(self._sorted, key)]
+        self._reorder(record[1], before is not None)
         return before
 
     def _apply(self, record: list[Any]) -> Entry | None:
@@ -232,11 +236,12 @@ class BucketState:
             key = record[1]
             if self.entries.get(key) is not after:
                 continue
+            was_there = key in self.entries
             if before is None:
                 self.entries.pop(key, None)
             else:
                 self.entries[key] = before
-            self._sorted = None
+            self._reorder(key, was_there)
 
     def snapshot(self) -> list[list[Any]]:
         """The records a rotated generation starts with: every entry, whole."""
@@ -255,8 +260,10 @@ class BucketState:
 
     def replay_log(self, decoded: Decoded, bucket: str = "") -> BucketState:
         """Fold the records of a decoded log, logging each one set aside at ERROR."""
+        self._sorted = None  # sorted once at the end, not kept in step record by record
         for frame in decoded.frames:
             self.replay(frame.records, frame.first_seq)
+        self._keys()
         for bad in self.unreadable:
             log.error("registry bucket record unreadable: kept in the log, not replayed",
                       extra={"bucket": bucket, "seq": bad.seq, "reason": bad.reason})
@@ -272,3 +279,9 @@ class BucketState:
         if not isinstance(record[1], str):
             raise TypeError(f"a record's key must be a str: {record[1]!r}")
         self.apply(record)
+
+
+def _within(keys: Iterator[str], start: str) -> str | None:
+    """The next of ``keys`` if it starts with ``start``; None past them."""
+    key = next(keys, None)
+    return key if key is not None and key.startswith(start) else None

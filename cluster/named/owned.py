@@ -40,7 +40,7 @@ from typing import Any
 from cluster.named.attempts import WireChange, apply_change, retiring
 from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS
 from cluster.named.buckets import Buckets, HeldBucket, PutOutcome, merged, outcome_to_wire, put_from_wire, repeated
-from cluster.named.registry import Retired
+from cluster.named.registry import Entry, Retired
 
 __all__ = ["CancelHere", "OwnerCalls"]
 
@@ -289,12 +289,19 @@ class OwnerCalls:
     async def page(self, numbers: Sequence[int], start: str, after: str | None, limit: int) -> dict[int, Any]:
         """Of each bucket of ``numbers`` this silo answers for: ``(rows, more)``, at most ``limit``
         ``(key, metadata)`` rows after key ``after`` among keys starting with ``start``."""
-        out: dict[int, Any] = {}
+        found: dict[int, tuple[list[Entry], bool]] = {}
         for number in numbers:
             bucket = await self.buckets.answering(number)
             if bucket is not None:
-                entries, more = bucket.state.page(start, after, limit)
-                out[number] = ([(e.key, e.metadata()) for e in entries], more)
+                found[number] = bucket.state.page(start, after, limit)
+        # Only this owner's first ``limit`` keys of all its buckets can be on the caller's page (a
+        # key is in one bucket): the rest stay here, their buckets saying more follow. So a page
+        # carries ``limit`` rows, definitions inline, per owner, not per bucket.
+        kept = sorted(e.key for entries, _ in found.values() for e in entries)[:limit]
+        out: dict[int, Any] = {}
+        for number, (entries, more) in found.items():
+            shown = [e for e in entries if kept and e.key <= kept[-1]]
+            out[number] = ([(e.key, e.metadata()) for e in shown], more or len(shown) < len(entries))
         return out
 
     async def count(self, numbers: Sequence[int], start: str) -> dict[int, int]:
