@@ -59,8 +59,10 @@ class OwnerCalls:
         return self._calls.get(method)
 
     async def puts(self, sent: Sequence[Any]) -> list[Any]:
-        outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent])
-        return [outcome_to_wire(outcome) for outcome in outcomes]
+        wire: list[Any] = [None] * len(sent)
+        outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent], wire)
+        return [made if made is not None else outcome_to_wire(outcome) for made, outcome in zip(wire, outcomes,
+                                                                                                  strict=True)]
 
     async def verdicts(self, sent: Sequence[tuple[str, str]]) -> list[Any]:
         """``(key, job id)`` each: ``("ok", shard)`` cleared, ``("refused",)``, or not ours."""
