@@ -331,3 +331,34 @@ async def test_what_an_owner_holds_and_answers_after_its_puts_is_what_its_log_re
         assert entry == held[entry.key]
         (added,) = [op[3] for op in (await read_log(store, entry.shard)).records() if op[0] == ADD and op[1] == made.id]
         assert answer == ("ok", held[entry.key].metadata(), added)  # the job as its shard holds it
+
+
+async def test_no_name_points_at_a_job_before_the_job_is_durable_whatever_puts_run_beside_it() -> None:
+    """The order a put's two writes keep (its record written beside its job's ADD, an owner
+    dying in between leaves a name pointing at a job that never landed, or one that landed,
+    ran and was compacted, which the next owner adds again: simulator seed 361249)."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    a.lease.renew(a.clock.monotonic())
+    named_early: set[str] = set()  # jobs a PUT record named (in memory, or on its way) before their ADD
+    release, scheduling = asyncio.Event(), asyncio.Event()
+    mine: Buckets
+
+    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
+        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & {j.id for j in jobs})
+        scheduling.set()
+        await release.wait()
+        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & {j.id for j in jobs})
+        return await a.scheduling.schedule([item(j) for j in jobs])
+
+    mine = Buckets(store, a.adoption.owner, a.lease, COUNT, schedule)
+    await mine.take()
+    puts = [asyncio.ensure_future(mine.put_many([ask(name), ask(f"{name}-too")])) for name in ("one", "two", "three")]
+    await scheduling.wait()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    release.set()
+    answers = [ok(o) for t in puts for o in await t]
+    assert not named_early
+    for entry, made in answers:
+        assert await durable(store, entry.shard, made.id)
