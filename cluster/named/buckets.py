@@ -329,7 +329,7 @@ class Buckets:
         held = {bucket.number: bucket for _, bucket, *_ in decided}
         # Memory takes each entry as built rather than parsing back the metadata just made of
         # it: the same entry (a new generation's status has no history for ``_fitting`` to
-        # drop; ``tests/named/test_bucket_log.py`` holds memory to the log's replay).
+        # drop; ``tests/named/test_bucket_owner.py`` holds memory to the log's replay).
         results = await asyncio.gather(*(held[number].write([[PUT, e.key, m] for _, e, _, m, _ in rows],
                                                             [e for _, e, _, _, _ in rows])
                                          for number, rows in by_bucket.items()), return_exceptions=True)
