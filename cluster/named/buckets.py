@@ -48,6 +48,9 @@ IMPORT_CHUNK = 500  # old entries a record append carries when a bucket takes th
 #: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
 Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[list[str]]]
 PutOutcome = tuple[Entry, ScheduledJob] | BaseException
+#: A put decided by its owner: its index in the call, its bucket, its new generation's job,
+#: the entry it replaces, and that job packed (``ScheduledJob.to_wire``).
+_Decided = tuple[int, "HeldBucket", ScheduledJob, Entry | None, bytes]
 
 
 class HeldBucket:
@@ -103,12 +106,13 @@ class HeldBucket:
             while key in self.busy:
                 await self.settled.wait()
 
-    def write(self, records: list[list[Any]]) -> Awaitable[None]:
+    def write(self, records: list[list[Any]], made: Sequence[Entry] | None = None) -> Awaitable[None]:
         """Apply ``records`` to memory now and queue their append at once (so the log holds
         records in the order memory applied them); the awaitable ends once they are durable,
-        and takes them back from memory if the append fails."""
+        and takes them back from memory if the append fails. ``made``: for ``PUT`` records
+        only, each one's entry as replay reads it back (``BucketState.apply_all``)."""
         assert self.writer is not None
-        done = self.state.apply_all(records)
+        done = self.state.apply_all(records, made)
         keys = self.state.hold(done)
         appending = asyncio.ensure_future(self.writer.append_many(records))
         return asyncio.ensure_future(self._landed(appending, done, keys))  # settled even if its caller is gone
@@ -258,9 +262,11 @@ class Buckets:
             released += 1
         return released
 
-    async def put_many(self, asks: Sequence[PutRequest]) -> list[PutOutcome]:
+    async def put_many(self, asks: Sequence[PutRequest], wire: list[WireOutcome | None] | None = None
+                       ) -> list[PutOutcome]:
         """Make the puts ``asks`` (distinct names, all of buckets this silo answers for): each
-        one's entry and job, or its error, in order.
+        one's entry and job, or its error, in order; ``wire``, if given, gets the answer on the
+        wire of each put made (``outcome_to_wire``'s, from what its record was built of).
 
         Decided from memory; the jobs made durable first, then every ``PUT`` of the round in
         one append per bucket, so a name never points at a job that is not durable. A job whose
@@ -273,7 +279,7 @@ class Buckets:
             rest = await self.put_many([asks[i] for i in sorted(later)])
             return merged(len(asks), later, first, rest)
         out: list[PutOutcome | None] = [None] * len(asks)
-        decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None, str | None]] = []
+        decided: list[_Decided] = []
         # A put of one of these names in progress decides first (its outcome counts); then all
         # are decided with no await between, so a call never holds a name while it waits for another.
         answering = await self.settled([ask.key for ask in asks])
@@ -291,11 +297,10 @@ class Buckets:
                 out[i] = AlreadyExists(ask.name, ask.app_id, ask.namespace)
                 continue
             job = _next_generation(ask, old)
-            packed = base64.b64encode(pack(job.to_wire())).decode("ascii")
             bucket.busy.add(ask.key)
-            decided.append((i, bucket, job, old, packed))  # inline whatever its size: a record has no 8 KiB bound
+            decided.append((i, bucket, job, old, pack(job.to_wire())))  # inline whatever its size: a record has no 8 KiB bound
         try:
-            await self._land(asks, decided, out)
+            await self._land(asks, decided, out, wire)
         finally:
             for i, bucket, *_ in decided:
                 bucket.busy.discard(asks[i].key)
@@ -304,9 +309,8 @@ class Buckets:
                     bucket.settled.notify_all()
         return [o if o is not None else RuntimeError("no outcome") for o in out]
 
-    async def _land(self, asks: Sequence[PutRequest], decided: list[tuple[int, HeldBucket, ScheduledJob, Entry | None,
-                                                                          str | None]],
-                    out: list[PutOutcome | None]) -> None:
+    async def _land(self, asks: Sequence[PutRequest], decided: list[_Decided], out: list[PutOutcome | None],
+                    wire: list[WireOutcome | None] | None) -> None:
         if not decided:
             return
         try:
@@ -315,25 +319,31 @@ class Buckets:
             for i, *_ in decided:
                 out[i] = exc  # no entry points at these jobs: the fence never clears them
             return
-        by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob]]] = {}
-        for (i, bucket, job, old, definition), shard in zip(decided, shards, strict=True):
+        by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob, dict[str, str], bytes]]] = {}
+        for (i, bucket, job, old, packed), shard in zip(decided, shards, strict=True):
             job = replace(job, shard=shard)
             entry = Entry(asks[i].key, "", job.generation, job.id, shard, datetime_to_us(job.first_fire), asks[i].now_us,
                           JobStatus(next_fire=job.first_fire), () if old is None else (old.retired(), *old.retire),
-                          definition)
-            by_bucket.setdefault(bucket.number, []).append((i, entry, job))
+                          base64.b64encode(packed).decode("ascii"))
+            by_bucket.setdefault(bucket.number, []).append((i, entry, job, entry.metadata(), packed))
         held = {bucket.number: bucket for _, bucket, *_ in decided}
-        results = await asyncio.gather(*(held[number].write([[PUT, e.key, e.metadata()] for _, e, _ in rows])
+        # Memory takes each entry as built rather than parsing back the metadata just made of
+        # it: the same entry (a new generation's status has no history for ``_fitting`` to
+        # drop; ``tests/named/test_bucket_owner.py`` holds memory to the log's replay).
+        results = await asyncio.gather(*(held[number].write([[PUT, e.key, m] for _, e, _, m, _ in rows],
+                                                            [e for _, e, _, _, _ in rows])
                                          for number, rows in by_bucket.items()), return_exceptions=True)
         for (number, rows), result in zip(by_bucket.items(), results, strict=True):
             if isinstance(result, BaseException):
                 # Fenced, or in doubt: memory took the records back, the log may hold them.
                 self.drop(held[number], f"its append failed ({result!r})", retake=True)
-            for i, entry, job in rows:
+            for i, entry, job, metadata, packed in rows:
                 if isinstance(result, BaseException):
                     out[i] = PutInDoubt(f"its bucket's append failed ({result!r})", asks[i].name)
                 else:
                     out[i] = (entry, job)
+                    if wire is not None:
+                        wire[i] = ("ok", metadata, packed)  # the wire form of a job has no shard
 
 
 def repeated(keys: Sequence[str]) -> set[int]:
@@ -415,8 +425,8 @@ WireOutcome = tuple[Any, ...]
 
 
 def put_to_wire(ask: PutRequest) -> WirePut:
-    sent = (ask.key, ask.name, ask.app_id, ask.namespace, pack(replace(ask.job, id=ask.try_id).to_wire()),
-            ask.overwrite, ask.now_us)
+    job = ask.job if ask.job.id == ask.try_id else replace(ask.job, id=ask.try_id)
+    sent = (ask.key, ask.name, ask.app_id, ask.namespace, pack(job.to_wire()), ask.overwrite, ask.now_us)
     return (*sent, True) if ask.resend else sent
 
 

@@ -75,10 +75,12 @@ class OwnerCalls:
         return self._calls.get(method)
 
     async def puts(self, sent: Sequence[Any]) -> list[Any]:
-        outcomes = await self.buckets.put_many([put_from_wire(one) for one in sent])
-        if self._cancel is not None:
-            outcomes = await self._retire_here(outcomes)
-        return [outcome_to_wire(outcome) for outcome in outcomes]
+        wire: list[Any] = [None] * len(sent)
+        landed = await self.buckets.put_many([put_from_wire(one) for one in sent], wire)
+        outcomes = landed if self._cancel is None else await self._retire_here(landed)
+        # An answer built with its record is sent as built, unless cancels made here changed its entry.
+        return [made if made is not None and outcome is was else outcome_to_wire(outcome)
+                for made, outcome, was in zip(wire, outcomes, landed, strict=True)]
 
     async def _retire_here(self, outcomes: list[PutOutcome]) -> list[PutOutcome]:
         """Cancel the generations the landed puts of ``outcomes`` retire, from here; each put's

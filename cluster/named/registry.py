@@ -79,6 +79,7 @@ HISTORY_ERROR_CHARS = 200
 HISTORY_BYTES = 3072
 _FORBIDDEN = set("/\\#?")
 _PLAIN = re.compile(rb"[A-Za-z0-9_-]")
+_ALL_PLAIN = re.compile(r"[A-Za-z0-9_-]*")
 _CAS_ATTEMPTS = 20
 
 
@@ -117,6 +118,8 @@ def _check_text(value: object, field: str, limit: int) -> None:
 
 
 def _escape(text: str) -> str:
+    if _ALL_PLAIN.fullmatch(text):  # the common case, as the loop below would spell it: a byte test each cost ~15 us a put
+        return text
     return "".join(chr(b) if _PLAIN.fullmatch(bytes([b])) else f"~{b:02X}" for b in text.encode("utf-8"))
 
 

@@ -21,8 +21,16 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us
-from cluster.named.bucket import BUCKET_PREFIX, BUCKETS
-from cluster.named.buckets import Buckets, NotOwner, PutOutcome, outcome_to_wire, put_from_wire, put_to_wire
+from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, BucketState
+from cluster.named.buckets import (
+    Buckets,
+    NotOwner,
+    PutOutcome,
+    outcome_from_wire,
+    outcome_to_wire,
+    put_from_wire,
+    put_to_wire,
+)
 from cluster.named.hooks import NamedJobHooks
 from cluster.named.owned import OwnerCalls
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, entry_key
@@ -30,7 +38,7 @@ from cluster.named.routed import RoutedPuts
 from cluster.named.writes import PutRequest
 from cluster.runtime.membership import REPORTED, Membership
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import landed_ids
+from cluster.runtime.shardlog import ADD, landed_ids
 from storage import MemoryStore, Store, list_logs, read_log
 from tests.runtime.harness import OPTIONS, T0, item, job, make_parts
 
@@ -302,3 +310,58 @@ async def test_a_delete_is_refused_while_the_entry_lists_a_run_its_caller_did_no
     assert answer[0] == "changed" and run[0] in answer[1]["retire"]
     (answer,) = await owner.deletes([(entry.key, generation.id, [run[0]])])  # the run cancelled too
     assert answer == ("deleted",)
+
+
+async def test_what_an_owner_holds_and_answers_after_its_puts_is_what_its_log_replays_to() -> None:
+    """Memory takes a put's entry as built, not parsed back from the record it appends, and the
+    answer reuses that record's metadata and the job as packed: each must be what a reader of
+    the log (the next owner) and of the answer (the caller) gets."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    owner = OwnerCalls(mine)
+    names = [f"n{i}" for i in range(12)]
+    first = await owner.puts([put_to_wire(ask(name)) for name in names])
+    again = await owner.puts([put_to_wire(ask(name)) for name in names[:5]])  # overwrites: retire lists
+    held = {key: e for bucket in mine.held.values() for key, e in bucket.state.entries.items()}
+    replayed = {}
+    for bucket in mine.held.values():
+        replayed.update(BucketState().replay((await read_log(store, bucket.base)).records()).entries)
+    assert len(held) == len(names) and held == replayed
+    for answer, name in zip([*again, *first[5:]], [*names[:5], *names[5:]], strict=True):
+        entry, made = ok(outcome_from_wire(answer, ask(name)))
+        assert entry == held[entry.key]
+        (added,) = [op[3] for op in (await read_log(store, entry.shard)).records() if op[0] == ADD and op[1] == made.id]
+        assert answer == ("ok", held[entry.key].metadata(), added)  # the job as its shard holds it
+
+
+async def test_no_name_points_at_a_job_before_the_job_is_durable_whatever_puts_run_beside_it() -> None:
+    """The order a put's two writes keep (its record written beside its job's ADD, an owner
+    dying in between leaves a name pointing at a job that never landed, or one that landed,
+    ran and was compacted, which the next owner adds again: simulator seed 361249)."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    a.lease.renew(a.clock.monotonic())
+    named_early: set[str] = set()  # jobs a PUT record named (in memory, or on its way) before their ADD
+    release, scheduling = asyncio.Event(), asyncio.Event()
+    mine: Buckets
+
+    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
+        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & {j.id for j in jobs})
+        scheduling.set()
+        await release.wait()
+        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & {j.id for j in jobs})
+        return await a.scheduling.schedule([item(j) for j in jobs])
+
+    mine = Buckets(store, a.adoption.owner, a.lease, COUNT, schedule)
+    await mine.take()
+    puts = [asyncio.ensure_future(mine.put_many([ask(name), ask(f"{name}-too")])) for name in ("one", "two", "three")]
+    await scheduling.wait()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    release.set()
+    answers = [ok(o) for t in puts for o in await t]
+    assert not named_early
+    for entry, made in answers:
+        assert await durable(store, entry.shard, made.id)

@@ -92,6 +92,18 @@ def test_names_escape_to_printable_store_names_that_keep_prefixes():
     assert check_name("ok name") == "ok name"
 
 
+def test_a_key_is_spelled_as_stores_written_before_spell_it():
+    """Keys are stored and hashed to buckets: a name must keep its key across releases."""
+    def byte_by_byte(text: str) -> str:
+        return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-") else f"~{b:02X}"
+                       for b in text.encode("utf-8"))
+
+    assert entry_key("default", "default", "db-backup_1") == "names/default/default/db-backup_1"
+    assert entry_key("ns", "app", "a.b c") == "names/ns/app/a~2Eb~20c"
+    for name in ["".join(map(chr, range(32, 127))), "Z9", "caf\u00e9", "a-b.c", "~", "x\u2603y"]:
+        assert entry_key("n s", "a.p", name) == f"names/n~20s/a~2Ep/{byte_by_byte(name)}"
+
+
 def test_target_text_forms():
     assert parse_target("actor:mailer") == Target.actor("mailer")
     assert parse_target("actor:mailer@apps") == Target.actor("mailer", "apps")
