@@ -17,7 +17,8 @@ Per store, one fresh cluster (``--silos``, two counting handler actors) runs bot
 buckets; status read through ``client.jobs.get``) or ``entries`` (one entry per name; status read
 from the entries themselves). ``--phases`` adds, per burst (plain and named) and silo, where
 the silo's time went while it fired (``benchmarks.silo_probe``: spans of the firing path and the
-buckets' owner side, and cProfile's top functions). Prints one JSON object; writes nothing.
+buckets' owner side, its process's CPU time, and cProfile's top functions; ``--phases cpu``
+leaves cProfile out). Prints one JSON object; writes nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, Clus
 from cluster.named.registry import entry_key, name_of, read_entry
 
 PROBE_SETTLE_S = 2.0
+PROFILE = [True]  # --phases cpu: spans and CPU time only, no cProfile (which slows the silo down)
 STATUS_SAMPLE = 40  # names whose status is polled after the burst, besides the last ones to start
 
 
@@ -51,15 +53,15 @@ def first_to_last(runs: Sequence[tuple[str, float, float]], due: datetime) -> di
             "due_to_last_s": starts[-1] - due.timestamp() if starts else None}
 
 
-async def probing(cluster: Cluster | None, start: bool) -> dict[str, Any]:
+async def probing(cluster: Cluster | None, start: bool, profile: bool = True) -> dict[str, Any]:
     """Start (``start``) or stop ``benchmarks.silo_probe`` in every silo of ``cluster`` (None: not probed)."""
     if cluster is None:
         return {}
     if not start:
         await asyncio.sleep(PROBE_SETTLE_S)  # the burst's outcomes and status changes, still under way
     handles = cluster.handles()
-    call = silo_probe.start if start else silo_probe.stop
-    answers = await asyncio.gather(*(h.__ray_call__.remote(call) for h in handles.values()))
+    answers = await asyncio.gather(*(h.__ray_call__.remote(silo_probe.start, profile) if start
+                                     else h.__ray_call__.remote(silo_probe.stop) for h in handles.values()))
     return dict(zip(handles, answers, strict=True))
 
 
@@ -68,7 +70,7 @@ async def plain(client: Client, hs: Sequence[tuple[Target, Any]], n: int,
     await take_all(hs)
     due = datetime.now(timezone.utc) + timedelta(seconds=3 + n / 5_000)
     await in_batches(client, specs([t for t, _ in hs], [due] * n), callers=2)
-    await probing(probe, True)
+    await probing(probe, True, PROFILE[0])
     await wait_count(hs, n, timeout=(due - datetime.now(timezone.utc)).total_seconds() + 120)
     out = first_to_last(await take_all(hs), due)
     if probe is not None:
@@ -97,7 +99,7 @@ async def named(client: Client, hs: Sequence[tuple[Target, Any]], n: int, caller
     put_s = time.perf_counter() - started
     if datetime.now(timezone.utc) >= due:
         raise RuntimeError(f"puts took {put_s:.1f} s, past the due time; raise the lead")
-    await probing(probe, True)
+    await probing(probe, True, PROFILE[0])
     await wait_count(hs, n, timeout=(due - datetime.now(timezone.utc)).total_seconds() + 300)
     runs = await take_all(hs)
     out = first_to_last(runs, due)
@@ -185,6 +187,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 client = cluster.client()
                 result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "registry": args.registry}
                 probe = cluster if args.phases else None
+                PROFILE[0] = args.phases != "cpu"
                 result["plain"] = await plain(client, hs, args.jobs, probe)
                 result["named"] = await named(client, hs, args.jobs, args.callers, args.put_rate, probe)
                 result["named_over_plain"] = result["named"]["per_s"] / max(result["plain"]["per_s"], 1e-9)
@@ -209,8 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                         choices=(*NAMED_REGISTRIES, *NAMED_REGISTRY_ALIASES),
                         help="where names are kept (ClusterOptions.named_registry): buckets (the default) or "
                              "entries (issue 25's per-name path)")
-    parser.add_argument("--phases", action="store_true",
-                        help="also say where each silo's time went while the bursts fired (benchmarks.silo_probe)")
+    parser.add_argument("--phases", nargs="?", const="profile", choices=("profile", "cpu"),
+                        help="also say where each silo's time went while the bursts fired (benchmarks.silo_probe); "
+                             "cpu: spans and CPU time only, without cProfile")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

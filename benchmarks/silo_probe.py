@@ -3,7 +3,8 @@
 Run inside each silo actor by ``benchmarks.named_fire --phases`` through Ray's ``__ray_call__``
 (so the silo's own code is unchanged): ``start`` wraps a few methods of the firing path and
 the registry buckets' owner side with wall-clock timers and turns cProfile on in the silo's
-event-loop thread; ``stop`` turns it off and returns what it saw as plain values.
+event-loop thread; ``stop`` turns it off and returns what it saw as plain values, and the CPU
+time the silo's process used in between (``cpu_s``: all its threads, the store's included).
 
 The spans (each: calls, items where it takes a list, total wall seconds, the slowest call):
 
@@ -33,6 +34,7 @@ _SPANS: dict[str, list[float]] = {}  # name -> [calls, items, seconds, slowest]
 _TIMELINE: list[tuple[float, float, str, int]] = []  # (wall start, wall end, name, items) of the list-taking spans
 _PROFILE: list[cProfile.Profile] = []
 _LAG: list[asyncio.Task[None]] = []
+_CPU: list[float] = []  # the silo process's CPU time at ``start``
 _INSTALLED: list[bool] = []
 
 
@@ -81,7 +83,7 @@ def _install() -> None:
         finally:
             _note(f"{method}_hooks", started, 1)
 
-    firing.call_hooks = call_hooks  # type: ignore[assignment]
+    firing.call_hooks = call_hooks
     verdict = fence.Clearance.verdict
 
     async def timed_verdict(self: Any, key: str, job_id: str, *args: Any) -> Any:
@@ -92,7 +94,7 @@ def _install() -> None:
         finally:
             _note("verdict_hit" if hit else "verdict_miss", started, 1)
 
-    fence.Clearance.verdict = timed_verdict  # type: ignore[method-assign]
+    fence.Clearance.verdict = timed_verdict  # type: ignore[method-assign,assignment]
 
 
 async def _lag() -> None:
@@ -117,6 +119,7 @@ def start(actor: Any, profile: bool = True) -> str:
         _INSTALLED.append(True)
     _SPANS.clear()
     _TIMELINE.clear()
+    _CPU[:] = [time.process_time()]
     _on_loop(actor, lambda: _LAG.append(asyncio.get_running_loop().create_task(_lag())))
     if profile:
         prof = cProfile.Profile()
@@ -128,13 +131,12 @@ def start(actor: Any, profile: bool = True) -> str:
 
 def stop(actor: Any, top: int = 30) -> dict[str, Any]:
     """The spans since ``start``, and cProfile's ``top`` functions by own time."""
-    out: dict[str, Any] = {"spans": {name: {"calls": int(c), "items": int(n), "s": round(s, 3),
+    out: dict[str, Any] = {"cpu_s": round(time.process_time() - _CPU[0], 3) if _CPU else None, "spans": {name: {"calls": int(c), "items": int(n), "s": round(s, 3),
                                             "slowest_ms": round(1e3 * m, 1)}
                                      for name, (c, n, s, m) in sorted(_SPANS.items())},
                            "timeline": sorted(_TIMELINE)}
-    while _LAG:
-        task = _LAG.pop()
-        _on_loop(actor, task.cancel)
+    lags, _LAG[:] = list(_LAG), []
+    _on_loop(actor, lambda: _cancel(lags))
     if _PROFILE:
         prof = _PROFILE.pop()
         _on_loop(actor, prof.disable)
@@ -159,6 +161,11 @@ def _on_loop(actor: Any, fn: Callable[[], None]) -> None:
         return
     done = asyncio.run_coroutine_threadsafe(_call(fn), loop)
     done.result(timeout=10)
+
+
+def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
 
 
 async def _call(fn: Callable[[], None]) -> None:

@@ -33,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
-from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS
+from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
 from cluster.named.buckets import Buckets, HeldBucket, merged, outcome_to_wire, put_from_wire, repeated
 from cluster.named.registry import Retired
 
@@ -164,7 +164,7 @@ class OwnerCalls:
                 return None  # a name's changes are applied at its last one; a deleted name's, never
             # Another generation's are left out: an older one never touches a newer one's status.
             status = apply_changes(entry.status, [change for job_id, change in changes[key] if job_id == entry.job_id])
-            return None if status is None else [STATUS, key, entry.job_id, status.to_json()]
+            return None if status is None else [STATUS, key, entry.job_id, StatusJson(status)]
 
         return await self._records([(key, i) for i, (key, _, _) in enumerate(sent)], record, last_per_key=True)
 

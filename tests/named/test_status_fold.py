@@ -9,6 +9,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from msgpack import unpackb
+
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.trigger import TRIGGERED_FROM
 from cluster.named.attempts import (
@@ -22,8 +24,10 @@ from cluster.named.attempts import (
     staged_change,
     started_change,
 )
-from cluster.named.registry import JobStatus
+from cluster.named.bucket import PUT, STATUS, BucketState, StatusJson
+from cluster.named.registry import Entry, JobStatus
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
+from storage.records import pack
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OWNERS = ("0#1", "1#1", "0#2")
@@ -137,3 +141,20 @@ async def test_a_trickle_of_changes_goes_after_one_linger() -> None:
         sender.add("k", str(n), ("s",))
     await sender.flush()
     assert len(sends) == 1 and sends[0] - added < 2 * LINGER_S
+
+
+def test_a_status_the_owner_keeps_is_the_one_its_log_replays_to() -> None:
+    """The owner's memory takes the status a record was made from; a silo replaying the bucket's
+    log (a failover) reads the record's bytes: both must show ``get()`` the same status."""
+    rng = random.Random("status-json")
+    key = "names/default/default/x"
+    put = Entry(key, "", 1, "job1", "shard", 0, 0).metadata()
+    for _ in range(500):
+        status = apply_changes(JobStatus(), _changes(rng)) or JobStatus()
+        record = [STATUS, key, "job1", StatusJson(status)]
+        held = BucketState().replay([[PUT, key, put]])
+        held.apply(record)
+        replayed = BucketState().replay([[PUT, key, put], unpackb(pack(record), raw=False, strict_map_key=False)])
+        assert pack(record) == pack([STATUS, key, "job1", status.to_json()])
+        assert held.entries[key] == replayed.entries[key]
+        assert held.entries[key].status == status
