@@ -18,7 +18,8 @@ buckets; status read through ``client.jobs.get``) or ``entries`` (one entry per 
 from the entries themselves). ``--phases`` adds, per burst (plain and named) and silo, where
 the silo's time went while it fired (``benchmarks.silo_probe``: spans of the firing path and the
 buckets' owner side, its process's CPU time, and cProfile's top functions; ``--phases cpu``
-leaves cProfile out). Prints one JSON object; writes nothing.
+leaves cProfile out; either adds ``PROBE_SETTLE_S`` to the burst's status delay, read after
+it). ``--steady-jobs 0`` skips the steady run. Prints one JSON object; writes nothing.
 """
 
 from __future__ import annotations
