@@ -1,6 +1,6 @@
 """Named jobs beside plain ones on one cluster: jobs due at one instant into a no-op handler.
 
-    python -m benchmarks.named_fire [--jobs 5000] [--silos 2] [--store file] [--callers 64] [--registry buckets]
+    python -m benchmarks.named_fire [--jobs 5000] [--silos 2] [--store file] [--callers 64] [--registry buckets] [--phases]
 
 Per store, one fresh cluster (``--silos``, two counting handler actors) runs both, in this order:
 
@@ -15,7 +15,11 @@ Per store, one fresh cluster (``--silos``, two counting handler actors) runs bot
 
 ``--registry`` names where the names are kept: ``buckets`` (the default, silo-owned registry
 buckets; status read through ``client.jobs.get``) or ``entries`` (one entry per name; status read
-from the entries themselves). Prints one JSON object; writes nothing.
+from the entries themselves). ``--phases`` adds, per burst (plain and named) and silo, where
+the silo's time went while it fired (``benchmarks.silo_probe``: spans of the firing path and the
+buckets' owner side, its process's CPU time, and cProfile's top functions; ``--phases cpu``
+leaves cProfile out; either adds ``PROBE_SETTLE_S`` to the burst's status delay, read after
+it). ``--steady-jobs 0`` skips the steady run. Prints one JSON object; writes nothing.
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from benchmarks import silo_probe
 from benchmarks.cluster import bench_env, handlers, in_batches, rate, running_cluster, specs, take_all, wait_count
 from benchmarks.report import percentiles
-from cluster import Target
+from cluster import Cluster, Target
 from cluster.client import Client
 from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, ClusterOptions
 from cluster.named.registry import entry_key, name_of, read_entry
 
+PROBE_SETTLE_S = 2.0
+PROFILE = [True]  # --phases cpu: spans and CPU time only, no cProfile (which slows the silo down)
 STATUS_SAMPLE = 40  # names whose status is polled after the burst, besides the last ones to start
 
 
@@ -43,19 +50,39 @@ def first_to_last(runs: Sequence[tuple[str, float, float]], due: datetime) -> di
     starts = sorted(s for _, _, s in runs)
     spread = starts[-1] - starts[0] if len(starts) > 1 else 0.0
     return {"executed": len(starts), "per_s": rate(len(starts) - 1, spread), "first_to_last_s": spread,
+            "due_to_first_s": starts[0] - due.timestamp() if starts else None,
             "due_to_last_s": starts[-1] - due.timestamp() if starts else None}
 
 
-async def plain(client: Client, hs: Sequence[tuple[Target, Any]], n: int) -> dict[str, Any]:
+async def probing(cluster: Cluster | None, start: bool, profile: bool = True) -> dict[str, Any]:
+    """Start (``start``) or stop ``benchmarks.silo_probe`` in every silo of ``cluster`` (None: not probed)."""
+    if cluster is None:
+        return {}
+    if not start:
+        await asyncio.sleep(PROBE_SETTLE_S)  # the burst's outcomes and status changes, still under way
+    handles = cluster.handles()
+    answers = await asyncio.gather(*(h.__ray_call__.remote(silo_probe.start, profile) if start
+                                     else h.__ray_call__.remote(silo_probe.stop) for h in handles.values()))
+    return dict(zip(handles, answers, strict=True))
+
+
+async def plain(client: Client, hs: Sequence[tuple[Target, Any]], n: int,
+                probe: Cluster | None = None) -> dict[str, Any]:
     await take_all(hs)
     due = datetime.now(timezone.utc) + timedelta(seconds=3 + n / 5_000)
     await in_batches(client, specs([t for t, _ in hs], [due] * n), callers=2)
+    await probing(probe, True, PROFILE[0])
     await wait_count(hs, n, timeout=(due - datetime.now(timezone.utc)).total_seconds() + 120)
-    return first_to_last(await take_all(hs), due)
+    out = first_to_last(await take_all(hs), due)
+    if probe is not None:
+        out["due"] = due.timestamp()
+        out["phases"] = await probing(probe, False)
+        out["starts_after_count"] = len(await take_all(hs))  # more than one start of a job, if any
+    return out
 
 
 async def named(client: Client, hs: Sequence[tuple[Target, Any]], n: int, callers: int,
-                put_rate: float) -> dict[str, Any]:
+                put_rate: float, probe: Cluster | None = None) -> dict[str, Any]:
     await take_all(hs)
     targets = [t for t, _ in hs]
     lead = 5 + n / put_rate  # every put must return before the jobs are due
@@ -73,9 +100,14 @@ async def named(client: Client, hs: Sequence[tuple[Target, Any]], n: int, caller
     put_s = time.perf_counter() - started
     if datetime.now(timezone.utc) >= due:
         raise RuntimeError(f"puts took {put_s:.1f} s, past the due time; raise the lead")
+    await probing(probe, True, PROFILE[0])
     await wait_count(hs, n, timeout=(due - datetime.now(timezone.utc)).total_seconds() + 300)
     runs = await take_all(hs)
     out = first_to_last(runs, due)
+    if probe is not None:
+        out["due"] = due.timestamp()
+        out["phases"] = await probing(probe, False)
+        out["starts_after_count"] = len(await take_all(hs))  # more than one start of a job, if any
     out.update({"put_per_s": rate(n, put_s), "callers": callers})
     out["status_delay_ms"] = await status_delay(client, runs, name_of)
     return out
@@ -155,11 +187,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             with running_cluster(env, kind, args.silos, options) as cluster, handlers(2) as hs:
                 client = cluster.client()
                 result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "registry": args.registry}
-                result["plain"] = await plain(client, hs, args.jobs)
-                result["named"] = await named(client, hs, args.jobs, args.callers, args.put_rate)
+                probe = cluster if args.phases else None
+                PROFILE[0] = args.phases != "cpu"
+                result["plain"] = await plain(client, hs, args.jobs, probe)
+                result["named"] = await named(client, hs, args.jobs, args.callers, args.put_rate, probe)
                 result["named_over_plain"] = result["named"]["per_s"] / max(result["plain"]["per_s"], 1e-9)
-                result["steady_status_delay_ms"] = await steady(client, hs, args.steady_jobs, args.steady_rate,
-                                                                args.callers, args.put_rate)
+                if args.steady_jobs:
+                    result["steady_status_delay_ms"] = await steady(client, hs, args.steady_jobs, args.steady_rate,
+                                                                    args.callers, args.put_rate)
                 results[kind] = result
     return results
 
@@ -178,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                         choices=(*NAMED_REGISTRIES, *NAMED_REGISTRY_ALIASES),
                         help="where names are kept (ClusterOptions.named_registry): buckets (the default) or "
                              "entries (issue 25's per-name path)")
+    parser.add_argument("--phases", nargs="?", const="profile", choices=("profile", "cpu"),
+                        help="also say where each silo's time went while the bursts fired (benchmarks.silo_probe); "
+                             "cpu: spans and CPU time only, without cProfile")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(main_async(args)), indent=1))
     return 0

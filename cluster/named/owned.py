@@ -37,8 +37,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from cluster.named.attempts import WireChange, apply_change, retiring
-from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS
+from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
+from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
 from cluster.named.buckets import Buckets, HeldBucket, PutOutcome, merged, outcome_to_wire, put_from_wire, repeated
 from cluster.named.registry import Entry, Retired
 
@@ -219,21 +219,22 @@ class OwnerCalls:
                                    if bucket.state.entries.get(key) is not None else None)
 
     async def statuses(self, sent: Sequence[tuple[str, str, WireChange]]) -> list[Any]:
-        """``(key, job id, change)`` each, in order: the entry's status after them, while it names that job."""
-        working: dict[str, Any] = {}  # key -> its status as this call's changes leave it
+        """``(key, job id, change)`` each, in order: the entry's status after them, while it names
+        that job; one record per name (``apply_changes``: a start and its end, one step)."""
+        changes: dict[str, list[tuple[str, WireChange]]] = {}
+        for key, job_id, change in sent:
+            changes.setdefault(key, []).append((job_id, change))
+        last = {key: i for i, (key, _, _) in enumerate(sent)}
 
-        def record(bucket: HeldBucket, key: str, item: tuple[str, WireChange]) -> list[Any] | None:
-            job_id, change = item
+        def record(bucket: HeldBucket, key: str, i: int) -> list[Any] | None:
             entry = bucket.state.entries.get(key)
-            if entry is None or entry.job_id != job_id:
-                return None  # another generation's, or deleted: an older one never touches a newer one's status
-            status = apply_change(working.get(key, entry.status), change)
-            if status is None:
-                return None
-            working[key] = status
-            return [STATUS, key, job_id, status.to_json()]
+            if last[key] != i or entry is None:
+                return None  # a name's changes are applied at its last one; a deleted name's, never
+            # Another generation's are left out: an older one never touches a newer one's status.
+            status = apply_changes(entry.status, [change for job_id, change in changes[key] if job_id == entry.job_id])
+            return None if status is None else [STATUS, key, entry.job_id, StatusJson(status)]
 
-        return await self._records([(key, (job_id, change)) for key, job_id, change in sent], record, last_per_key=True)
+        return await self._records([(key, i) for i, (key, _, _) in enumerate(sent)], record, last_per_key=True)
 
     async def _records(self, sent: Sequence[tuple[str, Any]],
                        make: Callable[[HeldBucket, str, Any], list[Any] | None], last_per_key: bool = False) -> list[Any]:

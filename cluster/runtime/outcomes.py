@@ -147,12 +147,17 @@ class Outcomes:
             return touched
 
         marked: list[Run] = []
+        # By identity: ``in`` on a list of runs compares them field by field (a dataclass's
+        # ``__eq__``), quadratic in the batch: 1.2 s of CPU for 3,500 named jobs' ends (issue 25).
+        done: set[int] = set()
         try:
             await self._until_durable(shard, removals, done=lambda: all(r.cancelled for r in runs), jobs=len(runs))
+            done = {id(r) for r in written}
             # Marked by a cancel since their success came in, and left out: that cancel may yet fail.
-            marked = [r for r in runs if r.cancelled and r not in written]
+            marked = [r for r in runs if r.cancelled and id(r) not in done]
         finally:
-            self._runs.release_all([r for r in runs if r not in marked])
+            left = {id(r) for r in marked}
+            self._runs.release_all([r for r in runs if id(r) not in left] if left else runs)
         # As complete() tells them: a one-shot job that succeeded is finished; and each run's
         # hooks apart from the others'. Told one after another, a hook that took long held back
         # the rest: a flow hook recording a step's success schedules its dependants, and that
@@ -166,7 +171,7 @@ class Outcomes:
             # Told it succeeded: a compaction that folded the removal away leaves its log
             # saying only that the job ended (simulator seed 335398, every kind).
             *(call_hooks(r.hooks, "attempt_unsure", r.event(), end) for r in runs
-              if r.hooks and r not in written and r not in marked),
+              if r.hooks and id(r) not in done and id(r) not in left),
             *(self.complete(r, Outcome(r.run_id), counted=True) for r in marked)])
 
     def _discarded(self, run: Run) -> bool:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from cluster.model.policies import FailurePolicy
 from cluster.model.wire import datetime_to_us
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks
+from cluster.runtime.runs import Run
 from cluster.runtime.shardlog import MOVED, REMOVE, RETRY, SUCCEEDED
 from storage import StorageError, Unavailable, read_log
 from tests.runtime.harness import GatedStore, Recorder, add, fire_due, job, make_parts, until_idle
@@ -128,3 +129,20 @@ async def test_an_outcome_that_cannot_be_written_yet_is_written_later_not_run_ag
     await fire_due(parts)
     assert len(recorder.ran) == 1
     assert [REMOVE, j.id, 1, SUCCEEDED] in await ops(parts, name)
+
+
+async def test_a_batch_of_successes_tells_each_hook_once_without_comparing_runs(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Each run of a batch is told its end once; finding which were written never compares runs
+    field by field: done so (``in`` on a list), a batch of 500 hooked runs cost up to 125,000 whole-run
+    comparisons, 1.2 s of a silo's CPU for 3,500 named jobs due at once (issue 25)."""
+    told = Told()
+    parts = await make_parts(hooks=[told])
+    parts.transport.handlers["h"] = Recorder()
+    await add(parts, *(job() for _ in range(300)))
+    compared: list[int] = []
+    monkeypatch.setattr(Run, "__eq__", lambda self, other: compared.append(1) or self is other)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.clock.advance(1)
+    await fire_due(parts)
+    assert len(told.ended) == 300 and not told.unsure
+    assert not compared

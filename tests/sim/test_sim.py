@@ -1064,6 +1064,12 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # (tests/runtime/test_quarantine.py). Reached once every silo reading a death adopted at once.
     (366044, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a quarantined shard ran an attempt its hook deferred as due at its job's time", "stuck"),
+    # Every kind: an oracle bug. A retried schedule call's search read a shard's sealed generation
+    # (its job's ADD and REMOVE there), which ``read_log`` drops for the next one, rotated
+    # meanwhile, whose snapshot had compacted the ended job away: the retry added it again, one
+    # more run as the README allows, judged a duplicate by the bytes it never used (tests/sim/world.py).
+    (400955, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a retry judged by the sealed generation it read on its way to the compacted one", "duplicate"),
 ]
 
 
