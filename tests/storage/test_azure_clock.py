@@ -1,4 +1,4 @@
-"""Azure's clock read inside the SDK's pipeline (issue 29, point 3), on Azurite.
+"""Azure's clock read off the wire, or inside the SDK's pipeline (issue 29, point 3), on Azurite.
 
 Azurite's ``Date`` header comes from this host's wall clock, so the true offset between the store's
 clock and this host's is zero: a silo's store clock must never read ahead of this host's wall clock.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 import uuid
 
@@ -15,6 +16,7 @@ import pytest
 from azure.storage.blob.aio import BlobServiceClient
 
 import storage
+from storage import wireclock
 from storage.azure import AzureStore
 from tests.azurite import Azurite
 
@@ -28,10 +30,12 @@ async def test_an_azure_reading_tells_the_requests_flight_inside_the_call(azure_
             reading = await store.server_time()
             returned = time.monotonic_ns() // 1000
             assert reading is not None
-            # Both hooks ran: the SDK's work before sending and after the answer is outside the flight.
+            # The SDK's work before sending and after the answer is outside the flight.
             assert reading.lead_us > 0 and reading.tail_us > 0
             sent, received = reading.in_flight(called, returned)
             assert called < sent <= received < returned
+            # On Linux the answer's arrival is the kernel's stamp, not the event loop's instant.
+            assert reading.timed_by == ("kernel" if sys.platform == "linux" else "loop")
 
 
 class WireWatch:
@@ -74,28 +78,64 @@ class EntraCredential:
         pass
 
 
-@pytest.mark.parametrize(("credential", "operation"), [
-    (None, b"restype=account&comp=properties"), (EntraCredential(), b"restype=container")])
+@pytest.mark.parametrize(("credential", "operation", "wire_clock", "aimed"), [
+    (None, b"restype=account&comp=properties", True, False),
+    (None, b"restype=account&comp=properties", True, True),
+    (None, b"restype=account&comp=properties", False, False),
+    (EntraCredential(), b"restype=container", True, True),
+    (EntraCredential(), b"restype=container", False, False)])
 async def test_an_azure_readings_flight_holds_the_request_and_answer_on_the_wire(
-        azurite: Azurite, credential: EntraCredential | None, operation: bytes) -> None:
+        azurite: Azurite, credential: EntraCredential | None, operation: bytes, wire_clock: bool, aimed: bool) -> None:
     """Where a flight began after its request was on the wire, or ended before the answer was, the
     store could have read its clock outside it: the silo's low bound would sit above the truth
-    and jobs would fire early. A relay on the way notes both, for readings at any phase."""
+    and jobs would fire early. A relay on the way notes both, for readings at any phase, read off
+    the wire (kernel stamps, aimed at an instant or not) or by the SDK's hooks."""
     watch = WireWatch(azurite.port)
     client = BlobServiceClient.from_connection_string(Azurite(port=await watch.start()).connection_string,
                                                       **AzureStore.client_options())
-    async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}", credential=credential) as store:
+    async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}", credential=credential, wire_clock=wire_clock) as store:
         await store.server_time()  # creates the container: several calls, not one flight
         assert operation in watch.request_lines[-1]
         for _ in range(20):
             await asyncio.sleep(random.random() / 50)
             first_request = len(watch.requests)
             called = time.monotonic_ns() // 1000
-            reading = await store.server_time()
+            send_at = called + random.randrange(20_000)
+            reading = await (store.server_time_near(send_at / 1e6) if aimed else store.server_time())
             returned = time.monotonic_ns() // 1000
             assert reading is not None
+            assert reading.timed_by == (("kernel" if sys.platform == "linux" else "loop") if wire_clock else "sdk")
             sent, received = reading.in_flight(called, returned)
             assert len(watch.requests) == first_request + 1 and len(watch.answers) == len(watch.requests)
             assert sent <= watch.requests[-1] and watch.answers[-1] <= received
+            if aimed:  # on the wire at the instant asked, not before (the loop may make it a little late);
+                # the flight's start is that instant less the µs the call took to note its own start
+                assert send_at <= watch.requests[-1] and send_at - 1_000 <= sent
     assert watch.server is not None
     watch.server.close()
+
+
+async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unused(
+        azure_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel stamps arrivals on the wall clock; moved onto the monotonic clock across a step,
+    an arrival would seem a second earlier than it was, the flight would end before the store
+    read its clock, and jobs would fire a second early. A step seen during the exchange keeps
+    the event loop's own instant, which is later than the arrival."""
+    real_wall = time.time_ns
+    calls = 0
+
+    def stepping_wall() -> int:  # this host's wall clock is stepped 1 s back during the exchange
+        nonlocal calls
+        calls += 1
+        return real_wall() - (1_000_000_000 if calls > 1 else 0)
+
+    async with storage.open_store(azure_store_url) as store:
+        await store.server_time()  # creates the container
+        monkeypatch.setattr(wireclock, "_wall_ns", stepping_wall)
+        before = time.monotonic_ns() // 1000
+        reading = await store.server_time()
+        after = time.monotonic_ns() // 1000
+    assert reading is not None and reading.timed_by == "loop"
+    sent, received = reading.in_flight(before, after)
+    # Noted after the answer was read, never a second before the call returned.
+    assert after - received < 100_000
