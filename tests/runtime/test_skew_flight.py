@@ -112,3 +112,39 @@ async def test_slow_answers_and_a_clock_ahead_never_fire_a_job_before_the_stores
         assert report["offset_low_s"] <= truth + 1e-6 and truth - 1e-6 <= report["offset_high_s"]
         widths.append(report["width_s"])
     assert min(widths) < 0.1  # narrowed well below the Date's second (else the checks above say little)
+
+
+class AimingFlightStore(FlightStore):
+    """Connects, then holds the request until the instant asked (Azure's wire clock)."""
+
+    async def server_time_near(self, send_at: float) -> ServerTime:
+        flight = self.flights[0]  # the wait for the instant is part of the call before the request leaves
+        wait = max(0.0, send_at - self.local.monotonic() - flight.lead)
+        self.flights[0] = Flight(flight.lead + wait, flight.out, flight.back, flight.tail)
+        return await self.server_time()
+
+
+class DeafFlightStore(FlightStore):
+    """Sends at once whatever instant is asked (a store on the base class's default)."""
+
+    async def server_time_near(self, send_at: float) -> ServerTime:
+        return await self.server_time()
+
+
+@pytest.mark.parametrize(("store_kind", "aims"), [(AimingFlightStore, True), (DeafFlightStore, False)])
+async def test_the_silo_aims_its_readings_only_at_a_store_that_sends_them_when_asked(
+        store_kind: type[FlightStore], aims: bool) -> None:
+    """A silo that kept asking a store that ignores the instant would send every reading
+    ``PREPARE`` early, off the phase it aimed at, and its interval (the lateness it causes) would
+    narrow slowly if at all: it aims only while the store's requests leave when asked."""
+    rng = random.Random(f"skew-aim/{store_kind.__name__}")
+    flights = [Flight(lead=rng.uniform(0, 0.01), out=0.001, back=0.001, tail=0.002) for _ in range(40)]
+    local = ManualClock(T0_US)
+    store = store_kind(local, 0, flights)
+    skew = skew_on(store)
+    await skew.sample()
+    while store.flights:
+        local.advance(rng.uniform(0, 0.5))
+        await skew.sample(int(local.monotonic() * 1e6) + 50_000)  # called PREPARE early
+        assert skew.report()["aimed"] is aims
+        assert skew.clock.now_us() <= store.store_now_us()

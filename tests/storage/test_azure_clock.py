@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from azure.storage.blob.aio import BlobServiceClient
@@ -139,3 +141,31 @@ async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unuse
     sent, received = reading.in_flight(before, after)
     # Noted after the answer was read, never a second before the call returned.
     assert after - received < 100_000
+
+
+
+async def test_an_azure_reading_over_https_holds_the_true_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Azure is reached over HTTPS: the wire clock runs TLS itself over its raw socket (so the
+    kernel's stamps stay readable) and must still bound the offset by the answer's arrival.
+    Azurite's Date is this host's wall clock: each reading's interval must hold wall - monotonic."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the wire clock's default TLS context trusts it
+    with Azurite(tls=(cert, key)) as azurite:
+        client = BlobServiceClient.from_connection_string(azurite.connection_string, connection_verify=str(cert),
+                                                          **AzureStore.client_options())
+        async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}") as store:
+            await store.server_time()  # creates the container
+            for _ in range(10):
+                await asyncio.sleep(random.random() / 5)
+                called = time.monotonic_ns() // 1000
+                reading = await store.server_time()
+                returned = time.monotonic_ns() // 1000
+                truth = time.time_ns() // 1000 - time.monotonic_ns() // 1000
+                assert reading is not None
+                assert reading.timed_by == ("kernel" if sys.platform == "linux" else "loop")
+                sent, received = reading.in_flight(called, returned)
+                assert called < sent <= received < returned
+                assert reading.at_us - received <= truth <= reading.at_us + reading.resolution_us - sent
