@@ -137,6 +137,11 @@ class AzureStore(Store):
         }
 
     @property
+    def wire_clock(self) -> bool:
+        """Whether the clock is read off the wire (``storage.wireclock``) rather than by the SDK's hooks."""
+        return self._wire_clock
+
+    @property
     def container(self) -> str:
         return str(self._container.container_name)
 

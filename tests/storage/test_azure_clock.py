@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -144,14 +145,24 @@ async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unuse
 
 
 
-async def test_an_azure_reading_over_https_holds_the_true_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Azure is reached over HTTPS: the wire clock runs TLS itself over its raw socket (so the
-    kernel's stamps stay readable) and must still bound the offset by the answer's arrival.
-    Azurite's Date is this host's wall clock: each reading's interval must hold wall - monotonic."""
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate (and its key) for 127.0.0.1, as Azurite needs to serve HTTPS."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
+    return cert, key
+
+
+async def test_an_azure_reading_over_https_holds_the_true_offset(
+        self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Azure is reached over HTTPS: the wire clock runs TLS itself over its raw socket (so the
+    kernel's stamps stay readable) and must still bound the offset by the answer's arrival.
+    Azurite's Date is this host's wall clock: each reading's interval must hold wall - monotonic."""
+    cert, key = self_signed
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the wire clock's default TLS context trusts it
     with Azurite(tls=(cert, key)) as azurite:
         client = BlobServiceClient.from_connection_string(azurite.connection_string, connection_verify=str(cert),
