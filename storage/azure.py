@@ -137,6 +137,10 @@ class AzureStore(Store):
         }
 
     @property
+    def aims_clock_reads(self) -> bool:  # type: ignore[override]
+        return self._wire_clock
+
+    @property
     def wire_clock(self) -> bool:
         """Whether the clock is read off the wire (``storage.wireclock``) rather than by the SDK's hooks."""
         return self._wire_clock

@@ -297,6 +297,9 @@ class Store(ABC):
     async def server_time(self) -> ServerTime | None:
         """The store's clock, read by one cheap call; None if the store shares the caller's clock."""
 
+    #: Whether ``server_time_near`` sends its request at the instant asked; this default ignores it.
+    aims_clock_reads: bool = False
+
     async def server_time_near(self, send_at: float) -> ServerTime | None:
         """``server_time``, its request sent as near as the store can to ``send_at`` (seconds on
         ``time.monotonic``): the caller aims the store's read at a tick of its coarse clock. This

@@ -85,7 +85,9 @@ class Skew:
         self._lead_us = 0  # from calling the store to its request leaving, in the last reading
         self._errored_at: float | None = None  # monotonic time of the last error logged
         self._timed_by = ""  # how the last reading's flight was timed (ServerTime.timed_by)
-        self._aims = True  # the store sends a request at the instant asked (Store.server_time_near)
+        # Whether the store sends a request at the instant asked (Store.server_time_near); one
+        # that says so but does not is found out by its first reading.
+        self._aims = bool(getattr(store, "aims_clock_reads", False))
         self.clock = StoreClock(local)
 
     async def sample(self, send_at_us: int | None = None) -> None:

@@ -117,6 +117,8 @@ async def test_slow_answers_and_a_clock_ahead_never_fire_a_job_before_the_stores
 class AimingFlightStore(FlightStore):
     """Connects, then holds the request until the instant asked (Azure's wire clock)."""
 
+    aims_clock_reads = True
+
     async def server_time_near(self, send_at: float) -> ServerTime:
         flight = self.flights[0]  # the wait for the instant is part of the call before the request leaves
         wait = max(0.0, send_at - self.local.monotonic() - flight.lead)
@@ -125,7 +127,9 @@ class AimingFlightStore(FlightStore):
 
 
 class DeafFlightStore(FlightStore):
-    """Sends at once whatever instant is asked (a store on the base class's default)."""
+    """Says it aims its readings, but sends at once whatever instant is asked."""
+
+    aims_clock_reads = True
 
     async def server_time_near(self, send_at: float) -> ServerTime:
         return await self.server_time()
