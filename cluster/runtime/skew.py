@@ -33,6 +33,8 @@ log = logging.getLogger("timeshard.silo")
 WIDE_US = 20_000
 #: How long before the instant a reading is aimed at the store is called, to connect meanwhile (s).
 PREPARE = 0.05
+#: Readings per round on a store that aims them, in steps of a quarter interval around the middle.
+SWEEP = (-1, 0, 1)
 #: A request that left this much before the instant asked was not aimed by the store (µs).
 AIM_TOLERANCE_US = 5_000
 #: While the skew stays beyond the bound, the error is logged again this often (seconds).
@@ -124,18 +126,32 @@ class Skew:
             # to that much late: read again sooner until it is down to a few round trips.
             wide = offset is not None and offset.width_us > max(4 * self._round_trip_us, WIDE_US)
             pause = interval / 10 if wide else interval
-            if self._aims:  # called PREPARE early, the store connects, then sends at the instant aimed at
-                send_at = now + _us(pause) + self._estimator.next_phase(now + _us(pause), self._round_trip_us)
-                await asyncio.sleep(max(0.0, (send_at - now) / 1e6 - PREPARE))
-            else:  # the request leaves a lead after the call: aimed by the last one
-                await asyncio.sleep(pause + self._estimator.next_phase(
-                    now + _us(pause), self._round_trip_us, self._lead_us) / 1e6)
-            try:
-                await self.sample(send_at if self._aims else None)
-            except asyncio.CancelledError:
-                raise
-            except StorageError as exc:
-                log.warning("could not read the store's clock", extra={"silo": self._silo_id, "error": repr(exc)})
+            if self._aims:
+                await self._sweep(now, pause, offset)
+                continue
+            # The request leaves a lead after the call: aimed by the last one.
+            await asyncio.sleep(pause + self._estimator.next_phase(
+                now + _us(pause), self._round_trip_us, self._lead_us) / 1e6)
+            await self._sample_logged(None)
+
+    async def _sweep(self, now: int, pause: float, offset: Offset | None) -> None:
+        """Readings sent at ``SWEEP`` steps around the instant that halves the interval, each a
+        quarter of it (at least a round trip) apart: the one that lands just after the store's
+        tick sets the low end, the one just before it the high end. Called PREPARE early; the
+        store connects, then sends each at its instant."""
+        aim = now + _us(pause) + self._estimator.next_phase(now + _us(pause), self._round_trip_us)
+        step = max(self._round_trip_us, 0 if offset is None else offset.width_us // 4)
+        send_ats = [aim + k * step for k in SWEEP]
+        await asyncio.sleep(max(0.0, (min(send_ats) - now) / 1e6 - PREPARE))
+        await asyncio.gather(*(self._sample_logged(at) for at in send_ats))
+
+    async def _sample_logged(self, send_at_us: int | None) -> None:
+        try:
+            await self.sample(send_at_us)
+        except asyncio.CancelledError:
+            raise
+        except StorageError as exc:
+            log.warning("could not read the store's clock", extra={"silo": self._silo_id, "error": repr(exc)})
 
     def skew(self) -> tuple[int, int] | None:
         """``store - this host's wall clock`` in µs, as an interval; None if unmeasured or shared."""

@@ -8,12 +8,15 @@ before its due time by the store's clock, however slow the answer or far ahead t
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
 from cluster.model.skew import DRIFT
+from cluster.runtime import skew as skew_module
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.skew import Skew
 from storage import ServerTime
@@ -119,7 +122,12 @@ class AimingFlightStore(FlightStore):
 
     aims_clock_reads = True
 
+    def __init__(self, local: ManualClock, ahead_us: int, flights: list[Flight]) -> None:
+        super().__init__(local, ahead_us, flights)
+        self.asked: list[float] = []  # the instants asked, in order
+
     async def server_time_near(self, send_at: float) -> ServerTime:
+        self.asked.append(send_at)
         flight = self.flights[0]  # the wait for the instant is part of the call before the request leaves
         wait = max(0.0, send_at - self.local.monotonic() - flight.lead)
         self.flights[0] = Flight(flight.lead + wait, flight.out, flight.back, flight.tail)
@@ -152,3 +160,32 @@ async def test_the_silo_aims_its_readings_only_at_a_store_that_sends_them_when_a
         await skew.sample(int(local.monotonic() * 1e6) + 50_000)  # called PREPARE early
         assert skew.report()["aimed"] is aims
         assert skew.clock.now_us() <= store.store_now_us()
+
+
+async def test_a_round_sweeps_the_stores_tick_with_readings_a_quarter_interval_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One reading a round lands anywhere in the half of the interval it tests, so the low end
+    sits up to half the interval below the truth until a later round does better; readings a
+    quarter apart around the middle put one within a quarter of the store's tick every round
+    (measured on Azurite: the clock's p90 error 2.4-3.3 ms against 2.2-6.0 ms with one)."""
+    flights = [Flight(lead=0.0005, out=0.0005, back=0.0005, tail=0.001) for _ in range(40)]
+    local = ManualClock(T0_US + 300_000)
+    store = AimingFlightStore(local, 0, flights)
+    skew = skew_on(store)
+
+    async def sleep(seconds: float) -> None:  # the round's wait, on the test's clock
+        local.advance(seconds)
+
+    monkeypatch.setattr(skew_module, "asyncio", SimpleNamespace(sleep=sleep, gather=asyncio.gather))
+    await skew.sample()
+    while len(store.flights) >= 3:
+        before = skew.report()
+        now = int(local.monotonic() * 1e6)
+        store.asked.clear()
+        await skew._sweep(now, 0.2, skew._estimator.offset(now))
+        step = max(int(before["round_trip_s"] * 1e6), int(before["width_s"] * 1e6) // 4)
+        gaps = [round((b - a) * 1e6) for a, b in zip(store.asked, store.asked[1:], strict=False)]
+        assert len(store.asked) == 3 and all(abs(gap - step) <= 2 for gap in gaps)
+        assert skew.clock.now_us() <= store.store_now_us()
+        local.advance(0.3)
+    assert skew.report()["width_s"] < 0.01
