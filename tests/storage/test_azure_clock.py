@@ -180,3 +180,27 @@ async def test_an_azure_reading_over_https_holds_the_true_offset(
                 sent, received = reading.in_flight(called, returned)
                 assert called < sent <= received < returned
                 assert reading.at_us - received <= truth <= reading.at_us + reading.resolution_us - sent
+
+
+async def test_a_silo_reading_azurites_clock_in_aimed_rounds_never_runs_ahead_of_it(azure_store_url: str) -> None:
+    """The silo's own loop on Azurite (rounds of three aimed readings, off the wire): its store
+    clock never reads ahead of Azurite's (this host's wall clock) and narrows well below a second."""
+    from cluster.model.clock import SYSTEM_CLOCK
+    from cluster.model.options import ClusterOptions
+    from cluster.runtime.metrics import SiloMetrics
+    from cluster.runtime.skew import Skew
+
+    async with storage.open_store(azure_store_url) as store:
+        skew = Skew(store, ClusterOptions(heartbeat_interval="200ms"), SYSTEM_CLOCK, SiloMetrics("t"), "t")
+        await skew.sample()
+        loop = asyncio.create_task(skew.run())
+        try:
+            deadline = time.monotonic() + 4.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.003)
+                assert skew.clock.now_us() <= time.time_ns() // 1000
+        finally:
+            loop.cancel()
+        report = skew.report()
+    assert report["aimed"] is True and report["timed_by"] == ("kernel" if sys.platform == "linux" else "loop")
+    assert report["width_s"] < 0.1
