@@ -64,14 +64,20 @@ class Azurite:
 
     port: int = field(default_factory=free_port)
     location: Path | None = None
+    #: (certificate, key) PEM files: serve HTTPS with them (as Azure does) instead of HTTP.
+    tls: tuple[Path, Path] | None = None
     executable: str | None = field(default_factory=find_executable)
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
+    def scheme(self) -> str:
+        return "http" if self.tls is None else "https"
+
+    @property
     def connection_string(self) -> str:
         return (
-            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};"
+            f"DefaultEndpointsProtocol={self.scheme};AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+            f"BlobEndpoint={self.scheme}://127.0.0.1:{self.port}/{ACCOUNT};"
         )
 
     def write_connection_string(self, path: Path) -> Path:
@@ -105,6 +111,8 @@ class Azurite:
             raise AzuriteUnavailable("azurite-blob not found: run `npm ci` at the repository root (pins azurite 3.35.0)")
         args = [self.executable, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
                 "--silent", "--skipApiVersionCheck", "--disableTelemetry"]
+        if self.tls is not None:
+            args += ["--cert", str(self.tls[0]), "--key", str(self.tls[1])]
         if self.location is None:
             args.append("--inMemoryPersistence")
         else:

@@ -49,6 +49,7 @@ from .base import (
     with_retries,
 )
 from .errors import AlreadyExists, Fenced, LogFull, NotFound, StorageError, Transient
+from .wireclock import SEND_AT, Answered, WireClockTransport
 
 T = TypeVar("T")
 
@@ -99,6 +100,7 @@ class AzureStore(Store):
         *,
         retry: RetryPolicy = RetryPolicy(),
         credential: Any = None,
+        wire_clock: bool = True,
     ) -> None:
         # Every request is logged at INFO by the SDK; at our rates that drowns everything else.
         logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
@@ -112,6 +114,10 @@ class AzureStore(Store):
         self._markers: OrderedDict[tuple[str, str], tuple[str | None, bool]] = OrderedDict()
         self._ready = False
         self._ready_lock = asyncio.Lock()
+        # The clock is read on a connection of its own (storage.wireclock) unless asked not to, or
+        # a proxy is set: that connection would not go through it.
+        self._wire_clock = wire_clock and not any(os.environ.get(var) for var in _PROXY_ENV)
+        self._clock_client: BlobServiceClient | None = None
 
     @classmethod
     def client_options(cls) -> dict[str, Any]:
@@ -129,6 +135,15 @@ class AzureStore(Store):
             "max_single_get_size": MAX_READ,
             "max_chunk_get_size": MAX_READ,
         }
+
+    @property
+    def aims_clock_reads(self) -> bool:  # type: ignore[override]
+        return self._wire_clock
+
+    @property
+    def wire_clock(self) -> bool:
+        """Whether the clock is read off the wire (``storage.wireclock``) rather than by the SDK's hooks."""
+        return self._wire_clock
 
     @property
     def container(self) -> str:
@@ -366,48 +381,87 @@ class AzureStore(Store):
 
         Azurite renders Get Container Properties' ``Date`` from Node's cached string, renewed by a
         timer that turns it over a few ms late on a busy host; Get Account Information's is the
-        request's own arrival. The instants the request left and its answer came back are taken
-        inside the SDK's pipeline (its per-request hooks, which run per try next to the transport):
-        the call around them also signs the request, parses the answer and waits for the event
-        loop, none of which the store's clock can be read in (``ServerTime.in_flight``).
+        request's own arrival. The request is signed by the SDK and sent on a connection of its own,
+        its answer's arrival stamped by the kernel (``storage.wireclock``); with ``wire_clock=False``
+        or a proxy, the instants come from the SDK's per-request hooks instead (a few ms later on a
+        busy loop). Either way, the call around them signs the request, parses the answer and
+        waits for the event loop, none of which the store's clock can be read in
+        (``ServerTime.in_flight``).
         """
-        read_clock = (self._container.get_container_properties if self._credential is not None
-                      else self._container.get_account_information)
-        began = time.monotonic()
-        flight: list[float] = []  # this try's instant of leaving, then of its answer arriving
+        began = time.monotonic_ns()
+        if self._wire_clock:
+            reading, flight, timed_by = await self._call("server_time", self.container, self._wire_time)
+        else:
+            reading, flight, timed_by = await self._call("server_time", self.container, self._hooked_time)
+        ended = time.monotonic_ns()
+        if flight is None:  # the hooks did not both run for the answer read: keep the whole call
+            return reading
+        return dataclasses.replace(reading, lead_us=(flight[0] - began) // 1000, tail_us=(ended - flight[1]) // 1000,
+                                   timed_by=timed_by)
+
+    async def server_time_near(self, send_at: float) -> ServerTime | None:
+        """``server_time``, its request sent at monotonic ``send_at`` (when that is less than a
+        second away): connected first, then waiting for that instant."""
+        token = SEND_AT.set(send_at)
+        try:
+            return await self.server_time()
+        finally:
+            SEND_AT.reset(token)
+
+    def _read_clock(self, container: Any) -> Callable[..., Awaitable[Any]]:
+        read: Callable[..., Awaitable[Any]] = (
+            container.get_container_properties if self._credential is not None else container.get_account_information)
+        return read
+
+    def _reading(self, date: str) -> ServerTime:
+        if not date:
+            raise StorageError("server time: the answer carried no Date header")
+        try:
+            when = parsedate_to_datetime(date)
+        except (TypeError, ValueError) as exc:
+            raise StorageError(f"server time: unreadable Date header {date!r}") from exc
+        if when.tzinfo is None:
+            raise StorageError(f"server time: Date header {date!r} names no zone")
+        # Only Get Container Properties' Date may be a cached string that lags (Azurite's).
+        return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US,
+                          lag_us=CACHED_DATE_LAG_US if self._credential is not None else 0)
+
+    async def _hooked_time(self) -> tuple[ServerTime, tuple[int, int] | None, str]:
+        flight: list[int] = []  # this try's instant of leaving, then of its answer arriving
         dates: list[str] = []
 
         def left(request: Any) -> None:
-            flight[:] = [time.monotonic()]
+            flight[:] = [time.monotonic_ns()]
 
         def answered(response: Any) -> None:
-            flight.append(time.monotonic())
+            flight.append(time.monotonic_ns())
             dates.append(str(response.http_response.headers.get("Date", "")))
 
-        async def op() -> ServerTime:
-            flight.clear()
-            dates.clear()
-            await read_clock(raw_request_hook=left, raw_response_hook=answered)
-            if not dates or not dates[-1]:
-                raise StorageError("server time: the answer carried no Date header")
-            try:
-                when = parsedate_to_datetime(dates[-1])
-            except (TypeError, ValueError) as exc:
-                raise StorageError(f"server time: unreadable Date header {dates[-1]!r}") from exc
-            if when.tzinfo is None:
-                raise StorageError(f"server time: Date header {dates[-1]!r} names no zone")
-            # Only Get Container Properties' Date may be a cached string that lags (Azurite's).
-            return ServerTime(int(when.timestamp()) * _SECOND_US, _SECOND_US,
-                              lag_us=CACHED_DATE_LAG_US if self._credential is not None else 0)
+        await self._read_clock(self._container)(raw_request_hook=left, raw_response_hook=answered)
+        return self._reading(dates[-1] if dates else ""), (flight[0], flight[1]) if len(flight) == 2 else None, "sdk"
 
-        reading = await self._call("server_time", self.container, op)
-        ended = time.monotonic()
-        if len(flight) != 2:  # the hooks did not both run for the answer read: keep the whole call
-            return reading
-        return dataclasses.replace(reading, lead_us=int((flight[0] - began) * 1e6),
-                                   tail_us=int((ended - flight[1]) * 1e6))
+    async def _wire_time(self) -> tuple[ServerTime, tuple[int, int] | None, str]:
+        if self._clock_client is None:
+            # The same account, credential and API version; only the transport differs.
+            self._clock_client = BlobServiceClient(
+                self._client.url, credential=self._client.credential, api_version=self._client.api_version,
+                transport=WireClockTransport(), retry_total=0)
+        try:
+            await self._read_clock(self._clock_client.get_container_client(self.container))()
+        except Answered as answered:
+            answer = answered.answer
+        else:  # pragma: no cover  the transport answers only by raising
+            raise StorageError("server time: the wire clock gave no answer")
+        if answer.status in _TRANSIENT_STATUS:
+            raise Transient(f"server time: HTTP {answer.status}")
+        if not 200 <= answer.status < 300:
+            raise StorageError(f"server time: HTTP {answer.status} from the store")
+        return (self._reading(answer.date), (answer.sent_ns, answer.arrived_ns),
+                "kernel" if answer.kernel_stamped else "loop")
 
     async def close(self) -> None:
+        if self._clock_client is not None:
+            await self._clock_client.close()
         await self._client.close()
         if self._credential is not None:
             await self._credential.close()

@@ -119,6 +119,9 @@ class ServerTime:
     lead_us: int = 0
     tail_us: int = 0
     lag_us: int = 0  # how far the reading's Date may lag the store's clock (a cached header)
+    #: How the flight was timed, for status(): "kernel" (the answer's arrival stamped by this
+    #: host's kernel), "loop" (noted by the event loop), "sdk" (the SDK's per-request hooks) or "".
+    timed_by: str = ""
 
     def in_flight(self, sent_us: int, received_us: int) -> tuple[int, int]:
         """The instants the request left and the answer arrived, from the caller's ``sent_us``
@@ -293,6 +296,15 @@ class Store(ABC):
     @abstractmethod
     async def server_time(self) -> ServerTime | None:
         """The store's clock, read by one cheap call; None if the store shares the caller's clock."""
+
+    #: Whether ``server_time_near`` sends its request at the instant asked; this default ignores it.
+    aims_clock_reads: bool = False
+
+    async def server_time_near(self, send_at: float) -> ServerTime | None:
+        """``server_time``, its request sent as near as the store can to ``send_at`` (seconds on
+        ``time.monotonic``): the caller aims the store's read at a tick of its coarse clock. This
+        default ignores the aim."""
+        return await self.server_time()
 
     async def stat_many(self, names: Sequence[str]) -> Stats:
         """``stat`` of each of ``names``, in order: its ``LogStat``, or the error (``NotFound``...).

@@ -91,9 +91,12 @@ def _open_azure(url: str, container: str, path: str, query: str, retry: RetryPol
         check_container(container)
     except ValueError as exc:
         raise InvalidStoreUrl(f"store URL {url!r}: {exc}") from None
-    params = _query(url, query, {"account_url", "connection_string_file"})
+    params = _query(url, query, {"account_url", "connection_string_file", "clock"})
     if "account_url" in params and "connection_string_file" in params:
         raise InvalidStoreUrl(f"store URL {url!r}: give account_url or connection_string_file, not both")
+    if params.get("clock", "wire") not in ("wire", "sdk"):
+        raise InvalidStoreUrl(f"store URL {url!r}: clock must be wire (the default) or sdk")
+    wire_clock = params.get("clock", "wire") == "wire"
     options = AzureStore.client_options()
     if "account_url" in params:
         account_url = params["account_url"]
@@ -108,7 +111,7 @@ def _open_azure(url: str, container: str, path: str, query: str, retry: RetryPol
             ) from None
         credential = DefaultAzureCredential()
         client = BlobServiceClient(account_url, credential=credential, **options)
-        return AzureStore(client, container, retry=retry, credential=credential)
+        return AzureStore(client, container, retry=retry, credential=credential, wire_clock=wire_clock)
     connection_string, source = _connection_string(url, params, environ)
     try:
         client = BlobServiceClient.from_connection_string(connection_string, **options)
@@ -118,7 +121,7 @@ def _open_azure(url: str, container: str, path: str, query: str, retry: RetryPol
             f"store URL {url!r}: {source} is malformed ({reason}); expected the storage account's connection "
             "string, Key=Value pairs separated by ';' (DefaultEndpointsProtocol, AccountName, AccountKey, ...)"
         ) from None
-    return AzureStore(client, container, retry=retry)
+    return AzureStore(client, container, retry=retry, wire_clock=wire_clock)
 
 
 def _connection_string(url: str, params: Mapping[str, str], environ: Mapping[str, str]) -> tuple[str, str]:

@@ -224,9 +224,10 @@ async def test_loaded_and_dormant_shards_are_listed_apart_sorted_and_paged() -> 
 
 def test_a_silo_row_shows_how_late_its_reading_of_the_stores_clock_makes_jobs() -> None:
     measured = {"store_clock": "measured", "offset_low_s": -0.0042, "offset_high_s": -0.0011, "width_s": 0.0031,
-                "lateness_up_to_s": 0.0031, "exceeded": False}
+                "lateness_up_to_s": 0.0031, "exceeded": False, "timed_by": "kernel"}
     row = silo_row(silo("s", 1, 0, clock=measured))
     assert (row["clock_late_ms"], row["clock_offset_ms"], row["clock_store"]) == (3.1, [-4.2, -1.1], "measured")
+    assert row["clock_timed_by"] == "kernel"  # an operator sees whether the event loop's delays count
     unmeasured = {"store_clock": "unmeasured", "offset_low_s": None, "offset_high_s": None, "width_s": None,
                   "lateness_up_to_s": None, "exceeded": False}
     assert silo_row(silo("s", 1, 0, clock=unmeasured))["clock_late_ms"] is None

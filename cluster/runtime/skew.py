@@ -31,6 +31,12 @@ log = logging.getLogger("timeshard.silo")
 
 #: An offset interval wider than this (µs) is narrowed by quicker readings.
 WIDE_US = 20_000
+#: How long before the instant a reading is aimed at the store is called, to connect meanwhile (s).
+PREPARE = 0.05
+#: Readings per round on a store that aims them, in steps of a quarter interval around the middle.
+SWEEP = (-1, 0, 1)
+#: A request that left this much before the instant asked was not aimed by the store (µs).
+AIM_TOLERANCE_US = 5_000
 #: While the skew stays beyond the bound, the error is logged again this often (seconds).
 REPEAT_ERROR = 60.0
 
@@ -80,12 +86,18 @@ class Skew:
         self._round_trip_us = 0  # the last reading's flight: request left to answer arrived
         self._lead_us = 0  # from calling the store to its request leaving, in the last reading
         self._errored_at: float | None = None  # monotonic time of the last error logged
+        self._timed_by = ""  # how the last reading's flight was timed (ServerTime.timed_by)
+        # Whether the store sends a request at the instant asked (Store.server_time_near); one
+        # that says so but does not is found out by its first reading.
+        self._aims = bool(getattr(store, "aims_clock_reads", False))
         self.clock = StoreClock(local)
 
-    async def sample(self) -> None:
-        """Read the store's clock once and update the estimate, the clock and the report."""
+    async def sample(self, send_at_us: int | None = None) -> None:
+        """Read the store's clock once and update the estimate, the clock and the report; the
+        request sent at local monotonic ``send_at_us`` if given and the store can wait for it."""
         called = _us(self._local.monotonic())
-        reading = await self._store.server_time()
+        reading = await (self._store.server_time() if send_at_us is None
+                         else self._store.server_time_near(send_at_us / 1e6))
         returned = _us(self._local.monotonic())
         if reading is None:
             self._shared = True
@@ -93,7 +105,11 @@ class Skew:
             self.clock.set_offset(None, returned)
             return
         sent, received = reading.in_flight(called, returned)
+        if send_at_us is not None:
+            # A store that ignores the aim sent it PREPARE early; a busy loop may send it late.
+            self._aims = sent >= send_at_us - AIM_TOLERANCE_US
         self._round_trip_us, self._lead_us = received - sent, sent - called
+        self._timed_by = reading.timed_by
         if not self._estimator.add(Sample(sent, received, reading.at_us, reading.resolution_us, reading.lag_us)):
             log.warning("the store's clock disagrees with earlier readings (a clock was stepped); measuring again",
                         extra={"silo": self._silo_id})
@@ -110,14 +126,32 @@ class Skew:
             # to that much late: read again sooner until it is down to a few round trips.
             wide = offset is not None and offset.width_us > max(4 * self._round_trip_us, WIDE_US)
             pause = interval / 10 if wide else interval
-            phase = self._estimator.next_phase(now + _us(pause), self._round_trip_us, self._lead_us)
-            await asyncio.sleep(pause + phase / 1e6)
-            try:
-                await self.sample()
-            except asyncio.CancelledError:
-                raise
-            except StorageError as exc:
-                log.warning("could not read the store's clock", extra={"silo": self._silo_id, "error": repr(exc)})
+            if self._aims:
+                await self._sweep(now, pause, offset)
+                continue
+            # The request leaves a lead after the call: aimed by the last one.
+            await asyncio.sleep(pause + self._estimator.next_phase(
+                now + _us(pause), self._round_trip_us, self._lead_us) / 1e6)
+            await self._sample_logged(None)
+
+    async def _sweep(self, now: int, pause: float, offset: Offset | None) -> None:
+        """Readings sent at ``SWEEP`` steps around the instant that halves the interval, each a
+        quarter of it (at least a round trip) apart: the one that lands just after the store's
+        tick sets the low end, the one just before it the high end. Called PREPARE early; the
+        store connects, then sends each at its instant."""
+        aim = now + _us(pause) + self._estimator.next_phase(now + _us(pause), self._round_trip_us)
+        step = max(self._round_trip_us, 0 if offset is None else offset.width_us // 4)
+        send_ats = [aim + k * step for k in SWEEP]
+        await asyncio.sleep(max(0.0, (min(send_ats) - now) / 1e6 - PREPARE))
+        await asyncio.gather(*(self._sample_logged(at) for at in send_ats))
+
+    async def _sample_logged(self, send_at_us: int | None) -> None:
+        try:
+            await self.sample(send_at_us)
+        except asyncio.CancelledError:
+            raise
+        except StorageError as exc:
+            log.warning("could not read the store's clock", extra={"silo": self._silo_id, "error": repr(exc)})
 
     def skew(self) -> tuple[int, int] | None:
         """``store - this host's wall clock`` in µs, as an interval; None if unmeasured or shared."""
@@ -142,7 +176,9 @@ class Skew:
 
         Jobs fire once the interval's low end says they are due, so the clock makes a job late by
         the true offset's distance above that end: up to the width (``lateness_up_to_s``; nothing
-        on a store that shares this host's clock). The round trip is the floor the width narrows to.
+        on a store that shares this host's clock). The round trip is the floor the width narrows to;
+        ``timed_by`` says how its ends were taken (``ServerTime.timed_by``) and ``aimed`` whether the
+        store sends each reading at the instant the silo aims it at (``Store.server_time_near``).
         """
         skew = self.skew()
         width = None if skew is None else (skew[1] - skew[0]) / 1e6
@@ -153,6 +189,8 @@ class Skew:
             "width_s": width,
             "lateness_up_to_s": width,
             "round_trip_s": None if skew is None or self._shared else self._round_trip_us / 1e6,
+            "timed_by": None if skew is None or self._shared else (self._timed_by or None),
+            "aimed": None if skew is None or self._shared else self._aims,
             "max_clock_skew_s": self._options.max_clock_skew.total_seconds(),
             "exceeded": self.exceeded(),
             "restarts": self._estimator.restarts,

@@ -8,12 +8,15 @@ before its due time by the store's clock, however slow the answer or far ahead t
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
 from cluster.model.skew import DRIFT
+from cluster.runtime import skew as skew_module
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.skew import Skew
 from storage import ServerTime
@@ -112,3 +115,77 @@ async def test_slow_answers_and_a_clock_ahead_never_fire_a_job_before_the_stores
         assert report["offset_low_s"] <= truth + 1e-6 and truth - 1e-6 <= report["offset_high_s"]
         widths.append(report["width_s"])
     assert min(widths) < 0.1  # narrowed well below the Date's second (else the checks above say little)
+
+
+class AimingFlightStore(FlightStore):
+    """Connects, then holds the request until the instant asked (Azure's wire clock)."""
+
+    aims_clock_reads = True
+
+    def __init__(self, local: ManualClock, ahead_us: int, flights: list[Flight]) -> None:
+        super().__init__(local, ahead_us, flights)
+        self.asked: list[float] = []  # the instants asked, in order
+
+    async def server_time_near(self, send_at: float) -> ServerTime:
+        self.asked.append(send_at)
+        flight = self.flights[0]  # the wait for the instant is part of the call before the request leaves
+        wait = max(0.0, send_at - self.local.monotonic() - flight.lead)
+        self.flights[0] = Flight(flight.lead + wait, flight.out, flight.back, flight.tail)
+        return await self.server_time()
+
+
+class DeafFlightStore(FlightStore):
+    """Says it aims its readings, but sends at once whatever instant is asked."""
+
+    aims_clock_reads = True
+
+    async def server_time_near(self, send_at: float) -> ServerTime:
+        return await self.server_time()
+
+
+@pytest.mark.parametrize(("store_kind", "aims"), [(AimingFlightStore, True), (DeafFlightStore, False)])
+async def test_the_silo_aims_its_readings_only_at_a_store_that_sends_them_when_asked(
+        store_kind: type[FlightStore], aims: bool) -> None:
+    """A silo that kept asking a store that ignores the instant would send every reading
+    ``PREPARE`` early, off the phase it aimed at, and its interval (the lateness it causes) would
+    narrow slowly if at all: it aims only while the store's requests leave when asked."""
+    rng = random.Random(f"skew-aim/{store_kind.__name__}")
+    flights = [Flight(lead=rng.uniform(0, 0.01), out=0.001, back=0.001, tail=0.002) for _ in range(40)]
+    local = ManualClock(T0_US)
+    store = store_kind(local, 0, flights)
+    skew = skew_on(store)
+    await skew.sample()
+    while store.flights:
+        local.advance(rng.uniform(0, 0.5))
+        await skew.sample(int(local.monotonic() * 1e6) + 50_000)  # called PREPARE early
+        assert skew.report()["aimed"] is aims
+        assert skew.clock.now_us() <= store.store_now_us()
+
+
+async def test_a_round_sweeps_the_stores_tick_with_readings_a_quarter_interval_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One reading a round lands anywhere in the half of the interval it tests, so the low end
+    sits up to half the interval below the truth until a later round does better; readings a
+    quarter apart around the middle put one within a quarter of the store's tick every round
+    (measured on Azurite: the clock's p90 error 2.4-3.3 ms against 2.2-6.0 ms with one)."""
+    flights = [Flight(lead=0.0005, out=0.0005, back=0.0005, tail=0.001) for _ in range(40)]
+    local = ManualClock(T0_US + 300_000)
+    store = AimingFlightStore(local, 0, flights)
+    skew = skew_on(store)
+
+    async def sleep(seconds: float) -> None:  # the round's wait, on the test's clock
+        local.advance(seconds)
+
+    monkeypatch.setattr(skew_module, "asyncio", SimpleNamespace(sleep=sleep, gather=asyncio.gather))
+    await skew.sample()
+    while len(store.flights) >= 3:
+        before = skew.report()
+        now = int(local.monotonic() * 1e6)
+        store.asked.clear()
+        await skew._sweep(now, 0.2, skew._estimator.offset(now))
+        step = max(int(before["round_trip_s"] * 1e6), int(before["width_s"] * 1e6) // 4)
+        gaps = [round((b - a) * 1e6) for a, b in zip(store.asked, store.asked[1:], strict=False)]
+        assert len(store.asked) == 3 and all(abs(gap - step) <= 2 for gap in gaps)
+        assert skew.clock.now_us() <= store.store_now_us()
+        local.advance(0.3)
+    assert skew.report()["width_s"] < 0.01

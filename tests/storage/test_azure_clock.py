@@ -1,4 +1,4 @@
-"""Azure's clock read inside the SDK's pipeline (issue 29, point 3), on Azurite.
+"""Azure's clock read off the wire, or inside the SDK's pipeline (issue 29, point 3), on Azurite.
 
 Azurite's ``Date`` header comes from this host's wall clock, so the true offset between the store's
 clock and this host's is zero: a silo's store clock must never read ahead of this host's wall clock.
@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from azure.storage.blob.aio import BlobServiceClient
 
 import storage
+from storage import wireclock
 from storage.azure import AzureStore
 from tests.azurite import Azurite
 
@@ -28,10 +33,12 @@ async def test_an_azure_reading_tells_the_requests_flight_inside_the_call(azure_
             reading = await store.server_time()
             returned = time.monotonic_ns() // 1000
             assert reading is not None
-            # Both hooks ran: the SDK's work before sending and after the answer is outside the flight.
+            # The SDK's work before sending and after the answer is outside the flight.
             assert reading.lead_us > 0 and reading.tail_us > 0
             sent, received = reading.in_flight(called, returned)
             assert called < sent <= received < returned
+            # On Linux the answer's arrival is the kernel's stamp, not the event loop's instant.
+            assert reading.timed_by == ("kernel" if sys.platform == "linux" else "loop")
 
 
 class WireWatch:
@@ -74,28 +81,126 @@ class EntraCredential:
         pass
 
 
-@pytest.mark.parametrize(("credential", "operation"), [
-    (None, b"restype=account&comp=properties"), (EntraCredential(), b"restype=container")])
+@pytest.mark.parametrize(("credential", "operation", "wire_clock", "aimed"), [
+    (None, b"restype=account&comp=properties", True, False),
+    (None, b"restype=account&comp=properties", True, True),
+    (None, b"restype=account&comp=properties", False, False),
+    (EntraCredential(), b"restype=container", True, True),
+    (EntraCredential(), b"restype=container", False, False)])
 async def test_an_azure_readings_flight_holds_the_request_and_answer_on_the_wire(
-        azurite: Azurite, credential: EntraCredential | None, operation: bytes) -> None:
+        azurite: Azurite, credential: EntraCredential | None, operation: bytes, wire_clock: bool, aimed: bool) -> None:
     """Where a flight began after its request was on the wire, or ended before the answer was, the
     store could have read its clock outside it: the silo's low bound would sit above the truth
-    and jobs would fire early. A relay on the way notes both, for readings at any phase."""
+    and jobs would fire early. A relay on the way notes both, for readings at any phase, read off
+    the wire (kernel stamps, aimed at an instant or not) or by the SDK's hooks."""
     watch = WireWatch(azurite.port)
     client = BlobServiceClient.from_connection_string(Azurite(port=await watch.start()).connection_string,
                                                       **AzureStore.client_options())
-    async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}", credential=credential) as store:
+    async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}", credential=credential, wire_clock=wire_clock) as store:
         await store.server_time()  # creates the container: several calls, not one flight
         assert operation in watch.request_lines[-1]
         for _ in range(20):
             await asyncio.sleep(random.random() / 50)
             first_request = len(watch.requests)
             called = time.monotonic_ns() // 1000
-            reading = await store.server_time()
+            send_at = called + random.randrange(20_000)
+            reading = await (store.server_time_near(send_at / 1e6) if aimed else store.server_time())
             returned = time.monotonic_ns() // 1000
             assert reading is not None
+            assert reading.timed_by == (("kernel" if sys.platform == "linux" else "loop") if wire_clock else "sdk")
             sent, received = reading.in_flight(called, returned)
             assert len(watch.requests) == first_request + 1 and len(watch.answers) == len(watch.requests)
             assert sent <= watch.requests[-1] and watch.answers[-1] <= received
+            if aimed:  # on the wire at the instant asked, not before (the loop may make it a little late);
+                # the flight's start is that instant less the µs the call took to note its own start
+                assert send_at <= watch.requests[-1] and send_at - 1_000 <= sent
     assert watch.server is not None
     watch.server.close()
+
+
+async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unused(
+        azure_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel stamps arrivals on the wall clock; moved onto the monotonic clock across a step,
+    an arrival would seem a second earlier than it was, the flight would end before the store
+    read its clock, and jobs would fire a second early. A step seen during the exchange keeps
+    the event loop's own instant, which is later than the arrival."""
+    real_wall = time.time_ns
+    calls = 0
+
+    def stepping_wall() -> int:  # this host's wall clock is stepped 1 s back during the exchange
+        nonlocal calls
+        calls += 1
+        return real_wall() - (1_000_000_000 if calls > 1 else 0)
+
+    async with storage.open_store(azure_store_url) as store:
+        await store.server_time()  # creates the container
+        monkeypatch.setattr(wireclock, "_wall_ns", stepping_wall)
+        before = time.monotonic_ns() // 1000
+        reading = await store.server_time()
+        after = time.monotonic_ns() // 1000
+    assert reading is not None and reading.timed_by == "loop"
+    sent, received = reading.in_flight(before, after)
+    # Noted after the answer was read, never a second before the call returned.
+    assert after - received < 100_000
+
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate (and its key) for 127.0.0.1, as Azurite needs to serve HTTPS."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+async def test_an_azure_reading_over_https_holds_the_true_offset(
+        self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Azure is reached over HTTPS: the wire clock runs TLS itself over its raw socket (so the
+    kernel's stamps stay readable) and must still bound the offset by the answer's arrival.
+    Azurite's Date is this host's wall clock: each reading's interval must hold wall - monotonic."""
+    cert, key = self_signed
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the wire clock's default TLS context trusts it
+    with Azurite(tls=(cert, key)) as azurite:
+        client = BlobServiceClient.from_connection_string(azurite.connection_string, connection_verify=str(cert),
+                                                          **AzureStore.client_options())
+        async with AzureStore(client, f"ts-{uuid.uuid4().hex[:20]}") as store:
+            await store.server_time()  # creates the container
+            for _ in range(10):
+                await asyncio.sleep(random.random() / 5)
+                called = time.monotonic_ns() // 1000
+                reading = await store.server_time()
+                returned = time.monotonic_ns() // 1000
+                truth = time.time_ns() // 1000 - time.monotonic_ns() // 1000
+                assert reading is not None
+                assert reading.timed_by == ("kernel" if sys.platform == "linux" else "loop")
+                sent, received = reading.in_flight(called, returned)
+                assert called < sent <= received < returned
+                assert reading.at_us - received <= truth <= reading.at_us + reading.resolution_us - sent
+
+
+async def test_a_silo_reading_azurites_clock_in_aimed_rounds_never_runs_ahead_of_it(azure_store_url: str) -> None:
+    """The silo's own loop on Azurite (rounds of three aimed readings, off the wire): its store
+    clock never reads ahead of Azurite's (this host's wall clock) and narrows well below a second."""
+    from cluster.model.clock import SYSTEM_CLOCK
+    from cluster.model.options import ClusterOptions
+    from cluster.runtime.metrics import SiloMetrics
+    from cluster.runtime.skew import Skew
+
+    async with storage.open_store(azure_store_url) as store:
+        skew = Skew(store, ClusterOptions(heartbeat_interval="200ms"), SYSTEM_CLOCK, SiloMetrics("t"), "t")
+        await skew.sample()
+        loop = asyncio.create_task(skew.run())
+        try:
+            deadline = time.monotonic() + 4.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.003)
+                assert skew.clock.now_us() <= time.time_ns() // 1000
+        finally:
+            loop.cancel()
+        report = skew.report()
+    assert report["aimed"] is True and report["timed_by"] == ("kernel" if sys.platform == "linux" else "loop")
+    assert report["width_s"] < 0.1

@@ -24,7 +24,7 @@ def test_memory_and_file_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.parametrize("url", [
     "", "nothing", "s3://bucket", "memory://host", "file://relative/path", "file://./",
     "memory://?max_blocks=0", "memory://?bogus=1", "azure://ab", "azure://Upper", "azure://a--b",
-    "azure://container/path",
+    "azure://container/path", "azure://jobs?clock=loop",
 ])
 def test_malformed_urls_name_the_accepted_forms(url: str) -> None:
     with pytest.raises(storage.InvalidStoreUrl):
@@ -41,4 +41,22 @@ def test_azure_without_credentials_says_what_to_set() -> None:
 async def test_azure_with_account_url_uses_default_credential() -> None:
     store = storage.open_store("azure://jobs?account_url=https://acct.blob.core.windows.net", environ={})
     assert isinstance(store, AzureStore) and store.container == "jobs"
+    await store.close()
+
+
+@pytest.mark.parametrize(("query", "wire"), [("", True), ("?clock=wire", True), ("?clock=sdk", False)])
+async def test_azure_clock_is_read_off_the_wire_unless_the_url_asks_for_the_sdks_hooks(
+        query: str, wire: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    store = storage.open_store(f"azure://jobs{query}", environ={"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
+    assert isinstance(store, AzureStore) and store.wire_clock is wire
+    await store.close()
+
+
+async def test_azure_clock_goes_through_a_proxy_by_the_sdks_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wire clock's own connection would bypass the proxy the SDK's requests take."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    store = storage.open_store("azure://jobs", environ={"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
+    assert isinstance(store, AzureStore) and store.wire_clock is False
     await store.close()

@@ -97,11 +97,12 @@ def silo_row(s: dict[str, Any]) -> dict[str, Any]:
 
 def clock_cells(clock: Mapping[str, Any]) -> dict[str, Any]:
     """The silo's reading of the store's clock, in ms: how late it makes jobs at most (the width of
-    the interval holding ``store - host``; None while unmeasured), the interval, and the store's kind."""
+    the interval holding ``store - host``; None while unmeasured), the interval, the store's kind, and
+    how the last reading's flight was timed (``kernel``, ``loop``, ``sdk``)."""
     low, high, late = clock.get("offset_low_s"), clock.get("offset_high_s"), clock.get("lateness_up_to_s")
     return {"clock_late_ms": None if late is None else round(late * 1e3, 3),
             "clock_offset_ms": None if low is None or high is None else [round(low * 1e3, 3), round(high * 1e3, 3)],
-            "clock_store": clock.get("store_clock")}
+            "clock_store": clock.get("store_clock"), "clock_timed_by": clock.get("timed_by")}
 
 
 def routes(source: UiSource, page_size: int) -> list[web.RouteDef]:

@@ -70,7 +70,7 @@
       ["quarantined", "quarantined", r => r.quarantined.join(", ")],
       ["clock_late_ms", "clock: late up to (ms)", r => r.clock_late_ms == null ? "–"
         : html`<span title='${r.clock_store === "shared" ? "the store's clock is this host's"
-          : `store − host in [${r.clock_offset_ms[0]}, ${r.clock_offset_ms[1]}] ms: jobs fire by the low end, so up to the width late`}'>${r.clock_late_ms.toFixed(2)}</span>`],
+          : `store − host in [${r.clock_offset_ms[0]}, ${r.clock_offset_ms[1]}] ms: jobs fire by the low end, so up to the width late${r.clock_timed_by ? ` (flight timed by: ${r.clock_timed_by})` : ""}`}'>${r.clock_late_ms.toFixed(2)}</span>`],
       ["error", "error", r => html`<span class='err'>${r.error}</span>`]], d.silos, false, r => ({silo: r.silo_id}),
       "No silo found in this namespace: are the silos running (timeshard up), under this --namespace?"));
   });
