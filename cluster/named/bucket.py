@@ -143,6 +143,9 @@ class Entries(MutableMapping[str, Entry]):
     def __len__(self) -> int:
         return len(self._held)
 
+    def __repr__(self) -> str:
+        return f"Entries({self._held!r})"
+
     def read(self, key: str, metadata: Any) -> None:
         """Hold ``key``'s entry as a replayed record's ``metadata``, built when first read;
         ``ValueError`` or ``TypeError`` (the record set aside) if it is not an entry's shape."""
