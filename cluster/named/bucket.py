@@ -96,8 +96,8 @@ class BucketMeta:
         return replace(self, owner=owner)
 
 
-#: The fields a ``PUT`` record's metadata must hold, as strings, for replay to keep it (``Entry.metadata()``'s).
-_FIELDS = ("gen", "job", "shard", "due", "updated", "retire", "status")
+#: The fields a ``PUT`` record's metadata must hold for replay to keep it (``Entry.metadata()``'s).
+_FIELDS = frozenset(("gen", "job", "shard", "due", "updated", "retire", "status"))
 
 
 class UnreadableEntry(ValueError):
@@ -148,13 +148,11 @@ class Entries(MutableMapping[str, Entry]):
 
     def read(self, key: str, metadata: Any) -> None:
         """Hold ``key``'s entry as a replayed record's ``metadata``, built when first read;
-        ``ValueError`` or ``TypeError`` (the record set aside) if it is not an entry's shape."""
-        if not isinstance(metadata, dict) or not all(isinstance(metadata.get(f), str) for f in _FIELDS):
+        ``ValueError`` (the record set aside) if it is not an entry's shape: a field missing, or
+        a job id a delete could not compare. A field that does not decode fails its first read.
+        (Checking each field's type and number too made replay twice as long: 1.4 against 0.6 µs a name.)"""
+        if type(metadata) is not dict or not metadata.keys() >= _FIELDS or type(metadata["job"]) is not str:
             raise ValueError(f"not an entry's metadata: {metadata!r}")
-        for number in ("gen", "due", "updated"):
-            int(metadata[number])  # ValueError if not a number, as building the entry would raise
-        if not isinstance(metadata.get("def", ""), str):
-            raise TypeError(f"an entry's definition must be a str: {metadata!r}")
         self._held[key] = metadata
 
     def job_of(self, key: str) -> str | None:

@@ -151,12 +151,16 @@ def test_an_entry_replay_left_undecoded_reads_and_changes_as_one_decoded_at_once
 def test_a_replayed_entry_whose_status_does_not_decode_fails_its_reads_not_a_miss() -> None:
     """Replay checks a put's shape only; one whose JSON does not decode is an error when read,
     never a name taken for absent (a put would then start a second generation beside it)."""
-    broken = put(entry(KEY, 1, "j1"))
+    third = entry_key("ns", "app", "weekly")
+    broken, numberless, jobless = put(entry(KEY, 1, "j1")), put(entry(third, 1, "w1")), put(entry(OTHER, 2, "h2"))
     broken[2] = {**broken[2], "status": "{not json"}
-    state = BucketState().replay([broken, put(entry(OTHER, 1, "h1"))])
-    assert state.unreadable == [] and set(state.entries) == {KEY, OTHER}
-    with pytest.raises(UnreadableEntry):
-        state.entries.get(KEY)
+    numberless[2] = {**numberless[2], "gen": "x"}
+    jobless[2] = {**jobless[2], "job": 7}  # no delete could compare it: set aside at once
+    state = BucketState().replay([broken, numberless, put(entry(OTHER, 1, "h1")), jobless], first_seq=0)
+    assert [bad.seq for bad in state.unreadable] == [3] and set(state.entries) == {KEY, third, OTHER}
+    for key in (KEY, third):
+        with pytest.raises(UnreadableEntry):
+            state.entries.get(key)
     assert state.entries[OTHER].job_id == "h1"
 
 
