@@ -148,7 +148,7 @@ def test_an_entry_replay_left_undecoded_reads_and_changes_as_one_decoded_at_once
     assert KEY not in state.entries and state.count("") == 0
 
 
-def test_a_replayed_entry_whose_status_does_not_decode_fails_its_reads_not_a_miss() -> None:
+def test_a_replayed_entry_whose_fields_do_not_decode_fails_its_reads_not_a_miss() -> None:
     """Replay checks a put's shape only; one whose JSON does not decode is an error when read,
     never a name taken for absent (a put would then start a second generation beside it)."""
     third = entry_key("ns", "app", "weekly")
