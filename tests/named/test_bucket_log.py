@@ -25,6 +25,7 @@ from cluster.named.bucket import (
     STATUS,
     BucketMeta,
     BucketState,
+    UnreadableEntry,
     bucket_base,
     bucket_of,
 )
@@ -115,6 +116,52 @@ def test_a_failed_append_is_taken_back_but_a_later_change_of_the_same_name_stays
     state.apply(put(entry(KEY, 3, "j3")))  # submitted after, and may be durable: it wins
     state.undo(failed)
     assert state.entries[KEY].job_id == "j3"
+
+
+def test_an_entry_replay_left_undecoded_reads_and_changes_as_one_decoded_at_once() -> None:
+    """A takeover decodes an entry only when it is first read (``Entries``): the new owner's
+    memory, read and changed by its own writes and take-backs, and rotated into a snapshot, is
+    what the old owner's (every entry decoded) shows after the same; and a replayed record of a
+    name read meanwhile wins over what was read."""
+    eager = BucketState()
+    for record in history():
+        eager.apply(record)
+    lazy = BucketState().replay(history())
+    assert lazy.unreadable == [] and lazy.count("") == 2
+    assert BucketState().replay(lazy.snapshot()).entries == eager.entries  # a rotation before any read
+    ran = JobStatus(successful=7).to_json()
+    later: list[list[Any]] = [[STATUS, KEY, "j2", ran], [DELETE, OTHER, "h1"], [RETIRED, KEY, ["j2"]]]
+    for state in (eager, lazy):
+        for record in later:
+            state.apply(record)
+        state.undo(state.apply_all([[DELETE, OTHER, "h2"], put(entry(KEY, 3, "j3"))]))  # an append that failed
+    assert lazy.entries == eager.entries
+    assert lazy.entries[KEY].status.successful == 7 and lazy.entries[OTHER].job_id == "h2"
+    assert BucketState().replay(lazy.snapshot()).entries == eager.entries  # and after its own writes
+
+    state = BucketState().replay([put(entry(KEY, 1, "j1"))])
+    assert state.entries[KEY].job_id == "j1"  # decoded, kept decoded
+    state.replay([put(entry(KEY, 2, "j2")), [DELETE, KEY, "j1"]])  # the stale delete is left alone
+    assert state.snapshot()[0][1] == [[KEY, entry(KEY, 2, "j2").metadata()]]
+    assert state.entries[KEY].job_id == "j2"
+    state.replay([[DELETE, KEY, "j2"]])
+    assert KEY not in state.entries and state.count("") == 0
+
+
+def test_a_replayed_entry_whose_fields_do_not_decode_fails_its_reads_not_a_miss() -> None:
+    """Replay checks a put's shape only; one whose JSON does not decode is an error when read,
+    never a name taken for absent (a put would then start a second generation beside it)."""
+    third = entry_key("ns", "app", "weekly")
+    broken, numberless, jobless = put(entry(KEY, 1, "j1")), put(entry(third, 1, "w1")), put(entry(OTHER, 2, "h2"))
+    broken[2] = {**broken[2], "status": "{not json"}
+    numberless[2] = {**numberless[2], "gen": "x"}
+    jobless[2] = {**jobless[2], "job": 7}  # no delete could compare it: set aside at once
+    state = BucketState().replay([broken, numberless, put(entry(OTHER, 1, "h1")), jobless], first_seq=0)
+    assert [bad.seq for bad in state.unreadable] == [3] and set(state.entries) == {KEY, third, OTHER}
+    for key in (KEY, third):
+        with pytest.raises(UnreadableEntry):
+            state.entries.get(key)
+    assert state.entries[OTHER].job_id == "h1"
 
 
 def test_every_process_sends_a_name_to_the_same_bucket() -> None:
