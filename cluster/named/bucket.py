@@ -15,7 +15,8 @@ built from the log, is the truth. Records (msgpack lists):
   ``job_id``; a generation the name no longer points at is left alone;
 - ``[RETIRED, key, job_ids]``: those older generations are confirmed cancelled;
 - ``[DELETE, key, job_id]``: the name, pointing at ``job_id``, is deleted;
-- ``[SNAPSHOT, [[key, metadata], ...]]``: a rotated generation's first record, every entry.
+- ``[SNAPSHOT, [[key, metadata], ...]]``: a rotated generation's first record, every entry
+  (written with none since the entries outgrew a block: each follows as its own ``PUT``).
 
 Each record carries the generation it is about, so a record the owner decided against what
 memory showed replays to the same state, and replay never needs more than the log.
@@ -334,8 +335,15 @@ class BucketState:
             self._reorder(key, was_there)
 
     def snapshot(self) -> list[list[Any]]:
-        """The records a rotated generation starts with: every entry, whole."""
-        return [[SNAPSHOT, [[key, self.entries.metadata_of(key)] for key in self.entries]]]
+        """The records a rotated generation starts with: an empty ``SNAPSHOT``, then every entry
+        as its own ``PUT``.
+
+        Not one record listing them all: a rotation writes each record whole in one block
+        (4 MiB), so a bucket of more than ~9,000 names could neither rotate nor be claimed from
+        a damaged log (``LogFull``), and its writes failed for good at the block limit. Code that
+        wrote the single record folds these the same way (the ``SNAPSHOT`` clears, each ``PUT``
+        points its name), so an owner of an earlier release reads this generation too."""
+        return [[SNAPSHOT, []], *([PUT, key, self.entries.metadata_of(key)] for key in self.entries)]
 
     def replay(self, records: Iterable[Any], first_seq: int = -1) -> BucketState:
         """Fold ``records`` in order; a record that is not one this module writes is set aside

@@ -22,6 +22,7 @@ from cluster.named.bucket import (
     DELETE,
     PUT,
     RETIRED,
+    SNAPSHOT,
     STATUS,
     BucketMeta,
     BucketState,
@@ -30,7 +31,7 @@ from cluster.named.bucket import (
     bucket_of,
 )
 from cluster.named.registry import Entry, JobStatus, Retired, entry_key
-from cluster.runtime.logowner import RELEASED
+from cluster.runtime.logowner import RELEASED, read_to_claim
 from storage import LogOptions, LogWriter, MemoryStore, read_log
 
 KEY = entry_key("ns", "app", "nightly")
@@ -142,7 +143,7 @@ def test_an_entry_replay_left_undecoded_reads_and_changes_as_one_decoded_at_once
     state = BucketState().replay([put(entry(KEY, 1, "j1"))])
     assert state.entries[KEY].job_id == "j1"  # decoded, kept decoded
     state.replay([put(entry(KEY, 2, "j2")), [DELETE, KEY, "j1"]])  # the stale delete is left alone
-    assert state.snapshot()[0][1] == [[KEY, entry(KEY, 2, "j2").metadata()]]
+    assert state.snapshot() == [[SNAPSHOT, []], [PUT, KEY, entry(KEY, 2, "j2").metadata()]]
     assert state.entries[KEY].job_id == "j2"
     state.replay([[DELETE, KEY, "j2"]])
     assert KEY not in state.entries and state.count("") == 0
@@ -248,3 +249,53 @@ def test_a_page_and_a_count_show_the_durable_entries_in_key_order_as_keys_come_g
     first, more = state.page(scope, None, 5)
     rest, _ = state.page(scope, first[-1].key, 1000)
     assert [e.key for e in first + rest] == sorted(log) and more == (len(log) > 5)
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["rotated", "claimed-after-a-torn-append"])
+def test_a_bucket_of_more_names_than_a_block_holds_rotates_and_is_taken_over_whole(torn: bool) -> None:
+    """A rotation writes each record whole in one block: a bucket's snapshot was one record
+    listing every name, so past ~9,000 names (4 MiB) it could not rotate, its writes failed for
+    good at the block limit, and a next owner could not claim it from a log with a torn tail
+    (claiming rewrites it). Here a block holds 8 KiB and the bucket ~60 KiB of names."""
+
+    async def run() -> None:
+        store = MemoryStore()
+        base = bucket_base(1)
+        options = LogOptions(max_block_bytes=8 * 1024)
+        held = BucketState()
+        writer = await LogWriter.create(store, base, BucketMeta("a#1").to_metadata(), snapshot=held.snapshot,
+                                        options=options)
+        names = [entry_key("ns", "app", f"job-{i:04d}") for i in range(300)]
+        for number, key in enumerate(names):
+            record = put(entry(key, 1, f"j{number}"))
+            held.apply(record)
+            await writer.append(record)
+        await writer.append(put(entry(names[0], 2, "again")))
+        held.apply(put(entry(names[0], 2, "again")))
+        await writer.rotate()
+        assert writer.rotations == 1
+        if torn:
+            state = await read_log(store, base)
+            await store.append(state.head.name, b"\x07torn", state.etag)  # an append cut short by a crash
+            read = await read_to_claim(store, base, "a#1")
+            assert read.decoded.torn is not None
+            claimed = await LogWriter.claim(store, read, BucketMeta("b#1").to_metadata(),
+                                            snapshot=BucketState().replay_log(read.decoded, base).snapshot,
+                                            options=options)
+            await claimed.close()
+        else:
+            await writer.close()
+        replayed = BucketState().replay_log((await read_log(store, base)).decoded, base)
+        assert replayed.unreadable == []
+        assert replayed.entries == held.entries and len(replayed.entries) == 300
+        assert replayed.entries[names[0]].job_id == "again"
+        assert [e.key for e in replayed.page("", None, 1000)[0][:3]] == sorted(names)[:3]
+
+    asyncio.run(run())
+
+
+def test_a_snapshot_an_earlier_release_wrote_as_one_record_still_replays() -> None:
+    old = [[SNAPSHOT, [[KEY, entry(KEY, 2, "j2").metadata()], [OTHER, entry(OTHER, 1, "h1").metadata()]]],
+           [DELETE, OTHER, "h1"]]
+    state = BucketState().replay(old)
+    assert state.unreadable == [] and list(state.entries) == [KEY] and state.entries[KEY].job_id == "j2"
