@@ -29,6 +29,7 @@ import signal
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -47,7 +48,7 @@ from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack
 from cluster.runtime.shardlog import ShardState, add_op
 from handlers.base import JobHandler
-from storage import LogWriter, open_store, read_log
+from storage import LogWriter, list_logs, open_store, read_log
 
 GOAL_BATCH_PER_S = 10_000
 GOAL_SINGLE_OVER_NOOP = 0.8
@@ -186,6 +187,16 @@ def running_cluster(env: BenchEnv, kind: str, silos: int, options: ClusterOption
         yield cluster
     finally:
         cluster.shutdown(graceful=False)
+
+
+async def bucket_placement(store_url: str) -> list[int]:
+    """How many registry buckets each owner holds, most first (``[4]``: one silo holds them all).
+
+    Named figures hang on it: every put and status change of a bucket goes through its owner, and
+    buckets are taken when silos start, never handed over for balance."""
+    async with open_store(store_url) as store:
+        owners = Counter(head.metadata.get("owner", "") for head in await list_logs(store, "registry/"))
+    return sorted(owners.values(), reverse=True)
 
 
 @contextlib.contextmanager

@@ -34,7 +34,17 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from benchmarks import silo_probe
-from benchmarks.cluster import bench_env, handlers, in_batches, rate, running_cluster, specs, take_all, wait_count
+from benchmarks.cluster import (
+    bench_env,
+    bucket_placement,
+    handlers,
+    in_batches,
+    rate,
+    running_cluster,
+    specs,
+    take_all,
+    wait_count,
+)
 from benchmarks.report import percentiles
 from cluster import Cluster, Target
 from cluster.client import Client
@@ -195,6 +205,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 if args.steady_jobs:
                     result["steady_status_delay_ms"] = await steady(client, hs, args.steady_jobs, args.steady_rate,
                                                                     args.callers, args.put_rate)
+                result["bucket_placement"] = await bucket_placement(cluster.store_url)
                 results[kind] = result
     return results
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from benchmarks.cluster import BATCH, bench_env, rate, running_cluster
+from benchmarks.cluster import BATCH, bench_env, bucket_placement, rate, running_cluster
 from benchmarks.report import percentiles
 from cluster import Target
 from cluster.client import Client
@@ -106,6 +106,7 @@ async def one_store(args: argparse.Namespace, env: Any, kind: str) -> dict[str, 
         assert not missing, f"{len(missing)} current generations missing from the window's logs"
         result["checked"] = {"live_in_window": len(found), "replaced": len(replaced)}
         result["goal_overwrites_per_s"] = GOAL_OVERWRITES_PER_S
+        result["bucket_placement"] = await bucket_placement(cluster.store_url)
         return result
 
 

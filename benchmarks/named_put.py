@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from benchmarks.cluster import BATCH, bench_env, far_future, in_batches, rate, running_cluster, specs
+from benchmarks.cluster import BATCH, bench_env, bucket_placement, far_future, in_batches, rate, running_cluster, specs
 from cluster import Target
 from cluster.client import Client
 from cluster.model.options import NAMED_REGISTRIES, NAMED_REGISTRY_ALIASES, ClusterOptions
@@ -151,6 +151,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 if args.phases:
                     result["phases"] = profile
                 result["put_over_schedule_job"] = result["put_per_s"] / max(result["plain"]["schedule_job_per_s"], 1e-9)
+                result["bucket_placement"] = await bucket_placement(cluster.store_url)
                 results[kind] = result
     return results
 
