@@ -1071,6 +1071,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # more run as the README allows, judged a duplicate by the bytes it never used (tests/sim/world.py).
     (400955, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: a retry judged by the sealed generation it read on its way to the compacted one", "duplicate"),
+    # Every kind: an oracle bug. f5, never acknowledged, was taken over by s0#4 at 78.2 s and its
+    # steps run one after the other at the very end. The end waited for s1's run, which ended at
+    # 79.50 s and started s2's schedule call; judged 0.4 ms into that call, s2's job was live in
+    # memory and not yet queued, as a call's jobs are until all of it is durable (it ran 0.17 s
+    # later). The end waits for a call its late runs start, up to a drain (tests/sim/world.py).
+    (394662, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: judged stuck inside a schedule call a flow step's end started", "stuck"),
 ]
 
 
