@@ -1078,6 +1078,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # later). The end waits for a call its late runs start, up to a drain (tests/sim/world.py).
     (394662, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: judged stuck inside a schedule call a flow step's end started", "stuck"),
+    # Every kind: an oracle bug. s2#3 adopted its dead incarnation's shard s2.2-000001 and started
+    # flow f7's step s2 from it; while the step's flow hook was admitting that run, the flow took
+    # the step again (its intent's writer dead) into s2#3's fresh shard under the same job id, and
+    # a run started there displaced the first from the run table's ``inflight``. The first, its
+    # shard held and its start in its flow, was sent; the simulator looked for it in ``inflight``
+    # only and stopped the delivery, "sent without a run in flight" (tests/sim/test_displaced_send.py).
+    (395846, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a run displaced before its send, by its job started from another shard", "silo logged an unhandled AssertionError"),
 ]
 
 

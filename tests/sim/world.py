@@ -490,12 +490,25 @@ class SimTransport:
 
     def _name_of(self, run_id: str) -> str:
         """``job#occurrence.attempt`` of a run this incarnation has in flight, for the trace."""
+        run = self._in_flight(run_id)
+        if run is None:
+            return "(no run in flight)"
+        attempt = run.attempt()
+        return f"{run.job_id}#{attempt.occurrence}.{attempt.dequeue_count}"
+
+    def _in_flight(self, run_id: str) -> Run | None:
+        """The run ``run_id`` of this incarnation's run table: in flight, or displaced.
+
+        A displaced run is in flight too, and may yet be sent: one waiting for its hooks when a
+        run of the same job id started from another shard (a flow's step taken again into a
+        fresh shard of the silo that holds the old one), simulator seed 395846.
+        """
         assert self.silo is not None
-        for run in self.silo._r.runs.inflight.values():
+        table = self.silo._r.runs
+        for run in (*table.inflight.values(), *(r for runs in table.displaced.values() for r in runs)):
             if run.run_id == run_id:
-                attempt = run.attempt()
-                return f"{run.job_id}#{attempt.occurrence}.{attempt.dequeue_count}"
-        return "(no run in flight)"
+                return run
+        return None
 
     async def deliver(self, target: Target, handle: Any, attempts: Sequence[Attempt], timeout: float,
                       lease_end: float, ahead: Any = None) -> list[Outcome]:
@@ -528,10 +541,9 @@ class SimTransport:
     def _shard_of(self, attempt: Attempt) -> tuple[str, str, str | None]:
         """(job id, shard base, its owner of record now) of an attempt this incarnation is sending."""
         assert self.silo is not None
-        runs: dict[str, Run] = self.silo._r.runs.inflight
-        for run in runs.values():
-            if run.run_id == attempt.run_id:
-                return run.job_id, run.shard.base, self._world.owner_of_record(run.shard.base)
+        run = self._in_flight(attempt.run_id)
+        if run is not None:
+            return run.job_id, run.shard.base, self._world.owner_of_record(run.shard.base)
         raise AssertionError(f"attempt {attempt.run_id} sent without a run in flight")
 
     async def ping(self, silo_id: str, timeout: float) -> Ping:
