@@ -1071,6 +1071,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # more run as the README allows, judged a duplicate by the bytes it never used (tests/sim/world.py).
     (400955, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: a retry judged by the sealed generation it read on its way to the compacted one", "duplicate"),
+    # Every kind: an oracle bug. Flow f8's step s0, never acknowledged, was sent anew by s1#5's
+    # reconcile at 78.25 s into s1.5-000003, which s1#5 began to hand over at 78.54 s while the
+    # call wrote; queued as it ended, the overdue job was held back for the next owner. The end,
+    # at 78.62 s, took it for stuck; the release landed at 78.64 s. The end waits, up to a drain,
+    # for a hand-over holding back due jobs (tests/sim/test_end_checks.py).
+    (395599, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a job held back by a hand-over under way at the end judged stuck", "stuck"),
 ]
 
 
