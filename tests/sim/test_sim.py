@@ -1086,6 +1086,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # only and stopped the delivery, "sent without a run in flight" (tests/sim/test_displaced_send.py).
     (395846, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: a run displaced before its send, by its job started from another shard", "silo logged an unhandled AssertionError"),
+    # Every kind: an oracle bug. Flow f8's step s0, never acknowledged, was sent anew by s1#5's
+    # reconcile at 78.25 s into s1.5-000003, which s1#5 began to hand over at 78.54 s while the
+    # call wrote; queued as it ended, the overdue job was held back for the next owner. The end,
+    # at 78.62 s, took it for stuck; the release landed at 78.64 s. The end waits, up to a drain,
+    # for a hand-over holding back due jobs (tests/sim/test_end_checks.py).
+    (395599, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a job held back by a hand-over under way at the end judged stuck", "stuck"),
 ]
 
 
