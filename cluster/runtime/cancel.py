@@ -215,8 +215,14 @@ class Cancelling:
                 answer: CancelAnswer = ("moved", moved) if moved else ("absent", None)
                 waiting.answer.set_result(_Found(answer, self._older_runs(shard, job_id)))
                 continue
-            removing[job_id] = (waiting, self._queue.get(job_id), entry)
-            self._queue.cancel(job_id)  # first: it must not start while the removal is written
+            queued = self._queue.get(job_id)
+            if queued is not None and queued[1][OWNER] is not shard:
+                # Another shard's copy of this id (a flow step taken again): the queue keeps one
+                # entry per id, and this one is that copy's, to fire (else left queued nowhere).
+                queued = None
+            removing[job_id] = (waiting, queued, entry)
+            if queued is not None:
+                self._queue.cancel(job_id)  # first: it must not start while the removal is written
             ops.append(remove_op(job_id, entry[OCCURRENCE], CANCELLED))
         if not ops:
             return
