@@ -194,8 +194,9 @@ class Cancelling:
         twice: list[_Waiting] = []  # cancels of a job another one of this batch removes
         for waiting in batch:
             job_id = waiting.job_id
-            run = self._runs.find(job_id)
-            if run is not None and run.shard is shard:
+            # Displaced too: removed here while unmarked, it could still start (or write its outcome).
+            run = self._runs.of_copy(job_id, shard)
+            if run is not None:
                 # It started while we waited for the gate. Marked now, before any await, so that
                 # its outcome (a retry, the next occurrence, or a refusal that queues it again)
                 # brings nothing back; held, so that its outcome still counts should the removal
@@ -330,7 +331,8 @@ class Cancelling:
             displaced = [old for old in self._runs.displaced_of(run.job_id) if old.shard.base == run.shard.base]
             for old in displaced:
                 old.cancelled = True
-            staged = self._runs.staged.pop(run.job_id, None)
+            # By identity: a displaced run is never staged, and the one staged is another copy's.
+            staged = self._runs.staged.pop(run.job_id) if self._runs.staged.get(run.job_id) is run else None
             dropped = False
             if run.sent_ahead is not None and self.withdraw_sent is not None and not run.finished:
                 dropped = await self.withdraw_sent(run)

@@ -224,6 +224,7 @@ class RunTable:
         # Runs of older copies of a shard (dropped, or taken back from its log) whose job was
         # queued anew and started again from a fresher copy: still in flight, out of ``inflight``.
         # Every one of them, oldest first: a shard taken back twice in a row leaves two per job.
+        # Also a run of another shard holding the same id (a flow step taken again): see ``of_copy``.
         self.displaced: dict[str, list[Run]] = {}
         self.closing = False  # the silo is stopping: no new work, give up on retries at the end
         self._capacity = asyncio.Event()
@@ -291,6 +292,15 @@ class RunTable:
 
     def find(self, job_id: str) -> Run | None:
         return self.inflight.get(job_id) or self.staged.get(job_id)
+
+    def of_copy(self, job_id: str, shard: Shard) -> Run | None:
+        """The run of ``job_id`` from this very copy of ``shard``, in flight or staged: the table's
+        own entry, or one displaced by a run of another shard's copy of the same id (a flow step
+        taken again puts its fixed id into a second shard of this silo)."""
+        run = self.find(job_id)
+        if run is not None and run.shard is shard:
+            return run
+        return next((old for old in reversed(self.displaced.get(job_id, ())) if old.shard is shard), None)
 
     def displaced_of(self, job_id: str) -> list[Run]:
         """The runs of ``job_id`` from older copies of its shard still in flight (a copy of the list)."""

@@ -5,11 +5,14 @@ hold for that copy, and leave the other to fire."""
 
 from __future__ import annotations
 
+import asyncio
+
 from cluster.model.jobs import ScheduledJob
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import CANCELLED, REMOVE, SUCCEEDED
 from storage import MemoryStore, read_log
-from tests.runtime.harness import LocalTransport, Recorder, add, fire_due, job, make_parts
+from tests.runtime.harness import LocalTransport, Recorder, add, fire_due, job, make_parts, until_idle
+from tests.runtime.test_cancel import HeldOnTheirWay, _until
 
 
 async def _adopted_and_fresh(handler: object) -> tuple[Roles, ScheduledJob, str]:
@@ -36,6 +39,35 @@ async def _ops(parts: Roles, name: str, job_id: str) -> list[list[object]]:
     return [op[:4] for op in (await read_log(parts.store, name)).records() if op[1] == job_id]
 
 
+async def test_a_cancel_of_the_adopted_copy_stops_its_run_displaced_by_the_fresh_copys() -> None:
+    """The adopted copy's call is on its way to the handler when the fresh copy's run starts and
+    displaces it in the run table. "cancelled" for the adopted shard promises that nothing of the
+    job starts from it after the caller was told; the fresh copy runs as scheduled."""
+    events: list[str] = []
+    parts, j, old = await _adopted_and_fresh(handler := HeldOnTheirWay(events, 2))
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 1)  # the adopted copy's call, on its way
+    displaced = parts.runs.inflight[j.id]
+    (new,) = await add(parts, j)  # the step taken again: its copy in the silo's fresh shard
+    assert new != old
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 2)  # the fresh copy's call, on its way
+    assert parts.runs.displaced_of(j.id) == [displaced] and displaced.shard.base == old
+
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(old, j.id))
+    cancelling.add_done_callback(lambda _: events.append("cancel returned"))
+    await until_idle()  # the cancel answered here, had it nothing to wait for
+    handler.arrive[0].set()  # the adopted copy's call reaches the handler
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    handler.arrive[1].set()
+    await _until(lambda: not parts.runs.inflight and not parts.runs.displaced)
+    await until_idle()
+    assert events == ["call 0 started", "cancel returned", "call 1 started"]
+    assert [REMOVE, j.id, 1, CANCELLED] in await _ops(parts, old, j.id)
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
+
+
 async def test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire() -> None:
     """The fresh copy's push took the job's one place in the queue; a cancel of the adopted copy
     took that place away with it, and the fresh copy, live in its shard's log, was queued nowhere:
@@ -48,4 +80,70 @@ async def test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire
     await fire_due(parts)
     assert [ctx.job.id for ctx in recorder.ran] == [j.id]
     assert [REMOVE, j.id, 1, CANCELLED] in await _ops(parts, old, j.id)
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
+
+
+async def test_a_cancel_that_waited_for_the_adopted_shard_stops_the_run_displaced_meanwhile() -> None:
+    """The same, the runs starting while the cancel waits for the adopted shard: it looks again
+    under the shard's gate, where the fresh copy's run is the one the table names."""
+    events: list[str] = []
+    parts, j, old = await _adopted_and_fresh(handler := HeldOnTheirWay(events, 2))
+    adopted = parts.shards.get(old)
+    assert adopted is not None
+    held, free = asyncio.Event(), asyncio.Event()
+
+    async def writer_in_progress() -> None:  # a write holding the shard, as an outcome does
+        async with adopted.gate.shared():
+            held.set()
+            await free.wait()
+
+    holder = asyncio.ensure_future(writer_in_progress())
+    await held.wait()
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(old, j.id))
+    cancelling.add_done_callback(lambda _: events.append("cancel returned"))
+    await until_idle()  # the cancel looked (nothing in flight) and now waits for the gate
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 1)  # the adopted copy's call, on its way
+    (new,) = await add(parts, j)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 2)  # the fresh copy's, displacing it
+    assert [run.shard.base for run in parts.runs.displaced_of(j.id)] == [old]
+    free.set()
+    await holder
+    await until_idle()
+    handler.arrive[0].set()
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    handler.arrive[1].set()
+    await _until(lambda: not parts.runs.inflight and not parts.runs.displaced)
+    await until_idle()
+    assert events == ["call 0 started", "cancel returned", "call 1 started"]
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
+
+
+async def test_a_cancel_of_the_adopted_copys_run_leaves_the_fresh_copys_staged_run_to_be_sent() -> None:
+    """The fresh copy's run waits staged (its target gone for a moment) when the adopted copy's
+    run, displaced, is cancelled: the staged run is the fresh copy's, not the cancel's to drop."""
+    events: list[str] = []
+    parts, j, old = await _adopted_and_fresh(handler := HeldOnTheirWay(events, 2))
+    parts.clock.advance(2)
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: handler.calls == 1)  # the adopted copy's call, on its way
+    (new,) = await add(parts, j)
+    target = parts.transport.handlers.pop("h")  # the actor is gone for a moment
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await _until(lambda: j.id in parts.runs.staged)
+    assert parts.runs.staged[j.id].shard.base == new
+
+    cancelling = asyncio.ensure_future(parts.cancelling.cancel(old, j.id))
+    cancelling.add_done_callback(lambda _: events.append("cancel returned"))
+    await until_idle()
+    handler.arrive[0].set()
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    parts.transport.handlers["h"] = target  # back
+    handler.arrive[1].set()
+    await parts.firing.retry_staged()
+    await _until(lambda: not parts.runs.inflight and not parts.runs.displaced and not parts.runs.staged)
+    await until_idle()
+    assert events == ["call 0 started", "cancel returned", "call 1 started"]
     assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
