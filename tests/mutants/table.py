@@ -767,4 +767,27 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a bucket's snapshot is one record of every name: past one block it cannot rotate, its writes fail "
             "for good at the block limit, and no silo can claim it from a log with a torn tail",
     ),
+    Mutant(
+        name="cancel-misses-its-displaced-run",
+        kind="a cancel that does not hold",
+        path="cluster/runtime/cancel.py",
+        old="            run = self._runs.of_copy(job_id, shard)\n            if run is not None:\n",
+        new="            run = self._runs.find(job_id)\n            if run is not None and run.shard is shard:\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_of_the_adopted_copy_stops_its_run_displaced_by_the_fresh_copys",)),
+        # Found by reading seed 395846's trace (a run displaced by the same job id from another shard).
+        why="a cancel of a flow step's copy in an adopted shard answers cancelled while that copy's run, "
+            "displaced by the same job id from the silo's fresh shard, is still sent",
+    ),
+    Mutant(
+        name="cancel-unqueues-another-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/cancel.py",
+        old="            if queued is not None and queued[1][OWNER] is not shard:\n",
+        new="            if False:\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+        why="a cancel of one shard's copy of a job id takes the other shard's queued copy off the queue: "
+            "live in its log, queued nowhere, never run",
+    ),
 )
