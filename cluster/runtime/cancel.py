@@ -17,11 +17,13 @@ from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import (
+    ATTEMPTS,
     CANCELLED,
     OCCURRENCE,
     OWNER,
     RELEASED,
     SHARD_PREFIX,
+    LiveJob,
     ShardState,
     remove_op,
     shards_before,
@@ -52,6 +54,11 @@ class _Found:
 class _Waiting:
     job_id: str
     answer: asyncio.Future[_Found]
+
+
+def _first_try_pending(entry: LiveJob | None) -> bool:
+    """Whether a live job (None: gone from its shard) has not run yet: its first occurrence, no attempt made."""
+    return entry is not None and entry[OCCURRENCE] == 1 and entry[ATTEMPTS] == 0
 
 
 class Cancelling:
@@ -462,19 +469,28 @@ class Cancelling:
                 # It ended meanwhile and skipped its outcome for the cancel: run it again.
                 self._queue.push(run.job_id, run.due_us, run.entry)
 
-    async def withdraw(self, shard: Shard, job_ids: Sequence[str]) -> set[str]:
+    async def withdraw(self, shard: Shard, job_ids: Sequence[str], *, landed: bool = False) -> set[str]:
         """Take back the ADDs of a schedule call that failed: a REMOVE(CANCELLED) for each job.
 
         Returns the jobs that started meanwhile (their shard was loaded and they were due): those
-        run to their end. ``StorageError`` if the removals are not durable; the jobs are then
-        left queued, to fire, as the log says they will.
+        run to their end. ``landed``: the ADDs are known durable (their append was answered), so
+        one no longer waiting on its first try in the loaded shard ran already, here or under an
+        owner that held the shard meanwhile, and counts as started too. ``StorageError`` if the
+        removals are not durable; the jobs are then left queued, to fire, as the log says they will.
         """
         started: set[str] = set()
         unqueued: list[tuple[str, int, list[Any]]] = []
         async with shard.gate.exclusive():
+            live = shard.state.live if landed and shard.state is not None else None
             for job_id in job_ids:
                 run = self._runs.find(job_id)
                 if run is not None and run.shard is shard:
+                    started.add(job_id)
+                    continue
+                if live is not None and not _first_try_pending(live.get(job_id)):
+                    # Its REMOVE would take nothing back: a paused silo's call landed its batch,
+                    # a peer adopted the shard and fired the job, and the call, failing on
+                    # another batch, told its client "nothing done" (simulator seed 431343).
                     started.add(job_id)
                     continue
                 queued = self._queue.get(job_id)

@@ -163,7 +163,8 @@ class Scheduling:
         for r, items in zip(results, batches.values(), strict=True):
             shard = r if isinstance(r, Shard) else r.shard if isinstance(r, AddFailed) else None
             if shard is not None:  # None: it failed before anything was written
-                may_fire.update(await self._withdraw(self._shards.get(shard.base) or shard, items))
+                may_fire.update(await self._withdraw(self._shards.get(shard.base) or shard, items,
+                                                     landed=isinstance(r, Shard)))
         error = failure.error if isinstance(failure, AddFailed) else failure
         if may_fire:
             log.error("schedule call failed and could not take back all it wrote",
@@ -171,8 +172,9 @@ class Scheduling:
             raise ScheduleInDoubt(f"schedule failed: {error!r}", may_fire) from error
         raise error
 
-    async def _withdraw(self, shard: Shard, items: list[Item]) -> dict[str, str | None]:
-        """Take back ``items`` from ``shard``, retried; returns the ones that may still fire.
+    async def _withdraw(self, shard: Shard, items: list[Item], *, landed: bool) -> dict[str, str | None]:
+        """Take back ``items`` from ``shard``, retried; returns the ones that may still fire
+        (or fired already). ``landed``: their append was answered (see ``Cancelling.withdraw``).
 
         Those not taken back are queued, as their log says: written unqueued, they stayed live
         in the log and in memory, queued nowhere, until the shard was next loaded; the caller
@@ -181,7 +183,7 @@ class Scheduling:
         job_ids = [item[0] for item in items]
         for _ in range(WITHDRAW_ATTEMPTS):
             try:
-                started = await self._cancelling.withdraw(shard, job_ids)
+                started = await self._cancelling.withdraw(shard, job_ids, landed=landed)
             except Fenced:
                 break  # adopted meanwhile: the new owner holds what landed
             except StorageError as exc:

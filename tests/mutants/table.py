@@ -260,6 +260,17 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a schedule call that failed leaves the batch that landed in place: a client told 'failed' gets jobs fired",
     ),
     Mutant(
+        name="takeback-misses-a-landed-job-that-ran",
+        kind="a failed call answered failed though part of it ran",
+        path="cluster/runtime/scheduling.py",
+        old="                started = await self._cancelling.withdraw(shard, job_ids, landed=landed)\n",
+        new="                started = await self._cancelling.withdraw(shard, job_ids)\n",
+        catch=Pytest(("tests/runtime/test_scheduling.py::"
+                      "test_a_failed_call_whose_landed_job_ran_meanwhile_is_answered_in_doubt_not_failed",)),
+        also=(Sim(431343, 1, "all"),),
+        why="a failed call's landed job that ran before the take-back is answered 'failed': the client, told nothing fires, saw it run",
+    ),
+    Mutant(
         name="retry-writes-what-it-found",
         kind="a retried call that adds a second copy",
         path="cluster/runtime/scheduling.py",

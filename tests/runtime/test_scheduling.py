@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
 from cluster.model.clock import SYSTEM_CLOCK
 from cluster.model.errors import EarlierTryUnsettled, ScheduleInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
+from cluster.model.policies import FailurePolicy
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.membership import Membership
 from cluster.runtime.shard import Shard
@@ -33,6 +35,7 @@ from tests.runtime.harness import (
     LocalTransport,
     ManualClock,
     Recorder,
+    add,
     fire_due,
     item,
     job,
@@ -121,6 +124,44 @@ async def test_a_landed_batch_that_could_not_be_taken_back_fires_as_the_caller_w
     parts.clock.advance(1)
     await fire_due(parts)
     assert parts.transport.delivered() == [first.id]
+
+
+@pytest.mark.parametrize("ran", ["succeeded", "failed, its retry waiting", "recurring, its next occurrence waiting"])
+async def test_a_failed_call_whose_landed_job_ran_meanwhile_is_answered_in_doubt_not_failed(ran: str) -> None:
+    """A batch that landed can run before the call's other batch fails: here its dormant shard
+    loaded and fired it while the other batch's append waited. Taking it back then removes
+    nothing, or a job that already ran. Before: the call raised its plain error, which a client
+    reads as "nothing of it will fire", and the job had run (simulator seed 431343 with every
+    kind: a paused silo's landed batch was fired by a peer that adopted its shard, and the
+    call then failed)."""
+    store = GatedStore()
+    parts = await make_parts(store)  # type: ignore[arg-type]
+    kw: dict[str, Any] = {
+        "succeeded": {},
+        "failed, its retry waiting": {"failure_policy": FailurePolicy.constant("1s", max_retries=3)},
+        "recurring, its next occurrence waiting": {"schedule": "@every 1s", "repeats": 3},
+    }[ran]
+    first, later = job(due=timedelta(seconds=32), **kw), job(due=timedelta(seconds=38))  # window T0+30 s: dormant
+    parts.transport.handlers["h"] = Recorder(fail=[first.id] if "failed" in ran else [])
+    second = job(due=timedelta(hours=2))
+    (name,) = await add(parts, later)  # keeps the shard from going as drained once ``first`` ran
+    held = store.gate("append_block", window_prefix(second.due))
+    call = asyncio.ensure_future(parts.scheduling.schedule([item(first), item(second)]))
+    await store.reached("append_block", window_prefix(second.due)).wait()
+    await until_idle()  # the first window's batch lands meanwhile
+    assert await copies(store.inner, first.id) == [name]
+    parts.clock.advance(32)
+    parts.lease.renew(parts.clock.monotonic())
+    await parts.loading.load_due()
+    await fire_due(parts)
+    assert parts.transport.delivered() == [first.id]
+    assert await copies(store.inner, first.id) == ([] if ran == "succeeded" else [name])  # gone, or waiting again
+    store.fail_next("append_block", 3, prefix=window_prefix(second.due))
+    held.set()
+    with pytest.raises(ScheduleInDoubt) as raised:
+        await call
+    assert raised.value.may_fire == {first.id: name}
+    assert await copies(store.inner, second.id) == []
 
 
 async def test_a_retry_after_the_first_silo_died_having_landed_the_jobs_adds_no_second_copy() -> None:

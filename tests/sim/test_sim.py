@@ -1093,6 +1093,16 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # for a hand-over holding back due jobs (tests/sim/test_end_checks.py).
     (395599, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "oracle: a job held back by a hand-over under way at the end judged stuck", "stuck"),
+    # Every kind: a library bug (the world moved at a9f5e34, an owner's overwrite cancels; the bug
+    # is older). s2#1, paused, landed j16's batch into s2.1-000001; s0#2 adopted that shard and
+    # fired j16 at 7.76 s. Resumed as s2#2, the call's other batch (j17, a fresh shard) failed on
+    # a lapsed lease, and taking j16 back from s2.1-000001, re-adopted meanwhile, removed nothing
+    # yet reported nothing started: the silo refused the call as if it had done nothing, the
+    # retry's Unavailable told the client "not scheduled", and j16 had run. A take-back of a
+    # landed batch counts a job no longer waiting on its first try as started: in doubt
+    # (tests/runtime/test_scheduling.py).
+    (431343, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a failed call's landed job that ran meanwhile answered not scheduled", "not scheduled, yet fired"),
 ]
 
 
