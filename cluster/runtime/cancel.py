@@ -85,30 +85,33 @@ class Cancelling:
     async def cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
         """("cancelled" | "absent" | "moved" | "not_owner", the shard moved to or its owner)."""
         async with self._shards.retaking(shard_base):
-            answer = await self._cancel(shard_base, job_id)
-        shard = self._shards.get(shard_base)
+            answer, shard = await self._cancel(shard_base, job_id)
         if answer[0] in ("cancelled", "moved") and shard is not None:
+            # The shard that answered, not the one held now: a silo declared dead drops its
+            # shards on rejoining, and the answer stands while the previous owner's sends may
+            # still start (simulator seed 462368: one started 0.6 s after "cancelled").
             # Outside the lock: cancels of the shard's other jobs wait alongside, not behind it.
             await self._adoption.sent_before_over(shard)
         return answer
 
-    async def _cancel(self, shard_base: str, job_id: str) -> CancelAnswer:
+    async def _cancel(self, shard_base: str, job_id: str) -> tuple[CancelAnswer, Shard | None]:
         while True:
-            answer = await self._cancel_once(shard_base, job_id)
-            if answer is not None:
-                return answer
+            answered = await self._cancel_once(shard_base, job_id)
+            if answered is not None:
+                return answered
 
-    async def _cancel_once(self, shard_base: str, job_id: str) -> CancelAnswer | None:
-        """One look for ``job_id`` where this silo finds ``shard_base``; None if the shard proved
-        no longer ours meanwhile (dropped): the caller looks for its owner again."""
+    async def _cancel_once(self, shard_base: str, job_id: str) -> tuple[CancelAnswer, Shard | None] | None:
+        """One look for ``job_id`` where this silo finds ``shard_base``: the answer and the shard
+        that gave it; None if the shard proved no longer ours meanwhile (dropped): the caller
+        looks for its owner again."""
         shard = self._shards.get(shard_base)
         if shard is None:
             shard = await self._adoption.claim_for_cancel(shard_base)
             if shard is None:
-                return "not_owner", await self.owner_of(shard_base)
+                return ("not_owner", await self.owner_of(shard_base)), None
         run = self._runs.find(job_id)
         if run is not None and run.shard is shard:
-            return await self._cancel_run(run)
+            return await self._cancel_run(run), shard
         if shard.state is not None and job_id in shard.state.pending:
             # Moved, but not known to have landed: settle first, so the forward given is the
             # one shard that holds the job.
@@ -124,7 +127,7 @@ class Cancelling:
             return None
         if found.run is not None:
             # It started while we waited for the gate: cancel the run in flight.
-            return await self._cancel_run(found.run, found.held)
+            return await self._cancel_run(found.run, found.held), shard
         assert found.answer is not None
         # Whatever the answer: "moved" sends the caller on to the shard the job moved to, which
         # answers "cancelled" while a run of this shard's older copy may still be on its way;
@@ -133,7 +136,7 @@ class Cancelling:
         # (simulator seed 202823: a named job's triggered run, after the put that replaced it).
         for old in found.stale:
             await self._stop_stale(old)
-        return found.answer
+        return found.answer, shard
 
     async def _in_batch(self, shard: Shard, job_id: str) -> _Found:
         """Look at ``job_id`` in ``shard`` and remove it, together with the other cancels waiting
