@@ -801,4 +801,17 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel of one shard's copy of a job id takes the other shard's queued copy off the queue: "
             "live in its log, queued nowhere, never run",
     ),
+    Mutant(
+        name="cancel-waits-for-the-shard-held-now",
+        kind="a cancel that does not hold",
+        path="cluster/runtime/cancel.py",
+        old="            answer, shard = await self._cancel(shard_base, job_id)\n",
+        new="            answer, _ = await self._cancel(shard_base, job_id)\n        shard = self._shards.get(shard_base)\n",
+        catch=Pytest(("tests/runtime/test_cancel_dropped_shard.py::"
+                      "test_a_cancel_waits_out_the_dead_owners_lease_though_its_silo_dropped_the_shard",)),
+        # Seed 462368 (every kind) found it in a search on main.
+        why="a cancel answered from an adopted shard its silo dropped meanwhile (declared dead, rejoining) "
+            "skips waiting out the dead previous owner's lease: what that owner sent ahead starts after "
+            "\"cancelled\"",
+    ),
 )
