@@ -49,20 +49,20 @@ A takeover whose schedule call cannot settle an earlier try (a live silo holds a
 still reach) is handed to that holder: a new intent names it as writer, and it takes the steps
 over at its next reconcile (``progress.hand_over``).
 
-A silo that runs on writes a step's record until it lands, and its intent's ``sched`` too
-(holding the intent as its own launch meanwhile), and reads an outcome whose write was in doubt
-from the shard log at once (``SiloHooks.attempt_unsure``); a success whose removal a compaction
-folded away (the log then says only that the job ended) is recorded as its silo saw it. Once a
-flow's ``cancel`` is in its log no step's attempt starts (``FlowHooks.admit``): a job its paused
-writer adds after the cancel returned is refused at its start, as is a job of a step whose
-outcome the log holds (its paused writer added it after a taker had searched its silo and run
-the step). Each start is
-claimed in the log before it is made (a ``run`` naming its copy's shard): a copy of the step's
-job in another shard waits while the one that started may run, for a taker's search misses a
-job that ran before its shard was compacted, and adds it again. The remaining window is a
-silo killed after a step's ``remove`` is durable and before its hook wrote ``ok``, with the shard
-deleted before any reconcile looked: the step then runs twice (the simulator sees it in about one
-step start of a hundred with kills every few seconds).
+A silo that runs on writes a step's record until it lands (reconciling no flow whose record is
+still on its way), and its intent's ``sched`` too (holding the intent as its own launch
+meanwhile), and reads an outcome whose write was in doubt from the shard log at once
+(``SiloHooks.attempt_unsure``); a success whose removal a compaction folded away (the log then
+says only that the job ended) is recorded as its silo saw it. Once a flow's ``cancel`` is in its
+log no step's attempt starts (``FlowHooks.admit``): a job its paused writer adds after the cancel
+returned is refused at its start, as is a job of a step whose outcome the log holds (its paused
+writer added it after a taker had searched its silo and run the step). Each start is claimed in
+the log before it is made (a ``run`` naming its copy's shard): a copy of the step's job in another
+shard waits while the one that started may run, for a taker's search misses a job that ran before
+its shard was compacted, and adds it again. The remaining window is a silo killed after a step's
+``remove`` is durable and before its hook wrote ``ok``, with the shard deleted before any
+reconcile looked: the step then runs twice (the simulator sees it in about one step start of a
+hundred with kills every few seconds).
 """
 
 from __future__ import annotations

@@ -476,6 +476,36 @@ async def test_a_silo_whose_confirmation_failed_writes_it_again_and_does_not_tak
         await hooks.close()
 
 
+async def test_a_silo_does_not_take_over_a_step_whose_success_it_is_still_recording(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Silo s0 ran a, then its write of "a succeeded" failed and waits to be written again. a's
+    intent, handed to s0 while it was paused, is its own and unconfirmed: read without the
+    success, a looks unfinished, and the takeover adds its job again where a compaction dropped
+    its removal, so it runs twice (simulator seed 472003 with every kind). Reconcile leaves the
+    flow alone until the record lands; then only b is scheduled."""
+    monkeypatch.setattr(flow_hooks, "RECORD_RETRY_S", 0.2)
+    store, view = FailingStore(), View()
+    await Membership(store).join("s0", SYSTEM_CLOCK.now_us())  # s0#1, alive
+    hooks, event = await started(store, view)
+    try:
+        await update(store, "etl", lambda s: applied(s, [["intent", "t1", "s0#1", ["a"], 100]]))
+        store.calls.clear()
+        store.fail_at = {"append_block": 1}  # the first try's write of "a succeeded"
+        await hooks.attempt_ended(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
+        await hooks.reconcile_all()
+        assert view.scheduled == [], "a's job is not added again while its success is on its way"
+        for _ in range(200):
+            state = await read_flow(store, "etl")
+            if state is not None and state.steps["a"].state == "succeeded":
+                break
+            await asyncio.sleep(0.01)
+        assert state is not None and state.steps["a"].state == "succeeded"
+        await hooks.reconcile_all()
+        assert view.scheduled == [f"{state.plan.id}-1"], "only b's job is added, once"
+    finally:
+        await hooks.close()
+
+
 async def test_a_step_taken_over_is_silent_only_counting_from_when_it_was_scheduled() -> None:
     """Taken over at 70 s, a's job went out due at the client's first try (100 µs). At 75 s it
     may well have run, its shard drained and deleted, while its start and end are still on

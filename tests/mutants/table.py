@@ -813,5 +813,15 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel answered from an adopted shard its silo dropped meanwhile (declared dead, rejoining) "
             "skips waiting out the dead previous owner's lease: what that owner sent ahead starts after "
             "\"cancelled\"",
+        name="flow-reconciled-while-recording",
+        kind="a flow step run twice",
+        path="cluster/flows/hooks.py",
+        old="            if flow in self._recording:\n",
+        new="            if False:\n",
+        catch=Pytest(("tests/flows/test_recovery.py::"
+                      "test_a_silo_does_not_take_over_a_step_whose_success_it_is_still_recording",)),
+        # Found by the simulator, seed 472003 with every kind.
+        why="a silo whose write of a step's success is still being retried takes the step's intent over, "
+            "adds its job again where a rotation dropped its removal, and runs the step a second time",
     ),
 )

@@ -1111,6 +1111,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # answered (tests/runtime/test_cancel_dropped_shard.py).
     (462368, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a cancel answered from a shard dropped meanwhile skipped the dead owner's lease", "cancel did not hold"),
+    # Every kind: a library bug (older than 563e739). Flow f3's step s3 succeeded on s0#1 at 4.18 s,
+    # durable in s0.1-000001 at 4.31 s; s0 was paused from 4.35 s to 12.79 s before writing "ok".
+    # Meanwhile s2#2 and s1#2 took s3's unconfirmed intent over and, refused, handed it to s0#1,
+    # the shard's holder. Resumed, s0#1's write of "ok" failed and went on in the background; its
+    # reconcile took the handed intent over as its own, found no trace of the job in the rotated
+    # shard, added it again and ran it at 13.88 s. A silo reconciles no flow while a step record
+    # of its own is on its way there (tests/flows/test_recovery.py).
+    (472003, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a step taken over by its silo while its success was being recorded", "duplicate"),
 ]
 
 
