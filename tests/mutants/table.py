@@ -813,6 +813,8 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel answered from an adopted shard its silo dropped meanwhile (declared dead, rejoining) "
             "skips waiting out the dead previous owner's lease: what that owner sent ahead starts after "
             "\"cancelled\"",
+    ),
+    Mutant(
         name="flow-reconciled-while-recording",
         kind="a flow step run twice",
         path="cluster/flows/hooks.py",
