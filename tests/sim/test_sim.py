@@ -1120,6 +1120,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # of its own is on its way there (tests/flows/test_recovery.py).
     (472003, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a step taken over by its silo while its success was being recorded", "duplicate"),
+    # Every kind: a library bug (older than 563e739). s0#3 ran j22#1 and its outcome moved j22 to
+    # the 10 s window's s0.3-000002 as a cancel marked the run; s2#4 adopted that shard, ran j22#2
+    # and moved j22 on to s2.4-000001. The cancel, once j22#1 ended (15.77 s), read s0.3-000002,
+    # found j22 not live there, took it for ended there and answered "cancelled"; j22#3 fired at
+    # 17.36 s. A job moved on from there is followed: "moved" (tests/runtime/test_cancel_moved_on.py).
+    (466479, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a cancel took a job moved on from its next shard for ended there", "cancel did not hold"),
 ]
 
 
