@@ -826,4 +826,18 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a silo whose write of a step's success is still being retried takes the step's intent over, "
             "adds its job again where a rotation dropped its removal, and runs the step a second time",
     ),
+    Mutant(
+        name="cancel-takes-moved-on-for-ended",
+        kind="a cancel that does not hold",
+        path="cluster/runtime/cancel.py",
+        old="        if job_id not in landed.live and landed.holds_move(job_id, run.entry[OCCURRENCE] + 1) \\\n"
+            "                and not landed.moved.get(job_id):\n",
+        new="        if job_id not in landed.live and landed.holds_move(job_id, run.entry[OCCURRENCE] + 1):\n",
+        catch=Pytest(("tests/runtime/test_cancel_moved_on.py::"
+                      "test_a_cancel_of_a_run_whose_job_moved_on_and_on_sends_the_caller_along_not_cancelled",)),
+        # Seed 466479 (every kind) found it on main.
+        why="a cancel that waited for a recurring job's run takes the job for ended in the shard its outcome "
+            "moved it to when that shard's owner already ran it and moved it on again: \"cancelled\", and "
+            "the occurrence after next fires",
+    ),
 )
