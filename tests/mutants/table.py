@@ -826,4 +826,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a silo whose write of a step's success is still being retried takes the step's intent over, "
             "adds its job again where a rotation dropped its removal, and runs the step a second time",
     ),
+    Mutant(
+        name="move-of-a-later-occurrence-keeps-the-older",
+        kind="a lost REMOVE(MOVED)",
+        path="cluster/runtime/shardlog.py",
+        old="(op[3] in (CANCELLED, MOVED) and occurrence < op[2])",
+        new="(op[3] == CANCELLED and occurrence < op[2])",
+        catch=Pytest(("tests/runtime/test_damage.py::"
+                      "test_a_move_written_after_damage_ends_the_older_occurrence_the_lost_add_replaced",)),
+        # Found by the simulator, seed 475742 with every kind (older than 563e739).
+        why="a recurring job whose next occurrence's ADD a damaged frame lost keeps its older occurrence live "
+            "at replay beside the chain a later move carried on: live in two shards, it runs twice",
+    ),
 )
