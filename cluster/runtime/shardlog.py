@@ -292,10 +292,12 @@ def removal_ends(op: list[Any], entry: LiveJob) -> bool:
     the records between were lost (a damaged frame held the ADD of the occurrence the cancel
     removed), and the client was told the job is cancelled: without this the older occurrence
     came back at the next replay and ran on after the cancel returned (simulation with damaged
-    logs, seeds 50250 and 50316).
+    logs, seeds 50250 and 50316). A move of a later occurrence ends it too, for the same reason:
+    the job left for the move's target, and the older occurrence kept here beside the chain it
+    moved on would run twice (seed 475742, a damaged frame held the ADD of occurrence 2).
     """
     occurrence = entry[OCCURRENCE]
-    return bool(occurrence == op[2] or (op[3] == CANCELLED and occurrence < op[2]))
+    return bool(occurrence == op[2] or (op[3] in (CANCELLED, MOVED) and occurrence < op[2]))
 
 
 @dataclass

@@ -839,5 +839,15 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel that waited for a recurring job's run takes the job for ended in the shard its outcome "
             "moved it to when that shard's owner already ran it and moved it on again: \"cancelled\", and "
             "the occurrence after next fires",
+        name="move-of-a-later-occurrence-keeps-the-older",
+        kind="a lost REMOVE(MOVED)",
+        path="cluster/runtime/shardlog.py",
+        old="(op[3] in (CANCELLED, MOVED) and occurrence < op[2])",
+        new="(op[3] == CANCELLED and occurrence < op[2])",
+        catch=Pytest(("tests/runtime/test_damage.py::"
+                      "test_a_move_written_after_damage_ends_the_older_occurrence_the_lost_add_replaced",)),
+        # Found by the simulator, seed 475742 with every kind (older than 563e739).
+        why="a recurring job whose next occurrence's ADD a damaged frame lost keeps its older occurrence live "
+            "at replay beside the chain a later move carried on: live in two shards, it runs twice",
     ),
 )

@@ -15,6 +15,7 @@ from cluster.model.wire import pack
 from cluster.runtime.shardlog import (
     ADD,
     CANCELLED,
+    MOVED,
     REMOVE,
     SHARD_PREFIX,
     ShardMeta,
@@ -179,6 +180,26 @@ async def test_a_cancel_written_after_damage_holds_though_the_add_of_the_occurre
     [row] = (await s.status())["shards"]
     assert row["jobs"] == 0  # adopted with nothing to fire
     await s.stop()
+
+
+async def test_a_move_written_after_damage_ends_the_older_occurrence_the_lost_add_replaced() -> None:
+    """As above, but occurrence 2 moved on to a later window's shard instead of being cancelled.
+    The next owner's replay must not bring occurrence 1 back beside the chain the move carried on:
+    before the fix it did, and the job was live in two shards, to run twice (simulation with
+    damaged logs, seed 475742 with every kind)."""
+    store = MemoryStore()
+    j = job()
+    jid, due_us, packed = item(j)
+    target = shard_name(WINDOW + 10_000_000, "gone.1", 1)
+    nxt = [due_us + 2_000_000, packed, 3, 0, due_us + 2_000_000]
+    base = await orphan_shard(store, [[add_op(jid, due_us, packed)],
+                                      [add_op(jid, due_us + 1_000_000, packed, occurrence=2)],
+                                      [remove_op(jid, 2, MOVED, target, nxt)]])
+    corrupt(store, base, 1)
+    decoded = (await read_log(store, base)).decoded
+    assert decoded.lost == 1 and [op[0] for op in decoded.records()] == [ADD, REMOVE]  # the move's frame is whole
+    state = ShardState().replay_log(decoded)
+    assert jid not in state.live and state.moved[jid] == target
 
 
 # -- Silo.schedule refuses hostile items, naming them, writing nothing ---------------------------

@@ -1127,6 +1127,14 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # 17.36 s. A job moved on from there is followed: "moved" (tests/runtime/test_cancel_moved_on.py).
     (466479, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a cancel took a job moved on from its next shard for ended there", "cancel did not hold"),
+    # Every kind: a library bug (older than 563e739). Recurring j21 ran occurrences 1 and 2 from
+    # s1.2-000001; its owner moved occurrence 3 on to s1.3-000001 (a REMOVE(MOVED) of occurrence
+    # 2). Then bit rot damaged the frame holding the ADD of occurrence 2 (the README lets that
+    # cost the frame's own records). Replay kept occurrence 1 live, since the move named
+    # occurrence 2 and ended only that one: j21 live in two shards, to run twice. A move of a
+    # later occurrence ends an older one, as a cancel's does (tests/runtime/test_damage.py).
+    (475742, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "a move after a damaged ADD left the older occurrence live", "two chains"),
 ]
 
 
