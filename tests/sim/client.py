@@ -159,10 +159,12 @@ class SimRay:
         if self._ends_superseded and proc.superseded.is_set():
             raise SiloLost(f"silo {silo_id}: its process ended, a newer one joined (RayActorError)")
         call = getattr(silo, method)(*args)
+        attempt: ScheduleTry | None = None
         if method == "schedule":
             attempt = ScheduleTry()
             self.schedule_try.update(dict.fromkeys((item[0] for item in args[0]), attempt))
             call = attempt.run(call)
+        sent_us = true_now_us(world.loop)
         task = asyncio.ensure_future(call)
         ends = [asyncio.ensure_future(proc.died.wait())]
         if self._ends_superseded:
@@ -174,23 +176,45 @@ class SimRay:
                 end.cancel()
         if not task.done():
             # Killed mid-call (or ended): its coroutine runs on, but nothing comes back.
-            task.add_done_callback(_drop)
-            self._maybe_acted(method, args)
+            self._dropped(method, args, task, sent_us, attempt)
             raise SiloLost(f"silo {silo_id} was killed during {method}")
         try:
             await self._taken(proc, epoch, method)  # a paused process answers at resume
         except SiloLost:
-            _drop(task)
-            self._maybe_acted(method, args)
+            self._dropped(method, args, task, sent_us, attempt)
             raise
         if proc.partitioned:
-            _drop(task)
-            self._maybe_acted(method, args)
+            self._dropped(method, args, task, sent_us, attempt)
             raise SiloLost(f"silo {silo_id}: Ray lost its node during {method}; it may have acted")
         try:
             return task.result()
         except (SiloStopping, EarlierTryUnsettled) as exc:
             raise SiloRefused(f"silo {silo_id}: {exc}") from exc
+
+    def _dropped(self, method: str, args: tuple[Any, ...], task: asyncio.Future[Any], sent_us: int,
+                 attempt: ScheduleTry | None) -> None:
+        """A try whose answer its caller never gets: it may have acted, and a schedule try goes on.
+
+        Where such a try still lands is judged as a call in doubt naming that shard, once it
+        lands: the call's own end judged only where its jobs had fired by then (seed 469680,
+        every kind: the try at s0, cut off by a partition, found j20 and j22 compacted away in
+        the shard their earlier try ran from, rightly wrote them again into s0.3 after the call
+        had ended in doubt, and their one more run from there was called a duplicate)."""
+        self._maybe_acted(method, args)
+        if method != "schedule":
+            task.add_done_callback(_drop)
+            return
+        ids = [item[0] for item in args[0]]
+        task.add_done_callback(lambda done: self._world.spawn(self._landed_unanswered(ids, done, sent_us, attempt)))
+
+    async def _landed_unanswered(self, ids: Sequence[str], task: asyncio.Future[Any], sent_us: int,
+                                 attempt: ScheduleTry | None) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # failed: nothing of it landed, or its take-back failed as its log says
+        for job_id, shard in zip(ids, task.result(), strict=True):
+            if shard:
+                await earlier_try(self._world, self, job_id, shard, acknowledged=False, sent_us=sent_us,
+                                  attempt=attempt)
 
     def _maybe_acted(self, method: str, args: tuple[Any, ...]) -> None:
         if method == "cancel":
@@ -393,7 +417,8 @@ async def judge_in_doubt(world: World, ray: SimRay, may_fire: Mapping[str, str |
             await earlier_try(world, ray, job_id, copy, acknowledged=False)
 
 
-async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, acknowledged: bool = True) -> None:
+async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, acknowledged: bool = True,
+                      sent_us: int | None = None, attempt: ScheduleTry | None = None) -> None:
     """A job acknowledged by a call that lost a try after it reached a silo, whose first
     occurrence ran from another shard before the acknowledgement: the retry did not find
     that try, so it must have left no live copy (README: one more run, never two live copies),
@@ -408,9 +433,11 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
     # Its first occurrence fires from the shard it was added to (adoption keeps the shard):
     # fired from another, it was added twice; or from this one, by a try that ran to its end
     # before a rotation compacted it away, and only then the retry looked.
-    sent_us, _ = ray.schedule_sent.get(job_id, (0, ""))
+    if sent_us is None:  # the call's latest try, unless the one judged is named
+        sent_us, _ = ray.schedule_sent.get(job_id, (0, ""))
+        attempt = ray.schedule_try.get(job_id)
     if not any(d.job_id == job_id and d.occurrence == 1 and d.shard != shard for d in world.deliveries) and (
-            not _compacted_before(world, job_id, shard, sent_us, ray.schedule_try.get(job_id))):
+            not _compacted_before(world, job_id, shard, sent_us, attempt)):
         return
     live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
             and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]

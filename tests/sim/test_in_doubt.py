@@ -7,6 +7,7 @@ duplicate)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -58,3 +59,33 @@ def test_a_call_in_doubt_naming_no_shard_is_judged_at_the_shards_its_job_ran_fro
     # Compacted away: the retry rightly wrote it again, one run more (before: judged a duplicate).
     # Still recorded where the retry looked: it had to answer with that shard, no excuse.
     assert _judge(earlier_kept=earlier_kept) is not earlier_kept
+
+
+async def _judged_once_landed(world: World, *, earlier_kept: bool) -> bool:
+    """Whether the copy of a try the caller never heard from, which lands after the call ended, is
+    taken for the run more: the earlier try ran from ``EARLIER`` (recorded there only when
+    ``earlier_kept``), and the call's own end saw no run from ``RETRY`` yet."""
+    ran = job(due=timedelta(seconds=1))
+    job_id, due_us, packed = item(ran)
+    ended = [add_op(job_id, due_us, packed), remove_op(job_id, 1, "succeeded")]
+    await _write(world.store, EARLIER, ended if earlier_kept else [])  # else compacted away
+    await _write(world.store, RETRY, ended)
+    world.deliveries.append(Delivery(job_id, 1, 1, 0, 1, "s", EARLIER, succeeded=True))
+    ray = SimRay(world)
+    ray.schedule_due[job_id] = due_us
+    ray.schedule_suspects[job_id].update({"s2", "s1", "s0"})
+    unanswered: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+    ray._dropped("schedule", ([[job_id, due_us, packed]], ["s2"]), unanswered, 5, None)  # cut off: may have acted
+    unanswered.set_result([RETRY])  # it goes on and lands after its caller was answered
+    await asyncio.sleep(0.1)
+    world.deliveries.append(Delivery(job_id, 1, 1, 6, 7, "s", RETRY, succeeded=True))
+    return job_id in world.added_again
+
+
+@pytest.mark.parametrize("earlier_kept", [False, True], ids=["earlier-compacted-away", "earlier-still-recorded"])
+def test_a_try_cut_off_that_lands_after_its_call_ended_is_judged_where_it_landed(earlier_kept: bool) -> None:
+    # Seed 469680, every kind: the call ended in doubt while its try at s0, cut off by a partition,
+    # went on and wrote the jobs into a fresh shard (their earlier chain compacted away): one run
+    # more, which was judged a duplicate, the shard it landed in never judged.
+    landed = in_quiet_world(lambda world: _judged_once_landed(world, earlier_kept=earlier_kept))
+    assert landed is not earlier_kept

@@ -1135,6 +1135,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # later occurrence ends an older one, as a cancel's does (tests/runtime/test_damage.py).
     (475742, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
      "a move after a damaged ADD left the older occurrence live", "two chains"),
+    # Every kind: an oracle bug (the world moved at 64d9a60; 563e739 passes in another world).
+    # j20 and j22 ran from s0.1 (their earlier try) and the shard was compacted. The call's try at
+    # s0#3, cut off by a partition after it reached s0, found them nowhere (SNAPSHOT without them)
+    # and rightly wrote them again into s0.3: the one run more a call in doubt may add. The call
+    # ended in doubt at 11.94 s, judged only where they had fired by then; the try's copy, landed
+    # after, was never judged, and its runs were called a duplicate and a second chain. A try
+    # the caller never hears from is judged where it lands (tests/sim/test_in_doubt.py).
+    (469680, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets",
+     "oracle: a try cut off after it reached its silo landed after its call ended, unjudged", "duplicate"),
 ]
 
 
