@@ -839,6 +839,8 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel that waited for a recurring job's run takes the job for ended in the shard its outcome "
             "moved it to when that shard's owner already ran it and moved it on again: \"cancelled\", and "
             "the occurrence after next fires",
+    ),
+    Mutant(
         name="move-of-a-later-occurrence-keeps-the-older",
         kind="a lost REMOVE(MOVED)",
         path="cluster/runtime/shardlog.py",
