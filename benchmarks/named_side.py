@@ -69,9 +69,9 @@ async def listing(env: BenchEnv, kind: str, count: int, report: Report) -> dict[
     jobs = named_listing.named_jobs(url)
     try:
         figures = await named_listing.measure_store(await jobs._store(), jobs, count, repeat=3)
+        figures.update(await named_listing.measure(jobs, count, repeat=3, old_repeat=0))
     finally:
         await jobs.close()
-    figures.update(await named_listing.measure(url, count, repeat=3, old_repeat=0))
     out = {label: statistics.median(runs) for label, runs in figures.items()}
     out["fill_s"] = filled
     return out

@@ -241,15 +241,20 @@ class AttemptRecord:
 
 
 def with_history(history: tuple[AttemptRecord, ...], ended: AttemptRecord, size: int) -> tuple[AttemptRecord, ...]:
-    """Return ``history`` with ``ended`` first, at most ``size`` long and ``HISTORY_BYTES`` of JSON.
+    """Return ``history`` with ``ended`` in it, newest start first, at most ``size`` long and
+    ``HISTORY_BYTES`` of JSON.
 
-    The error is clipped to ``HISTORY_ERROR_CHARS``; the oldest records go first when the
-    bytes run over, so the newest always stays (one record fits: its error is clipped).
+    In start order, not in the order ends arrive: two silos report their attempts' ends
+    independently (a failover: the adopter's next run ended before the interrupted one was
+    recorded). The error is clipped to ``HISTORY_ERROR_CHARS``; the oldest records go first
+    when the bytes run over, so the newest always stays (one record fits: its error is clipped).
     """
     if size <= 0:
         return ()
     record = replace(ended, error=clip_error(ended.error, HISTORY_ERROR_CHARS))
-    kept = (record, *(h for h in history if h.run_id != record.run_id))[:size]
+    others = [h for h in history if h.run_id != record.run_id]
+    at = next((i for i, h in enumerate(others) if h.started_at <= record.started_at), len(others))
+    kept = (*others[:at], record, *others[at:])[:size]
     while len(kept) > 1 and len(_json([h.to_row() for h in kept])) > HISTORY_BYTES:
         kept = kept[:-1]
     return kept

@@ -62,6 +62,19 @@ def test_history_is_newest_first_and_bounded() -> None:
     assert status.successful == 13 and status.last_attempt == newest
 
 
+def test_history_stays_newest_start_first_when_ends_arrive_out_of_order() -> None:
+    """Two silos report their attempts' ends independently: after a failover the adopter's
+    next run may end (and be told) before the run a peer was finishing is recorded (found by
+    tests/e2e/test_operator_trigger.py's failover, which reads the history in start order)."""
+    job = recurring()
+    status = run_attempts(JobStatus(), job, 2)
+    status = ended(status, event(job, 4), end(4), "1#1")  # the adopter's run, told first
+    status = ended(status, event(job, 3), end(3), "0#1")  # the earlier run, told after it
+    assert [h.occurrence for h in status.history] == [4, 3, 2, 1]
+    status = ended(status, event(job, 5), end(5), "1#1", 4)
+    assert [h.occurrence for h in status.history] == [5, 4, 3, 2]  # bounded, oldest out
+
+
 def test_history_size_is_configurable_and_zero_keeps_none() -> None:
     assert len(run_attempts(JobStatus(), recurring(), 5, size=3).history) == 3
     assert run_attempts(JobStatus(), recurring(), 5, size=0).history == ()
