@@ -25,6 +25,7 @@ from aiohttp.test_utils import TestServer
 from cluster.cli import main
 from cluster.cli.ui import TOKEN_ENV, UiSource, make_app, page
 from cluster.cli.ui.app import STATIC
+from tests.certs import self_signed
 from tests.test_ui import SILOS, TOKEN, FakeJobs, named
 from tests.test_ui_flows import FakeFlows
 
@@ -356,32 +357,6 @@ async def test_the_token_never_reaches_the_access_log(serve: Any, caplog: pytest
     logged = caplog.text
     assert "/api/jobs" in logged, "the access log is on"
     assert TOKEN not in logged and "wrong-but-long-enough" not in logged, logged
-
-
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 valid for a day, and its key."""
-    import datetime as dt
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
-                   .not_valid_after(now + dt.timedelta(days=1))
-                   .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                                  critical=False)
-                   .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
 
 
 async def test_under_tls_the_cookie_is_secure(serve: Any, tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -21,6 +19,7 @@ from azure.storage.blob.aio import BlobServiceClient
 import storage
 from storage import wireclock
 from storage.azure import AzureStore
+from tests import certs
 from tests.azurite import Azurite
 
 pytestmark = pytest.mark.azurite
@@ -148,13 +147,7 @@ async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unuse
 @pytest.fixture
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
     """A certificate (and its key) for 127.0.0.1, as Azurite needs to serve HTTPS."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl not installed")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return cert, key
+    return certs.self_signed(tmp_path)
 
 
 async def test_an_azure_reading_over_https_holds_the_true_offset(
