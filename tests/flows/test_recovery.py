@@ -164,6 +164,16 @@ async def started(store: Store, view: View) -> tuple[FlowHooks, Any]:
     return hooks, event
 
 
+async def a_recorded(store: Store, tries: int = 100) -> Any:
+    """The flow's state once its log says step a succeeded (polled every 10 ms), or as it last read."""
+    for _ in range(tries):
+        state = await read_flow(store, "etl")
+        if state is not None and state.steps["a"].state == "succeeded":
+            break
+        await asyncio.sleep(0.01)
+    return state
+
+
 async def test_a_step_outcome_the_store_refused_is_recorded_once_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Given up on, the success is known only to its shard, which a drain deletes before
     reconcile reads it: the step would run again, and its dependants wait for that."""
@@ -174,11 +184,7 @@ async def test_a_step_outcome_the_store_refused_is_recorded_once_it_answers(monk
         store.calls.clear()
         store.fail_at = {"append_block": 1}  # the first try's write of "a succeeded"
         await hooks.attempt_ended(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
-        for _ in range(100):
-            state = await read_flow(store, "etl")
-            if state is not None and state.steps["a"].state == "succeeded":
-                break
-            await asyncio.sleep(0.01)
+        state = await a_recorded(store)
         assert state is not None and state.steps["a"].state == "succeeded"
         assert view.scheduled == [f"{state.plan.id}-1"], "its dependant is scheduled, once"
     finally:
@@ -197,11 +203,7 @@ async def test_an_outcome_write_in_doubt_is_read_from_the_shard_log() -> None:
         await store.append_block(name, encode(0, [add_op(job.id, 0, pack(job.to_wire())),
                                                   remove_op(job.id, 1, SUCCEEDED)]), etag)
         await hooks.attempt_unsure(event)
-        for _ in range(100):
-            state = await read_flow(store, "etl")
-            if state is not None and state.steps["a"].state == "succeeded":
-                break
-            await asyncio.sleep(0.01)
+        state = await a_recorded(store)
         assert state is not None and state.steps["a"].state == "succeeded"
         assert view.scheduled == [f"{state.plan.id}-1"]
     finally:
@@ -223,11 +225,7 @@ async def test_a_success_in_doubt_whose_removal_a_rotation_folded_away_is_record
         await writer.close()
         assert [op[0] for op in (await read_log(store, event.shard)).records()] == [SNAPSHOT], "the removal folded away"
         await hooks.attempt_unsure(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
-        for _ in range(100):
-            state = await read_flow(store, "etl")
-            if state is not None and state.steps["a"].state == "succeeded":
-                break
-            await asyncio.sleep(0.01)
+        state = await a_recorded(store)
         assert state is not None and state.steps["a"].state == "succeeded", "recorded as it ended, not left to reconcile"
         assert view.scheduled == [f"{state.plan.id}-1"], "its dependant is scheduled, once"
     finally:
@@ -494,11 +492,7 @@ async def test_a_silo_does_not_take_over_a_step_whose_success_it_is_still_record
         await hooks.attempt_ended(event, AttemptEnd(True, None, us_to_datetime(2), None, None, True))
         await hooks.reconcile_all()
         assert view.scheduled == [], "a's job is not added again while its success is on its way"
-        for _ in range(200):
-            state = await read_flow(store, "etl")
-            if state is not None and state.steps["a"].state == "succeeded":
-                break
-            await asyncio.sleep(0.01)
+        state = await a_recorded(store, 200)
         assert state is not None and state.steps["a"].state == "succeeded"
         await hooks.reconcile_all()
         assert view.scheduled == [f"{state.plan.id}-1"], "only b's job is added, once"

@@ -39,6 +39,18 @@ async def _ops(parts: Roles, name: str, job_id: str) -> list[list[object]]:
     return [op[:4] for op in (await read_log(parts.store, name)).records() if op[1] == job_id]
 
 
+async def _cancelled_between_the_calls(parts: Roles, handler: HeldOnTheirWay, cancelling: asyncio.Future[object],
+                                       events: list[str]) -> None:
+    """Let the adopted copy's call reach its handler, then the fresh copy's: "cancelled" must come
+    between them (nothing of the adopted copy starts after it; the fresh copy still runs)."""
+    handler.arrive[0].set()  # the adopted copy's call reaches the handler
+    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
+    handler.arrive[1].set()
+    await _until(lambda: not parts.runs.inflight and not parts.runs.displaced)
+    await until_idle()
+    assert events == ["call 0 started", "cancel returned", "call 1 started"]
+
+
 async def test_a_cancel_of_the_adopted_copy_stops_its_run_displaced_by_the_fresh_copys() -> None:
     """The adopted copy's call is on its way to the handler when the fresh copy's run starts and
     displaces it in the run table. "cancelled" for the adopted shard promises that nothing of the
@@ -58,12 +70,7 @@ async def test_a_cancel_of_the_adopted_copy_stops_its_run_displaced_by_the_fresh
     cancelling = asyncio.ensure_future(parts.cancelling.cancel(old, j.id))
     cancelling.add_done_callback(lambda _: events.append("cancel returned"))
     await until_idle()  # the cancel answered here, had it nothing to wait for
-    handler.arrive[0].set()  # the adopted copy's call reaches the handler
-    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
-    handler.arrive[1].set()
-    await _until(lambda: not parts.runs.inflight and not parts.runs.displaced)
-    await until_idle()
-    assert events == ["call 0 started", "cancel returned", "call 1 started"]
+    await _cancelled_between_the_calls(parts, handler, cancelling, events)
     assert [REMOVE, j.id, 1, CANCELLED] in await _ops(parts, old, j.id)
     assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
 
@@ -112,12 +119,7 @@ async def test_a_cancel_that_waited_for_the_adopted_shard_stops_the_run_displace
     free.set()
     await holder
     await until_idle()
-    handler.arrive[0].set()
-    assert await asyncio.wait_for(cancelling, 5) == ("cancelled", None)
-    handler.arrive[1].set()
-    await _until(lambda: not parts.runs.inflight and not parts.runs.displaced)
-    await until_idle()
-    assert events == ["call 0 started", "cancel returned", "call 1 started"]
+    await _cancelled_between_the_calls(parts, handler, cancelling, events)
     assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
 
 
