@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
+from storage import StorageError
 
 if TYPE_CHECKING:
     from cluster.runtime.lease import Lease
@@ -130,10 +131,17 @@ class SiloHooks:
 
 
 async def call_hooks(hooks: Sequence[SiloHooks], method: str, *args: Any) -> None:
-    """Call ``method`` on each hook; a hook that raises is logged, never allowed to stop firing."""
+    """Call ``method`` on each hook; a hook that raises is logged, never allowed to stop firing.
+
+    A store fault is the weather, not a bug: logged as a warning (the hook's next call, or the
+    next maintenance round, tries again), as the silo's own rounds log theirs.
+    """
     for hook in hooks:
         try:
             await getattr(hook, method)(*args)
+        except StorageError as exc:
+            log.warning("silo hook met a store fault", extra={"hook": type(hook).__name__, "method": method,
+                                                              "error": repr(exc)})
         except Exception:
             log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": method})
 
@@ -148,6 +156,10 @@ async def admits(hooks: Sequence[SiloHooks], event: AttemptEvent) -> bool | None
     for hook in hooks:
         try:
             verdict = await hook.admit(event)
+        except StorageError as exc:
+            log.warning("silo hook met a store fault", extra={"hook": type(hook).__name__, "method": "admit",
+                                                              "error": repr(exc)})
+            return None
         except Exception:
             log.exception("silo hook failed", extra={"hook": type(hook).__name__, "method": "admit"})
             return None

@@ -35,15 +35,20 @@ async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, 
     errors: list[tuple[float, BaseException]] = []
     asked: dict[str, float] = {}  # job id of a call in doubt -> the due time that call asked for
     outage: list[float] = []
+    calls: list[tuple[float, float, str]] = []  # (started, ended, outcome) of every schedule call
+
 
     async def load() -> None:
         while len(outage) < 2 or time.time() < outage[1] + 3:
             due = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+            started = time.time()
             try:
                 jobs = await client.schedule_jobs([{"target": Target.actor(name), "due": due} for _ in range(20)])
                 acknowledged.update({j.id: j.due.timestamp() for j in jobs})
+                calls.append((started, time.time(), "ok"))
             except Exception as exc:
                 errors.append((time.time(), exc))
+                calls.append((started, time.time(), repr(exc)[:120]))
                 if isinstance(exc, ScheduleInDoubt):
                     asked.update(dict.fromkeys(exc.may_fire, due.timestamp()))
             await asyncio.sleep(0.2)
@@ -90,7 +95,9 @@ async def test_a_ten_second_store_outage_loses_no_acknowledged_job(ray_session, 
     # Callers were told while the store was down, with the store's own error, not a hang; or, for
     # a call whose batch may have landed and could not be taken back while the store was down,
     # with ScheduleInDoubt naming the jobs that may fire and the store's error.
-    assert errors, "no schedule call failed during a 10 s outage"
+    during = [(round(a - outage[0], 2), round(b - outage[0], 2), what) for a, b, what in calls
+              if b >= outage[0] and a <= outage[1]]
+    assert errors, f"no schedule call failed during a 10 s outage; the calls that overlapped it, in s from its start: {during}"
     for at, exc in errors:
         assert outage[0] - 1 <= at <= outage[1] + 12, f"a schedule call failed outside the outage: {exc!r}"
         if isinstance(exc, ScheduleInDoubt):
