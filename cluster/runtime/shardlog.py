@@ -46,6 +46,10 @@ ADD, REMOVE, RETRY, SNAPSHOT, PAUSE, RESUME = 0, 1, 2, 3, 4, 5
 SUCCEEDED, EXHAUSTED, CANCELLED, MOVED, EXPIRED = "succeeded", "exhausted", "cancelled", "moved", "expired"
 
 SHARD_PREFIX = "shards/"
+#: A compaction's SNAPSHOT record holds live jobs up to this many bytes, the rest as ADDs after
+#: it (``ShardState.snapshot``): well within one block, the most one record may take.
+SNAPSHOT_BYTES = 1 << 20
+ENTRY_BYTES = 64  # a snapshot entry's bytes beside its id and packed job, at most
 RELEASED = "-"  # the owner of a shard released by a graceful stop
 OPEN, SEALED = "open", "sealed"
 
@@ -532,12 +536,27 @@ class ShardState:
                 self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT pause", _str_or_none(job_id)))
 
     def snapshot(self) -> list[list[Any]]:
-        """The records a compacted generation starts with: every live job and forward, and every pause."""
-        record = [SNAPSHOT, [[job_id, *entry[:OWNER]] for job_id, entry in self.live.items()], dict(self.moved),
-                  dict(self.pending), sorted(self.sources)]
-        if self.paused:
-            record.append(dict(self.paused))  # only then: a log with no pause reads as before
-        return [record]
+        """The records a compacted generation starts with: every live job and forward, and every pause.
+
+        One SNAPSHOT record holds the live jobs up to ``SNAPSHOT_BYTES``; the rest follow it as
+        ADD records, their pauses as PAUSE records after those, which replay folds to the same
+        state (and older releases read alike). A record is never split across blocks, and the
+        whole state in one record outgrew a block (4 MiB) at ~20,000 live jobs of ~200 B, or 17
+        of the largest (256 KiB): such a shard could not rotate at the block limit, its writer
+        stopped there, and the jobs it held could no longer record an outcome.
+        """
+        first: list[list[Any]] = []
+        rest: list[list[Any]] = []
+        size = 0
+        for job_id, entry in self.live.items():
+            size += len(job_id) + len(entry[JOB]) + ENTRY_BYTES
+            (first if size <= SNAPSHOT_BYTES else rest).append([job_id, *entry[:OWNER]])
+        later = {item[0] for item in rest}
+        record = [SNAPSHOT, first, dict(self.moved), dict(self.pending), sorted(self.sources)]
+        if self.paused:  # only then: a log with no pause reads as before
+            record.append({job_id: pause for job_id, pause in self.paused.items() if job_id not in later})
+        return [record, *([ADD, *item] for item in rest),
+                *([PAUSE, job_id, *pause] for job_id, pause in self.paused.items() if job_id in later)]
 
     def holds_move(self, job_id: str, occurrence: int) -> bool:
         """Whether a move of ``job_id`` to ``occurrence`` landed here: live, or ended or moved on since."""

@@ -852,4 +852,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a recurring job whose next occurrence's ADD a damaged frame lost keeps its older occurrence live "
             "at replay beside the chain a later move carried on: live in two shards, it runs twice",
     ),
+    Mutant(
+        name="snapshot-in-one-record",
+        kind="a writer stopped at the block limit",
+        path="cluster/runtime/shardlog.py",
+        old="            (first if size <= SNAPSHOT_BYTES else rest).append([job_id, *entry[:OWNER]])\n",
+        new="            first.append([job_id, *entry[:OWNER]])\n",
+        catch=Pytest(("tests/runtime/test_big_snapshot.py::"
+                      "test_a_shard_holding_more_than_a_block_of_live_jobs_rotates_and_fires_every_one",)),
+        # Found by reading: the bucket's snapshot had been split for the same reason.
+        why="a shard whose live jobs outgrow one block (4 MiB: ~20,000 jobs, or 17 of the largest) cannot "
+            "rotate at the block limit: its writer stops, and its jobs' outcomes are never recorded",
+    ),
 )
