@@ -26,6 +26,7 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
 - ``[SNAPSHOT, [[id, due_us, job, occurrence, attempts, scheduled_us], ...], moved, pending, sources, paused]``
   — the live state, written first in a new generation when a log is compacted (older snapshots
   end after ``moved``; ``paused``, job id -> ``[note, by, since_us]``, only when a job is paused).
+  Live jobs beyond ``SNAPSHOT_BYTES`` follow it as ADD records, and their pauses as PAUSE records.
 """
 
 from __future__ import annotations
