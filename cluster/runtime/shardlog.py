@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from storage import Decoded
-from storage.records import collector_paused
+from storage.records import collector_paused, pack
 
 log = logging.getLogger("timeshard.silo")
 
@@ -544,11 +544,13 @@ class ShardState:
         state (and older releases read alike). A record is never split across blocks, and the
         whole state in one record outgrew a block (4 MiB) at ~20,000 live jobs of ~200 B, or 17
         of the largest (256 KiB): such a shard could not rotate at the block limit, its writer
-        stopped there, and the jobs it held could no longer record an outcome.
+        stopped there, and the jobs it held could no longer record an outcome. The forwards
+        (``moved``, one per recurring job that moved on from here, ~80 B each) stay in the record,
+        ahead of the jobs: a shard that forwarded more than ~50,000 jobs still cannot compact.
         """
         first: list[list[Any]] = []
         rest: list[list[Any]] = []
-        size = 0
+        size = len(pack([self.moved, self.pending, sorted(self.sources)]))  # the record's other fields
         for job_id, entry in self.live.items():
             size += len(job_id) + len(entry[JOB]) + ENTRY_BYTES
             (first if size <= SNAPSHOT_BYTES else rest).append([job_id, *entry[:OWNER]])
