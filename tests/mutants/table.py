@@ -229,7 +229,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="answer-before-a-dead-owners-sends-end",
         kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
         path="cluster/runtime/adoption.py",
-        old="        shard.sent_before_until = self._lease_left_over(meta.owner)\n",
+        old="        shard.sent_before_until = self._sends_until(base, meta.owner)\n",
         new="        pass\n",
         # Seeds 23 and 33, then 368 (re-hunted at 7bba342) caught it; the retry window moved their
         # worlds this stop: the runtime test is its catcher.
@@ -237,6 +237,30 @@ MUTANTS: tuple[Mutant, ...] = (
                       "test_a_cancel_or_pause_of_a_shard_taken_at_once_from_an_exited_silo_holds_for_what_it_sent_ahead",)),
         why="a shard taken at once from a silo whose process exited answers 'cancelled' or 'paused' while what that "
             "silo sent ahead waits in its handler under its lease, and it starts after (simulator seeds 23, 33)",
+    ),
+    Mutant(
+        name="taken-back-forgets-a-dead-owners-sends",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/adoption.py",
+        old="            new.sent_before_until = self._sends_until(shard.base, self._me.owner)\n",
+        new="            pass\n",
+        catch=Pytest(("tests/runtime/test_sent_before_lease.py::"
+                      "test_a_cancel_in_a_shard_taken_back_waits_out_the_lease_of_the_owner_it_was_adopted_from",
+                      "tests/runtime/test_sent_before_lease.py::"
+                      "test_a_pause_in_a_shard_taken_back_waits_out_the_lease_of_the_owner_it_was_adopted_from")),
+        why="a shard adopted from a silo whose process exited, then taken back from its own log before that silo's "
+            "lease ended, answers 'cancelled' or 'paused' at once while what the dead silo sent ahead may still start",
+    ),
+    Mutant(
+        name="claim-in-doubt-forgets-a-dead-owners-sends",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/adoption.py",
+        old="        until = max(self._lease_left_over(owner), self._sent_before.get(base, float(\"-inf\")))\n",
+        new="        until = self._lease_left_over(owner)\n",
+        catch=Pytest(("tests/runtime/test_sent_before_lease.py::"
+                      "test_a_claim_whose_answer_was_lost_waits_out_the_lease_once_the_next_round_takes_its_shard",)),
+        why="a claim of an exited silo's shard whose answer was lost is taken again as this silo's own, and that copy "
+            "answers 'cancelled' or 'paused' at once while what the dead silo sent ahead may still start",
     ),
     Mutant(
         name="memory-append-unfenced",
