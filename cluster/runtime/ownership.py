@@ -386,6 +386,21 @@ class ShardTable:
             if run.shard is shard:
                 del self._runs.staged[job_id]
 
+    def unqueue(self, shard: Shard, job_id: str) -> tuple[int, list[Any]] | None:
+        """Take ``shard``'s copy of ``job_id`` off the timer queue: its due time and entry, or
+        None if that copy is not queued.
+
+        The queue keeps one entry per id, and it may be another shard's copy of the id (a flow
+        step taken again puts its fixed id into a second shard of this silo: see
+        ``RunTable.of_copy``). That copy is left to fire: taken off by a pause or cancel of this
+        one, it stayed live in its log, queued nowhere, and neither fired nor went.
+        """
+        queued = self._queue.get(job_id)
+        if queued is None or queued[1][OWNER] is not shard:
+            return None
+        self._queue.cancel(job_id)
+        return queued
+
     def drop_all(self, why: str) -> None:
         for shard in list(self.shards.values()):
             self.drop(shard, why)

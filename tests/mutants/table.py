@@ -818,12 +818,53 @@ MUTANTS: tuple[Mutant, ...] = (
         name="cancel-unqueues-another-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/cancel.py",
-        old="            if queued is not None and queued[1][OWNER] is not shard:\n",
-        new="            if False:\n",
+        old="            queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the removal is written\n"
+            "            removing[job_id] = (waiting, queued, entry)\n",
+        new="            queued = self._queue.get(job_id)\n"
+            "            self._queue.cancel(job_id)\n"
+            "            removing[job_id] = (waiting, queued, entry)\n",
         catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
                       "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
         why="a cancel of one shard's copy of a job id takes the other shard's queued copy off the queue: "
             "live in its log, queued nowhere, never run",
+    ),
+    Mutant(
+        name="pause-unqueues-another-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/pausing.py",
+        old="            queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the pause is written\n",
+        new="            queued = self._queue.get(job_id)\n"
+            "            self._queue.cancel(job_id)\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_pause_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+        why="a pause of one shard's copy of a job id takes the other shard's queued copy off the queue: "
+            "live and not paused in its log, queued nowhere, never run",
+    ),
+    Mutant(
+        name="cancelled-outcome-unqueues-another-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/outcomes.py",
+        old="            self._shards.unqueue(shard, job_id)\n",
+        new="            self._queue.cancel(job_id)\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_marking_the_adopted_copys_run_as_its_outcome_moves_it_on_leaves_the_fresh_copy_to_fire",)),
+        why="the outcome of a run a cancel marked removes the next occurrence it wrote, and takes another shard's "
+            "queued copy of the job id off the queue with it: live in its log, queued nowhere, never run",
+    ),
+    Mutant(
+        name="unqueue-takes-any-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/ownership.py",
+        old="        if queued is None or queued[1][OWNER] is not shard:\n",
+        new="        if queued is None:\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+        also=(Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_pause_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+              Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_marking_the_adopted_copys_run_as_its_outcome_moves_it_on_leaves_the_fresh_copy_to_fire",))),
+        why="a cancel, a pause or a cancelled run's outcome in one shard takes another shard's queued copy of the "
+            "job id off the queue: live in its log, queued nowhere, never run",
     ),
     Mutant(
         name="cancel-waits-for-the-shard-held-now",
