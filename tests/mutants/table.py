@@ -852,6 +852,17 @@ MUTANTS: tuple[Mutant, ...] = (
             "queued copy of the job id off the queue with it: live in its log, queued nowhere, never run",
     ),
     Mutant(
+        name="retry-leaves-the-told-copy-unqueued",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/scheduling.py",
+        old="                    and (queued is None or queued[1][OWNER] is not shard)):\n",
+        new="                    and queued is None):\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_step_taken_again_beside_a_copy_its_log_lost_fires_from_the_copy_the_flow_was_told_of",)),
+        why="a flow step taken again beside a copy whose ADD its log lost stays unqueued behind that memory-only copy: "
+            "live in its log, never fired while the silo lives, run again after the next failover",
+    ),
+    Mutant(
         name="unqueue-takes-any-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/ownership.py",

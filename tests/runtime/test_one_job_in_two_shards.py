@@ -1,7 +1,9 @@
 """One job id in two shards of one silo: a flow step taken again after its intent's writer died
 puts its fixed job id into the silo's fresh shard while the old copy lives on in a shard the silo
-adopted. The run table and the timer queue are keyed by job id alone; a cancel of one copy must
-hold for that copy, and leave the other to fire."""
+adopted (its log lost the job's ADD to damage, so the retry's search found no earlier try). The
+run table and the timer queue are keyed by job id alone; a cancel or pause of one copy, or the
+outcome of its cancelled run, must hold for that copy and leave the other to fire; and the copy the
+step's caller was told of, which the log holds, is the one queued."""
 
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ from tests.runtime.harness import (
     Recorder,
     add,
     fire_due,
+    item,
     job,
     live_copies,
     make_parts,
     until_idle,
 )
 from tests.runtime.test_cancel import HeldOnTheirWay, _until
+from tests.runtime.test_damage import corrupt
 
 
 async def _adopted_and_fresh(handler: object, store: Store | None = None,
@@ -208,3 +212,33 @@ async def test_a_cancel_marking_the_adopted_copys_run_as_its_outcome_moves_it_on
     handler.ran.clear()
     await fire_due(parts)
     assert handler.ran == [1]  # the fresh copy's first occurrence
+
+
+async def test_a_step_taken_again_beside_a_copy_its_log_lost_fires_from_the_copy_the_flow_was_told_of() -> None:
+    """How one id gets into two shards of one silo (simulator seed 395846, every kind): the adopted
+    shard's log lost the job's ADD to damage at rest after the silo had loaded it, so the retry of
+    the step's schedule call found no earlier try there and added the job again into the silo's
+    fresh shard, the shard the flow was told. The memory-only copy kept the job's one place in
+    the queue and ran; the copy the flow was told of stayed live in its log, queued nowhere, to
+    run again after the next failover, and its shard never drained. The acknowledged copy, the
+    one the log holds, is the one that fires: the other is a trace of a record the log lost."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j, k = job(), job()
+    (old,) = await first.scheduling.schedule([item(j)])  # landed; its caller (a flow's writer) died
+    await first.scheduling.schedule([item(k)])  # a later frame: j's is mid-log
+    parts = await make_parts(store, "a", transport=LocalTransport(predecessors_exited=True))
+    parts.transport.handlers["h"] = recorder = Recorder()
+    parts.adoption._budget = 64
+    assert await parts.adoption.adopt_orphans() == 1
+    adopted = parts.shards.get(old)
+    assert adopted is not None and adopted.state is not None and j.id in adopted.state.live
+    corrupt(store, old, 0)  # bit rot in j's frame: the log no longer holds j
+    (new,) = await parts.scheduling.schedule([item(j)], suspects=[first.me.owner])  # the step taken again
+    assert new != old
+    parts.clock.advance(max(0.0, adopted.sent_before_until - parts.clock.monotonic()) + 2)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert sorted(ctx.job.id for ctx in recorder.ran) == sorted([j.id, k.id])
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
+    assert await live_copies(store, j.id) == []  # nothing left for a failover to run again
