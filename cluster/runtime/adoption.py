@@ -131,6 +131,7 @@ class Adoption:
         # Shard -> until when (monotonic) what an owner it was claimed from sent may still start
         # (``sends_until``): kept for every copy this silo makes of its log, not the first alone.
         self._sent_before: dict[str, float] = {}
+        self._sent_before_cap = 64  # entries kept before the ended ones are swept out
         # When to list (``round_due``): the live silos last read, and what of their rows a
         # departure or join changes; the interval of this silo's last round; whether it heard
         # something that calls for a round at once, or left work for the next interval.
@@ -401,10 +402,12 @@ class Adoption:
         whose sends may still wait at a handler.
         """
         now = self._clock.monotonic()
-        self._sent_before = {name: until for name, until in self._sent_before.items() if until > now}
-        until = max(self._lease_left_over(owner), self._sent_before.get(base, float("-inf")))
+        until = max(self._lease_left_over(owner), self._sent_before.pop(base, float("-inf")))
         if until > now:
             self._sent_before[base] = until
+            if len(self._sent_before) > self._sent_before_cap:  # amortised: a mass failover claims thousands
+                self._sent_before = {name: end for name, end in self._sent_before.items() if end > now}
+                self._sent_before_cap = 2 * len(self._sent_before) + 64
         return until
 
     def _lease_left_over(self, owner: str) -> float:

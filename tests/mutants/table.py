@@ -255,7 +255,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="claim-in-doubt-forgets-a-dead-owners-sends",
         kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
         path="cluster/runtime/adoption.py",
-        old="        until = max(self._lease_left_over(owner), self._sent_before.get(base, float(\"-inf\")))\n",
+        old="        until = max(self._lease_left_over(owner), self._sent_before.pop(base, float(\"-inf\")))\n",
         new="        until = self._lease_left_over(owner)\n",
         catch=Pytest(("tests/runtime/test_sent_before_lease.py::"
                       "test_a_claim_whose_answer_was_lost_waits_out_the_lease_once_the_next_round_takes_its_shard",)),
