@@ -408,10 +408,11 @@ class ShardTable:
     def update_loaded_gauge(self) -> None:
         self._metrics.shards_loaded.set(sum(1 for s in self.shards.values() if s.loaded))
 
-    async def release_all(self) -> int:
-        """Clear the owner of every shard (a graceful stop) so peers take them at once."""
+    async def release_all(self, which: Callable[[Shard], bool] = lambda _: True) -> int:
+        """Clear the owner of every shard (a graceful stop), or of those ``which`` picks, so peers
+        take them at once; how many were released."""
         released = 0
-        for shard in list(self.shards.values()):
+        for shard in [shard for shard in self.shards.values() if which(shard)]:
             with contextlib.suppress(StorageError):
                 await shard.set_meta(shard.meta.with_owner(RELEASED))
                 released += 1

@@ -252,6 +252,17 @@ MUTANTS: tuple[Mutant, ...] = (
             "lease ended, answers 'cancelled' or 'paused' at once while what the dead silo sent ahead may still start",
     ),
     Mutant(
+        name="stop-releases-before-a-dead-owners-sends-end",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/silo.py",
+        old="        first = {shard for shard in self._r.shards if shard.sent_before_until <= now}\n",
+        new="        first = set(self._r.shards)\n",
+        catch=Pytest(("tests/runtime/test_silo.py::"
+                      "test_a_silo_stopped_just_after_adopting_from_an_exited_silo_releases_that_shard_only_once_its_sends_end",)),
+        why="a silo stopped just after adopting an exited silo's shard releases it at once; its next owner, claiming "
+            "a released shard, answers 'cancelled' or 'paused' while what the dead silo sent ahead may still start",
+    ),
+    Mutant(
         name="claim-in-doubt-forgets-a-dead-owners-sends",
         kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
         path="cluster/runtime/adoption.py",
