@@ -128,6 +128,10 @@ class Adoption:
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
         self._claims_failed = 0  # claims the store failed (not beaten): an adoption round stops at one
         self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
+        # Shard -> until when (monotonic) what an owner it was claimed from sent may still start
+        # (``sends_until``): kept for every copy this silo makes of its log, not the first alone.
+        self._sent_before: dict[str, float] = {}
+        self._sent_before_cap = 64  # entries kept before the ended ones are swept out
         # When to list (``round_due``): the live silos last read, and what of their rows a
         # departure or join changes; the interval of this silo's last round; whether it heard
         # something that calls for a round at once, or left work for the next interval.
@@ -359,6 +363,7 @@ class Adoption:
         if self._busy(base) or self._me.owner != me:
             return None  # taken meanwhile by another round of ours (a cancel, the heartbeat), or rejoined
         failed = meta.owner not in (RELEASED, me)
+        self._sends_until(base, meta.owner)  # before the CAS: a claim in doubt may have landed
         self._shards.pending.add(base)
         try:
             shard = await Shard.claim(self._store, base, lambda seen: claimed_meta(seen, me), meta.owner,
@@ -374,7 +379,7 @@ class Adoption:
             return None
         finally:
             self._shards.pending.discard(base)
-        shard.sent_before_until = self._lease_left_over(meta.owner)
+        shard.sent_before_until = self._sends_until(base, meta.owner)
         if not self._shards.add(shard):
             return None  # we rejoined while claiming: the claim carries the dead incarnation
         self._metrics.adopted.inc()
@@ -386,6 +391,24 @@ class Adoption:
         # Moves its writer decided but may not have carried out: carried out now, exactly once.
         await self._moves.settle_all(shard, self._loading.queue_entry)
         return shard
+
+    def _sends_until(self, base: str, owner: str) -> float:
+        """Until when (monotonic) work sent by an owner ``base`` was claimed from may still start:
+        ``owner``'s lease left over, or that of an owner this silo claimed it from before.
+
+        Every copy of the shard this silo holds waits that out, not only the first claim's: a
+        copy taken back from its log (its writer stopped), or claimed again as this silo's own
+        (a claim whose answer was lost) reads a log that names this silo, not the dead owner
+        whose sends may still wait at a handler.
+        """
+        now = self._clock.monotonic()
+        until = max(self._lease_left_over(owner), self._sent_before.pop(base, float("-inf")))
+        if until > now:
+            self._sent_before[base] = until
+            if len(self._sent_before) > self._sent_before_cap:  # amortised: a mass failover claims thousands
+                self._sent_before = {name: end for name, end in self._sent_before.items() if end > now}
+                self._sent_before_cap = 2 * len(self._sent_before) + 64
+        return until
 
     def _lease_left_over(self, owner: str) -> float:
         """Until when (monotonic) the lease of ``owner``, whose shard we just claimed, may still run.
@@ -458,6 +481,7 @@ class Adoption:
             except (Fenced, NotFound):
                 self._shards.drop(shard, "its log was corrupted, and another silo holds it now")
                 return None
+            new.sent_before_until = self._sends_until(shard.base, self._me.owner)
             if not self._shards.replace(shard, new):
                 return None  # we rejoined meanwhile: the shard is an orphan, claimed by whoever is first
             log.error("shard log corrupted under its writer: taken back", extra={"shard": shard.base,

@@ -20,7 +20,6 @@ from cluster.runtime.shardlog import (
     ATTEMPTS,
     CANCELLED,
     OCCURRENCE,
-    OWNER,
     RELEASED,
     SHARD_PREFIX,
     LiveJob,
@@ -226,14 +225,8 @@ class Cancelling:
                 answer: CancelAnswer = ("moved", moved) if moved else ("absent", None)
                 waiting.answer.set_result(_Found(answer, self._older_runs(shard, job_id)))
                 continue
-            queued = self._queue.get(job_id)
-            if queued is not None and queued[1][OWNER] is not shard:
-                # Another shard's copy of this id (a flow step taken again): the queue keeps one
-                # entry per id, and this one is that copy's, to fire (else left queued nowhere).
-                queued = None
+            queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the removal is written
             removing[job_id] = (waiting, queued, entry)
-            if queued is not None:
-                self._queue.cancel(job_id)  # first: it must not start while the removal is written
             ops.append(remove_op(job_id, entry[OCCURRENCE], CANCELLED))
         if not ops:
             return
@@ -500,9 +493,8 @@ class Cancelling:
                     # another batch, told its client "nothing done" (simulator seed 431343).
                     started.add(job_id)
                     continue
-                queued = self._queue.get(job_id)
-                if queued is not None and queued[1][OWNER] is shard:
-                    self._queue.cancel(job_id)  # first: it must not start while the removal is written
+                queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the removal is written
+                if queued is not None:
                     unqueued.append((job_id, queued[0], queued[1]))
             try:
                 # 1: the first occurrence, the only one a new job has

@@ -389,7 +389,7 @@ class Outcomes:
         if state is not None and job_id not in state.live:
             shard = self._shards.get(state.moved.get(job_id) or "")
         if shard is not None and shard.state is not None and job_id in shard.state.live:
-            self._queue.cancel(job_id)
+            self._shards.unqueue(shard, job_id)
             await shard.write([remove_op(job_id, shard.state.live[job_id][OCCURRENCE], CANCELLED)])
 
     def _next_time(self, run: Run) -> tuple[tuple[int, int] | None, int, int, bool]:

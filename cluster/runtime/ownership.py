@@ -386,6 +386,21 @@ class ShardTable:
             if run.shard is shard:
                 del self._runs.staged[job_id]
 
+    def unqueue(self, shard: Shard, job_id: str) -> tuple[int, list[Any]] | None:
+        """Take ``shard``'s copy of ``job_id`` off the timer queue: its due time and entry, or
+        None if that copy is not queued.
+
+        The queue keeps one entry per id, and it may be another shard's copy of the id (a flow
+        step taken again puts its fixed id into a second shard of this silo: see
+        ``RunTable.of_copy``). That copy is left to fire: taken off by a pause or cancel of this
+        one, it stayed live in its log, queued nowhere, and neither fired nor went.
+        """
+        queued = self._queue.get(job_id)
+        if queued is None or queued[1][OWNER] is not shard:
+            return None
+        self._queue.cancel(job_id)
+        return queued
+
     def drop_all(self, why: str) -> None:
         for shard in list(self.shards.values()):
             self.drop(shard, why)
@@ -393,10 +408,11 @@ class ShardTable:
     def update_loaded_gauge(self) -> None:
         self._metrics.shards_loaded.set(sum(1 for s in self.shards.values() if s.loaded))
 
-    async def release_all(self) -> int:
-        """Clear the owner of every shard (a graceful stop) so peers take them at once."""
+    async def release_all(self, which: Callable[[Shard], bool] = lambda _: True) -> int:
+        """Clear the owner of every shard (a graceful stop), or of those ``which`` picks, so peers
+        take them at once; how many were released."""
         released = 0
-        for shard in list(self.shards.values()):
+        for shard in [shard for shard in self.shards.values() if which(shard)]:
             with contextlib.suppress(StorageError):
                 await shard.set_meta(shard.meta.with_owner(RELEASED))
                 released += 1

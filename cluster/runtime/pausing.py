@@ -186,8 +186,7 @@ class Pausing:
             current = state.paused.get(job_id)
             if current is not None:
                 return "already_paused", list(current)
-            queued = self._queue.get(job_id)
-            self._queue.cancel(job_id)  # first: it must not start while the pause is written
+            queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the pause is written
             op = pause_op(job_id, note, by, self._clock.now_us())
             try:
                 await shard.write([op])

@@ -34,6 +34,7 @@ from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import (
     DUE,
+    OWNER,
     QUEUED,
     RELEASED,
     SHARD_PREFIX,
@@ -211,12 +212,17 @@ class Scheduling:
             job_id = item[0]
             entry = live.get(job_id)
             run = self._runs.find(job_id)
+            queued = self._queue.get(job_id)
             # A load that ran meanwhile queued it already, and it may even have started. A run of
             # another shard's copy is not this one: a retry adds a job again once the log its
             # earlier try ran in no longer records it, even while that run is still finishing
-            # here, and its outcome queues nothing of this shard (simulator seed 346763).
+            # here, and its outcome queues nothing of this shard (simulator seed 346763). Nor is
+            # another shard's copy queued under the id: its log lost the record (damage at rest)
+            # the retry looked for, so it lives in memory only; this copy, the one its caller was
+            # told of, takes the id's one place in the queue. Left unqueued, it was live in its
+            # log and never fired while the other ran, to run again after a failover.
             if (entry is not None and job_id not in taken and (run is None or run.shard.base != shard.base)
-                    and self._queue.get(job_id) is None):
+                    and (queued is None or queued[1][OWNER] is not shard)):
                 taken.add(job_id)
                 keys.append(job_id)
                 dues.append(entry[DUE])

@@ -128,7 +128,8 @@ class Shard:
         # While it is being handed over (``balance``): its due jobs, held back instead of started.
         self.leaving: list[tuple[int, str, list[Any]]] | None = None
         # Until when (monotonic) work its previous owner sent may still start at a handler: that
-        # owner's lease, when the shard was claimed before it surely ended (``Adoption.claim``).
+        # owner's lease, when the shard was claimed before it surely ended, kept for every later
+        # copy this silo makes of its log (``Adoption._sends_until``).
         self.sent_before_until = float("-inf")
 
     def __repr__(self) -> str:

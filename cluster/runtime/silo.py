@@ -241,7 +241,9 @@ class Silo:
         """Stop gracefully: no new work, finish what is in flight, release every shard.
 
         The heartbeat goes on until then, so the lease holds while runs end; only once the
-        shards are released does the silo mark itself dead, proof for peers that it is gone.
+        shards are released does the silo mark itself dead, proof for peers that it is gone. A
+        shard adopted while its dead owner's lease may still run is released once that lease is
+        over (at most a lease after the adoption), the others at once.
         """
         await self._ready
         self._r.runs.closing = True
@@ -254,7 +256,17 @@ class Silo:
         # Polled: the deadline is on the injectable clock, which an Event's timeout would not follow.
         while self._r.runs.inflight and self._clock.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
-        released = await self._r.shards.release_all()
+        # A shard claimed from a dead owner whose lease may still run is released once it ends:
+        # what that owner sent ahead may start at a handler until then, and a peer claiming the
+        # shard released knows of no lease to wait out before it answers a cancel or pause.
+        now = self._clock.monotonic()
+        first = {shard for shard in self._r.shards if shard.sent_before_until <= now}
+        released = await self._r.shards.release_all(lambda shard: shard in first)
+        if len(first) < len(self._r.shards.shards):
+            self._r.transport.notify_adopt(self._r.heartbeat.peers())  # these go at once, the rest below
+            while self._sends_may_start() and self._clock.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            released += await self._r.shards.release_all(lambda shard: shard not in first)
         for task in beating:
             await self._r.heartbeat.halt(task)
         with contextlib.suppress(StorageError):
@@ -264,6 +276,11 @@ class Silo:
         await self._store.close()
         log.info("silo stopped", extra={"silo": self.owner, "released": released})
         return {"released": released, "unfinished": len(self._r.runs.inflight)}
+
+    def _sends_may_start(self) -> bool:
+        """Whether what a dead previous owner of a held shard sent ahead may still start."""
+        now = self._clock.monotonic()
+        return any(shard.sent_before_until > now for shard in self._r.shards)
 
     # -- the API -------------------------------------------------------------------------------
 

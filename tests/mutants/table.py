@@ -229,7 +229,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="answer-before-a-dead-owners-sends-end",
         kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
         path="cluster/runtime/adoption.py",
-        old="        shard.sent_before_until = self._lease_left_over(meta.owner)\n",
+        old="        shard.sent_before_until = self._sends_until(base, meta.owner)\n",
         new="        pass\n",
         # Seeds 23 and 33, then 368 (re-hunted at 7bba342) caught it; the retry window moved their
         # worlds this stop: the runtime test is its catcher.
@@ -237,6 +237,41 @@ MUTANTS: tuple[Mutant, ...] = (
                       "test_a_cancel_or_pause_of_a_shard_taken_at_once_from_an_exited_silo_holds_for_what_it_sent_ahead",)),
         why="a shard taken at once from a silo whose process exited answers 'cancelled' or 'paused' while what that "
             "silo sent ahead waits in its handler under its lease, and it starts after (simulator seeds 23, 33)",
+    ),
+    Mutant(
+        name="taken-back-forgets-a-dead-owners-sends",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/adoption.py",
+        old="            new.sent_before_until = self._sends_until(shard.base, self._me.owner)\n",
+        new="            pass\n",
+        catch=Pytest(("tests/runtime/test_sent_before_lease.py::"
+                      "test_a_cancel_in_a_shard_taken_back_waits_out_the_lease_of_the_owner_it_was_adopted_from",
+                      "tests/runtime/test_sent_before_lease.py::"
+                      "test_a_pause_in_a_shard_taken_back_waits_out_the_lease_of_the_owner_it_was_adopted_from")),
+        why="a shard adopted from a silo whose process exited, then taken back from its own log before that silo's "
+            "lease ended, answers 'cancelled' or 'paused' at once while what the dead silo sent ahead may still start",
+    ),
+    Mutant(
+        name="stop-releases-before-a-dead-owners-sends-end",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/silo.py",
+        old="        first = {shard for shard in self._r.shards if shard.sent_before_until <= now}\n",
+        new="        first = set(self._r.shards)\n",
+        catch=Pytest(("tests/runtime/test_silo.py::"
+                      "test_a_silo_stopped_just_after_adopting_from_an_exited_silo_releases_that_shard_only_once_its_sends_end",)),
+        why="a silo stopped just after adopting an exited silo's shard releases it at once; its next owner, claiming "
+            "a released shard, answers 'cancelled' or 'paused' while what the dead silo sent ahead may still start",
+    ),
+    Mutant(
+        name="claim-in-doubt-forgets-a-dead-owners-sends",
+        kind="a cancel or pause answered while a killed silo's attempt sent ahead may start",
+        path="cluster/runtime/adoption.py",
+        old="        until = max(self._lease_left_over(owner), self._sent_before.pop(base, float(\"-inf\")))\n",
+        new="        until = self._lease_left_over(owner)\n",
+        catch=Pytest(("tests/runtime/test_sent_before_lease.py::"
+                      "test_a_claim_whose_answer_was_lost_waits_out_the_lease_once_the_next_round_takes_its_shard",)),
+        why="a claim of an exited silo's shard whose answer was lost is taken again as this silo's own, and that copy "
+            "answers 'cancelled' or 'paused' at once while what the dead silo sent ahead may still start",
     ),
     Mutant(
         name="memory-append-unfenced",
@@ -794,12 +829,64 @@ MUTANTS: tuple[Mutant, ...] = (
         name="cancel-unqueues-another-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/cancel.py",
-        old="            if queued is not None and queued[1][OWNER] is not shard:\n",
-        new="            if False:\n",
+        old="            queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the removal is written\n"
+            "            removing[job_id] = (waiting, queued, entry)\n",
+        new="            queued = self._queue.get(job_id)\n"
+            "            self._queue.cancel(job_id)\n"
+            "            removing[job_id] = (waiting, queued, entry)\n",
         catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
                       "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
         why="a cancel of one shard's copy of a job id takes the other shard's queued copy off the queue: "
             "live in its log, queued nowhere, never run",
+    ),
+    Mutant(
+        name="pause-unqueues-another-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/pausing.py",
+        old="            queued = self._shards.unqueue(shard, job_id)  # first: it must not start while the pause is written\n",
+        new="            queued = self._queue.get(job_id)\n"
+            "            self._queue.cancel(job_id)\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_pause_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+        why="a pause of one shard's copy of a job id takes the other shard's queued copy off the queue: "
+            "live and not paused in its log, queued nowhere, never run",
+    ),
+    Mutant(
+        name="cancelled-outcome-unqueues-another-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/outcomes.py",
+        old="            self._shards.unqueue(shard, job_id)\n",
+        new="            self._queue.cancel(job_id)\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_marking_the_adopted_copys_run_as_its_outcome_moves_it_on_leaves_the_fresh_copy_to_fire",)),
+        why="the outcome of a run a cancel marked removes the next occurrence it wrote, and takes another shard's "
+            "queued copy of the job id off the queue with it: live in its log, queued nowhere, never run",
+    ),
+    Mutant(
+        name="retry-leaves-the-told-copy-unqueued",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/scheduling.py",
+        old="                    and (queued is None or queued[1][OWNER] is not shard)):\n",
+        new="                    and queued is None):\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_step_taken_again_beside_a_copy_its_log_lost_fires_from_the_copy_the_flow_was_told_of",)),
+        why="a flow step taken again beside a copy whose ADD its log lost stays unqueued behind that memory-only copy: "
+            "live in its log, never fired while the silo lives, run again after the next failover",
+    ),
+    Mutant(
+        name="unqueue-takes-any-shards-copy",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/ownership.py",
+        old="        if queued is None or queued[1][OWNER] is not shard:\n",
+        new="        if queued is None:\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+        also=(Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_pause_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
+              Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_cancel_marking_the_adopted_copys_run_as_its_outcome_moves_it_on_leaves_the_fresh_copy_to_fire",))),
+        why="a cancel, a pause or a cancelled run's outcome in one shard takes another shard's queued copy of the "
+            "job id off the queue: live in its log, queued nowhere, never run",
     ),
     Mutant(
         name="cancel-waits-for-the-shard-held-now",

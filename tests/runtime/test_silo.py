@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 
 from cluster.model.clock import SYSTEM_CLOCK
 from cluster.runtime.hooks import SiloHooks
-from cluster.runtime.shardlog import SHARD_PREFIX
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX
 from cluster.runtime.silo import Silo
 from storage import MemoryStore, list_logs
 from tests.runtime.harness import OPTIONS, LocalTransport, Recorder, item, job
@@ -110,3 +111,45 @@ def test_a_silo_whose_first_reading_of_the_store_clock_fails_fires_nothing_early
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+async def test_a_silo_stopped_just_after_adopting_from_an_exited_silo_releases_that_shard_only_once_its_sends_end(
+        ) -> None:
+    """Ray restarted silo 0 after a SIGKILL: its second incarnation adopted the first one's shard
+    at once (the process is gone), while what the first sent ahead may still start at a handler
+    until its lease ends. Stopped within that lease, it released the shard at once; its next
+    owner, claiming a released shard, knows of no lease to wait out, and answers a cancel
+    "cancelled" while that send may still start. The shard is released once the lease is over."""
+    store = ReleaseTimes()
+    options = OPTIONS.with_(heartbeat_interval="100ms", suspicion_timeout="1s")
+
+    def start(transport: LocalTransport) -> Silo:
+        return Silo("0", "memory://", options, "test", hooks=lambda _store, _view: [], transport=transport,
+                    clock=SYSTEM_CLOCK, store=store)
+
+    first = start(LocalTransport())
+    await first.ready()
+    (base,) = await first.schedule([item(job(due=timedelta(seconds=4), now=datetime.now(timezone.utc)))])
+    for task in first._tasks:  # SIGKILL
+        task.cancel()
+    second = start(LocalTransport(predecessors_exited=True))
+    await second.ready()
+    adopted = second._r.shards.get(base)
+    assert adopted is not None and adopted.sent_before_until > SYSTEM_CLOCK.monotonic()
+    await second.stop()
+    assert store.released[base] >= adopted.sent_before_until
+    assert {h.metadata["owner"] for h in await list_logs(store, SHARD_PREFIX)} == {"-"}
+
+
+class ReleaseTimes(MemoryStore):
+    """Notes when (monotonic) each log's owner was cleared: a release."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released: dict[str, float] = {}
+
+    async def set_metadata(self, name: str, metadata: Mapping[str, str], if_match: str | None) -> str:
+        etag = await super().set_metadata(name, metadata, if_match)
+        if metadata.get("owner") == RELEASED:
+            self.released.setdefault(name.split("~")[0], SYSTEM_CLOCK.monotonic())  # the log, not its generation
+        return etag
