@@ -32,7 +32,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.waiting import wait_bounded
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
-from cluster.runtime.logowner import Owner, live_holder, orphan_at
+from cluster.runtime.logowner import Owner, ReleasedSince, fair_share, live_holder, orphan_at
 from cluster.runtime.membership import (
     DEAD,
     LEAVING,
@@ -59,11 +59,6 @@ MAX_CLAIM_BUDGET = 4096
 # Logs a round's first List call asks for beyond those the last round found within the lookahead
 # (and a quarter more): one call answers it, without thousands of logs of later windows.
 FIRST_PAGE_MARGIN = 64
-
-
-def fair_share(total: int, alive: int) -> int:
-    """The most shards one of ``alive`` silos should hold of ``total``: the even split, rounded up."""
-    return -(-total // max(alive, 1))
 
 
 def claims_this_round(orphans: int, alive: int, budget: int) -> int:
@@ -127,7 +122,7 @@ class Adoption:
         self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
         self._claims_failed = 0  # claims the store failed (not beaten): an adoption round stops at one
-        self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
+        self._released_since = ReleasedSince()  # released shards, and when each was first seen unclaimed
         # When to list (``round_due``): the live silos last read, and what of their rows a
         # departure or join changes; the interval of this silo's last round; whether it heard
         # something that calls for a round at once, or left work for the next interval.
@@ -289,12 +284,11 @@ class Adoption:
                           now: float) -> list[tuple[str, ShardMeta]]:
         """The released shards this silo may claim: all when below its fair share, else those
         left unclaimed for an adoption interval (so none waits for good)."""
-        wait = self._options.adoption_interval.total_seconds()
-        seen = {base: self._released_since.get(base, now) for base, _ in released}
-        self._released_since = seen
+        waited = self._released_since.waited([base for base, _ in released], now,
+                                             self._options.adoption_interval.total_seconds())
         if below_share:
             return released
-        return [(base, meta) for base, meta in released if now - seen[base] >= wait]
+        return [(base, meta) for base, meta in released if base in waited]
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
