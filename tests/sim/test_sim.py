@@ -31,7 +31,7 @@ CLOCKS_JUMP = "  0.000000 clocks jump"
 NAMED = "  0.000000 a caller works named jobs"
 # Fault kinds added after every seed of FOUND was found: off for those, so each keeps its world;
 # a seed found with them on names them (``+torn_logs``), and they stay on for it.
-LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs,-named,-flows,-dormant_overwrites,-turns,-shared_hosts,-buckets"
+LATER_KINDS = ",-real_client,-clock_jumps,-torn_logs,-named,-flows,-dormant_overwrites,-turns,-shared_hosts,-buckets,-joins"
 USES_FLOWS = "  0.000000 a user runs flows"
 CHUNKS = 10  # a chunk per test, so progress shows and a failure names its range
 # What every chunk of 200 seeds must at least do, so that "kept every invariant" means something: a
@@ -290,6 +290,22 @@ def test_a_seed_that_draws_no_registry_buckets_runs_as_before_them() -> None:
     assert 0 < drew < 6
 
 
+def test_a_seed_that_draws_no_join_runs_as_before_and_a_joiner_is_handed_registry_buckets() -> None:
+    """The ``joins`` kind draws from a generator of its own: a seed without a join keeps its
+    world. With one, a silo joins while faults go on, and the registry buckets held beyond the
+    new fair share are handed over to it, every invariant kept."""
+    joined = released = 0
+    for seed in range(1, 7):
+        result = run_seed(seed, Faults.parse("default,+buckets,+joins"))
+        assert result.ok, _explain([result])
+        if result.stats.get("joins"):
+            joined += 1
+            released += result.stats.get("registry: buckets released", 0)
+        else:
+            assert result.digest == run_seed(seed, Faults.parse("default,+buckets")).digest, seed
+    assert 0 < joined < 6 and released > 0
+
+
 def test_registry_bucket_seeds_work_names_at_their_owners_under_faults() -> None:
     """Seeds whose names live in silo-owned registry buckets (``tests.sim.buckets``) reach every
     call the caller makes, at owners that are killed, cut off and taken over, with answers lost
@@ -389,7 +405,7 @@ def test_virtual_time_costs_no_wall_time() -> None:
 
 
 def test_fault_kinds_are_named_and_a_wrong_one_is_refused() -> None:
-    assert Faults.parse("default") == Faults() == Faults.parse("all,-torn_logs,-buckets")  # see Faults
+    assert Faults.parse("default") == Faults() == Faults.parse("all,-torn_logs,-buckets,-joins")  # see Faults
     assert Faults.parse("none,kills") == Faults(**{**dict.fromkeys(Faults.kinds(), False), "kills": True})
     assert Faults.parse("default,-skew,-pauses") == Faults(skew=False, pauses=False)
     assert Faults.parse(Faults(skew=False).describe()) == Faults(skew=False)  # what a replay command says
