@@ -65,9 +65,10 @@ __all__ = ["BucketReleased", "Buckets", "merged", "repeated", "HeldBucket", "Not
 log = logging.getLogger("timeshard.silo")
 
 IMPORT_CHUNK = 500  # old entries a record append carries when a bucket takes them in
-#: How long a hand-over waits for the puts and appends its bucket accepted to end; then the
-#: bucket is kept (its callers waited meanwhile) and handed over at a later round.
-HAND_OVER_WAIT_S = 10.0
+#: How long a hand-over waits for the puts and appends its bucket accepted to end (a schedule
+#: call and an append: milliseconds); then the bucket is kept and handed over at a later round.
+#: Short, as every call to the bucket waits meanwhile.
+HAND_OVER_WAIT_S = 2.0
 POLL_S = 0.01  # between looks at whether they ended
 
 #: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
@@ -377,10 +378,13 @@ class Buckets:
             if landed is False:
                 self.drop(bucket, "fenced while releasing it")
                 return False
-            # Unsure: let go either way; if it did not land, the log still names this silo,
-            # which takes it back at its next round (``take``: a log naming this incarnation).
             released = True
-            self._forget(bucket)
+            if landed is None:
+                # Let go either way; if it did not land, the log still names this silo, which
+                # takes it back at once (``take``: a log naming this incarnation is its own).
+                self.drop(bucket, "its release may not have landed", retake=True)
+            else:
+                self._forget(bucket)
             log.info("registry bucket released", extra={"bucket": bucket.base, "why": why,
                                                         "entries": len(bucket.state.entries), "unsure": landed is None})
             return True

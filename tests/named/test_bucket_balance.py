@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from cluster.model.wire import datetime_to_us
 from cluster.named.bucket import BUCKETS
 from cluster.named.registry import entry_key
 from cluster.runtime.logowner import SETTLE_ROUNDS
 from cluster.runtime.membership import parse_owner
 from storage import list_logs
 from tests.named.bucket_cluster import BUCKET_OPTIONS, TARGET, Cluster
+from tests.runtime.harness import GatedStore, ManualClock
 
 SETTLE_S = SETTLE_ROUNDS * BUCKET_OPTIONS.adoption_interval.total_seconds()
 
@@ -151,4 +154,30 @@ async def test_a_silo_hands_over_the_buckets_it_held_long_not_those_it_just_took
     await c.maintain()
     assert await handed_over(c) == BUCKETS // 2
     assert held(c) == {"a": own, "b": set(range(BUCKETS)) - own}  # just taken: not handed over before they settled
+    assert await placement(c) == {"a": BUCKETS // 2, "b": BUCKETS // 2}
+
+
+async def test_a_release_the_store_failed_leaves_no_bucket_without_an_owner(tmp_path: Path) -> None:
+    clock = ManualClock(datetime_to_us(datetime.now(timezone.utc)) + 500_000)
+    store = GatedStore()
+    c = Cluster(store, clock)
+    await c.add("a")
+    await c.maintain()
+    jobs = c.jobs()
+    put = {p.name: p.job for p in await jobs.put_many([{"name": f"n{i}", "target": TARGET, "schedule": "@every 1h"}
+                                                        for i in range(16)])}
+    await c.add("b")
+    clock.advance(SETTLE_S)
+    store.fail_next("set_metadata", 1, prefix="registry/")  # the first release fails in the store
+    await c.maintain()
+    assert await handed_over(c) == BUCKETS // 2  # both let go: the failed one may have landed
+    await asyncio.gather(*(t for t in [c.hooks["a"].buckets._retaking] if t is not None))  # type: ignore[union-attr]
+    # It did not land: its log still names a, which took it back at once; the other went to b.
+    assert await placement(c) == {"a": BUCKETS // 2 + 1, "b": BUCKETS // 2 - 1}
+    for name, job in put.items():  # each name answered by its bucket's owner, as put
+        got = await jobs.get(name)
+        assert got is not None and got.job.id == job.id
+    clock.advance(SETTLE_S)
+    await c.maintain()
+    await handed_over(c)
     assert await placement(c) == {"a": BUCKETS // 2, "b": BUCKETS // 2}
