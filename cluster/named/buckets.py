@@ -351,14 +351,16 @@ class Buckets:
         """Name no owner on every bucket held (a graceful stop), so peers take them at once."""
         released = 0
         for bucket in list(self.held.values()):
-            released += await self.release(bucket, "released")
+            released += await self.release(bucket, "released", retake=False)
         return released
 
-    async def release(self, bucket: HeldBucket, why: str) -> bool:
+    async def release(self, bucket: HeldBucket, why: str, *, retake: bool = True) -> bool:
         """Let ``bucket`` go cleanly: new calls wait (``answering``); the puts, deletes and
         appends it accepted end, durable or answered (up to ``HAND_OVER_WAIT_S``, else it is
         kept); then its owner is set to ``RELEASED`` behind them on the log's writer, and every
-        write tried after that is refused (``BucketReleased``). Whether it was released."""
+        write tried after that is refused (``BucketReleased``). Whether it was released.
+        ``retake``: a release the store failed is taken back at once if it did not land (not
+        by a silo stopping: peers take it once its lease ran out)."""
         if bucket.leaving is not None or bucket.lost:
             return False
         bucket.leaving = asyncio.get_running_loop().create_future()
@@ -382,7 +384,7 @@ class Buckets:
             if landed is None:
                 # Let go either way; if it did not land, the log still names this silo, which
                 # takes it back at once (``take``: a log naming this incarnation is its own).
-                self.drop(bucket, "its release may not have landed", retake=True)
+                self.drop(bucket, "its release may not have landed", retake=retake)
             else:
                 self._forget(bucket)
             log.info("registry bucket released", extra={"bucket": bucket.base, "why": why,
