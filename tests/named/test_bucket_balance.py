@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from cluster.model.wire import datetime_to_us
-from cluster.named.bucket import BUCKETS
+from cluster.named.bucket import BUCKETS, PUT, bucket_base
+from cluster.named.owned import OwnerCalls
 from cluster.named.registry import entry_key
 from cluster.runtime.logowner import SETTLE_ROUNDS
 from cluster.runtime.membership import parse_owner
-from storage import list_logs
+from storage import list_logs, read_log
 from tests.named.bucket_cluster import BUCKET_OPTIONS, TARGET, Cluster
-from tests.runtime.harness import GatedStore, ManualClock
+from tests.named.test_bucket_owner import ask, buckets_of
+from tests.runtime.harness import GatedStore, ManualClock, make_parts
 
 SETTLE_S = SETTLE_ROUNDS * BUCKET_OPTIONS.adoption_interval.total_seconds()
 
@@ -181,3 +183,45 @@ async def test_a_release_the_store_failed_leaves_no_bucket_without_an_owner(tmp_
     await c.maintain()
     await handed_over(c)
     assert await placement(c) == {"a": BUCKETS // 2, "b": BUCKETS // 2}
+
+
+async def test_a_status_change_meeting_a_release_between_its_check_and_its_append_goes_to_the_next_owner() -> None:
+    """A status call checks the owner of each of its buckets, then appends to each: a bucket
+    whose release is queued in between refuses the append, nothing applied, and the call
+    answers "not the owner" (sent again to the next owner), never "in doubt" (a change that
+    may be lost: its append, queued behind the release, met the next owner's claim)."""
+    store = GatedStore()
+    a, b = await make_parts(store, "a"), await make_parts(store, "b")  # type: ignore[arg-type]
+    mine, theirs = buckets_of(a), buckets_of(b)
+    await mine.take(limit=BUCKETS)
+    names = {mine.bucket_for(entry_key("ns", "app", f"n{i}")): f"n{i}" for i in range(40)}
+    keys = {number: entry_key("ns", "app", name) for number, name in names.items()}
+    first, second = sorted(keys)[:2]  # the call checks ``first`` before ``second``
+    made = await mine.put_many([ask(names[first]), ask(names[second])])
+    jobs = {o[0].key: o[0].job_id for o in made if not isinstance(o, BaseException)}
+    assert len(jobs) == 2
+    # ``second`` is being handed over, waiting for a put of it under way: the call waits there.
+    held_up = mine.held[second]
+    held_up.busy.add("a put under way")
+    releasing_second = asyncio.create_task(mine.release(held_up, "test"))
+    await asyncio.sleep(0.05)
+    change = ("p", "note", "op", 1)
+    calls = asyncio.create_task(OwnerCalls(mine).statuses([(keys[first], jobs[keys[first]], change),
+                                                          (keys[second], jobs[keys[second]], change)]))
+    await asyncio.sleep(0.05)
+    # Meanwhile ``first``'s release is queued on its writer (and held in the store a while).
+    released, appended = store.gate("set_metadata", bucket_base(first)), store.gate("append_block", bucket_base(first))
+    releasing_first = asyncio.create_task(mine.release(mine.held[first], "test"))
+    await store.reached("set_metadata", bucket_base(first)).wait()
+    held_up.busy.discard("a put under way")
+    assert await releasing_second
+    await asyncio.sleep(0.05)  # the call goes on: its change of ``first`` meets the release
+    released.set()
+    assert await releasing_first
+    assert await theirs.take(limit=1) == 1 and first in theirs.held
+    appended.set()
+    assert await calls == [("not_owner",), ("not_owner",)]
+    log = await read_log(store, bucket_base(first))  # type: ignore[arg-type]
+    assert [r[0] for r in log.records()][-1] == PUT  # nothing appended after the release
+    assert await OwnerCalls(theirs).statuses([(keys[first], jobs[keys[first]], change)]) == [("ok",)]
+    assert theirs.held[first].state.entries[keys[first]].status.paused
