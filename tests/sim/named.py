@@ -232,6 +232,7 @@ class Named:
         self.ray = BucketRay(world, rng) if self.buckets else SimRay(world, rng, ends_superseded=True)
         self.client = _Client("sim", list(world.procs), world.options, call_silo=self.ray,
                               start=rng.randrange(len(world.procs)))
+        world.clients.append(self.client)
         self.client.named = self
         self.client._jobs = _Jobs(self.client, NamedStore(self), self)
         self.calls: dict[str, list[Call]] = defaultdict(list)

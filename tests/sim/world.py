@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from cluster.client import SILO_REFRESH_S, Client
 from cluster.features import feature_hooks
 from cluster.flows.model import FLOW_PREFIX
 from cluster.model.ahead import Ahead
@@ -721,6 +722,7 @@ class World:
         self.shard_reads: dict[str, list[tuple[int, ScheduleTry, bytes]]] = defaultdict(list)
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
         self.client_rng = client_rng(seed)
+        self.clients: list[Client] = []  # every ``cluster.client.Client`` of the run: told of a silo that joins
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
         self.jump_rng = jump_rng(seed)
         self.jumps = draws_jumps(self)
@@ -1351,6 +1353,16 @@ class World:
         self.stats["joins"] += 1
         self.note(f"join {silo_id}")
         proc.start()
+        for client in self.clients:
+            self.spawn(self._route_to_joined(client, self.join_rng.uniform(0.0, SILO_REFRESH_S)))
+
+    async def _route_to_joined(self, client: Client, after: float) -> None:
+        """A client routes to the silos that exist once it looks again, as one on Ray does every
+        ``SILO_REFRESH_S`` (``Client._refresh_silos``): until then a call owed an answer by the
+        joined silo goes round the silos it knows."""
+        await asyncio.sleep(after)
+        client.silo_ids = list(self.procs)
+        client._router.update(client.silo_ids)
 
     async def restart_later(self, proc: Process, epoch: int, after: float) -> None:
         await asyncio.sleep(after)
