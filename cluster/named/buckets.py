@@ -208,9 +208,11 @@ class Buckets:
             # taken (simulator seed 9, ``default,+buckets``).
             self.drop(stale, f"held under {stale.meta.owner}, an earlier incarnation than {me}")
         members = await self._owner.read_members()
+        heads = {head.base: head for head in await list_logs(self._store, "registry/")}
+        if self._owner.names_unknown([head.metadata for head in heads.values()], members):
+            members = await self._owner.read_members()  # a silo that joined since owns one (``Owner.names_unknown``)
         fair = fair_share_of(self.count, members)
         limit = fair if limit is None else limit
-        heads = {head.base: head for head in await list_logs(self._store, "registry/")}
         now = self._owner.clock.monotonic()
         waited = self._released.waited([base for base, head in heads.items()
                                         if head.metadata.get("owner", RELEASED) == RELEASED], now, self._interval_s)

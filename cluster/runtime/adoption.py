@@ -161,8 +161,6 @@ class Adoption:
         self.recheck_at = None
         calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
-        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
-        held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
         unheld = 0
         candidates: list[tuple[str, ShardMeta]] = []
         released: list[tuple[str, ShardMeta]] = []
@@ -171,6 +169,10 @@ class Adoption:
         self._listed = len(heads)
         self._listed_slot = self._slot()
         self._soon = self._calls != calls  # a failed listing leaves them asking, and one made meanwhile
+        if self.owner.names_unknown([head.metadata for head in heads], members):
+            members = await self.read_members()  # a silo that joined since owns one (``Owner.names_unknown``)
+        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
+        held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
         for head in heads:
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
@@ -307,9 +309,10 @@ class Adoption:
     async def _claim_named(self, shard_base: str, *, proof: bool) -> Shard | None:
         me = self._me.owner
         members = await self.read_members()
-        for head in await list_logs(self._store, shard_base):
-            if head.base != shard_base:
-                continue
+        heads = [head for head in await list_logs(self._store, shard_base) if head.base == shard_base]
+        if self.owner.names_unknown([head.metadata for head in heads], members):
+            members = await self.read_members()  # a silo that joined since owns it (``Owner.names_unknown``)
+        for head in heads:
             if proof and head.base in self._shards.pending:
                 raise ClaimInDoubt(f"a claim of {shard_base!r} by this silo is under way")
             if not self._busy(head.base) and self.claimable(head.metadata, members):

@@ -165,6 +165,19 @@ class Owner:
         self.departures.observe(members, self._clock.monotonic())  # after the read: never too early
         return members
 
+    def names_unknown(self, metadatas: Iterable[Mapping[str, str]], members: Mapping[str, Member]) -> bool:
+        """Whether a log of ``metadatas`` names an owner whose silo ``members`` does not hold: one
+        that joined after that read. Judge those logs on the table read again (after listing
+        them): ``orphan_at`` takes an owner never registered for an orphan, and a silo paused
+        between its read and its listing took a live joiner's shard so (simulator seed 910359
+        of ``--faults all``, a silo joining: two owners). A silo's row is written before it
+        owns any log, so a read after the listing holds every owner the listing showed."""
+        for metadata in metadatas:
+            parsed = parse_owner(metadata.get("owner", RELEASED))
+            if parsed is not None and parsed[0] not in members:
+                return True
+        return False
+
     def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
         """Whether the log whose metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
         return is_orphan(metadata, members, self.departures, self._clock.monotonic())
