@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cluster.model.wire import datetime_to_us
 from cluster.named.bucket import BUCKETS, PUT, bucket_base
 from cluster.named.owned import OwnerCalls
@@ -57,8 +59,9 @@ async def handed_over(c: Cluster) -> int:
     return released
 
 
-async def test_a_joining_silo_gets_its_share_and_nothing_racing_the_hand_over_is_lost(tmp_path: Path) -> None:
-    c = await Cluster.start("memory", tmp_path, ("a",))
+@pytest.mark.parametrize("kind", ["memory", "file"])
+async def test_a_joining_silo_gets_its_share_and_nothing_racing_the_hand_over_is_lost(kind: str, tmp_path: Path) -> None:
+    c = await Cluster.start(kind, tmp_path, ("a",))
     jobs = c.jobs()
     names = [f"n{i:02d}" for i in range(32)]
     first = {p.name: p.job for p in await jobs.put_many([{"name": n, "target": TARGET, "schedule": "@every 1s"}
