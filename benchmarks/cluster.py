@@ -192,8 +192,9 @@ def running_cluster(env: BenchEnv, kind: str, silos: int, options: ClusterOption
 async def bucket_placement(store_url: str) -> list[int]:
     """How many registry buckets each owner holds, most first (``[4]``: one silo holds them all).
 
-    Named figures hang on it: every put and status change of a bucket goes through its owner, and
-    buckets are taken when silos start, never handed over for balance."""
+    Named figures hang on it: every put and status change of a bucket goes through its owner;
+    buckets are taken when silos start, and a silo above its fair share hands the excess over only
+    once they settled (two adoption intervals), so a figure taken at once may show them uneven."""
     async with open_store(store_url) as store:
         owners = Counter(head.metadata.get("owner", "") for head in await list_logs(store, "registry/"))
     return sorted(owners.values(), reverse=True)

@@ -6,6 +6,16 @@ ended with its lease run out), by compare-and-swap with the fenced writer the cl
 memory answers while the silo's lease holds, and past it only if the log still names this
 incarnation. So a bucket changes hands within the bound a shard does.
 
+Buckets rebalance as shards do (``cluster.runtime.logowner``'s policy): a silo holding more
+than its fair share hands the excess over (``Buckets.hand_over``), one settled bucket at a
+time, and asks the peers below their share to take it at once. A hand-over is clean: new calls
+wait for its end (then go to the next owner); what the owner accepted before — puts and
+deletes under way, status and retire records, appends in flight — lands in the log first; the
+release is queued behind them on the log's writer, and a write tried after it is refused,
+nothing applied (``BucketReleased``: the caller sends it to the next owner). A verdict is
+answered from memory that is the log's durable state, so the generation fence holds across
+the hand-over as across a takeover (``cluster.named.fence``).
+
 A put reaches its bucket's owner, which decides from memory (taken: ``AlreadyExists``; else the
 next generation), makes the round's jobs durable in its own shards, then appends the round's
 ``PUT`` records in one append: a name never points at a job that is not durable, and no entry
@@ -32,18 +42,34 @@ from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, buck
 from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
-from cluster.runtime.logowner import RELEASED, Owner, owner_of, read_to_claim
+from cluster.runtime.logowner import (
+    RELEASED,
+    Owner,
+    ReleasedSince,
+    alive_count,
+    fair_share,
+    live_holder,
+    owner_of,
+    read_to_claim,
+    release,
+    settled_before,
+)
 from cluster.runtime.membership import DEAD, LEAVING, Member
 from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
 
-__all__ = ["Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
+__all__ = ["BucketReleased", "Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
            "outcome_to_wire", "put_from_wire", "put_to_wire", "resent",
            "resent_put"]
 
 log = logging.getLogger("timeshard.silo")
 
 IMPORT_CHUNK = 500  # old entries a record append carries when a bucket takes them in
+#: How long a hand-over waits for the puts and appends its bucket accepted to end (a schedule
+#: call and an append: milliseconds); then the bucket is kept and handed over at a later round.
+#: Short, as every call to the bucket waits meanwhile.
+HAND_OVER_WAIT_S = 2.0
+POLL_S = 0.01  # between looks at whether they ended
 
 #: Makes ``jobs`` durable in the owner's own shards; returns each one's shard, in order.
 Schedule = Callable[[Sequence[ScheduledJob]], Awaitable[list[str]]]
@@ -65,6 +91,10 @@ class HeldBucket:
         self.lost = False  # fenced: another silo owns it now
         self.busy: set[str] = set()  # keys in a put now: one put per name at a time
         self.settled = asyncio.Condition()  # notified when puts leave ``busy``
+        self.held_since = float("-inf")  # when (monotonic) this silo took it: settled ones move (``hand_over``)
+        # A hand-over under way: new calls wait for its end (``Buckets.answering``).
+        self.leaving: asyncio.Future[None] | None = None
+        self.closing = False  # its release is queued on the writer: no write may follow it
 
     @classmethod
     async def create(cls, store: Store, number: int, owner: str, options: LogOptions) -> HeldBucket:
@@ -112,6 +142,12 @@ class HeldBucket:
         and takes them back from memory if the append fails. ``made``: for ``PUT`` records
         only, each one's entry as replay reads it back (``BucketState.apply_all``)."""
         assert self.writer is not None
+        if self.closing:
+            # Queued after the release, it would land in a log that names no owner, or fail
+            # fenced once a peer took it: refused whole, nothing applied (``BucketReleased``).
+            refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            refused.set_exception(BucketReleased(self.base))
+            return refused
         done = self.state.apply_all(records, made)
         keys = self.state.hold(done)
         appending = asyncio.ensure_future(self.writer.append_many(records))
@@ -137,7 +173,8 @@ class Buckets:
     """The registry buckets this silo owns: taking missing and orphaned ones, answering from memory."""
 
     def __init__(self, store: Store, owner: Owner, lease: Lease, count: int, schedule: Schedule,
-                 options: LogOptions | None = None) -> None:
+                 options: LogOptions | None = None, interval_s: float = 2.0,
+                 notify: Callable[[list[str]], None] | None = None) -> None:
         self._store = store
         self._owner = owner
         self._lease = lease
@@ -146,10 +183,23 @@ class Buckets:
         self._options = options or LogOptions()
         self.held: dict[int, HeldBucket] = {}
         self._retaking: asyncio.Task[None] | None = None
+        self._interval_s = interval_s  # the adoption interval: settling and waiting, as shards
+        self._notify = notify  # asks peers to take buckets now (``named_take``), without waiting
+        self._taking = asyncio.Lock()  # one round at a time: two would claim one bucket twice
+        self._released = ReleasedSince()
+        self.excess = 0  # buckets held beyond the fair share at the last round (``hand_over``)
+        self.below_share: list[str] = []  # live peers below their share at the last round
+        self._handing = False  # one hand-over at a time
 
     async def take(self, limit: int | None = None) -> int:
         """One round: create the buckets missing from the store and claim orphans, up to
-        ``limit`` held (None: this silo's fair share among the live); returns how many it took."""
+        ``limit`` held (None: this silo's fair share among the live); returns how many it took.
+        A bucket a peer released to hand it over goes to silos below their share; one at its
+        share takes it only once it waited an adoption interval unclaimed (``ReleasedSince``)."""
+        async with self._taking:
+            return await self._take(limit)
+
+    async def _take(self, limit: int | None) -> int:
         me = self._owner.me.owner  # who judges: a rejoin during the round voids its judgments
         for stale in [b for b in self.held.values() if b.meta.owner != me]:
             # Held under an earlier incarnation of this silo (declared dead, joined again): its
@@ -158,15 +208,22 @@ class Buckets:
             # taken (simulator seed 9, ``default,+buckets``).
             self.drop(stale, f"held under {stale.meta.owner}, an earlier incarnation than {me}")
         members = await self._owner.read_members()
-        limit = fair_share_of(self.count, members) if limit is None else limit
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}
+        if self._owner.names_unknown([head.metadata for head in heads.values()], members):
+            members = await self._owner.read_members()  # a silo that joined since owns one (``Owner.names_unknown``)
+        fair = fair_share_of(self.count, members)
+        limit = fair if limit is None else limit
+        now = self._owner.clock.monotonic()
+        waited = self._released.waited([base for base, head in heads.items()
+                                        if head.metadata.get("owner", RELEASED) == RELEASED], now, self._interval_s)
         old_entries: list[tuple[str, dict[str, str]]] | None = None  # listed once a round, if a bucket needs them
         took = 0
         for number in range(self.count):
             head = heads.get(bucket_base(number))
             # One whose log names this very incarnation is taken whatever the share: no peer
             # takes a live owner's bucket (simulator seed 525, ``default,+buckets``).
-            if number in self.held or (len(self.held) >= limit and not (head and self._owner.mine(head.metadata))):
+            if number in self.held or (len(self.held) >= limit and not (head and self._owner.mine(head.metadata))
+                                       and not (head and head.base in waited)):
                 continue
             try:
                 if head is None:
@@ -191,10 +248,48 @@ class Buckets:
                 # so holding it too would make two owners (as ``ShardTable.add`` refuses a shard).
                 bucket.lost = True
                 break
+            bucket.held_since = self._owner.clock.monotonic()
             self.held[number] = bucket
             took += 1
             log.info("registry bucket taken", extra={"bucket": bucket.base, "entries": len(bucket.state.entries)})
+        self._measure(heads, members, fair)
         return took
+
+    def _measure(self, heads: Mapping[str, Any], members: Mapping[str, Member], fair: int) -> None:
+        """Note how many buckets this silo holds beyond ``fair`` and which live peers hold fewer
+        than ``fair`` (as the round's listing shows them)."""
+        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
+        held = dict.fromkeys(alive, 0)
+        for head in heads.values():
+            holder = live_holder(head.metadata.get("owner", RELEASED), members, alive)
+            if holder is not None:
+                held[holder] += 1
+        me = self._owner.me.silo_id
+        self.excess = max(0, len(self.held) - fair)
+        self.below_share = sorted(silo for silo, count in held.items() if silo != me and count < fair)
+
+    async def hand_over(self) -> int:
+        """Hand the buckets held beyond the fair share (``excess``, at the last round) over to
+        peers below theirs, one at a time, settled ones first (held ``SETTLE_ROUNDS`` intervals,
+        so a bucket does not bounce), fewest names first (the cheapest for the next owner to
+        replay); then ask those peers to take them at once. How many were released."""
+        if self.excess <= 0 or self._handing or not self.below_share:
+            return 0
+        self._handing = True
+        try:
+            settled = settled_before(self._owner.clock.monotonic(), self._interval_s)
+            movable = sorted((b for b in self.held.values() if b.held_since <= settled and not b.lost
+                              and b.leaving is None), key=lambda b: (len(b.state.entries), b.number))
+            released = 0
+            for bucket in movable[:self.excess]:
+                released += await self.release(bucket, "handed over to a silo below its fair share")
+            if released:
+                self.excess -= released
+                if self._notify is not None:
+                    self._notify(self.below_share)
+            return released
+        finally:
+            self._handing = False
 
     def bucket_for(self, key: str) -> int:
         return bucket_of(key, self.count)
@@ -223,6 +318,10 @@ class Buckets:
         bucket = self.held.get(number)
         if bucket is None or bucket.lost:
             return None
+        if bucket.leaving is not None:
+            # Being handed over: what it accepted lands first, then it is released or kept.
+            await asyncio.shield(bucket.leaving)
+            return await self.answering(number)
         if self._lease.valid and bucket.meta.owner == self._owner.me.owner:
             return bucket
         owner = await owner_of(self._store, bucket.base)
@@ -240,7 +339,8 @@ class Buckets:
         some names (each in turn) deadlocked two calls naming the same two in opposite orders."""
         while True:
             answering = {number: await self.answering(number) for number in {self.bucket_for(k) for k in keys}}
-            waited = False
+            # One whose hand-over began while another was awaited: asked again, which waits for it.
+            waited = any(b is not None and b.leaving is not None for b in answering.values())
             for key in keys:
                 bucket = answering[self.bucket_for(key)]
                 if bucket is not None and key in bucket.busy:
@@ -253,14 +353,57 @@ class Buckets:
         """Name no owner on every bucket held (a graceful stop), so peers take them at once."""
         released = 0
         for bucket in list(self.held.values()):
-            assert bucket.writer is not None
-            try:
-                await bucket.writer.set_metadata(bucket.meta.with_owner(RELEASED).to_metadata())
-            except StorageError:
-                continue
-            self.drop(bucket, "released")
-            released += 1
+            released += await self.release(bucket, "released", retake=False)
         return released
+
+    async def release(self, bucket: HeldBucket, why: str, *, retake: bool = True) -> bool:
+        """Let ``bucket`` go cleanly: new calls wait (``answering``); the puts, deletes and
+        appends it accepted end, durable or answered (up to ``HAND_OVER_WAIT_S``, else it is
+        kept); then its owner is set to ``RELEASED`` behind them on the log's writer, and every
+        write tried after that is refused (``BucketReleased``). Whether it was released.
+        ``retake``: a release the store failed is taken back at once if it did not land (not
+        by a silo stopping: peers take it once its lease ran out)."""
+        if bucket.leaving is not None or bucket.lost:
+            return False
+        bucket.leaving = asyncio.get_running_loop().create_future()
+        released = False
+        try:
+            deadline = self._owner.clock.monotonic() + HAND_OVER_WAIT_S
+            while bucket.busy or bucket.state.inflight:
+                if bucket.lost or self._owner.clock.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(POLL_S)
+            if bucket.lost or self.held.get(bucket.number) is not bucket or bucket.meta.owner != self._owner.me.owner:
+                return False
+            assert bucket.writer is not None
+            bucket.closing = True  # from here on, nothing is appended after the release
+            landed = await release(bucket.writer.set_metadata(bucket.meta.with_owner(RELEASED).to_metadata()),
+                                   bucket.base)
+            if landed is False:
+                self.drop(bucket, "fenced while releasing it")
+                return False
+            released = True
+            if landed is None:
+                # Let go either way; if it did not land, the log still names this silo, which
+                # takes it back at once (``take``: a log naming this incarnation is its own).
+                self.drop(bucket, "its release may not have landed", retake=retake)
+            else:
+                self._forget(bucket)
+            log.info("registry bucket released", extra={"bucket": bucket.base, "why": why,
+                                                        "entries": len(bucket.state.entries), "unsure": landed is None})
+            return True
+        finally:
+            if not released and not bucket.lost:
+                bucket.closing = False
+            leaving, bucket.leaving = bucket.leaving, None
+            if leaving is not None and not leaving.done():
+                leaving.set_result(None)
+
+    def _forget(self, bucket: HeldBucket) -> None:
+        """Answer nothing more from ``bucket``: it is released."""
+        if self.held.get(bucket.number) is bucket:
+            del self.held[bucket.number]
+        bucket.lost = True
 
     async def put_many(self, asks: Sequence[PutRequest], wire: list[WireOutcome | None] | None = None
                        ) -> list[PutOutcome]:
@@ -369,6 +512,15 @@ async def entries_of_old_layout(store: Store) -> list[tuple[str, dict[str, str]]
             if info.name.count("/") == 3 and "gen" in info.metadata and "job" in info.metadata]
 
 
+class BucketReleased(LookupError):
+    """A write tried once its bucket's release was queued: refused, nothing applied; its caller
+    answers "not the owner", and the item goes to the bucket's next owner."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(f"registry bucket {base!r} was released: ask its next owner")
+        self.base = base
+
+
 class NotOwner(LookupError):
     """This silo does not answer for the bucket of ``key`` (now): ask its owner."""
 
@@ -470,5 +622,4 @@ def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
 
 def fair_share_of(count: int, members: Mapping[str, Member]) -> int:
     """The most buckets one live silo takes of ``count``: the even split among the live, rounded up."""
-    alive = sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
-    return -(-count // max(alive, 1))
+    return fair_share(count, alive_count(members))

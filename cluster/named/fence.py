@@ -47,6 +47,12 @@ is a question to the bucket's owner (``Clearance(ask=...)``, answered by
 durable state", which the owner alone writes and answers from memory: a job is cleared iff it
 names the job, and refused otherwise, since the owner knows every put still under way (it waits
 for one of that name). Unanswered (the owner changing hands, or lost), the attempt is deferred.
+A bucket changing hands keeps this true. Taken over from a dead owner, its log is what the next
+owner answers from; handed over to a silo below its share (``Buckets.hand_over``), its owner
+answers nothing while the hand-over waits for every put and delete of the bucket under way to
+end and every record it accepted to be durable, then releases it behind them on the log's
+writer and refuses every write after (nothing applied): when the next owner claims it, no put
+of it is under way anywhere, and its memory holds every entry that was answered.
 
 Triggered runs (``trigger``) are not named by the entry: each of their attempts still checks it
 by a compare-and-swap at its start (``NamedJobHooks.admit``); they are rare and out of band.

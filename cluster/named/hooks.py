@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -49,6 +50,8 @@ from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
 from cluster.runtime.shardlog import window_of
 from storage import Store
 
+log = logging.getLogger("timeshard.silo")
+
 __all__ = ["NamedJobHooks", "started", "ended", "interrupted", "staged"]
 
 _CACHE_LIMIT = 10_000
@@ -71,13 +74,16 @@ class NamedJobHooks(SiloHooks):
         self.owned: OwnerCalls | None = None
         self.sender: StatusSender | None = None
         if silo.options.named_buckets:
-            self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule)
+            self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule,
+                                   interval_s=silo.options.adoption_interval.total_seconds(), notify=self._ask_to_take)
             self.owned = OwnerCalls(self.buckets, self._cancel_here)
             self.routed = Routed(store, _Peers(silo), BUCKETS)
             self.sender = StatusSender(lambda items: self.routed.ask_many("named_status", items))
             self.clearance = Clearance(store, ask=self._ask_owner)
         else:
             self.clearance = Clearance(store)
+        self._handing: asyncio.Task[int] | None = None  # buckets beyond the fair share being handed over
+        self._asking: set[asyncio.Task[Any]] = set()  # peers asked to take buckets now
 
     metadata_keys = (NAMED_MARK,)
 
@@ -208,6 +214,8 @@ class NamedJobHooks(SiloHooks):
         if self.sender is not None:  # this silo's last status changes, while their owners may still answer
             with contextlib.suppress(Exception):
                 await wait_bounded(self.sender.flush(), CLOSE_FLUSH_S)
+        if self._handing is not None:  # what it waits for ends below, or it gives up: released all the same
+            await asyncio.gather(self._handing, return_exceptions=True)
         if self.buckets is not None:
             await self.buckets.release_all()  # peers take them at once
         await self.clearance.close()
@@ -218,8 +226,37 @@ class NamedJobHooks(SiloHooks):
     async def maintain(self) -> None:
         if self.buckets is not None:
             await self.buckets.take()
+            if self.buckets.excess and (self._handing is None or self._handing.done()):
+                # In the background: it waits for the puts and appends under way on its buckets.
+                self._handing = asyncio.get_running_loop().create_task(self._hand_over())
+
+    async def _hand_over(self) -> int:
+        assert self.buckets is not None
+        try:
+            return await self.buckets.hand_over()
+        except Exception as exc:  # a store fault: the next round tries again
+            log.warning("registry buckets not handed over", extra={"error": repr(exc)})
+            return 0
+
+    async def _take_now(self, asked_by: str) -> int:
+        """Peer ``asked_by`` handed buckets over: take this silo's share of them now, not at its next round."""
+        assert self.buckets is not None
+        took = await self.buckets.take()
+        log.info("registry buckets taken when asked", extra={"by": asked_by, "took": took})
+        return took
+
+    def _ask_to_take(self, silo_ids: list[str]) -> None:
+        """Ask ``silo_ids`` to take buckets now (``named_take``), without waiting; a call that
+        fails leaves them to the peers' next maintenance round."""
+        for silo_id in silo_ids:
+            task = asyncio.get_running_loop().create_task(self._silo.call_peer(silo_id, "feature_call", "named_take",
+                                                                             self._silo.owner))
+            self._asking.add(task)
+            task.add_done_callback(_quietly(self._asking))
 
     def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
+        if method == "named_take" and self.buckets is not None:
+            return self._take_now
         return None if self.owned is None else self.owned.service(method)
 
     async def flush_status(self) -> None:
@@ -264,6 +301,15 @@ class _Peers:
 
     async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
         return await self._silo.call_peer(silo_id, method, *args)
+
+
+def _quietly(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
+    """A done callback that forgets a task and its outcome (a failed notice costs only a wait)."""
+    def done(task: asyncio.Task[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled():
+            task.exception()
+    return done
 
 
 def _interrupting(owner: str, size: int, triggered: bool) -> Callable[[Entry], Entry | None]:

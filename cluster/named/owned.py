@@ -39,7 +39,16 @@ from typing import Any
 
 from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
 from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
-from cluster.named.buckets import Buckets, HeldBucket, PutOutcome, merged, outcome_to_wire, put_from_wire, repeated
+from cluster.named.buckets import (
+    BucketReleased,
+    Buckets,
+    HeldBucket,
+    PutOutcome,
+    merged,
+    outcome_to_wire,
+    put_from_wire,
+    repeated,
+)
 from cluster.named.registry import Entry, Retired
 
 __all__ = ["CancelHere", "OwnerCalls"]
@@ -204,6 +213,8 @@ class OwnerCalls:
                 bucket.busy.add(key)
                 try:
                     await bucket.write([[PUT, key, new.metadata()]])
+                except BucketReleased:
+                    out.append(NOT_OWNER)
                 except Exception as exc:
                     self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
                     out.append(("doubt", repr(exc)))
@@ -241,13 +252,14 @@ class OwnerCalls:
         """Append the records ``make`` builds for ``sent``, one append per bucket; ``("ok",)`` each once durable."""
         out: list[Any] = [("ok",)] * len(sent)
         answering: dict[int, HeldBucket | None] = {}
+        for number in {self.buckets.bucket_for(key) for key, _ in sent}:
+            answering[number] = await self.buckets.answering(number)
+        # From here to the appends, no await: each record is made from the memory it is appended after.
         rounds: dict[int, tuple[HeldBucket, dict[str, list[Any]], list[int]]] = {}
         for i, (key, item) in enumerate(sent):
             number = self.buckets.bucket_for(key)
-            if number not in answering:
-                answering[number] = await self.buckets.answering(number)
             bucket = answering[number]
-            if bucket is None:
+            if bucket is None or bucket.lost:
                 out[i] = NOT_OWNER
                 continue
             made = make(bucket, key, item)
@@ -269,6 +281,9 @@ class OwnerCalls:
         for bucket, rows, writing in writes:
             try:
                 await writing
+            except BucketReleased:  # refused, nothing applied: the caller sends them to the next owner
+                for i in rows:
+                    out[i] = NOT_OWNER
             except Exception as exc:
                 self.buckets.drop(bucket, f"its append failed ({exc!r})", retake=True)
                 for i in rows:

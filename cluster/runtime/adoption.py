@@ -32,7 +32,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.waiting import wait_bounded
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
-from cluster.runtime.logowner import Owner, live_holder, orphan_at
+from cluster.runtime.logowner import Owner, ReleasedSince, fair_share, live_holder, orphan_at
 from cluster.runtime.membership import (
     DEAD,
     LEAVING,
@@ -59,11 +59,6 @@ MAX_CLAIM_BUDGET = 4096
 # Logs a round's first List call asks for beyond those the last round found within the lookahead
 # (and a quarter more): one call answers it, without thousands of logs of later windows.
 FIRST_PAGE_MARGIN = 64
-
-
-def fair_share(total: int, alive: int) -> int:
-    """The most shards one of ``alive`` silos should hold of ``total``: the even split, rounded up."""
-    return -(-total // max(alive, 1))
 
 
 def claims_this_round(orphans: int, alive: int, budget: int) -> int:
@@ -127,7 +122,7 @@ class Adoption:
         self._retaking = asyncio.Lock()  # one retake at a time: two would fence each other's claim
         self.excess = 0  # shards held beyond the fair share at the last round (``balance`` hands them over)
         self._claims_failed = 0  # claims the store failed (not beaten): an adoption round stops at one
-        self._released_since: dict[str, float] = {}  # released shard -> when first seen unclaimed
+        self._released_since = ReleasedSince()  # released shards, and when each was first seen unclaimed
         # Shard -> until when (monotonic) what an owner it was claimed from sent may still start
         # (``sends_until``): kept for every copy this silo makes of its log, not the first alone.
         self._sent_before: dict[str, float] = {}
@@ -170,8 +165,6 @@ class Adoption:
         self.recheck_at = None
         calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
-        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
-        held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
         unheld = 0
         candidates: list[tuple[str, ShardMeta]] = []
         released: list[tuple[str, ShardMeta]] = []
@@ -180,6 +173,10 @@ class Adoption:
         self._listed = len(heads)
         self._listed_slot = self._slot()
         self._soon = self._calls != calls  # a failed listing leaves them asking, and one made meanwhile
+        if self.owner.names_unknown([head.metadata for head in heads], members):
+            members = await self.read_members()  # a silo that joined since owns one (``Owner.names_unknown``)
+        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
+        held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
         for head in heads:
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
@@ -293,12 +290,11 @@ class Adoption:
                           now: float) -> list[tuple[str, ShardMeta]]:
         """The released shards this silo may claim: all when below its fair share, else those
         left unclaimed for an adoption interval (so none waits for good)."""
-        wait = self._options.adoption_interval.total_seconds()
-        seen = {base: self._released_since.get(base, now) for base, _ in released}
-        self._released_since = seen
+        waited = self._released_since.waited([base for base, _ in released], now,
+                                             self._options.adoption_interval.total_seconds())
         if below_share:
             return released
-        return [(base, meta) for base, meta in released if now - seen[base] >= wait]
+        return [(base, meta) for base, meta in released if base in waited]
 
     async def claim_for_cancel(self, shard_base: str) -> Shard | None:
         """Claim an orphaned shard that a cancel needs, even beyond the lookahead."""
@@ -317,9 +313,10 @@ class Adoption:
     async def _claim_named(self, shard_base: str, *, proof: bool) -> Shard | None:
         me = self._me.owner
         members = await self.read_members()
-        for head in await list_logs(self._store, shard_base):
-            if head.base != shard_base:
-                continue
+        heads = [head for head in await list_logs(self._store, shard_base) if head.base == shard_base]
+        if self.owner.names_unknown([head.metadata for head in heads], members):
+            members = await self.read_members()  # a silo that joined since owns it (``Owner.names_unknown``)
+        for head in heads:
             if proof and head.base in self._shards.pending:
                 raise ClaimInDoubt(f"a claim of {shard_base!r} by this silo is under way")
             if not self._busy(head.base) and self.claimable(head.metadata, members):

@@ -11,6 +11,9 @@ the total over the live silos, rounded up — hands its excess over, one shard a
 3. its owner is cleared by CAS (released, as a graceful stop does), and peers are asked to
    adopt at once. Silos below their share claim released shards first (``Adoption``).
 
+The policy (fair share, settling, who takes a released log) and the release itself are
+``cluster.runtime.logowner``'s, shared with the named-job registry's buckets (``Buckets.hand_over``).
+
 Nothing is lost on the way: the log holds every job, and until the release lands the shard is
 still this silo's; if the release fails, the held-back jobs are queued again, and a release
 whose outcome is unknown is taken back by this silo's next adoption round if it did not land.
@@ -25,6 +28,7 @@ from typing import Any
 
 from cluster.model.clock import Clock
 from cluster.model.options import ClusterOptions
+from cluster.runtime.logowner import SETTLE_ROUNDS, release, settled_before
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine
@@ -33,13 +37,11 @@ from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import RELEASED
 from cluster.runtime.transport import Transport
-from storage import Fenced, StorageError
+
+__all__ = ["Balance", "POLL_S", "SETTLE_ROUNDS"]
 
 log = logging.getLogger("timeshard.silo")
 
-#: A shard held for less than this many adoption intervals is not handed over: a shard just
-#: adopted or created stays put, so shards do not bounce between silos.
-SETTLE_ROUNDS = 2
 #: Seconds between looks at whether a shard's runs in flight have finished.
 POLL_S = 0.02
 
@@ -65,7 +67,7 @@ class Balance:
         """The shards this silo could hand over now, best first: settled, loaded, healthy; sealed
         ones before the open ones new jobs go to."""
         now = self._clock.monotonic()
-        settled = now - SETTLE_ROUNDS * self._options.adoption_interval.total_seconds()
+        settled = settled_before(now, self._options.adoption_interval.total_seconds())
         # Nor one whose dead previous owner's sends may still start: its next owner, claiming it
         # released, would not know to wait for them before it answers a cancel or pause.
         shards = [s for s in self._shards if s.loaded and not s.lost and s.leaving is None and s.held_since <= settled
@@ -111,15 +113,11 @@ class Balance:
                     continue  # a staged run was sent meanwhile: wait for it too
                 if shard.lost or not self._shards.holds(shard):
                     return False
-                try:
-                    await shard.set_meta(shard.meta.with_owner(RELEASED, firing=""))
-                except Fenced:
+                landed = await release(shard.set_meta(shard.meta.with_owner(RELEASED, firing="")), shard.base)
+                if landed is False:
                     self._shards.drop(shard, "fenced while handing it over")
                     return False
-                except StorageError as exc:
-                    # It may have landed. Let it go either way: if it did not, the shard is still
-                    # ours on the store, and our next adoption round takes it back.
-                    log.warning("handing a shard over: release unsure", extra={"shard": shard.base, "error": repr(exc)})
+                if landed is None:  # let go either way: if it did not land, our next adoption round takes it back
                     self._shards.unsure()
                 self._shards.let_go(shard)
             self._metrics.handed_over.inc()

@@ -8,21 +8,81 @@ past the lease it reads the log's owner first. A peer takes a log over once its 
 gone — released, or an incarnation that ended *and* whose lease provably ran out
 (``membership.Departures``) — so a log changes hands within the same bound, whatever it holds.
 
+Handing a log over to a peer below its fair share (``cluster.runtime.balance`` for shards,
+``Buckets.hand_over`` for registry buckets) follows one policy, kept here: the fair share (the
+even split among the live, rounded up), a log held for less than ``SETTLE_ROUNDS`` adoption
+intervals stays put, a released log goes first to silos below their share and to the others
+only once it waited an interval unclaimed (``ReleasedSince``), and the release itself is the
+owner set to ``RELEASED`` through the log's fenced writer (``release``).
+
 This module is that part alone, free of what a shard adds (windows, loading, moves,
-quarantine): ``Adoption`` and ``ShardTable`` run shards on it, and registry buckets are to run on
+quarantine): ``Adoption`` and ``ShardTable`` run shards on it, and registry buckets run on
 the very same code, not a copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Iterable, Mapping
 
 from cluster.model.clock import Clock
 from cluster.runtime.membership import DEAD, LEAVING, Departures, Identity, Member, Membership, parse_owner
 from cluster.runtime.shardlog import RELEASED
-from storage import Fenced, LogState, Store, list_logs, read_log
+from storage import Fenced, LogState, StorageError, Store, list_logs, read_log
 
-__all__ = ["RELEASED", "Owner", "is_orphan", "live_holder", "orphan_at", "owner_of", "read_to_claim"]
+__all__ = ["RELEASED", "SETTLE_ROUNDS", "Owner", "ReleasedSince", "alive_count", "fair_share", "is_orphan",
+           "live_holder", "orphan_at", "owner_of", "read_to_claim", "release", "settled_before"]
+
+log = logging.getLogger("timeshard.silo")
+
+#: A log held for less than this many adoption intervals is not handed over: one just adopted,
+#: created or taken stays put, so logs do not bounce between silos.
+SETTLE_ROUNDS = 2
+
+
+def fair_share(total: int, alive: int) -> int:
+    """The most logs one of ``alive`` silos should hold of ``total``: the even split, rounded up."""
+    return -(-total // max(alive, 1))
+
+
+def alive_count(members: Mapping[str, Member]) -> int:
+    """How many silos of ``members`` count for the fair share: neither dead nor leaving."""
+    return sum(1 for m in members.values() if m.status not in (DEAD, LEAVING))
+
+
+def settled_before(now: float, interval_s: float) -> float:
+    """The latest moment (monotonic) a log may have been taken and be handed over at ``now``."""
+    return now - SETTLE_ROUNDS * interval_s
+
+
+class ReleasedSince:
+    """Released logs, and since when each was seen unclaimed: a silo below its fair share takes
+    them at once, the others only once one waited an adoption interval (so none waits for
+    good, and the silo that let one go does not take it back before a peer could)."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}
+
+    def waited(self, bases: Iterable[str], now: float, wait_s: float) -> set[str]:
+        """Of ``bases`` (every released log seen now), those seen unclaimed for ``wait_s``."""
+        self._since = {base: self._since.get(base, now) for base in bases}
+        return {base for base, since in self._since.items() if now - since >= wait_s}
+
+
+async def release(write: Awaitable[object], base: str) -> bool | None:
+    """Await ``write``, the log's owner set to ``RELEASED`` through its fenced writer (after every
+    append submitted before it): True once it landed, False if another writer claimed the log
+    (``Fenced``), None if unsure (a store error: it may have landed). Unsure, the caller lets
+    the log go either way: if the release did not land, the log still names this incarnation,
+    which the owner's next round takes back (``Owner.mine``)."""
+    try:
+        await write
+    except Fenced:
+        return False
+    except StorageError as exc:
+        log.warning("releasing a log: unsure whether it landed", extra={"log": base, "error": repr(exc)})
+        return None
+    return True
 
 
 def orphan_at(metadata: Mapping[str, str], members: Mapping[str, Member], departures: Departures) -> float | None:
@@ -95,11 +155,28 @@ class Owner:
         self.me = me
         self.departures = departures
 
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
     async def read_members(self) -> dict[str, Member]:
         """The membership table, noting for each ended incarnation when we first saw it end."""
         members = await Membership(self._store).members()
         self.departures.observe(members, self._clock.monotonic())  # after the read: never too early
         return members
+
+    def names_unknown(self, metadatas: Iterable[Mapping[str, str]], members: Mapping[str, Member]) -> bool:
+        """Whether a log of ``metadatas`` names an owner whose silo ``members`` does not hold: one
+        that joined after that read. Judge those logs on the table read again (after listing
+        them): ``orphan_at`` takes an owner never registered for an orphan, and a silo paused
+        between its read and its listing took a live joiner's shard so (simulator seed 910359
+        of ``--faults all``, a silo joining: two owners). A silo's row is written before it
+        owns any log, so a read after the listing holds every owner the listing showed."""
+        for metadata in metadatas:
+            parsed = parse_owner(metadata.get("owner", RELEASED))
+            if parsed is not None and parsed[0] not in members:
+                return True
+        return False
 
     def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
         """Whether the log whose metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""

@@ -951,4 +951,62 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a shard whose live jobs outgrow one block (4 MiB: ~20,000 jobs, or 17 of the largest) cannot "
             "rotate at the block limit: its writer stops, and its jobs' outcomes are never recorded",
     ),
+    Mutant(
+        name="bucket-released-before-what-it-accepted-lands",
+        kind="a registry bucket handed over unclean",
+        path="cluster/named/buckets.py",
+        old="            while bucket.busy or bucket.state.inflight:\n",
+        new="            while False:\n",
+        catch=Pytest(("tests/named/test_bucket_balance.py::"
+                      "test_a_joining_silo_gets_its_share_and_nothing_racing_the_hand_over_is_lost",)),
+        why="a bucket is released while puts it accepted are still making their jobs durable: their appends "
+            "are refused after the release, and each put returns in doubt",
+    ),
+    Mutant(
+        name="bucket-append-after-its-release",
+        kind="a registry bucket handed over unclean",
+        path="cluster/named/buckets.py",
+        old="        if self.closing:\n",
+        new="        if False:\n",
+        catch=Pytest(("tests/named/test_bucket_balance.py::"
+                      "test_a_status_change_meeting_a_release_between_its_check_and_its_append_goes_to_the_next_owner",)),
+        why="a status change appended behind its bucket's release meets the next owner's claim: fenced, the "
+            "change is answered in doubt (and may be lost) instead of sent to the next owner",
+    ),
+    Mutant(
+        name="joined-silo-judged-never-registered",
+        kind="a claim without proof",
+        path="cluster/runtime/logowner.py",
+        old="            if parsed is not None and parsed[0] not in members:\n                return True\n",
+        new="            if parsed is not None and parsed[0] not in members:\n                return False\n",
+        catch=Pytest(("tests/runtime/test_adoption.py::"
+                      "test_a_shard_of_a_silo_that_joined_after_a_round_read_the_table_is_not_taken",
+                      "tests/named/test_bucket_balance.py::"
+                      "test_a_bucket_of_a_silo_that_joined_after_a_round_read_the_table_is_not_taken")),
+        # Seed 910359 (every kind, a silo joining) found it.
+        why="a round whose membership read predates a silo's join takes that silo's shards and buckets for "
+            "orphans (an owner never registered) and claims them while their owner fires and answers",
+    ),
+    Mutant(
+        name="bucket-handed-over-before-it-settled",
+        kind="a log bouncing between silos",
+        path="cluster/named/buckets.py",
+        old="if b.held_since <= settled and not b.lost\n",
+        new="if not b.lost\n",
+        catch=Pytest(("tests/named/test_bucket_balance.py::"
+                      "test_a_silo_hands_over_the_buckets_it_held_long_not_those_it_just_took",)),
+        why="a silo hands over the buckets it has just taken (a dead peer's, replayed a moment ago) as soon as "
+            "a silo joins: each changes hands twice within seconds, and every call to it waits each time",
+    ),
+    Mutant(
+        name="bucket-release-in-doubt-left-unheld",
+        kind="a registry bucket handed over unclean",
+        path="cluster/named/buckets.py",
+        old='                self.drop(bucket, "its release may not have landed", retake=retake)\n',
+        new="                self._forget(bucket)\n",
+        catch=Pytest(("tests/named/test_bucket_balance.py::"
+                      "test_a_release_the_store_failed_leaves_no_bucket_without_an_owner",)),
+        why="a release the store failed before it landed leaves the bucket's log naming this silo, which "
+            "answers nothing from it until its next maintenance round: every call for its names fails meanwhile",
+    ),
 )

@@ -260,3 +260,22 @@ async def test_a_peer_beaten_to_an_orphan_claims_the_next_one_in_the_same_round(
     assert owners[beaten[0]] == a.me.owner
     (other,) = set(owners) - set(beaten)
     assert owners[other] == b.me.owner and b.queue.get(jobs[other].id) is not None
+
+
+async def test_a_shard_of_a_silo_that_joined_after_a_round_read_the_table_is_not_taken() -> None:
+    """Found by the simulation (seed 910359 of ``--faults all``, a silo joining): a round read
+    the membership table, its silo was paused, and the listing went out at the resume: it showed
+    a shard of a silo that had joined meanwhile, which the round's table did not hold, so it was
+    judged an orphan (never registered) and claimed while its live owner fired it."""
+    inner = MemoryStore()
+    gated = GatedStore(inner)
+    a = await make_parts(gated, "a")  # type: ignore[arg-type]
+    listing = gated.gate("list_page", SHARD_PREFIX)
+    adopting = asyncio.ensure_future(a.adoption.adopt_orphans())
+    await gated.reached("list_page", SHARD_PREFIX).wait()  # the table read, the listing held up
+    b = await make_parts(inner, "b")  # joins, then holds a shard
+    (name,) = await add(b, job(job_id="j"))
+    listing.set()
+    assert await adopting == 0
+    (head,) = await list_logs(inner, SHARD_PREFIX)
+    assert head.base == name and head.metadata["owner"] == b.me.owner and b.shards.get(name) is not None

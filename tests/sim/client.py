@@ -258,6 +258,7 @@ class SimClient:
         self.ray = SimRay(world)
         self.client = Client("sim", list(world.procs), world.options, call_silo=self.ray,
                              start=world.client_rng.randrange(len(world.procs)))
+        world.clients.append(self.client)
         self.jobs: dict[str, ScheduledJob] = {}  # acknowledged: as the client returned them
         # Job id -> (when the call raised, what): the call said these were not scheduled.
         self.not_scheduled: dict[str, tuple[int, str]] = {}

@@ -132,6 +132,7 @@ class SimFlows:
         self.ray = SimRay(world, rng)
         client = Client("sim", list(world.procs), world.options, call_silo=self.ray,
                         start=rng.randrange(len(world.procs)))
+        world.clients.append(client)
         self.flows = _StoreFlows(client, ClientStore(world, self), world, self.ray)
         self.designs: dict[str, Design] = {}
         self.truth = FlowTruth()

@@ -55,7 +55,9 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.trigger import TRIGGERED_FROM
 from cluster.model.wire import datetime_to_us, us_to_datetime
 from cluster.named.api import NamedJob, NamedJobs
+from cluster.named.bucket import BUCKET_PREFIX
 from cluster.named.registry import NAMED_MARK, REGISTRY_PREFIX, name_of
+from cluster.runtime.logowner import RELEASED
 from storage import LogInfo, Store, Unavailable
 from storage.base import Appended, Fetched, LogStat, ServerTime
 from tests.sim.buckets import REGISTRY, BucketRay, SimBucketNames, added_named, asked, draws_buckets, pointed_by
@@ -230,6 +232,7 @@ class Named:
         self.ray = BucketRay(world, rng) if self.buckets else SimRay(world, rng, ends_superseded=True)
         self.client = _Client("sim", list(world.procs), world.options, call_silo=self.ray,
                               start=rng.randrange(len(world.procs)))
+        world.clients.append(self.client)
         self.client.named = self
         self.client._jobs = _Jobs(self.client, NamedStore(self), self)
         self.calls: dict[str, list[Call]] = defaultdict(list)
@@ -302,6 +305,10 @@ class Named:
                 at_us = self.asked.get(asked(job.metadata[NAMED_MARK], job))
                 if job.id not in self.jobs and at_us is not None and TRIGGERED_FROM not in job.metadata:
                     self.submitted([job], at_us)  # made by its bucket's owner, under an id of its own
+        if self.buckets and method == "set_metadata" and name.startswith(BUCKET_PREFIX):
+            released = self.world.store._logs.get(name)
+            if released is not None and released.metadata.get("owner") == RELEASED:
+                self.world.stats["registry: buckets released"] += 1  # handed over to a peer, or a stop
         if name.startswith(REGISTRY_PREFIX):
             log = self.world.store._logs.get(name)
             job_ids = [] if log is None or "job" not in log.metadata else [log.metadata["job"]]

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from cluster.client import SILO_REFRESH_S, Client
 from cluster.features import feature_hooks
 from cluster.flows.model import FLOW_PREFIX
 from cluster.model.ahead import Ahead
@@ -102,6 +103,7 @@ MAX_DELAY_S = 6.0
 DRAIN_S = MAX_DELAY_S + 2.0 + 1.0
 OVERDUE_S = 1.0  # a job queued this long past its due time at the end, while nothing else runs, is stuck
 P_DUPLICATE = 0.05
+JOINS_SHARE = 0.5  # seeds (with the ``joins`` kind on) in which a silo joins (drawn from their own generator)
 TURNS_SHARE = 0.5  # seeds whose silos list shards in turn (drawn from their own generator)
 OPERATOR_SHARE = 0.5  # seeds in which an operator pauses and resumes jobs (drawn from their own generator)
 SHARED_HOSTS_SHARE = 0.5  # seeds in which silos share hosts (drawn from their own generator)
@@ -177,6 +179,10 @@ class Faults:
     # the rest keep them in per-name entries. Off by default: the default fault kinds' seeds
     # were searched with entries, and replay as they were.
     buckets: bool = False
+    # In a share of seeds a fourth silo joins while faults are injected (a scale-up; drawn from
+    # ``random.Random(f"join/{seed}")``): shards and registry buckets held beyond the new fair
+    # share are handed over to it, racing kills, pauses and the callers. Only with ``all`` for now.
+    joins: bool = False
 
     @classmethod
     def kinds(cls) -> list[str]:
@@ -184,7 +190,7 @@ class Faults:
 
     @classmethod
     def parse(cls, text: str) -> Faults:
-        """``"default"`` (every kind but ``torn_logs`` and ``buckets``), ``"all"``, ``"none"``, or a comma list
+        """``"default"`` (every kind but ``torn_logs``, ``buckets`` and ``joins``), ``"all"``, ``"none"``, or a comma list
         of kinds (``"kills,pauses"``); ``"default,+skew,-pauses"`` switches kinds relative to the defaults."""
         faults, listing = cls(), False
         for word in (w.strip() for w in text.split(",") if w.strip()):
@@ -286,9 +292,10 @@ UP, PAUSED, DEAD = "up", "paused", "dead"
 class Process:
     """A silo process: its current incarnation's ``Silo`` and what has been done to it."""
 
-    def __init__(self, world: World, silo_id: str) -> None:
+    def __init__(self, world: World, silo_id: str, rng: random.Random | None = None) -> None:
         self.world = world
         self.silo_id = silo_id
+        self._rng = rng or world.rng  # a joiner's own (``joins``): the other silos' draws stay theirs
         self.epoch = 0  # bumped at every (re)start: views of an older epoch hang forever
         self.state = DEAD
         self.silo: Silo | None = None
@@ -298,7 +305,7 @@ class Process:
         # Set once a newer process of this silo joined: on Ray the process then ends
         # (``cluster._cluster``), failing the calls it had taken; here it lingers, refusing new ones.
         self.superseded = asyncio.Event()
-        self.skew_us = world.rng.randint(-MAX_SKEW_US, MAX_SKEW_US) if world.faults.skew else 0
+        self.skew_us = self._rng.randint(-MAX_SKEW_US, MAX_SKEW_US) if world.faults.skew else 0
         self.clock = SimClock(world.loop, self.skew_us)  # its host's: it outlives each incarnation
 
     def start(self) -> None:
@@ -311,7 +318,7 @@ class Process:
         transport = SimTransport(world, self, self.epoch)
         self.silo = Silo(self.silo_id, "memory://", world.options, "sim", hooks=feature_hooks, transport=transport,
                          clock=self.clock, store=SimStore(world, self, self.epoch),
-                         rng=random.Random(world.rng.getrandbits(32)), on_superseded=self.superseded.set,
+                         rng=random.Random(self._rng.getrandbits(32)), on_superseded=self.superseded.set,
                          check_format=False)  # a fresh store of this format; its calls would move every seed
         transport.silo = self.silo
         world.note(f"start {self.silo_id} (epoch {self.epoch})")
@@ -715,6 +722,7 @@ class World:
         self.shard_reads: dict[str, list[tuple[int, ScheduleTry, bytes]]] = defaultdict(list)
         self.exempted: set[str] = set()  # jobs whose records were damaged (``tests.sim.logs``)
         self.client_rng = client_rng(seed)
+        self.clients: list[Client] = []  # every ``cluster.client.Client`` of the run: told of a silo that joins
         self.sim_client = SimClient.draw(self)  # the real ``Client`` in a share of seeds
         self.jump_rng = jump_rng(seed)
         self.jumps = draws_jumps(self)
@@ -725,6 +733,9 @@ class World:
         self.dormant_rng = dormant_rng(seed)
         self.nightly = faults.dormant_overwrites and draws_nightly(self, self.dormant_rng)
         self._hung: list[asyncio.Future[None]] = []  # what killed processes' calls wait on, for good
+        self.join_rng = random.Random(f"join/{seed}")  # its own: seeds that draw no join keep their worlds
+        self.join_at = (self.join_rng.uniform(1.0, CHAOS_S - 2.0)
+                        if faults.joins and self.join_rng.random() < JOINS_SHARE else None)
 
     # -- recording --------------------------------------------------------------------------
 
@@ -1333,6 +1344,26 @@ class World:
                 self.note(f"partition {proc.silo_id}")
                 self.spawn(self._heal_partition_later(proc, self.rng.uniform(1.0, 10.0)))
 
+    async def _join_later(self, after: float) -> None:
+        """A silo the cluster has not seen joins (a scale-up), on a host of its own."""
+        await asyncio.sleep(after)
+        silo_id = f"s{len(self.procs)}"
+        proc = self.procs[silo_id] = Process(self, silo_id, self.join_rng)
+        self.host[silo_id] = silo_id
+        self.stats["joins"] += 1
+        self.note(f"join {silo_id}")
+        proc.start()
+        for client in self.clients:
+            self.spawn(self._route_to_joined(client, self.join_rng.uniform(0.0, SILO_REFRESH_S)))
+
+    async def _route_to_joined(self, client: Client, after: float) -> None:
+        """A client routes to the silos that exist once it looks again, as one on Ray does every
+        ``SILO_REFRESH_S`` (``Client._refresh_silos``): until then a call owed an answer by the
+        joined silo goes round the silos it knows."""
+        await asyncio.sleep(after)
+        client.silo_ids = list(self.procs)
+        client._router.update(client.silo_ids)
+
     async def restart_later(self, proc: Process, epoch: int, after: float) -> None:
         await asyncio.sleep(after)
         if proc.epoch == epoch and proc.state == DEAD:
@@ -1485,6 +1516,8 @@ class World:
             self.note("silos list shards in turn")
         for proc in self.procs.values():
             proc.start()
+        if self.join_at is not None:
+            self.spawn(self._join_later(self.join_at))
         self.spawn(self.client())
         if self.handler is not None:
             self.spawn(self.cancel_ahead())
