@@ -46,9 +46,10 @@ from cluster.client import Client
 from cluster.model.attempt import JobContext
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack
-from cluster.runtime.shardlog import ShardState, add_op
+from cluster.runtime.shard import read_shard
+from cluster.runtime.shardlog import add_op
 from handlers.base import JobHandler
-from storage import LogWriter, list_logs, open_store, read_log
+from storage import LogWriter, list_logs, open_store
 
 GOAL_BATCH_PER_S = 10_000
 GOAL_SINGLE_OVER_NOOP = 0.8
@@ -462,7 +463,7 @@ async def failover(env: BenchEnv, kind: str, kills: int, report: Report) -> dict
 
 
 async def replay(env: BenchEnv, kind: str, n: int) -> dict[str, Any]:
-    """Records/s of loading one large shard as a silo does: read the log, fold it into live jobs."""
+    """Records/s of loading one large shard as a silo does (``read_shard``): read the log, fold it into live jobs."""
     target = Target.actor("replay-target", "bench")
     now = datetime.now(timezone.utc)
     job = ScheduledJob.create(target, due=now + timedelta(hours=1), now=now)
@@ -475,7 +476,7 @@ async def replay(env: BenchEnv, kind: str, n: int) -> dict[str, Any]:
         best = float("inf")
         for _ in range(3):
             started = time.perf_counter()
-            state = ShardState().replay((await read_log(store, "shards/replay")).records())
+            _, state = await read_shard(store, "shards/replay")
             best = min(best, time.perf_counter() - started)
             assert len(state.live) == n
     return {"records": n, "record_bytes": len(packed), "seconds": best, "records_per_s": rate(n, best)}

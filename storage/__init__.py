@@ -40,7 +40,7 @@ from .file import FileStore
 from .generations import LogHead, LogState, LogTail, find_log, generation_name, list_logs, read_log, read_tail
 from .log import LogOptions, LogWriter
 from .memory import MemoryStore
-from .records import Damage, Decoded, Frame, Torn, decode, encode
+from .records import Damage, Decoded, Frame, FrameReader, Torn, decode, encode
 from .urls import DEFAULT_URL, open_store
 
 __all__ = [
@@ -49,7 +49,7 @@ __all__ = [
     "MemoryStore", "FileStore", "open_store",
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "LogCorrupted", "LandedAfterFailure", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
-    "Decoded", "Frame", "Torn", "Damage", "decode", "encode",
+    "Decoded", "Frame", "FrameReader", "Torn", "Damage", "decode", "encode",
     "LogHead", "LogState", "LogTail", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "read_tail",
     "generation_name",
     "DAMAGED_PREFIX", "damaged_name", "describe_damage", "keep_damaged",

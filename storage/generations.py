@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .base import LogInfo, Store, check_metadata
 from .errors import InvalidMetadata, NotFound, StorageError, Transient, Unavailable
-from .records import Decoded, decode
+from .records import Decoded, Frame, FrameReader, decode
 
 SEPARATOR = "~"
 RESERVED = "log_"
@@ -163,8 +163,13 @@ class LogState:
         return self.decoded.records()
 
 
-async def read_log(store: Store, base: str, *, attempts: int = 5) -> LogState:
-    """Read the current generation of ``base`` and decode it; follows a rotation under way."""
+async def read_log(store: Store, base: str, *, attempts: int = 5, reader: FrameReader | None = None,
+                   fold: Callable[[Frame], None] | None = None) -> LogState:
+    """Read the current generation of ``base`` and decode it; follows a rotation under way.
+
+    ``reader`` and ``fold`` are ``decode``'s: how frames are read first, and who takes each as it
+    is found (then ``records()`` is empty: the frames went to ``fold``, once, from the generation read).
+    """
     for _ in range(attempts):
         head = await find_log(store, base)
         try:
@@ -174,7 +179,7 @@ async def read_log(store: Store, base: str, *, attempts: int = 5) -> LogState:
         if NEXT_KEY in fetched.metadata:
             continue  # superseded while we looked
         head = LogHead(base, head.name, head.generation, user_metadata(fetched.metadata), fetched.etag)
-        decoded = decode(fetched.data)
+        decoded = decode(fetched.data, reader=reader, fold=fold)
         kept = fetched.data if decoded.damaged else b""
         return LogState(head, decoded, dict(fetched.metadata), fetched.size, fetched.blocks, kept)
     raise Unavailable(f"log {base!r}: kept rotating under {attempts} reads")

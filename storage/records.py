@@ -15,7 +15,7 @@ import contextlib
 import gc
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,13 +80,38 @@ class Damage:
     lost: int
 
 
+#: Reads one frame's body (a msgpack array of records) into a sequence of tuples, one a record, the
+#: items each record's msgpack array holds; raises on a body it does not take, which ``decode`` then
+#: reads as lists. A caller that knows its records' shapes passes one to ``decode`` to have a frame
+#: read and checked in one call (see ``cluster.runtime.shardlog.SHARD_FRAMES``).
+FrameReader = Callable[[memoryview], Sequence[tuple[Any, ...]]]
+
+
 @dataclass(frozen=True)
 class Frame:
-    """One decoded frame: its offset in the log, first sequence number and records."""
+    """One decoded frame: its offset in the log, first sequence number and records.
+
+    ``typed`` holds the records as the ``FrameReader`` given to ``decode`` read them, when it
+    took the frame; ``records`` are then made from it when first asked for, so a caller that
+    folds ``typed`` never pays for lists.
+    """
 
     offset: int
     first_seq: int
-    records: list[Any]
+    _records: list[Any] | None = field(repr=False)
+    typed: Sequence[tuple[Any, ...]] | None = None
+
+    @property
+    def records(self) -> list[Any]:
+        if self._records is None:
+            object.__setattr__(self, "_records", [list(record) for record in self.typed or ()])
+        assert self._records is not None
+        return self._records
+
+    @property
+    def count(self) -> int:
+        """How many records the frame holds (without making them)."""
+        return len(self.typed) if self._records is None and self.typed is not None else len(self.records)
 
 
 @dataclass(frozen=True)
@@ -123,7 +148,7 @@ class Decoded:
         return sum(d.lost for d in self.damaged)
 
     def __len__(self) -> int:
-        return sum(len(frame.records) for frame in self.frames)
+        return sum(frame.count for frame in self.frames)
 
 
 def _frame_at(view: memoryview, pos: int) -> tuple[int, int, int, list[Any]] | str:
@@ -189,20 +214,28 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def decode(data: bytes, *, offset: int = 0, after: int = -1) -> Decoded:
+def decode(data: bytes, *, offset: int = 0, after: int = -1, reader: FrameReader | None = None,
+           fold: Callable[[Frame], None] | None = None) -> Decoded:
     """Decode whole frames from ``data`` (which starts at log ``offset``); never raises on bad bytes.
 
     ``after`` is the last sequence number already known: records numbered up to it are skipped.
+    ``reader``, if given, is tried first on each whole frame's body (see ``FrameReader``); a frame
+    it does not take is read as lists, so what counts as damage does not depend on it.
+    ``fold``, if given, is handed each frame as soon as it is found, in log order, and the frames
+    are not kept (``frames`` stays empty): a caller that turns records into something else holds
+    one frame's records at a time, not the whole log's beside what it made of them (loading a
+    million-job shard spent a quarter of its time more that way, most of it on memory).
     A bad stretch with a whole frame after it is reported in ``damaged`` and decoding goes on
     from that frame; bad bytes with nothing whole after them are the tail, reported in ``torn``.
     A frame whose checksum holds but whose body is not records (written that way) is damage
     wherever it is: it was written whole, so it is not a torn append.
     """
     with collector_paused():
-        return _decode_frames(data, offset, after)
+        return _decode_frames(data, offset, after, reader, fold)
 
 
-def _decode_frames(data: bytes, offset: int, after: int) -> Decoded:
+def _decode_frames(data: bytes, offset: int, after: int, reader: FrameReader | None,
+                   fold: Callable[[Frame], None] | None) -> Decoded:
     view = memoryview(data)
     size = len(view)
     unpack_header = HEADER.unpack_from
@@ -217,18 +250,27 @@ def _decode_frames(data: bytes, offset: int, after: int) -> Decoded:
     while pos < size:
         # The common case inline (replay's hot loop); anything unusual goes through _frame_at.
         records: Any = None
+        typed: Sequence[tuple[Any, ...]] | None = None
         if size - pos >= HEADER.size:
             length, crc, first, count = unpack_header(view, pos)
             end = pos + HEADER.size + length
             if length <= MAX_BLOCK_BYTES and end <= size and crc32(view[pos + _CRC_FROM : end]) == crc:
-                try:
-                    records = unpackb(view[pos + HEADER.size : end], raw=False, strict_map_key=False)
-                except Exception:
-                    records = None
-                if not isinstance(records, list) or len(records) != count:
-                    records = None
+                if reader is not None:
+                    try:
+                        typed = reader(view[pos + HEADER.size : end])
+                    except Exception:  # not a body it takes: read as lists below
+                        typed = None
+                    if typed is not None and len(typed) != count:
+                        typed = None
+                if typed is None:
+                    try:
+                        records = unpackb(view[pos + HEADER.size : end], raw=False, strict_map_key=False)
+                    except Exception:
+                        records = None
+                    if not isinstance(records, list) or len(records) != count:
+                        records = None
         at = pos
-        if records is None:
+        if typed is None and records is None:
             reason = _frame_at(view, pos)
             assert isinstance(reason, str)
             if reason.startswith(_NONSENSE):
@@ -248,13 +290,21 @@ def _decode_frames(data: bytes, offset: int, after: int) -> Decoded:
                     break
             at, end, first, count, records = found
             damaged.append(Damage(offset + pos, offset + at, reason, first - last - 1))
+        kept: Any = records if typed is None else typed
         if first <= last:  # a block written twice: keep only what is new
             drop = min(last - first + 1, count)
             skipped += drop
-            records = records[drop:]
+            kept = kept[drop:]
             first += drop
-        if records:
-            frames.append(Frame(offset + at, first, records))
-            last = first + len(records) - 1
+        if kept:
+            frame = Frame(offset + at, first, kept) if typed is None else Frame(offset + at, first, None, kept)
+            if fold is None:
+                frames.append(frame)
+            else:
+                fold(frame)
+            last = first + len(kept) - 1
+            del frame
+        # Let the records a fold took go before the next frame is read, so that one reuses their memory.
+        kept = typed = records = None
         pos = end
     return Decoded(frames, offset + pos, last, torn, skipped, tuple(damaged))

@@ -23,12 +23,12 @@ the very same code, not a copy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from cluster.model.clock import Clock
 from cluster.runtime.membership import DEAD, LEAVING, Departures, Identity, Member, Membership, parse_owner
 from cluster.runtime.shardlog import RELEASED
-from storage import Fenced, LogState, StorageError, Store, list_logs, read_log
+from storage import Fenced, Frame, FrameReader, LogState, StorageError, Store, list_logs, read_log
 
 __all__ = ["RELEASED", "SETTLE_ROUNDS", "Owner", "ReleasedSince", "alive_count", "fair_share", "is_orphan",
            "live_holder", "orphan_at", "owner_of", "read_to_claim", "release", "settled_before"]
@@ -124,13 +124,15 @@ def live_holder(owner: str, members: Mapping[str, Member], alive: set[str]) -> s
     return parsed[0]
 
 
-async def read_to_claim(store: Store, base: str, expected_owner: str) -> LogState:
+async def read_to_claim(store: Store, base: str, expected_owner: str, reader: FrameReader | None = None,
+                        fold: Callable[[Frame], None] | None = None) -> LogState:
     """Read log ``base`` whole, to take it over from ``expected_owner`` (then ``LogWriter.claim``).
 
     ``Fenced`` if its owner is another by now: a winner's claim that landed between our listing
-    and this read, which the claim's ETag alone cannot tell from an unclaimed log.
+    and this read, which the claim's ETag alone cannot tell from an unclaimed log. ``reader`` and
+    ``fold``: how its frames are read, and who takes them as they are (see ``storage.decode``).
     """
-    state = await read_log(store, base)
+    state = await read_log(store, base, reader=reader, fold=fold)
     if state.metadata.get("owner") != expected_owner:
         raise Fenced(f"log {base!r} was claimed by {state.metadata.get('owner')!r} meanwhile")
     return state

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.runtime.logowner import read_to_claim
-from cluster.runtime.shardlog import ShardMeta, ShardState
+from cluster.runtime.shardlog import SHARD_FRAMES, ShardMeta, ShardState
 from storage import (
     Damage,
     LogFull,
@@ -48,13 +48,29 @@ class ShardDamage:
     counted: bool = False  # in the silo's metrics already
 
 
-async def _replay(store: Store, shard: Shard, log_state: LogState) -> ShardState:
-    """Fold ``log_state`` for ``shard``; keep a copy of the log first if anything in it is bad.
+async def read_shard(store: Store, base: str, owner: Shard | None = None,
+                     expected_owner: str | None = None) -> tuple[LogState, ShardState]:
+    """Read shard log ``base`` and fold it into live jobs (their ``owner``), frame by frame as it
+    is decoded: plain ADDs typed (``SHARD_FRAMES``), one frame's records in memory at a time.
+
+    With ``expected_owner``, read to take it over from that owner (``read_to_claim``). Records
+    replay set aside are logged here; what the read found damaged is the caller's (``_keep_damage``).
+    """
+    state = ShardState(owner=owner)
+    if expected_owner is None:
+        log_state = await read_log(store, base, reader=SHARD_FRAMES, fold=state.fold_frame)
+    else:
+        log_state = await read_to_claim(store, base, expected_owner, SHARD_FRAMES, state.fold_frame)
+    state.report_unreadable(base)
+    return log_state, state
+
+
+async def _keep_damage(store: Store, shard: Shard, log_state: LogState, state: ShardState) -> None:
+    """Keep a copy of the log ``state`` was folded from if anything in it is bad.
 
     Raises ``StorageError`` when that copy cannot be written, so nothing goes on (a claim, a
     compaction) that could delete the only evidence; the caller tries again later.
     """
-    state = ShardState(owner=shard).replay_log(log_state.decoded, shard.base)
     decoded = log_state.decoded
     if decoded.damaged or state.unreadable:
         why = describe_damage(decoded) or f"{len(state.unreadable)} records unreadable"
@@ -66,7 +82,6 @@ async def _replay(store: Store, shard: Shard, log_state: LogState) -> ShardState
     if decoded.torn is not None:
         log.warning("shard log has a torn tail", extra={"shard": shard.base, "offset": decoded.torn.offset,
                                                        "reason": decoded.torn.reason})
-    return state
 
 
 class Gate:
@@ -163,18 +178,20 @@ class Shard:
         listing and our read, which the ETag alone cannot tell from an unclaimed log.
         """
         shard = cls.__new__(cls)
-        log = await read_to_claim(store, base, expected_owner)
+        log, state = await read_shard(store, base, shard, expected_owner)
         meta = take(ShardMeta.from_metadata(log.metadata))
         shard.__init__(base, meta, None)  # type: ignore[misc]
-        state = await _replay(store, shard, log)
+        await _keep_damage(store, shard, log, state)
         shard.writer = await LogWriter.claim(store, log, meta.to_metadata(), snapshot=shard.snapshot, options=options)
         shard.state = state
         return shard
 
     async def load(self, store: Store) -> ShardState:
         """Read the log and fold it into live jobs (the caller holds the gate exclusive)."""
-        self.state = await _replay(store, self, await read_log(store, self.base))
-        return self.state
+        log_state, state = await read_shard(store, self.base, self)
+        await _keep_damage(store, self, log_state, state)
+        self.state = state
+        return state
 
     def snapshot(self) -> list[Any]:
         # Called by the writer at rotation. A dormant shard has no state to snapshot: the write

@@ -32,12 +32,14 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from storage import Decoded
+import msgspec
+
+from storage import Decoded, Frame
 from storage.records import collector_paused, pack
 
 log = logging.getLogger("timeshard.silo")
@@ -215,6 +217,14 @@ LiveJob = list[Any]
 
 # Times a live job may carry: what a datetime can hold (years 1 to 9999), in µs since 1970.
 MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+
+
+_Time = Annotated[int, msgspec.Meta(ge=MIN_US, le=MAX_US)]
+#: A frame of nothing but plain ADDs, read and checked in one call: loading a big shard is
+#: mostly these (a frame of 25,000 ADDs took 1.3 µs a record as msgpack lists and the checks in
+#: ``ShardState._fold``; read this way, 0.55). The types are ``_fold``'s inline check of an ADD;
+#: any other frame is read as lists and folded record by record as before.
+SHARD_FRAMES = msgspec.msgpack.Decoder(list[tuple[Literal[0], str, _Time, bytes, int, int, _Time]]).decode
 
 
 @dataclass(frozen=True)
@@ -454,11 +464,23 @@ class ShardState:
         with their sequence numbers and logged at ERROR naming ``shard``; the rest replays.
         """
         for frame in decoded.frames:
+            self.fold_frame(frame)
+        self.report_unreadable(shard)
+        return self
+
+    def fold_frame(self, frame: Frame) -> None:
+        """Fold one frame of a log, in order; as ``decode``'s ``fold``, each as it is read
+        (with ``SHARD_FRAMES`` as its reader: see ``cluster.runtime.shard.read_shard``)."""
+        if frame.typed is not None:
+            self._fold_adds(frame.typed)
+        else:
             self._fold(frame.records, frame.first_seq)
+
+    def report_unreadable(self, shard: str) -> None:
+        """Log at ERROR, naming ``shard``, each record replay set aside (``unreadable``)."""
         for bad in self.unreadable:
             log.error("shard record unreadable: kept in the log, not replayed",
                       extra={"shard": shard, "seq": bad.seq, "reason": bad.reason, "job": bad.job_id})
-        return self
 
     def _fold(self, records: Iterable[Any], first_seq: int) -> ShardState:
         """The hot loop of loading a shard. Consumes the records: ADD records become entries.
@@ -497,6 +519,17 @@ class ShardState:
         if self.orphan_pauses:
             self._adopt_orphan_pauses()
         return self
+
+    def _fold_adds(self, adds: Sequence[tuple[Any, ...]]) -> None:
+        """Fold a frame ``SHARD_FRAMES`` read: plain ADDs, checked already (as ``_fold`` checks them)."""
+        live, owner = self.live, self.owner
+        with collector_paused():
+            for _, job_id, due_us, job, occurrence, attempts, scheduled_us in adds:
+                # One int object for both times when they are equal: 32 B per job, most jobs.
+                live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
+                                owner, None]
+        if self.orphan_pauses:
+            self._adopt_orphan_pauses()
 
     def _adopt_orphan_pauses(self) -> None:
         """Pause the jobs an ADD made live after a pause read for them while they were not

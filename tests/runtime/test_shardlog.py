@@ -12,6 +12,7 @@ from cluster.model.wire import pack, unpack
 from cluster.runtime.shardlog import (
     CANCELLED,
     MOVED,
+    SHARD_FRAMES,
     SUCCEEDED,
     ShardMeta,
     ShardState,
@@ -129,6 +130,12 @@ def test_a_shard_log_written_before_the_layout_change_still_replays() -> None:
     assert state.live["a"][:5] == [1_500_000, b"JOB-A", 1, 1, 1_000_000]
     assert state.live["c"][:5] == [3_000_000, b"JOB-C", 4, 2, 2_900_000]
     assert state.moved == {"b": "shards/next"}
+    # As a silo loads it (issue 29): the first frame, two plain ADDs, read typed; the same state.
+    assert decode(OLD_LOG, reader=SHARD_FRAMES).frames[0].typed is not None
+    loaded = ShardState()
+    decode(OLD_LOG, reader=SHARD_FRAMES, fold=loaded.fold_frame)
+    assert {k: v[:5] for k, v in loaded.live.items()} == {k: v[:5] for k, v in state.live.items()}
+    assert loaded.moved == state.moved
 
 
 def test_ops_whose_write_failed_are_taken_back_and_later_ops_win() -> None:
