@@ -197,6 +197,11 @@ def _next_frame(view: memoryview, start: int, last: int) -> tuple[int, int, int,
     return None
 
 
+#: Objects the collector tracks, made under one ``collector_paused``, past which they count as a
+#: bulk build and go to the collector's oldest generation when it ends.
+BULK_BUILD = 100_000
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off for a bulk build of containers that all stay alive.
@@ -204,6 +209,10 @@ def collector_paused() -> Iterator[None]:
     Building a million records with the collector on triggers a full collection each time the
     heap grows by a quarter, each walking every record built so far: replay spent three times
     longer decoding than it did with the collector off (benchmarks/cluster.py's replay, issue 29).
+    A bulk build (``BULK_BUILD`` objects or more) ends in the oldest generation: left in the
+    youngest, the first allocation after the pause walked all of it, and the next middle
+    collection again (0.13 s a million jobs loaded, the event loop stalled meanwhile); the
+    oldest is walked only by full collections, which walk everything long-lived anyway.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -211,6 +220,9 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
+            if gc.get_count()[0] >= BULK_BUILD:
+                gc.freeze()  # every generation into the permanent one, then that one into the oldest
+                gc.unfreeze()
             gc.enable()
 
 
