@@ -7,7 +7,9 @@ import asyncio
 import pytest
 
 import storage
+import storage.azure
 from storage import records
+from tests.storage.conftest import StoreUrl
 
 
 async def test_create_is_exclusive_and_returns_a_usable_etag(store: storage.Store) -> None:
@@ -84,6 +86,21 @@ async def test_appends_keep_order_and_reads_start_at_any_offset(store: storage.S
         await store.read("log", 15)
     with pytest.raises(storage.NotFound):
         await store.read("missing")
+
+
+async def test_a_log_longer_than_one_read_comes_back_whole_from_any_offset(
+        store_url: StoreUrl, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Azure reads a log in ranges of ``MAX_READ`` (256 MiB): made small here, a log spans several."""
+    monkeypatch.setattr(storage.azure, "MAX_READ", 64 * 1024)
+    blocks = [bytes([i]) * 100_000 for i in range(3)]
+    async with storage.open_store(store_url()) as store:
+        etag = await store.create("log", {"k": "v"})
+        for block in blocks:
+            etag = (await store.append_block("log", block, etag)).etag
+        for offset in (0, 1, 150_000, 299_999):
+            fetched = await store.fetch("log", offset)
+            assert fetched.data == b"".join(blocks)[offset:]
+            assert (fetched.etag, fetched.size, fetched.blocks, fetched.metadata) == (etag, 300_000, 3, {"k": "v"})
 
 
 async def test_delete_is_conditional(store: storage.Store) -> None:
