@@ -235,8 +235,7 @@ def decode(data: bytes, *, offset: int = 0, after: int = -1, reader: FrameReader
     it does not take is read as lists, so what counts as damage does not depend on it.
     ``fold``, if given, is handed each frame as soon as it is found, in log order, and the frames
     are not kept (``frames`` stays empty): a caller that turns records into something else holds
-    one frame's records at a time, not the whole log's beside what it made of them (loading a
-    million-job shard spent a quarter of its time more that way, most of it on memory).
+    one frame's records at a time, not the whole log's beside what it made of them.
     A bad stretch with a whole frame after it is reported in ``damaged`` and decoding goes on
     from that frame; bad bytes with nothing whole after them are the tail, reported in ``torn``.
     A frame whose checksum holds but whose body is not records (written that way) is damage
