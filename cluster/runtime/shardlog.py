@@ -223,7 +223,7 @@ _Time = Annotated[int, msgspec.Meta(ge=MIN_US, le=MAX_US)]
 #: A frame of nothing but plain ADDs, read and checked in one call: loading a big shard is
 #: mostly these. A million of them decoded and folded in 0.93 s of CPU as msgpack lists checked
 #: one by one in ``ShardState._fold``, 0.83 s read this way and folded frame by frame as read
-#: (issue 29). The types are ``_fold``'s inline check of an ADD; any other frame is read as
+#: (issue 29; the shared 2-core machine, loaded). The types are ``_fold``'s inline check of an ADD; any other frame is read as
 #: lists and folded record by record as before.
 SHARD_FRAMES = msgspec.msgpack.Decoder(list[tuple[Literal[0], str, _Time, bytes, int, int, _Time]]).decode
 
