@@ -38,7 +38,7 @@ from .errors import (
 )
 from .file import FileStore
 from .generations import LogHead, LogState, LogTail, find_log, generation_name, list_logs, read_log, read_tail
-from .log import LogOptions, LogWriter
+from .log import LogOptions, LogWriter, gathered
 from .memory import MemoryStore
 from .records import Damage, Decoded, Frame, FrameReader, Torn, decode, encode
 from .urls import DEFAULT_URL, open_store
@@ -50,7 +50,7 @@ __all__ = [
     "StorageError", "Fenced", "AlreadyExists", "NotFound", "LogFull", "LogCorrupted", "LandedAfterFailure", "Unavailable", "Transient",
     "InvalidStoreUrl", "InvalidMetadata", "RecordTooLarge", "DamagedLog",
     "Decoded", "Frame", "FrameReader", "Torn", "Damage", "decode", "encode",
-    "LogHead", "LogState", "LogTail", "LogOptions", "LogWriter", "find_log", "list_logs", "read_log", "read_tail",
+    "LogHead", "LogState", "LogTail", "LogOptions", "LogWriter", "find_log", "gathered", "list_logs", "read_log", "read_tail",
     "generation_name",
     "DAMAGED_PREFIX", "damaged_name", "describe_damage", "keep_damaged",
 ]

@@ -56,7 +56,7 @@ from cluster.runtime.logowner import (
 )
 from cluster.runtime.membership import DEAD, LEAVING, Member
 from storage import AlreadyExists as LogExists
-from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, list_logs
+from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, gathered, list_logs
 
 __all__ = ["BucketReleased", "Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "outcome_from_wire",
            "outcome_to_wire", "put_from_wire", "put_to_wire", "resent",
@@ -457,7 +457,8 @@ class Buckets:
         if not decided:
             return
         try:
-            shards = await self._schedule([job for _, _, job, _, _ in decided])
+            with gathered():  # the round is the batch: its shard writes it without lingering for more
+                shards = await self._schedule([job for _, _, job, _, _ in decided])
         except Exception as exc:
             for i, *_ in decided:
                 out[i] = exc  # no entry points at these jobs: the fence never clears them

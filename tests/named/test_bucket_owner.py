@@ -9,6 +9,7 @@ two puts of one free name never both win.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections.abc import Sequence
 from datetime import timedelta
@@ -365,3 +366,15 @@ async def test_no_name_points_at_a_job_before_the_job_is_durable_whatever_puts_r
     assert not named_early
     for entry, made in answers:
         assert await durable(store, entry.shard, made.id)
+
+
+async def test_a_round_of_puts_does_not_wait_out_its_shards_linger() -> None:
+    """The owner's round is a batch already (its callers gathered per tick): lingering for more
+    before writing its jobs only delayed every put of it by the shard's linger."""
+    options = dataclasses.replace(OPTIONS, group_commit_linger="5s")  # far past the wait allowed below
+    a = await make_parts(MemoryStore(), "a", options=options)
+    mine = buckets_of(a)
+    await mine.take()
+    answers = await asyncio.wait_for(mine.put_many([ask("nightly"), ask("hourly")]), 1.0)
+    for entry, made in map(ok, answers):
+        assert await durable(a.store, entry.shard, made.id)

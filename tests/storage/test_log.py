@@ -315,3 +315,62 @@ async def test_a_claimer_stalled_after_its_claim_deletes_no_newer_generation() -
     await live.add(owner, 4)
     assert sorted(await replayed(store, "s")) == [1, 2, 4]
 
+
+
+class _HeldAppends(storage.MemoryStore):
+    """Appends wait for ``release`` once ``hold`` is set: a block kept in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.release = asyncio.Event()
+        self.appending = asyncio.Event()
+        self.appended_at: list[float] = []
+
+    async def append_block(self, name: str, payload: bytes, if_match: str) -> storage.Appended:
+        if self.hold:
+            self.appending.set()
+            await self.release.wait()
+        result = await super().append_block(name, payload, if_match)
+        self.appended_at.append(asyncio.get_running_loop().time())
+        return result
+
+
+LONG_LINGER = LogOptions(linger=5.0)  # far longer than any wait a test below allows
+
+
+async def test_a_gathered_batch_is_written_without_lingering_and_takes_what_lingered_along() -> None:
+    """A named put's round is the batch already: its caller waits for its shard's append only,
+    not also for more records that would never come; records lingering meanwhile go with it."""
+    store = storage.MemoryStore()
+    writer = await LogWriter.create(store, "gathered", {}, options=LONG_LINGER)
+    lingering = asyncio.ensure_future(writer.append("plain"))
+    await asyncio.sleep(0.05)
+    assert not lingering.done()  # a lone record waits for company
+    with storage.gathered():
+        await asyncio.wait_for(writer.append_many(["round-1", "round-2"]), 1.0)
+    await asyncio.wait_for(lingering, 1.0)  # written in the same block
+    assert writer.blocks_written == 1
+    assert await replayed(store, "gathered") == ["plain", "round-1", "round-2"]
+    later = asyncio.ensure_future(writer.append("alone"))  # outside gathered(): an idle log lingers again
+    await asyncio.sleep(0.05)
+    assert not later.done()
+    later.cancel()
+
+
+async def test_records_queued_behind_a_block_in_flight_do_not_linger_again() -> None:
+    """They waited for that block already: lingering again after it only delays them (a put's two
+    appends each paid the linger, one after the other)."""
+    store = _HeldAppends()
+    writer = await LogWriter.create(store, "busy-log", {}, options=LONG_LINGER)
+    store.hold = True
+    with storage.gathered():
+        first = asyncio.ensure_future(writer.append("first"))
+        await asyncio.wait_for(store.appending.wait(), 1.0)  # its block in flight
+    behind = asyncio.ensure_future(writer.append("behind"))  # not gathered
+    await asyncio.sleep(0)
+    store.hold = False
+    store.release.set()
+    await asyncio.wait_for(asyncio.gather(first, behind), 1.0)
+    assert await replayed(store, "busy-log") == ["first", "behind"]
+    assert writer.blocks_written == 2
