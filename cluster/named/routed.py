@@ -37,6 +37,7 @@ __all__ = ["READS", "Routed", "RoutedPuts", "SiloCaller", "put_outcome"]
 log = logging.getLogger("timeshard.named")
 
 SEND_ATTEMPTS = 40  # sends of one item while owners change or refuse (backing off up to 1 s)
+PUT_CALLS_IN_FLIGHT = 2  # a client's put calls under way per owner; later puts wait and go together
 _MAX_DELAY_S = 1.0
 
 #: A client's reads of the registry: acted on twice, still a read, so one lost with its owner is
@@ -63,6 +64,11 @@ class Routed:
         self.buckets = buckets
         #: Methods whose items lost with their silo are sent to the next owner: what to send then.
         self.resends: dict[str, Callable[[Any], Any]] = {}
+        #: Methods with at most this many calls in flight per owner; the items of later ticks wait
+        #: for one to end, then go in one call (``_route``).
+        self.in_flight: dict[str, int] = {}
+        self._flying: dict[tuple[str, str], int] = {}
+        self._held: dict[tuple[str, str], list[_Item]] = {}
         self._owners: dict[int, str] = {}  # bucket -> the silo id its log names as owner
         self._queued: dict[str, list[_Item]] = {}
         self._armed = False
@@ -135,7 +141,32 @@ class Routed:
         by_silo: dict[str | None, list[_Item]] = {}
         for one in items:
             by_silo.setdefault(self._owners.get(bucket_of(one[0], self.buckets)), []).append(one)
-        await asyncio.gather(*(self._send(method, silo, sent) for silo, sent in by_silo.items()))
+        limit = self.in_flight.get(method)
+        if limit is not None:
+            # Callers answered by different calls come back at different ticks, and each tick's
+            # puts split again by owner: unchecked, 64 callers ended up in calls of 3-6 puts,
+            # each paying a Ray call and its own appends. Held while the owner has ``limit``
+            # calls under way, they go together when one ends: a call's PUT append still overlaps
+            # the next one's ADD.
+            for silo in [s for s in by_silo if s is not None and self._flying.get((method, s), 0) >= limit]:
+                self._held.setdefault((method, silo), []).extend(by_silo.pop(silo))
+        await asyncio.gather(*(self._flown(method, silo, sent) for silo, sent in by_silo.items()))
+
+    async def _flown(self, method: str, silo: str | None, items: list[_Item]) -> None:
+        """``_send``, counted among the calls in flight to ``silo``; what was held for it meanwhile is routed again after."""
+        if silo is None or method not in self.in_flight:
+            await self._send(method, silo, items)
+            return
+        key = (method, silo)
+        self._flying[key] = self._flying.get(key, 0) + 1
+        try:
+            await self._send(method, silo, items)
+        finally:
+            self._flying[key] -= 1
+            held = self._held.pop(key, None)
+            if held:
+                self._queued.setdefault(method, []).extend(held)
+                self._arm()
 
     async def _send(self, method: str, silo: str | None, items: list[_Item]) -> None:
         if silo is None:
@@ -206,6 +237,7 @@ class RoutedPuts:
         # A put lost with its owner may have been made: sent again, marked, to the bucket's next
         # owner, which answers it by its job id (made: that put) rather than in doubt.
         self.routed.resends["named_put"] = resent_put
+        self.routed.in_flight["named_put"] = PUT_CALLS_IN_FLIGHT
 
     async def put(self, ask: PutRequest) -> tuple[Entry, ScheduledJob]:
         (result,) = await self.put_many([ask])

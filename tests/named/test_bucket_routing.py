@@ -96,3 +96,44 @@ async def test_a_read_whose_owner_failed_it_is_not_sent_again() -> None:
         await routed.ask_all("named_count", "")
     assert owners.asked == ["a", "a"]
 
+
+
+class HeldCalls:
+    """An owner whose calls wait until ``done`` is set: the calls under way, and each one's items."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.flying = 0
+        self.most = 0
+        self.calls: list[list[Any]] = []
+
+    async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+        self.flying += 1
+        self.most = max(self.most, self.flying)
+        self.calls.append(list(args[1]))
+        try:
+            await self.done.wait()
+        finally:
+            self.flying -= 1
+        return [("ok", item) for item in args[1]]
+
+
+async def test_puts_of_later_ticks_wait_for_a_call_to_end_and_go_together() -> None:
+    """Callers answered by different calls come back at different ticks: sent as they came, 64
+    callers' puts ended up in calls of 3 to 6 at two owners, each its own Ray call and its own
+    appends there. At most two calls are under way per owner; what comes meanwhile goes in one."""
+    store = MemoryStore()
+    await store.create(generation_name(bucket_base(0), 0), {"owner": "a#1"})
+    owner = HeldCalls()
+    routed = Routed(store, owner, buckets=1)
+    routed.in_flight["named_put"] = 2
+    asks = []
+    for tick in range(6):
+        asks.append(asyncio.ensure_future(routed.ask("named_put", "k", f"put-{tick}")))
+        for _ in range(5):  # the next caller comes in a later tick
+            await asyncio.sleep(0)
+    assert owner.flying == 2 and owner.calls == [["put-0"], ["put-1"]]
+    owner.done.set()
+    answers = await asyncio.wait_for(asyncio.gather(*asks), 10)
+    assert answers == [("ok", f"put-{tick}") for tick in range(6)]  # none held for good
+    assert owner.most == 2 and owner.calls[2:] == [["put-2", "put-3", "put-4", "put-5"]]
