@@ -26,7 +26,7 @@ from typing import Any
 from cluster.model.jobs import ScheduledJob
 from cluster.model.trigger import TRIGGERED_FROM, triggered_from
 from cluster.model.waiting import wait_bounded
-from cluster.model.wire import datetime_to_us, pack, timedelta_to_us, unpack
+from cluster.model.wire import datetime_to_us, timedelta_to_us, unpack
 from cluster.named.attempts import (
     StatusSender,
     ended,
@@ -281,8 +281,8 @@ class NamedJobHooks(SiloHooks):
     async def _cancel_here(self, shard: str, job_id: str) -> tuple[str, Any]:
         return await self._silo.cancel(shard, job_id)
 
-    async def _schedule(self, jobs: Sequence[ScheduledJob]) -> list[str]:
-        return await self._silo.schedule([(j.id, datetime_to_us(j.first_fire), pack(j.to_wire())) for j in jobs])
+    async def _schedule(self, items: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        return await self._silo.schedule(items)
 
     async def _update(self, key: str, job_id: str, change: Any) -> Entry | None:
         entry = await update_entry(self._store, key, job_id, change, self._known.pop(key, None))

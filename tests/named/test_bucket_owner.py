@@ -41,14 +41,14 @@ from cluster.runtime.membership import REPORTED, Membership
 from cluster.runtime.roles import Roles
 from cluster.runtime.shardlog import ADD, landed_ids
 from storage import MemoryStore, Store, list_logs, read_log
-from tests.runtime.harness import OPTIONS, T0, item, job, make_parts
+from tests.runtime.harness import OPTIONS, T0, job, make_parts
 
 COUNT = 4
 
 
 def buckets_of(parts: Roles) -> Buckets:
-    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
-        return await parts.scheduling.schedule([item(j) for j in jobs])
+    async def schedule(items: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        return await parts.scheduling.schedule(items)
 
     parts.lease.renew(parts.clock.monotonic())
     return Buckets(parts.store, parts.adoption.owner, parts.lease, COUNT, schedule)
@@ -348,12 +348,13 @@ async def test_no_name_points_at_a_job_before_the_job_is_durable_whatever_puts_r
     release, scheduling = asyncio.Event(), asyncio.Event()
     mine: Buckets
 
-    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
-        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & {j.id for j in jobs})
+    async def schedule(items: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        ids = {job_id for job_id, _, _ in items}
+        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & ids)
         scheduling.set()
         await release.wait()
-        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & {j.id for j in jobs})
-        return await a.scheduling.schedule([item(j) for j in jobs])
+        named_early.update({e.job_id for b in mine.held.values() for e in b.state.entries.values()} & ids)
+        return await a.scheduling.schedule(items)
 
     mine = Buckets(store, a.adoption.owner, a.lease, COUNT, schedule)
     await mine.take()

@@ -68,8 +68,8 @@ def scheduled(buckets: Buckets) -> asyncio.Event:
     real = buckets._schedule
     added = asyncio.Event()
 
-    async def schedule(jobs: Sequence[ScheduledJob]) -> list[str]:
-        shards = await real(jobs)
+    async def schedule(items: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        shards = await real(items)
         added.set()
         return shards
 
