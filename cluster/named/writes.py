@@ -81,6 +81,7 @@ class PutRequest:
     now_us: int
     try_id: str = field(default_factory=new_job_id)
     resend: bool = False
+    brief: bool = False  # its sender reads a made put's brief answer (``cluster.named.buckets.outcome_from_wire``)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from cluster.model.errors import AlreadyExists, PutInDoubt
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
+from cluster.model.policies import FailurePolicy
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, BucketState
@@ -31,6 +33,7 @@ from cluster.named.buckets import (
     outcome_to_wire,
     put_from_wire,
     put_to_wire,
+    resent_put,
 )
 from cluster.named.hooks import NamedJobHooks
 from cluster.named.owned import OwnerCalls
@@ -218,7 +221,7 @@ async def test_only_a_cluster_on_entries_keeps_no_buckets() -> None:
     serve = opted.service("named_put")
     assert serve is not None
     (answer,) = await serve([put_to_wire(ask("nightly"))])
-    assert answer[0] == "ok"
+    assert answer[0] == "made"
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -323,8 +326,9 @@ async def test_what_an_owner_holds_and_answers_after_its_puts_is_what_its_log_re
     await mine.take()
     owner = OwnerCalls(mine)
     names = [f"n{i}" for i in range(12)]
-    first = await owner.puts([put_to_wire(ask(name)) for name in names])
-    again = await owner.puts([put_to_wire(ask(name)) for name in names[:5]])  # overwrites: retire lists
+    # As a sender of an earlier release puts (no ``brief``): each answer in full.
+    first = await owner.puts([put_to_wire(ask(name))[:8] for name in names])
+    again = await owner.puts([put_to_wire(ask(name))[:8] for name in names[:5]])  # overwrites: retire lists
     held = {key: e for bucket in mine.held.values() for key, e in bucket.state.entries.items()}
     replayed = {}
     for bucket in mine.held.values():
@@ -379,3 +383,42 @@ async def test_a_round_of_puts_does_not_wait_out_its_shards_linger() -> None:
     answers = await asyncio.wait_for(mine.put_many([ask("nightly"), ask("hourly")]), 1.0)
     for entry, made in map(ok, answers):
         assert await durable(a.store, entry.shard, made.id)
+
+
+def shaped(name: str, shape: int) -> PutRequest:
+    """A put of ``name`` whose job has one of a few shapes: plain, recurring with data, bounded and jittered."""
+    key = entry_key("ns", "app", name)
+    extra: list[dict[str, Any]] = [
+        {},
+        {"schedule": "@every 1h", "data": {"n": [1, 2.5, "x"], "b": b"raw"}, "ttl": timedelta(days=3)},
+        {"schedule": "@every 2h", "jitter": timedelta(seconds=30), "not_after": T0 + timedelta(days=9), "overlap": "skip",
+         "failure_policy": FailurePolicy.constant(timedelta(seconds=5), 3)},
+    ]
+    j = job(due=timedelta(days=1), metadata={NAMED_MARK: key, "team": "ops"}, **extra[shape % len(extra)])
+    return PutRequest(key, name, "app", "ns", j, True, datetime_to_us(T0))
+
+
+async def test_a_brief_answer_reads_as_the_full_one_whatever_the_job() -> None:
+    """A client reads a made put's brief answer by rebuilding its entry and job from what it
+    sent: they must be what the full answer (the owner's record and the job its shard holds) says."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    await mine.take()
+    owner = OwnerCalls(mine)
+    asks = [shaped(f"n{i}", i) for i in range(6)]
+    for round_ in range(2):  # the second overwrites: a replaced job and a retire list
+        sent = [put_to_wire(replace(one, try_id=f"{round_}-{one.try_id}")) for one in asks]
+        sent[-1] = resent_put(sent[-1])  # a resend finding no trace of its first send: made under a fresh id
+        brief = await owner.puts(sent)
+        assert [answer[0] for answer in brief] == ["made"] * len(asks)
+        for answer, one, wire in zip(brief, asks, sent, strict=True):
+            sender = put_from_wire(wire)
+            entry, made = ok(outcome_from_wire(answer, replace(one, job=sender.job, try_id=sender.try_id)))
+            held = mine.held[mine.bucket_for(one.key)].state.entries[one.key]
+            assert entry == replace(held, definition=None)
+            (added,) = [op[3] for op in (await read_log(store, entry.shard)).records() if op[0] == ADD and op[1] == made.id]
+            full_entry, full_job = ok(outcome_from_wire(("ok", held.metadata(), added), one))
+            assert made == full_job and entry == replace(full_entry, definition=None)
+            assert (made.generation, bool(entry.retire)) == (round_ + 1, round_ == 1)
+        assert made.id == entry.job_id != sender.try_id  # the last one: the resend

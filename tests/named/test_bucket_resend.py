@@ -158,7 +158,7 @@ async def test_a_put_made_whose_answer_was_lost_with_its_owner_returns_that_put_
         kind: str, overwrite: bool, tmp_path: Path) -> None:
     c = await Cluster.start(kind, tmp_path)
     lost, putting = await lost_put(c, overwrite=overwrite)
-    assert (await lost.made())[0] == "ok"  # made: job and PUT durable, answered
+    assert (await lost.made())[0] == "made"  # made: job and PUT durable, answered
     await a_dies(c, lost)
     put = await asyncio.wait_for(putting, 60)
     assert put.job.id == lost.try_id() and put.generation == 1  # that put, not AlreadyExists nor another
@@ -193,7 +193,7 @@ async def test_a_put_made_then_replaced_before_its_resend_is_in_doubt_or_made_an
         kind: str, overwrite: bool, tidied: bool, tmp_path: Path) -> None:
     c = await Cluster.start(kind, tmp_path)
     lost, putting = await lost_put(c, overwrite=overwrite)
-    assert (await lost.made())[0] == "ok"
+    assert (await lost.made())[0] == "made"
     lost.hold_tidy = not tidied  # the later put's entry keeps the first send's job on its retire list
     other = c.jobs()
     later = await other.put("n", target=TARGET, due_time="1s", overwrite=True)  # another client's

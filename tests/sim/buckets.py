@@ -91,7 +91,7 @@ class BucketRay(SimRay):
         world = self._world
         if method == "feature_call" and args[0] == "named_put":
             # Sends after one lost with its owner: judged, as every put, by what the client is told.
-            world.stats["registry: puts sent again after a loss"] += sum(len(one) > 7 for one in args[1])
+            world.stats["registry: puts sent again after a loss"] += sum(len(one) > 7 and bool(one[7]) for one in args[1])
         answer = await super()._call(silo_id, method, args)
         if (method == "feature_call" and world.injecting and world.faults.lost_answers
                 and self._registry_rng.random() < P_LOST_ANSWER):
