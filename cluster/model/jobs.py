@@ -381,6 +381,19 @@ class ScheduledJob:
             options["overlap"] = self.overlap
         return options or None
 
+    def evolve(self, **changes: Any) -> ScheduledJob:
+        """``dataclasses.replace(self, **changes)`` without its generic walk of the 20 fields
+        (3 us a call, 0.5 here; a named put made several, on its owner and its client alike).
+        The instance's ``__dict__`` is its fields and nothing else (no cached properties)."""
+        unknown = changes.keys() - _JOB_FIELDS
+        if unknown:
+            raise TypeError(f"ScheduledJob has no field(s) {sorted(unknown)}")
+        new = object.__new__(ScheduledJob)
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
+        return new
+
     def to_wire(self) -> list[Any]:
         """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it.
 
@@ -457,6 +470,9 @@ class ScheduledJob:
         _checked_us(created)
         overlap = _options_from_wire(obj[14], memo)[4] if len(obj) > 14 else "allow_all"
         return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always", overlap)
+
+
+_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(ScheduledJob))
 
 
 def _check_record(obj: Any) -> None:

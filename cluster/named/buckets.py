@@ -468,7 +468,7 @@ class Buckets:
             return
         by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob, dict[str, str], bytes]]] = {}
         for (i, bucket, job, old, packed), shard in zip(decided, shards, strict=True):
-            job = replace(job, shard=shard)
+            job = job.evolve(shard=shard)
             entry = Entry(asks[i].key, "", job.generation, job.id, shard, datetime_to_us(job.first_fire), asks[i].now_us,
                           JobStatus(next_fire=job.first_fire), () if old is None else (old.retired(), *old.retire),
                           base64.b64encode(packed).decode("ascii"))
@@ -543,8 +543,8 @@ def _next_generation(ask: PutRequest, old: Entry | None) -> ScheduledJob:
     been pointed at, replaced and retired: one id would then name two generations."""
     job_id = new_job_id() if ask.resend else ask.try_id
     if old is None:
-        return replace(ask.job, id=job_id, generation=1)
-    return replace(ask.job, id=job_id, generation=old.generation + 1,
+        return ask.job.evolve(id=job_id, generation=1)
+    return ask.job.evolve(id=job_id, generation=old.generation + 1,
                    metadata={**ask.job.metadata, REPLACES_MARK: old.job_id})
 
 
@@ -588,7 +588,7 @@ WireOutcome = tuple[Any, ...]
 
 
 def put_to_wire(ask: PutRequest) -> WirePut:
-    job = ask.job if ask.job.id == ask.try_id else replace(ask.job, id=ask.try_id)
+    job = ask.job if ask.job.id == ask.try_id else ask.job.evolve(id=ask.try_id)
     return (ask.key, ask.name, ask.app_id, ask.namespace, pack(job.to_wire()), ask.overwrite, ask.now_us, ask.resend,
             True)
 
@@ -630,7 +630,7 @@ def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
         return _made_from_wire(answer, ask)
     if kind == "ok":
         entry = Entry.from_metadata(ask.key, answer[1], "")
-        return entry, replace(ScheduledJob.from_wire(unpack(answer[2])), shard=entry.shard)  # the wire form has no shard
+        return entry, ScheduledJob.from_wire(unpack(answer[2])).evolve(shard=entry.shard)  # the wire form has no shard
     if kind == "exists":
         return AlreadyExists(ask.name, ask.app_id, ask.namespace)
     if kind == "not_owner":
@@ -645,7 +645,7 @@ def _made_from_wire(answer: WireOutcome, ask: PutRequest) -> tuple[Entry, Schedu
     ``Buckets._land``); the entry without its definition, which only an owner reads."""
     _, generation, job_id, shard, replaces, retire = answer
     metadata = ask.job.metadata if replaces is None else {**ask.job.metadata, REPLACES_MARK: replaces}
-    job = replace(ask.job, id=job_id, generation=generation, shard=shard, metadata=metadata)
+    job = ask.job.evolve(id=job_id, generation=generation, shard=shard, metadata=metadata)
     fire = job.first_fire
     rows = tuple(Retired(r[0], r[1], r[2], bool(r[3]) if len(r) > 3 else True) for r in retire)
     return Entry(ask.key, "", generation, job_id, shard, datetime_to_us(fire), ask.now_us, JobStatus(next_fire=fire),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import string
 from datetime import datetime, timedelta, timezone
 
@@ -293,3 +294,19 @@ def test_every_job_round_trips_exactly_through_msgpack(job):
     assert back == job
     assert back.due.utcoffset() == timedelta(0) and back.created_at.utcoffset() == timedelta(0)
     assert back.target.routing_key == job.target.routing_key
+
+
+def test_evolve_makes_what_dataclasses_replace_makes_and_refuses_what_it_refuses() -> None:
+    """``evolve`` (a named put's fast copy) copies the instance's state: it must hold the fields
+    and nothing else, or a copy would carry a value computed from the fields it changes."""
+    now = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    job = ScheduledJob.create(Target.actor("a", namespace="n"), "nightly", due=now + timedelta(days=1), now=now,
+                              schedule="@every 1h", jitter=timedelta(seconds=9), metadata={"k": "v"}, data={"x": 1})
+    assert job.first_fire  # what a cached property would keep once read
+    assert set(vars(job)) == {f.name for f in dataclasses.fields(ScheduledJob)}
+    for changes in ({"id": "other"}, {"generation": 3, "shard": "shards/s"}, {"metadata": {"k": "w"}, "id": "x"}):
+        made = job.evolve(**changes)
+        assert made == dataclasses.replace(job, **changes) and made.first_fire == dataclasses.replace(job, **changes).first_fire
+    assert job.evolve() == job and job.evolve() is not job
+    with pytest.raises(TypeError):
+        job.evolve(nonsense=1)
