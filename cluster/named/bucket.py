@@ -143,6 +143,14 @@ class Entries(MutableMapping[str, Entry]):
         self._held[key] = entry
         return entry
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """``Mapping.get`` without its KeyError for a name not held: a put of a new name asks
+        three times (~1 us each, raised and caught)."""
+        held = self._held.get(key)
+        if held is None:
+            return default
+        return held if isinstance(held, Entry) else self[key]
+
     def __setitem__(self, key: str, entry: Entry) -> None:
         self._held[key] = entry
 
