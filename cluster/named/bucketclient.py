@@ -34,7 +34,7 @@ from cluster.model.errors import ClusterUnavailable, PutInDoubt
 from cluster.model.ports import JobSubmitter
 from cluster.named.attempts import WireChange
 from cluster.named.bucket import BUCKETS
-from cluster.named.buckets import PutOutcome
+from cluster.named.putwire import PutOutcome
 from cluster.named.registry import Entry, Retired
 from cluster.named.routed import RoutedPuts, SiloCaller
 from cluster.named.writes import PutRequest, locator

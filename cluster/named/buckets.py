@@ -35,11 +35,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
+from cluster.model.errors import AlreadyExists, PutInDoubt
 from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
-from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus, Retired
+from cluster.named.putwire import NotOwner, PutOutcome, WireOutcome, made_to_wire
+from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
 from cluster.runtime.logowner import (
@@ -58,9 +59,7 @@ from cluster.runtime.membership import DEAD, LEAVING, Member
 from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, gathered, list_logs
 
-__all__ = ["BucketReleased", "Buckets", "merged", "repeated", "HeldBucket", "NotOwner", "PutOutcome", "Schedule", "WireOutcome", "WirePut", "made_to_wire", "outcome_from_wire",
-           "outcome_to_wire", "put_from_wire", "put_to_wire", "resent",
-           "resent_put"]
+__all__ = ["BucketReleased", "Buckets", "merged", "repeated", "HeldBucket", "Schedule", "resent"]
 
 log = logging.getLogger("timeshard.silo")
 
@@ -74,7 +73,6 @@ POLL_S = 0.01  # between looks at whether they ended
 #: Makes ``(id, due_us, packed job)`` items (as ``Silo.schedule`` takes them) durable in the
 #: owner's own shards; returns each one's shard, in order.
 Schedule = Callable[[Sequence[tuple[str, int, bytes]]], Awaitable[list[str]]]
-PutOutcome = tuple[Entry, ScheduledJob] | BaseException
 #: A put decided by its owner: its index in the call, its bucket, its new generation's job,
 #: the entry it replaces, and that job packed (``ScheduledJob.to_wire``).
 _Decided = tuple[int, "HeldBucket", ScheduledJob, Entry | None, bytes]
@@ -527,14 +525,6 @@ class BucketReleased(LookupError):
         self.base = base
 
 
-class NotOwner(LookupError):
-    """This silo does not answer for the bucket of ``key`` (now): ask its owner."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"this silo does not own the registry bucket of {key!r}")
-        self.key = key
-
-
 def _next_generation(ask: PutRequest, old: Entry | None) -> ScheduledJob:
     """The job of ``ask``'s new generation: 1 for a free name, else the next, marked with the
     job it replaces (the fence refuses it once the name points elsewhere). Its id is the put's
@@ -571,86 +561,6 @@ def resent(ask: PutRequest, entry: Entry | None) -> PutOutcome | None:
 
 
 # -- over the wire: a put sent to its bucket's owner, and its answer -------------------------------
-
-#: What one put sends: (key, name, app_id, namespace, packed job, overwrite, now_us[, resend[,
-#: brief]]). The packed job's id is the put's ``try_id`` (an owner of an earlier release ignores
-#: it); an owner of an earlier release unpacks the first seven fields and reads the eighth as
-#: ``resend``. ``brief``: the sender reads a made put's brief answer ("made", below).
-WirePut = tuple[Any, ...]
-#: What one put answers: ("ok", entry metadata, packed job) | ("made", generation, job id, shard,
-#: replaced job id or None, retire rows) | ("exists",) | ("not_owner",) | ("doubt", why[, landed])
-#: | ("failed", why). "made" only to a sender that asked for it, for a put this call made whose
-#: entry is as made: the rest the sender has (its job, its time; a new generation's status is
-#: fresh), so it decodes no JSON and no job (35 us a put, a third of a client's put_many).
-#: Plain values: an exception with its own constructor arguments does not survive Ray's
-#: pickling of an answer.
-WireOutcome = tuple[Any, ...]
-
-
-def put_to_wire(ask: PutRequest) -> WirePut:
-    job = ask.job if ask.job.id == ask.try_id else ask.job.evolve(id=ask.try_id)
-    return (ask.key, ask.name, ask.app_id, ask.namespace, pack(job.to_wire()), ask.overwrite, ask.now_us, ask.resend,
-            True)
-
-
-def put_from_wire(sent: Sequence[Any]) -> PutRequest:
-    key, name, app_id, namespace, packed, overwrite, now_us, *more = sent
-    job = ScheduledJob.from_wire(unpack(packed))
-    return PutRequest(key, name, app_id, namespace, job, overwrite, now_us, try_id=job.id, resend=bool(more and more[0]),
-                      brief=len(more) > 1 and bool(more[1]))
-
-
-def resent_put(sent: Sequence[Any]) -> WirePut:
-    """``sent`` (a put on the wire) as its resend after a send lost with its owner."""
-    return (*sent[:7], True, *sent[8:9])
-
-
-def made_to_wire(entry: Entry, job: ScheduledJob) -> WireOutcome:
-    """The brief answer of a put just made (``WireOutcome``)."""
-    return ("made", entry.generation, entry.job_id, entry.shard, job.metadata.get(REPLACES_MARK),
-            [r.row() for r in entry.retire])
-
-
-def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
-    if isinstance(outcome, AlreadyExists):
-        return ("exists",)
-    if isinstance(outcome, NotOwner):
-        return ("not_owner",)
-    if isinstance(outcome, PutInDoubt):
-        return ("doubt", outcome.reason, outcome.landed)
-    if isinstance(outcome, BaseException):
-        return ("failed", repr(outcome))
-    entry, job = outcome
-    return ("ok", entry.metadata(), pack(job.to_wire()))
-
-
-def outcome_from_wire(answer: WireOutcome, ask: PutRequest) -> PutOutcome:
-    kind = answer[0]
-    if kind == "made":
-        return _made_from_wire(answer, ask)
-    if kind == "ok":
-        entry = Entry.from_metadata(ask.key, answer[1], "")
-        return entry, ScheduledJob.from_wire(unpack(answer[2])).evolve(shard=entry.shard)  # the wire form has no shard
-    if kind == "exists":
-        return AlreadyExists(ask.name, ask.app_id, ask.namespace)
-    if kind == "not_owner":
-        return NotOwner(ask.key)
-    if kind == "doubt":
-        return PutInDoubt(answer[1], ask.name, landed=len(answer) > 2 and bool(answer[2]))
-    return ClusterUnavailable(f"not put: {answer[1]}")
-
-
-def _made_from_wire(answer: WireOutcome, ask: PutRequest) -> tuple[Entry, ScheduledJob]:
-    """A brief answer's entry and job, as the owner made them of ``ask`` (``_next_generation``,
-    ``Buckets._land``); the entry without its definition, which only an owner reads."""
-    _, generation, job_id, shard, replaces, retire = answer
-    metadata = ask.job.metadata if replaces is None else {**ask.job.metadata, REPLACES_MARK: replaces}
-    job = ask.job.evolve(id=job_id, generation=generation, shard=shard, metadata=metadata)
-    fire = job.first_fire
-    rows = tuple(Retired(r[0], r[1], r[2], bool(r[3]) if len(r) > 3 else True) for r in retire)
-    return Entry(ask.key, "", generation, job_id, shard, datetime_to_us(fire), ask.now_us, JobStatus(next_fire=fire),
-                 rows, None), job
-
 
 def fair_share_of(count: int, members: Mapping[str, Member]) -> int:
     """The most buckets one live silo takes of ``count``: the even split among the live, rounded up."""

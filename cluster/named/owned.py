@@ -39,16 +39,8 @@ from typing import Any
 
 from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
 from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
-from cluster.named.buckets import (
-    BucketReleased,
-    Buckets,
-    HeldBucket,
-    PutOutcome,
-    merged,
-    outcome_to_wire,
-    put_from_wire,
-    repeated,
-)
+from cluster.named.buckets import BucketReleased, Buckets, HeldBucket, merged, repeated
+from cluster.named.putwire import PutOutcome, outcome_to_wire, put_from_wire
 from cluster.named.registry import Entry, Retired
 
 __all__ = ["CancelHere", "OwnerCalls"]

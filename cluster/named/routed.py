@@ -26,7 +26,7 @@ from cluster.model.errors import ClusterUnavailable, PutInDoubt
 from cluster.model.jobs import ScheduledJob
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, bucket_of
-from cluster.named.buckets import PutOutcome, outcome_from_wire, put_to_wire, resent_put
+from cluster.named.putwire import PutOutcome, outcome_from_wire, put_to_wire, resent_put
 from cluster.named.registry import Entry
 from cluster.named.writes import PutRequest
 from cluster.runtime.membership import parse_owner

@@ -25,18 +25,10 @@ from cluster.model.policies import FailurePolicy
 from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us
 from cluster.named.bucket import BUCKET_PREFIX, BUCKETS, BucketState
-from cluster.named.buckets import (
-    Buckets,
-    NotOwner,
-    PutOutcome,
-    outcome_from_wire,
-    outcome_to_wire,
-    put_from_wire,
-    put_to_wire,
-    resent_put,
-)
+from cluster.named.buckets import Buckets
 from cluster.named.hooks import NamedJobHooks
 from cluster.named.owned import OwnerCalls
+from cluster.named.putwire import NotOwner, PutOutcome, outcome_from_wire, outcome_to_wire, put_from_wire, put_to_wire, resent_put
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, entry_key
 from cluster.named.routed import RoutedPuts
 from cluster.named.writes import PutRequest

@@ -34,7 +34,7 @@ from cluster.model.routing import SiloLost, SiloRefused
 from cluster.model.wire import datetime_to_us, unpack
 from cluster.named.bucket import BUCKET_PREFIX, PUT, SNAPSHOT
 from cluster.named.bucketclient import BucketNames
-from cluster.named.buckets import PutOutcome
+from cluster.named.putwire import PutOutcome
 from cluster.named.registry import NAMED_MARK
 from cluster.named.writes import PutRequest
 from cluster.runtime.shardlog import ADD, SHARD_PREFIX
