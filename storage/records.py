@@ -220,7 +220,9 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if enabled:
-            if gc.get_count()[0] >= BULK_BUILD:
+            # Not where the process froze objects itself (a Ray Serve replica does at start):
+            # unfreeze would hand them all back to the collector.
+            if gc.get_count()[0] >= BULK_BUILD and not gc.get_freeze_count():
                 gc.freeze()  # every generation into the permanent one, then that one into the oldest
                 gc.unfreeze()
             gc.enable()

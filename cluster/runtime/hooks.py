@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cluster.model.clock import Clock
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
-from storage import StorageError
+from storage import Transient, Unavailable
 
 if TYPE_CHECKING:
     from cluster.runtime.lease import Lease
@@ -139,7 +139,7 @@ async def call_hooks(hooks: Sequence[SiloHooks], method: str, *args: Any) -> Non
     for hook in hooks:
         try:
             await getattr(hook, method)(*args)
-        except StorageError as exc:
+        except (Unavailable, Transient) as exc:
             log.warning("silo hook met a store fault", extra={"hook": type(hook).__name__, "method": method,
                                                               "error": repr(exc)})
         except Exception:
@@ -156,7 +156,7 @@ async def admits(hooks: Sequence[SiloHooks], event: AttemptEvent) -> bool | None
     for hook in hooks:
         try:
             verdict = await hook.admit(event)
-        except StorageError as exc:
+        except (Unavailable, Transient) as exc:
             log.warning("silo hook met a store fault", extra={"hook": type(hook).__name__, "method": "admit",
                                                               "error": repr(exc)})
             return None

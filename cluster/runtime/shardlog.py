@@ -585,8 +585,11 @@ class ShardState:
         first: list[list[Any]] = []
         rest: list[list[Any]] = []
         size = len(pack([self.moved, self.pending, sorted(self.sources)]))  # the record's other fields
+        paused = self.paused
         for job_id, entry in self.live.items():
-            size += len(job_id) + len(entry[JOB]) + ENTRY_BYTES
+            size += len(job_id.encode()) + len(entry[JOB]) + ENTRY_BYTES
+            if job_id in paused:  # carried in the record too: its id again, note and by
+                size += len(pack([job_id, paused[job_id]]))
             (first if size <= SNAPSHOT_BYTES else rest).append([job_id, *entry[:OWNER]])
         later = {item[0] for item in rest}
         record = [SNAPSHOT, first, dict(self.moved), dict(self.pending), sorted(self.sources)]
