@@ -8,9 +8,11 @@ for the process that runs a silo, never for a library caller's process: ``tune()
 generation of ``YOUNG`` allocations, so that most of a burst's objects die before a collection
 sees them, and fewer of them are promoted to be walked by full collections.
 
-``gc.freeze()`` after each load was tried and left out: a loaded shard is a reference cycle (each
-entry points back at its shard), so a shard let go while loaded — handed over, lost, adopted back —
-would stay frozen, and its jobs' memory would never be freed.
+``gc.freeze()`` after each load, kept frozen, was tried and left out: a loaded shard is a reference
+cycle (each entry points back at its shard), so a shard let go while loaded — handed over, lost,
+adopted back — would stay frozen, and its jobs' memory would never be freed. A load does end with
+``freeze()`` then ``unfreeze()`` at once (``storage.records.collector_paused``): that only moves
+what it built to the oldest generation, where a full collection still frees it.
 """
 
 from __future__ import annotations

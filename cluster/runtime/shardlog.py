@@ -52,7 +52,7 @@ SHARD_PREFIX = "shards/"
 #: A compaction's SNAPSHOT record holds live jobs up to this many bytes, the rest as ADDs after
 #: it (``ShardState.snapshot``): well within one block, the most one record may take.
 SNAPSHOT_BYTES = 1 << 20
-ENTRY_BYTES = 64  # a snapshot entry's bytes beside its id and packed job, at most
+ENTRY_BYTES = 64  # a snapshot entry's bytes beside its id (UTF-8) and packed job, at most (four ints, three headers)
 RELEASED = "-"  # the owner of a shard released by a graceful stop
 OPEN, SEALED = "open", "sealed"
 

@@ -9,9 +9,12 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cluster.model.pause import MAX_BY_CHARS, MAX_NOTE_CHARS
 from cluster.runtime import shardlog
-from cluster.runtime.shardlog import ADD, PAUSE, SNAPSHOT, ShardState
+from cluster.runtime.shardlog import ADD, PAUSE, SNAPSHOT, SNAPSHOT_BYTES, ShardState, add_op
 from storage import MemoryStore, read_log
+from storage.base import MAX_BLOCK_BYTES
+from storage.records import pack
 from tests.runtime.harness import ManualClock, Recorder, add, job, make_parts, until_idle
 from tests.runtime.test_replay_fuzz import valid_op
 
@@ -62,3 +65,17 @@ def test_a_snapshot_split_at_any_size_replays_to_the_state_it_was_taken_from(ops
     replayed = ShardState().replay(records)  # consumes the records: ADDs become its entries
     assert not replayed.unreadable
     assert state_of(replayed) == state_of(state)
+
+
+def test_a_snapshot_record_of_many_paused_jobs_stays_within_its_budget() -> None:
+    """The pauses a SNAPSHOT record carries, and ids of many-byte characters, count against its budget."""
+    state = ShardState()
+    ops = []
+    for i in range(12_000):
+        job_id = f"job-{i:06}"
+        ops.append(add_op(job_id, 10**15, b"d" * 40))
+        ops.append([PAUSE, job_id, "é" * MAX_NOTE_CHARS, "o" * MAX_BY_CHARS, 10**15])  # the longest allowed
+    state.replay(ops)
+    first = pack(state.snapshot()[0])
+    assert len(first) <= MAX_BLOCK_BYTES, f"SNAPSHOT record of {len(first)} B: no block holds it"
+    assert len(first) <= 2 * SNAPSHOT_BYTES

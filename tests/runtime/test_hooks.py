@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from cluster.runtime.hooks import SiloHooks, admits, call_hooks
-from storage import Unavailable
+from storage import InvalidMetadata, Unavailable
 
 
 class Outage(SiloHooks):
@@ -53,3 +53,16 @@ async def test_a_hook_that_raises_anything_else_is_still_logged_as_a_failure_wit
 async def test_an_admit_that_cannot_reach_the_store_leaves_the_attempt_undecided():
     # Fails closed: the admit is the generation fence, so "cannot tell" never runs the attempt.
     assert await admits([Outage()], object()) is None  # type: ignore[arg-type]
+
+
+class Buggy(SiloHooks):
+    async def maintain(self) -> None:
+        raise InvalidMetadata("metadata of 9 KiB: a hook's bug, not the store's weather")
+
+
+async def test_a_hook_bug_raised_as_a_storage_error_is_logged_with_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    # Only a store that cannot be reached is weather: a refused write is the hook's own bug.
+    with caplog.at_level(logging.WARNING, logger="timeshard.silo"):
+        await call_hooks([Buggy()], "maintain")
+    [record] = caplog.records
+    assert record.levelno == logging.ERROR and record.exc_info, f"{record.levelname}: {record.getMessage()}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,3 +61,18 @@ def test_a_block_written_twice_replays_once() -> None:
 def test_a_frame_over_one_block_is_refused() -> None:
     with pytest.raises(RecordTooLarge):
         records.encode(0, [b"x" * (4 * 1024 * 1024)])
+
+
+def test_a_bulk_build_does_not_unfreeze_what_the_process_froze() -> None:
+    """Decoding a big log leaves a host process's own gc.freeze() in place."""
+    gc.collect()
+    gc.freeze()  # as a Ray Serve replica does at startup (RAY_SERVE_FREEZE_GC_ON_STARTUP, default on)
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with records.collector_paused():
+            kept = [[i] for i in range(200_000)]  # a big shard's entries
+        assert gc.get_freeze_count() >= frozen, f"{frozen} frozen objects before, {gc.get_freeze_count()} after"
+        del kept
+    finally:
+        gc.unfreeze()
