@@ -208,8 +208,7 @@ class Buckets:
             self.drop(stale, f"held under {stale.meta.owner}, an earlier incarnation than {me}")
         members = await self._owner.read_members()
         heads = {head.base: head for head in await list_logs(self._store, "registry/")}
-        if self._owner.names_unknown([head.metadata for head in heads.values()], members):
-            members = await self._owner.read_members()  # a silo that joined since owns one (``Owner.names_unknown``)
+        members = await self._owner.members_knowing([head.metadata for head in heads.values()], members)
         fair = fair_share_of(self.count, members)
         limit = fair if limit is None else limit
         now = self._owner.clock.monotonic()

@@ -173,8 +173,7 @@ class Adoption:
         self._listed = len(heads)
         self._listed_slot = self._slot()
         self._soon = self._calls != calls  # a failed listing leaves them asking, and one made meanwhile
-        if self.owner.names_unknown([head.metadata for head in heads], members):
-            members = await self.read_members()  # a silo that joined since owns one (``Owner.names_unknown``)
+        members = await self.owner.members_knowing([head.metadata for head in heads], members, self.read_members)
         alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
         held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
         for head in heads:
@@ -314,8 +313,7 @@ class Adoption:
         me = self._me.owner
         members = await self.read_members()
         heads = [head for head in await list_logs(self._store, shard_base) if head.base == shard_base]
-        if self.owner.names_unknown([head.metadata for head in heads], members):
-            members = await self.read_members()  # a silo that joined since owns it (``Owner.names_unknown``)
+        members = await self.owner.members_knowing([head.metadata for head in heads], members, self.read_members)
         for head in heads:
             if proof and head.base in self._shards.pending:
                 raise ClaimInDoubt(f"a claim of {shard_base!r} by this silo is under way")

@@ -180,6 +180,14 @@ class Owner:
                 return True
         return False
 
+    async def members_knowing(self, metadatas: Iterable[Mapping[str, str]], members: dict[str, Member],
+                              read: Callable[[], Awaitable[dict[str, Member]]] | None = None) -> dict[str, Member]:
+        """``members``, or the table read again (``read``, default ``read_members``) if a log of
+        ``metadatas`` names an owner ``members`` does not hold (``names_unknown``)."""
+        if self.names_unknown(metadatas, members):
+            return await (read or self.read_members)()
+        return members
+
     def orphaned(self, metadata: Mapping[str, str], members: Mapping[str, Member]) -> bool:
         """Whether the log whose metadata is ``metadata`` is an orphan now (``members`` from ``read_members``)."""
         return is_orphan(metadata, members, self.departures, self._clock.monotonic())
