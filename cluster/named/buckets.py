@@ -49,13 +49,13 @@ from cluster.runtime.logowner import (
     ReleasedSince,
     alive_count,
     fair_share,
-    live_holder,
+    held_per_live_silo,
     owner_of,
     read_to_claim,
     release,
     settled_before,
 )
-from cluster.runtime.membership import DEAD, LEAVING, Member
+from cluster.runtime.membership import Member
 from storage import AlreadyExists as LogExists
 from storage import Fenced, LogOptions, LogWriter, NotFound, StorageError, Store, gathered, list_logs
 
@@ -250,18 +250,13 @@ class Buckets:
             self.held[number] = bucket
             took += 1
             log.info("registry bucket taken", extra={"bucket": bucket.base, "entries": len(bucket.state.entries)})
-        self._measure(heads, members, fair)
+        self._measure_shares(heads, members, fair)
         return took
 
-    def _measure(self, heads: Mapping[str, Any], members: Mapping[str, Member], fair: int) -> None:
+    def _measure_shares(self, heads: Mapping[str, Any], members: Mapping[str, Member], fair: int) -> None:
         """Note how many buckets this silo holds beyond ``fair`` and which live peers hold fewer
         than ``fair`` (as the round's listing shows them)."""
-        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
-        held = dict.fromkeys(alive, 0)
-        for head in heads.values():
-            holder = live_holder(head.metadata.get("owner", RELEASED), members, alive)
-            if holder is not None:
-                held[holder] += 1
+        held, _ = held_per_live_silo((head.metadata.get("owner", RELEASED) for head in heads.values()), members)
         me = self._owner.me.silo_id
         self.excess = max(0, len(self.held) - fair)
         self.below_share = sorted(silo for silo, count in held.items() if silo != me and count < fair)

@@ -32,7 +32,7 @@ from cluster.model.options import ClusterOptions
 from cluster.model.waiting import wait_bounded
 from cluster.model.wire import timedelta_to_us
 from cluster.runtime.loading import Loading
-from cluster.runtime.logowner import Owner, ReleasedSince, fair_share, live_holder, orphan_at
+from cluster.runtime.logowner import Owner, ReleasedSince, fair_share, held_per_live_silo, orphan_at
 from cluster.runtime.membership import (
     DEAD,
     LEAVING,
@@ -49,7 +49,7 @@ from cluster.runtime.quarantine import Quarantine, claimed_meta
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardMeta, shards_before
 from storage import Fenced, NotFound, StorageError, Store, list_logs
-from storage.generations import list_logs_between
+from storage.generations import LogHead, list_logs_between
 
 log = logging.getLogger("timeshard.silo")
 
@@ -165,7 +165,6 @@ class Adoption:
         self.recheck_at = None
         calls = self._calls  # what asked for a round up to the read above, which this one answers once it has listed
         horizon = self._clock.now_us() + timedelta_to_us(self._options.lookahead)
-        unheld = 0
         candidates: list[tuple[str, ShardMeta]] = []
         released: list[tuple[str, ShardMeta]] = []
         heads = await list_logs_between(self._store, SHARD_PREFIX, end=shards_before(horizon + 1),
@@ -174,20 +173,17 @@ class Adoption:
         self._listed_slot = self._slot()
         self._soon = self._calls != calls  # a failed listing leaves them asking, and one made meanwhile
         members = await self.owner.members_knowing([head.metadata for head in heads], members, self.read_members)
-        alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
-        held: dict[str, int] = dict.fromkeys(alive, 0)  # shards within the lookahead per live silo
+        ahead: list[tuple[LogHead, ShardMeta]] = []  # the shards within the lookahead
         for head in heads:
             try:
                 meta = ShardMeta.from_metadata(head.metadata)
             except (KeyError, ValueError):
                 continue
-            if meta.window_start > horizon:
-                continue
-            holder = live_holder(meta.owner, members, alive)
-            if holder is None:
-                unheld += 1
-            else:
-                held[holder] += 1
+            if meta.window_start <= horizon:
+                ahead.append((head, meta))
+        held, unheld = held_per_live_silo([meta.owner for _, meta in ahead], members)
+        alive = len(held)  # every live silo is a key of ``held``
+        for head, meta in ahead:
             if self._busy(head.base):
                 continue
             if self._mine(head.metadata):
@@ -199,10 +195,10 @@ class Adoption:
                     self.recheck_at = since if self.recheck_at is None else min(self.recheck_at, since)
                 continue
             (released if meta.owner == RELEASED else candidates).append((head.base, meta))
-        fair = fair_share(sum(held.values()) + unheld, len(alive))
+        fair = fair_share(sum(held.values()) + unheld, alive)
         mine = held.get(self._me.silo_id, 0)
         candidates += self._released_to_take(released, below_share=mine < fair, now=now)
-        take = claims_this_round(len(candidates), len(alive), self._budget)
+        take = claims_this_round(len(candidates), alive, self._budget)
         self._budget = next_budget(len(candidates), self._budget)
         self._rng.shuffle(candidates)  # silos racing for the same orphans mostly pick different ones
         claimed = 0

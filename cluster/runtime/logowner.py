@@ -30,8 +30,8 @@ from cluster.runtime.membership import DEAD, LEAVING, Departures, Identity, Memb
 from cluster.runtime.shardlog import RELEASED
 from storage import Fenced, Frame, FrameReader, LogState, StorageError, Store, list_logs, read_log
 
-__all__ = ["RELEASED", "SETTLE_ROUNDS", "Owner", "ReleasedSince", "alive_count", "fair_share", "is_orphan",
-           "live_holder", "orphan_at", "owner_of", "read_to_claim", "release", "settled_before"]
+__all__ = ["RELEASED", "SETTLE_ROUNDS", "Owner", "ReleasedSince", "alive_count", "fair_share", "held_per_live_silo",
+           "is_orphan", "live_holder", "orphan_at", "owner_of", "read_to_claim", "release", "settled_before"]
 
 log = logging.getLogger("timeshard.silo")
 
@@ -122,6 +122,21 @@ def live_holder(owner: str, members: Mapping[str, Member], alive: set[str]) -> s
     if parsed is None or parsed[0] not in alive or members[parsed[0]].incarnation != parsed[1]:
         return None
     return parsed[0]
+
+
+def held_per_live_silo(owners: Iterable[str], members: Mapping[str, Member]) -> tuple[dict[str, int], int]:
+    """Of the logs whose owners are ``owners``: how many each live silo of ``members`` holds
+    (every live silo a key, from 0), and how many no live silo holds."""
+    alive = {silo for silo, m in members.items() if m.status not in (DEAD, LEAVING)}
+    held = dict.fromkeys(alive, 0)
+    unheld = 0
+    for owner in owners:
+        holder = live_holder(owner, members, alive)
+        if holder is None:
+            unheld += 1
+        else:
+            held[holder] += 1
+    return held, unheld
 
 
 async def read_to_claim(store: Store, base: str, expected_owner: str, reader: FrameReader | None = None,
