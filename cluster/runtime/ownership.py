@@ -43,6 +43,12 @@ class AddFailed(Exception):
         self.shard = shard
 
 
+def is_shards_copy(queued: tuple[int, list[Any]] | None, shard: Shard) -> bool:
+    """Whether ``queued`` (what the timer queue holds under a job id: due time and entry) is
+    ``shard``'s copy of the job; the queue keeps one entry per id, maybe another shard's."""
+    return queued is not None and queued[1][OWNER] is shard
+
+
 class ShardTable:
     """This silo's shards by name, and its open shard per due-time window."""
 
@@ -396,7 +402,7 @@ class ShardTable:
         one, it stayed live in its log, queued nowhere, and neither fired nor went.
         """
         queued = self._queue.get(job_id)
-        if queued is None or queued[1][OWNER] is not shard:
+        if not is_shards_copy(queued, shard):
             return None
         self._queue.cancel(job_id)
         return queued

@@ -28,13 +28,12 @@ from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.hooks import SiloHooks, tell_landed
 from cluster.runtime.membership import Identity, Member, parse_owner
-from cluster.runtime.ownership import AddFailed, ShardTable
+from cluster.runtime.ownership import AddFailed, ShardTable, is_shards_copy
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import (
     DUE,
-    OWNER,
     QUEUED,
     RELEASED,
     SHARD_PREFIX,
@@ -222,7 +221,7 @@ class Scheduling:
             # told of, takes the id's one place in the queue. Left unqueued, it was live in its
             # log and never fired while the other ran, to run again after a failover.
             if (entry is not None and job_id not in taken and (run is None or run.shard.base != shard.base)
-                    and (queued is None or queued[1][OWNER] is not shard)):
+                    and not is_shards_copy(queued, shard)):
                 taken.add(job_id)
                 keys.append(job_id)
                 dues.append(entry[DUE])

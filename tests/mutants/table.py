@@ -866,7 +866,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="retry-leaves-the-told-copy-unqueued",
         kind="an acknowledged job never run",
         path="cluster/runtime/scheduling.py",
-        old="                    and (queued is None or queued[1][OWNER] is not shard)):\n",
+        old="                    and not is_shards_copy(queued, shard)):\n",
         new="                    and queued is None):\n",
         catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
                       "test_a_step_taken_again_beside_a_copy_its_log_lost_fires_from_the_copy_the_flow_was_told_of",)),
@@ -877,7 +877,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="unqueue-takes-any-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/ownership.py",
-        old="        if queued is None or queued[1][OWNER] is not shard:\n",
+        old="        if not is_shards_copy(queued, shard):\n",
         new="        if queued is None:\n",
         catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
                       "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
