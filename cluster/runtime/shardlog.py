@@ -215,6 +215,11 @@ def resume_op(job_id: str) -> list[Any]:
 DUE, JOB, OCCURRENCE, ATTEMPTS, SCHEDULED, OWNER, QUEUED = range(7)
 LiveJob = list[Any]
 
+
+def live_entry(due_us: int, job: bytes, occurrence: int, attempts: int, scheduled_us: int, owner: Any) -> LiveJob:
+    """A live job's entry from a record's fields: one int object for both times when equal (32 B per job)."""
+    return [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us, owner, None]
+
 # Times a live job may carry: what a datetime can hold (years 1 to 9999), in µs since 1970.
 MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
 
@@ -349,7 +354,7 @@ class ShardState:
         live = self.live
         entry: LiveJob | None
         if kind == ADD:
-            entry = [op[2], op[3], op[4], op[5], op[2] if op[6] == op[2] else op[6], self.owner, None]
+            entry = live_entry(op[2], op[3], op[4], op[5], op[6], self.owner)
             live[op[1]] = entry
             if len(op) > 7:
                 self.sources.add(op[7])
@@ -400,8 +405,7 @@ class ShardState:
             self.paused = dict(op[5]) if len(op) > 5 else {}
             self.orphan_pauses = {}
             for job_id, due_us, job, occurrence, attempts, scheduled_us in op[1]:
-                live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
-                                self.owner, None]
+                live[job_id] = live_entry(due_us, job, occurrence, attempts, scheduled_us, self.owner)
             return None
         raise ValueError(f"unknown shard operation {kind!r}")
 
@@ -526,7 +530,7 @@ class ShardState:
         live, owner = self.live, self.owner
         with collector_paused():
             for _, job_id, due_us, job, occurrence, attempts, scheduled_us in adds:
-                # One int object for both times when they are equal: 32 B per job, most jobs.
+                # ``live_entry``, inlined (as ``_fold``'s ADDs): a call per job made this loop ~15% slower.
                 live[job_id] = [due_us, job, occurrence, attempts, due_us if scheduled_us == due_us else scheduled_us,
                                 owner, None]
         if self.orphan_pauses:
@@ -549,8 +553,7 @@ class ShardState:
         for item in op[1]:
             if type(item) is list and len(item) == 6 and _live_ok(*item):
                 job_id, due_us, job, occurrence, attempts, scheduled_us = item
-                self.live[job_id] = [due_us, job, occurrence, attempts,
-                                     due_us if scheduled_us == due_us else scheduled_us, self.owner, None]
+                self.live[job_id] = live_entry(due_us, job, occurrence, attempts, scheduled_us, self.owner)
             else:
                 job_id = item[0] if type(item) is list and item and type(item[0]) is str else None
                 self.unreadable.append(Unreadable(seq, "malformed SNAPSHOT entry", job_id))
