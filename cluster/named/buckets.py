@@ -188,7 +188,6 @@ class Buckets:
         self._released = ReleasedSince()
         self.excess = 0  # buckets held beyond the fair share at the last round (``hand_over``)
         self.below_share: list[str] = []  # live peers below their share at the last round
-        self._handing = False  # one hand-over at a time
 
     async def take(self, limit: int | None = None) -> int:
         """One round: create the buckets missing from the store and claim orphans, up to
@@ -265,24 +264,21 @@ class Buckets:
         """Hand the buckets held beyond the fair share (``excess``, at the last round) over to
         peers below theirs, one at a time, settled ones first (held ``SETTLE_ROUNDS`` intervals,
         so a bucket does not bounce), fewest names first (the cheapest for the next owner to
-        replay); then ask those peers to take them at once. How many were released."""
-        if self.excess <= 0 or self._handing or not self.below_share:
+        replay); then ask those peers to take them at once. How many were released. One call at
+        a time: ``NamedJobHooks`` runs it as its one hand-over task."""
+        if self.excess <= 0 or not self.below_share:
             return 0
-        self._handing = True
-        try:
-            settled = settled_before(self._owner.clock.monotonic(), self._interval_s)
-            movable = sorted((b for b in self.held.values() if b.held_since <= settled and not b.lost
-                              and b.leaving is None), key=lambda b: (len(b.state.entries), b.number))
-            released = 0
-            for bucket in movable[:self.excess]:
-                released += await self.release(bucket, "handed over to a silo below its fair share")
-            if released:
-                self.excess -= released
-                if self._notify is not None:
-                    self._notify(self.below_share)
-            return released
-        finally:
-            self._handing = False
+        settled = settled_before(self._owner.clock.monotonic(), self._interval_s)
+        movable = sorted((b for b in self.held.values() if b.held_since <= settled and not b.lost
+                          and b.leaving is None), key=lambda b: (len(b.state.entries), b.number))
+        released = 0
+        for bucket in movable[:self.excess]:
+            released += await self.release(bucket, "handed over to a silo below its fair share")
+        if released:
+            self.excess -= released
+            if self._notify is not None:
+                self._notify(self.below_share)
+        return released
 
     def bucket_for(self, key: str) -> int:
         return bucket_of(key, self.count)

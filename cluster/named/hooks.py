@@ -82,7 +82,7 @@ class NamedJobHooks(SiloHooks):
             self.clearance = Clearance(store, ask=self._ask_owner)
         else:
             self.clearance = Clearance(store)
-        self._handing: asyncio.Task[int] | None = None  # buckets beyond the fair share being handed over
+        self._handing: asyncio.Task[int] | None = None  # the hand-over under way: one at a time (``maintain``)
         self._asking: set[asyncio.Task[Any]] = set()  # peers asked to take buckets now
 
     metadata_keys = (NAMED_MARK,)
