@@ -182,7 +182,7 @@ class Owner:
         self.departures.observe(members, self._clock.monotonic())  # after the read: never too early
         return members
 
-    def names_unknown(self, metadatas: Iterable[Mapping[str, str]], members: Mapping[str, Member]) -> bool:
+    def owner_unknown_to(self, metadatas: Iterable[Mapping[str, str]], members: Mapping[str, Member]) -> bool:
         """Whether a log of ``metadatas`` names an owner whose silo ``members`` does not hold: one
         that joined after that read. Judge those logs on the table read again (after listing
         them): ``orphan_at`` takes an owner never registered for an orphan, and a silo paused
@@ -198,8 +198,8 @@ class Owner:
     async def members_knowing(self, metadatas: Iterable[Mapping[str, str]], members: dict[str, Member],
                               read: Callable[[], Awaitable[dict[str, Member]]] | None = None) -> dict[str, Member]:
         """``members``, or the table read again (``read``, default ``read_members``) if a log of
-        ``metadatas`` names an owner ``members`` does not hold (``names_unknown``)."""
-        if self.names_unknown(metadatas, members):
+        ``metadatas`` names an owner ``members`` does not hold (``owner_unknown_to``)."""
+        if self.owner_unknown_to(metadatas, members):
             return await (read or self.read_members)()
         return members
 

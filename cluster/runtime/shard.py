@@ -48,15 +48,15 @@ class ShardDamage:
     counted: bool = False  # in the silo's metrics already
 
 
-async def read_shard(store: Store, base: str, owner: Shard | None = None,
+async def read_shard(store: Store, base: str, shard: Shard | None = None,
                      expected_owner: str | None = None) -> tuple[LogState, ShardState]:
-    """Read shard log ``base`` and fold it into live jobs (their ``owner``), frame by frame as it
+    """Read shard log ``base`` and fold it into live jobs (``shard`` their owner), frame by frame as it
     is decoded: plain ADDs typed (``SHARD_FRAMES``), one frame's records in memory at a time.
 
     With ``expected_owner``, read to take it over from that owner (``read_to_claim``). Records
     replay set aside are logged here; what the read found damaged is the caller's (``_keep_damage``).
     """
-    state = ShardState(owner=owner)
+    state = ShardState(owner=shard)
     if expected_owner is None:
         log_state = await read_log(store, base, reader=SHARD_FRAMES, fold=state.fold_frame)
     else:
