@@ -47,7 +47,8 @@ from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine, claimed_meta
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, ShardMeta, shards_before
+from cluster.runtime.shardlog import RELEASED, SHARD_PREFIX, shards_before
+from cluster.runtime.shardmeta import ShardMeta
 from storage import Fenced, NotFound, StorageError, Store, list_logs
 from storage.generations import LogHead, list_logs_between
 

@@ -28,7 +28,8 @@ from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import DUE, OWNER, RELEASED, ShardMeta, landed_ids, shard_name
+from cluster.runtime.shardlog import DUE, OWNER, RELEASED, landed_ids, shard_name
+from cluster.runtime.shardmeta import ShardMeta
 from storage import Fenced, LogCorrupted, LogFull, LogOptions, StorageError, Store, Unavailable, read_log
 
 log = logging.getLogger("timeshard.silo")

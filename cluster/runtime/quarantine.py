@@ -43,7 +43,8 @@ from cluster.runtime.ownership import ShardTable
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
-from cluster.runtime.shardlog import DUE, RELEASED, SEALED, ShardMeta
+from cluster.runtime.shardlog import DUE, RELEASED
+from cluster.runtime.shardmeta import SEALED, ShardMeta
 from storage import Fenced, StorageError
 
 log = logging.getLogger("timeshard.silo")

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.runtime.logowner import read_to_claim
-from cluster.runtime.shardlog import SHARD_FRAMES, ShardMeta, ShardState
+from cluster.runtime.shardlog import SHARD_FRAMES, ShardState
+from cluster.runtime.shardmeta import ShardMeta
 from storage import (
     Damage,
     LogFull,

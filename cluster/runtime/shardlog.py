@@ -32,7 +32,7 @@ Operations are msgpack lists, compact on purpose — replay reads every one of t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
@@ -54,7 +54,6 @@ SHARD_PREFIX = "shards/"
 SNAPSHOT_BYTES = 1 << 20
 ENTRY_BYTES = 64  # a snapshot entry's bytes beside its id (UTF-8) and packed job, at most (four ints, three headers)
 RELEASED = "-"  # the owner of a shard released by a graceful stop
-OPEN, SEALED = "open", "sealed"
 
 
 def window_of(due_us: int, duration_us: int) -> int:
@@ -118,62 +117,6 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
             elif op[0] == REMOVE and op[3] == CANCELLED:
                 landed.discard(op[1])
     return landed
-
-
-@dataclass(frozen=True)
-class ShardMeta:
-    """A shard's ownership record, kept in its log's metadata and replaced by CAS to claim it.
-
-    ``firing``, ``deaths`` and ``suspects`` are what quarantine needs to survive its owner (see
-    ``cluster.runtime.quarantine``): what the owner had in flight, how many owners in a row died
-    while it fired, and how many owners in a row died while one job's attempt was alone in flight.
-    """
-
-    owner: str  # "<silo id>#<incarnation>", or "" when released
-    window_start: int
-    window_end: int
-    state: str = OPEN
-    adopted_count: int = 0  # times claimed from an owner that did not release it
-    generation: int = 0
-    firing: str = ""  # "" idle, "*" attempts in flight, or the digest of the one job in flight
-    deaths: int = 0  # owners in a row that died while this shard was firing
-    suspects: tuple[tuple[str, int], ...] = ()  # (job digest, owner deaths in a row during its attempt)
-
-    def to_metadata(self) -> dict[str, str]:
-        md = {
-            "owner": self.owner,
-            "window_start": str(self.window_start),
-            "window_end": str(self.window_end),
-            "state": self.state,
-            "adopted_count": str(self.adopted_count),
-            "generation": str(self.generation),
-        }
-        # Written only when set, so a shard that never fired reads as it always did.
-        if self.firing:
-            md["firing"] = self.firing
-        if self.deaths:
-            md["deaths"] = str(self.deaths)
-        if self.suspects:
-            md["suspects"] = ",".join(f"{digest}:{count}" for digest, count in self.suspects)
-        return md
-
-    @classmethod
-    def from_metadata(cls, md: Mapping[str, str]) -> ShardMeta:
-        return cls(
-            owner=md.get("owner", ""),
-            window_start=int(md["window_start"]),
-            window_end=int(md["window_end"]),
-            state=md.get("state", OPEN),
-            adopted_count=int(md.get("adopted_count", "0")),
-            generation=int(md.get("generation", "0")),
-            firing=md.get("firing", ""),
-            deaths=int(md.get("deaths", "0")),
-            suspects=tuple((digest, int(count)) for digest, _, count in
-                           (pair.partition(":") for pair in md.get("suspects", "").split(",") if pair)),
-        )
-
-    def with_owner(self, owner: str, **changes: Any) -> ShardMeta:
-        return ShardMeta(**{**self.__dict__, "owner": owner, **changes})
 
 
 def add_op(job_id: str, due_us: int, job: bytes, occurrence: int = 1, attempts: int = 0,

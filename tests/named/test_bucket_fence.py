@@ -22,7 +22,8 @@ import pytest
 from cluster.model.errors import PutInDoubt
 from cluster.named.fence import ADMIT_WAIT_S
 from cluster.named.registry import entry_key
-from cluster.runtime.shardlog import REMOVE, ShardMeta
+from cluster.runtime.shardlog import REMOVE
+from cluster.runtime.shardmeta import ShardMeta
 from storage import MemoryStore, StorageError, decode
 from tests.named.bucket_cluster import TARGET, Cluster
 from tests.runtime.harness import Blocking, item, job

@@ -30,7 +30,8 @@ from cluster.named.hooks import NamedJobHooks
 from cluster.named.registry import Entry, JobStatus, entry_key, read_entry
 from cluster.runtime.hooks import AttemptEvent, SiloHooks
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import REMOVE, ShardMeta
+from cluster.runtime.shardlog import REMOVE
+from cluster.runtime.shardmeta import ShardMeta
 from storage import MemoryStore, Store, decode
 from tests.runtime.harness import OPTIONS, Blocking, ManualClock, fire_due, make_parts
 

@@ -11,7 +11,8 @@ from cluster.model.policies import FailurePolicy
 from cluster.runtime.adoption import INITIAL_CLAIM_BUDGET, MAX_CLAIM_BUDGET, claims_this_round, next_budget
 from cluster.runtime.logowner import is_orphan
 from cluster.runtime.membership import ACTIVE, DEAD, EXITED, LEAVING, REPORTED, SILENT, STOPPED, Departures, Member, Membership
-from cluster.runtime.shardlog import SEALED, SHARD_PREFIX, ShardMeta, ShardState
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.runtime.shardmeta import SEALED, ShardMeta
 from storage import MemoryStore, list_logs, read_log
 from tests.runtime.harness import OPTIONS, GatedStore, add, fire_due, job, make_parts
 

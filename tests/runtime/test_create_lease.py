@@ -18,7 +18,8 @@ from cluster.model.errors import LeaseLapsed, SiloStopping
 from cluster.runtime.lease import LEASE_FRACTION
 from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.runtime.shardmeta import ShardMeta
 from storage import Store, list_logs, read_log
 from tests.runtime.harness import OPTIONS, GatedStore, ManualClock, add, item, job, make_parts, until_idle
 

@@ -12,18 +12,8 @@ from cluster.cli.jobs import _status_text
 from cluster.model.errors import InvalidJob, UnsupportedWireVersion
 from cluster.model.jobs import WIRE_VERSION
 from cluster.model.wire import pack
-from cluster.runtime.shardlog import (
-    ADD,
-    CANCELLED,
-    MOVED,
-    REMOVE,
-    SHARD_PREFIX,
-    ShardMeta,
-    ShardState,
-    add_op,
-    remove_op,
-    shard_name,
-)
+from cluster.runtime.shardlog import ADD, CANCELLED, MOVED, REMOVE, SHARD_PREFIX, ShardState, add_op, remove_op, shard_name
+from cluster.runtime.shardmeta import ShardMeta
 from cluster.runtime.silo import Silo
 from storage import DAMAGED_PREFIX, LogCorrupted, LogWriter, MemoryStore, decode, list_logs, read_log
 from tests.runtime.harness import OPTIONS, T0_US, LocalTransport, ManualClock, Recorder, add, fire_due, item, job, make_parts

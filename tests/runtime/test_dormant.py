@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from cluster.runtime.dormant import DormantView, DormantViews
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import ADD, CANCELLED, REMOVE, RETRY, ShardMeta, ShardState, remove_op
+from cluster.runtime.shardlog import ADD, CANCELLED, REMOVE, RETRY, ShardState, remove_op
+from cluster.runtime.shardmeta import ShardMeta
 from storage import Fenced, Fetched, MemoryStore, StorageError, read_log
 from storage.generations import generation_name
 from storage.records import encode

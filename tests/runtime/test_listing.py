@@ -24,7 +24,8 @@ from cluster.features import feature_hooks
 from cluster.model.attempt import JobContext
 from cluster.model.options import ClusterOptions
 from cluster.model.wire import datetime_to_us
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, shard_name, shards_before
+from cluster.runtime.shardlog import SHARD_PREFIX, shard_name, shards_before
+from cluster.runtime.shardmeta import ShardMeta
 from cluster.runtime.silo import Silo
 from cluster.runtime.transport import Ping
 from storage import (

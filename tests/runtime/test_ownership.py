@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from cluster.runtime.membership import Membership
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.runtime.shardmeta import ShardMeta
 from storage import StorageError, list_logs, read_log
 from tests.runtime.harness import GatedStore, add, job, make_parts, until_idle
 

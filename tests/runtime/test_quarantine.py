@@ -19,7 +19,8 @@ from cluster.runtime.hooks import SiloHooks
 from cluster.runtime.membership import EXITED, Membership
 from cluster.runtime.quarantine import ALONE, BATCH, FIRING_MANY, MAX_SUSPECTS, batch_size, claimed_meta, digest
 from cluster.runtime.roles import Roles
-from cluster.runtime.shardlog import SHARD_PREFIX, ShardMeta, ShardState
+from cluster.runtime.shardlog import SHARD_PREFIX, ShardState
+from cluster.runtime.shardmeta import ShardMeta
 from cluster.runtime.silo import Silo
 from storage import MemoryStore, list_logs, read_log
 from storage.base import check_metadata

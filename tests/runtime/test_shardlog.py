@@ -14,7 +14,6 @@ from cluster.runtime.shardlog import (
     MOVED,
     SHARD_FRAMES,
     SUCCEEDED,
-    ShardMeta,
     ShardState,
     add_op,
     format_window,
@@ -23,6 +22,7 @@ from cluster.runtime.shardlog import (
     shard_name,
     window_of,
 )
+from cluster.runtime.shardmeta import ShardMeta
 
 
 def test_a_remove_ends_only_the_occurrence_it_names():

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cluster.runtime.shardlog import ADD, CANCELLED, SUCCEEDED, ShardMeta, ShardState, add_op, remove_op, shard_name
+from cluster.runtime.shardlog import ADD, CANCELLED, SUCCEEDED, ShardState, add_op, remove_op, shard_name
+from cluster.runtime.shardmeta import ShardMeta
 from storage.generations import NEXT_KEY, generation_name
 from storage.records import decode, encode
 from tests.sim.loop import EPOCH_US, VirtualLoop, true_now_us
