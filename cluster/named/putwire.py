@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt
+from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.registry import REPLACES_MARK, Entry, JobStatus, Retired
@@ -69,7 +69,10 @@ def made_to_wire(entry: Entry, job: ScheduledJob) -> WireOutcome:
 def outcome_to_wire(outcome: PutOutcome) -> WireOutcome:
     if isinstance(outcome, AlreadyExists):
         return ("exists",)
-    if isinstance(outcome, NotOwner):
+    if isinstance(outcome, NotOwner | SiloStopping):
+        # A lapsed lease (a starved silo) or a stop: its schedule wrote nothing of the round, and
+        # another try reaches the bucket's owner once the lease is renewed or the bucket moved on.
+        # Answered "failed", the put raised ClusterUnavailable under a moment's CPU starvation.
         return ("not_owner",)
     if isinstance(outcome, PutInDoubt):
         return ("doubt", outcome.reason, outcome.landed)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cluster.model.errors import AlreadyExists, PutInDoubt
+from cluster.model.errors import AlreadyExists, LeaseLapsed, PutInDoubt
 from cluster.model.jobs import ScheduledJob
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import FailurePolicy
@@ -414,3 +414,29 @@ async def test_a_brief_answer_reads_as_the_full_one_whatever_the_job() -> None:
             assert made == full_job and entry == replace(full_entry, definition=None)
             assert (made.generation, bool(entry.retire)) == (round_ + 1, round_ == 1)
         assert made.id == entry.job_id != sender.try_id  # the last one: the resend
+
+
+async def test_a_put_its_owner_refused_for_a_lapsed_lease_is_sent_again_and_made_once() -> None:
+    """A starved owner's lease lapsed as it scheduled a round: nothing of the round was written,
+    so the put is asked again (once the lease is renewed) instead of failing the caller with
+    ClusterUnavailable (seen in tests/e2e/test_named.py on two busy cores)."""
+    store = MemoryStore()
+    a = await make_parts(store, "a")
+    mine = buckets_of(a)
+    real = mine._schedule
+    refused: list[int] = []
+
+    async def lapsing(items: Sequence[tuple[str, int, bytes]]) -> list[str]:
+        if not refused:
+            refused.append(len(items))
+            raise LeaseLapsed("a#1's lease lapsed and was not renewed in time to create a shard")
+        return await real(items)
+
+    mine._schedule = lapsing
+    await mine.take()
+    silos = Silos(a=mine)
+    client = RoutedPuts(store, silos, COUNT)
+    entry, made = ok((await client.put_many([ask("nightly")]))[0])
+    assert refused == [1] and silos.calls == ["a", "a"]  # refused, then made on the next try
+    assert entry.generation == 1 and await durable(store, entry.shard, made.id)
+    assert [op[1] for op in (await read_log(store, entry.shard)).records() if op[0] == ADD] == [made.id]
