@@ -23,7 +23,7 @@ from cluster.runtime.outcomes import shaped_next
 from cluster.runtime.ownership import ShardTable
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
-from cluster.runtime.runs import JobDecoder, RunTable
+from cluster.runtime.runs import JobDecoder, Run, RunTable
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import (
     ATTEMPTS,
@@ -42,6 +42,15 @@ from storage import Fenced, NotFound, StorageError, Store
 from storage.generations import SEPARATOR, list_logs_between
 
 log = logging.getLogger("timeshard.silo")
+
+
+def queues_next_of(run: Run, shard: Shard, job_id: str) -> bool:
+    """Whether ``run``'s outcome queues what ``shard`` holds of ``job_id``: a run of ``shard``'s
+    own copy, or of the shard that moved the job on into ``shard``."""
+    if run.shard.base == shard.base:
+        return True
+    state = run.shard.state
+    return state is not None and state.moved.get(job_id) == shard.base
 
 
 class Loading:
@@ -145,8 +154,11 @@ class Loading:
             # move into this shard); one of a shard we no longer hold (an older copy of this one,
             # lost or taken back) writes into a fenced log, so the job is queued anew. Found by
             # the simulation (seed 4593): a move's target taken back from its log queued the next
-            # occurrence, and the move's own outcome queued it again while it ran.
-            if run is None or not holds(run.shard):
+            # occurrence, and the move's own outcome queued it again while it ran. A run of
+            # another shard's copy of the id (a flow step taken again) queues nothing of this
+            # copy, so it is queued here (simulator seed 995762: adopted while the other copy
+            # ran, it stayed live in its log, queued nowhere, and never fired).
+            if run is None or not holds(run.shard) or not queues_next_of(run, shard, job_id):
                 due = queue_at(shard, job_id, entry[DUE])
                 if due is None:
                     continue  # parked

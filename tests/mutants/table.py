@@ -874,6 +874,18 @@ MUTANTS: tuple[Mutant, ...] = (
             "live in its log, never fired while the silo lives, run again after the next failover",
     ),
     Mutant(
+        name="load-leaves-a-copy-to-another-shards-run",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/loading.py",
+        old="            if run is None or not holds(run.shard) or not queues_next_of(run, shard, job_id):\n",
+        new="            if run is None or not holds(run.shard):\n",
+        catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
+                      "test_a_copy_adopted_while_the_other_copy_runs_fires_once_that_run_ends",)),
+        also=(Sim(995762, 1, "all"),),  # found there (every kind, joins among them: "all" is every kind now)
+        why="a shard adopted while another shard's copy of a flow step's job id runs here leaves its copy unqueued: "
+            "live in its log, never fired while the silo lives, run again after the next failover",
+    ),
+    Mutant(
         name="unqueue-takes-any-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/ownership.py",

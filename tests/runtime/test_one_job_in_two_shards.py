@@ -242,3 +242,38 @@ async def test_a_step_taken_again_beside_a_copy_its_log_lost_fires_from_the_copy
     assert sorted(ctx.job.id for ctx in recorder.ran) == sorted([j.id, k.id])
     assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
     assert await live_copies(store, j.id) == []  # nothing left for a failover to run again
+
+
+async def test_a_copy_adopted_while_the_other_copy_runs_fires_once_that_run_ends() -> None:
+    """The other order (simulator seed 995762, every kind): the silo runs its fresh shard's copy
+    of a flow step when it adopts a shard holding the step's other copy, the one a retry of the
+    flow's schedule call was told of. A load leaves a job alone whose run is in flight here, as
+    that run's outcome queues what comes next; but an outcome queues nothing of another shard's
+    copy, so the adopted copy stayed live in its log, queued nowhere, and never fired while the
+    silo lived."""
+    store = MemoryStore()
+    first = await make_parts(store, "a")
+    j = job()
+    (old,) = await add(first, j)  # the flow's first try landed here; its writer died
+    parts = await make_parts(store, "a", transport=LocalTransport(predecessors_exited=True))
+    parts.transport.handlers["h"] = handler = Blocking()
+    (new,) = await add(parts, j)  # the step taken again, in the new incarnation's fresh shard
+    assert new != old
+    parts.clock.advance(2)
+    parts.lease.renew(parts.clock.monotonic())
+    parts.firing.dispatch(parts.queue.pop_due(limit=10))
+    await asyncio.wait_for(handler.started.wait(), 5)  # the fresh copy runs
+    parts.adoption._budget = 64
+    assert await parts.adoption.adopt_orphans() == 1  # the first try's shard, adopted meanwhile
+    adopted = parts.shards.get(old)
+    assert adopted is not None and adopted.state is not None and j.id in adopted.state.live
+    handler.finish.set()
+    await _until(lambda: not parts.runs.inflight)
+    await until_idle()
+    parts.clock.advance(max(0.0, adopted.sent_before_until - parts.clock.monotonic()) + 2)
+    parts.lease.renew(parts.clock.monotonic())
+    await fire_due(parts)
+    assert handler.ran == [1, 1]  # each copy's occurrence, once
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, old, j.id)
+    assert [REMOVE, j.id, 1, SUCCEEDED] in await _ops(parts, new, j.id)
+    assert await live_copies(store, j.id) == []  # nothing left for a failover to run again

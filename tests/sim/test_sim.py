@@ -1175,6 +1175,17 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
      "+joins", "a round's table read before a silo joined judged its shard an orphan", "two owners"),
     (910307, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
      "+joins", "oracle: the clients never routed to a silo that joined", "unsettled"),
+    # Every kind, a silo joining too (the world is the same without joins, back to 881a469).
+    # Flow f1's step 2 (c13f32856d384625-2) was scheduled twice: s2#4 wrote it into s2.4 and ran
+    # it; s0#1's earlier intent landed it in s0.1-000003 at 14.7 s, the shard f1 was told. s2#5
+    # adopted s2.4, started its copy's retry, then adopted s0.1-000003 while that ran: a load
+    # left the job to the run in flight, whose outcome queues nothing of another shard's copy, so
+    # the told copy stayed live in its log, queued nowhere, to the end (s0#1's load of s2.4 at
+    # 14.3 s, while s0.1-000003's copy ran, had left s2.4's the same way). A load leaves a job
+    # only to a run of its own copy or of the shard that moved it here
+    # (tests/runtime/test_one_job_in_two_shards.py).
+    (995762, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
+     "+joins", "a load left another shard's copy of a running job unqueued", "stuck"),
 ]
 
 
