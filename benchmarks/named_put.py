@@ -127,6 +127,18 @@ async def profiled(measure: Awaitable[Any], profile: dict[str, Any] | None) -> A
         return await measure
 
 
+async def settled_placement(store_url: str, silos: int, limit_s: float = 20.0) -> list[int]:
+    """The registry buckets' placement once every silo holds its share (a silo above it hands the
+    excess over once its buckets settled, ~4 s after start), or as it is after ``limit_s``: a
+    figure taken before that measures one silo doing every bucket's work, not the steady state."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        placement = await bucket_placement(store_url)
+        if (len(placement) >= silos and placement[0] - placement[-1] <= 1) or time.monotonic() > deadline:
+            return placement
+        await asyncio.sleep(0.25)
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with bench_env(args.store) as env:
@@ -135,8 +147,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 client = cluster.client()
                 due = datetime.now(timezone.utc) + timedelta(days=2)
                 await client.jobs.put("warm", target=TARGET, due_time=due)
+                settled = await settled_placement(cluster.store_url, args.silos) if args.registry == "buckets" else None
                 result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "callers": args.callers,
                                           "registry": args.registry}
+                if settled is not None:
+                    result["placement_before"] = settled
                 result["plain"] = await plain(client, args.jobs, args.callers)
                 names = [f"put-{i:07d}" for i in range(args.jobs)]
                 profile: dict[str, dict[str, Any]] = {"put": {}, "put_many": {}, "overwrite": {}}
