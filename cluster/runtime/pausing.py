@@ -171,7 +171,17 @@ class Pausing:
         return await self._shards.views.state(shard)
 
     @staticmethod
-    def _elsewhere(state: ShardState, job_id: str) -> PauseAnswer:
+    def _elsewhere(shard: Shard, state: ShardState, job_id: str) -> PauseAnswer | None:
+        """Where ``job_id``, not live in ``shard``, went; None to look again: its move was decided
+        after ``_settled`` looked (by the outcome of a run then in flight) and has not landed yet.
+
+        Its target does not hold the job until then, and may never: answered "moved" there, a
+        client heard "absent" once the source's next owner had carried the move out elsewhere,
+        and the job stayed paused for good (found by the simulation, seed 997178). Looked at
+        again, the move is settled first, as for a move decided before the call came.
+        """
+        if state is shard.state and job_id in state.pending:
+            return None
         moved = state.moved.get(job_id)
         return ("moved", moved) if moved else ("absent", None)
 
@@ -182,7 +192,7 @@ class Pausing:
             state = await self._state(shard)
             entry = state.live.get(job_id)
             if entry is None:
-                return self._elsewhere(state, job_id)
+                return self._elsewhere(shard, state, job_id)
             current = state.paused.get(job_id)
             if current is not None:
                 return "already_paused", list(current)
@@ -237,7 +247,7 @@ class Pausing:
             state = await self._state(shard)
             entry = state.live.get(job_id)
             if entry is None:
-                return self._elsewhere(state, job_id)
+                return self._elsewhere(shard, state, job_id)
             if job_id not in state.paused:
                 return "not_paused", None
             # A run of a shard we hold writes its outcome, which queues what comes next; one of a

@@ -852,6 +852,18 @@ MUTANTS: tuple[Mutant, ...] = (
             "live and not paused in its log, queued nowhere, never run",
     ),
     Mutant(
+        name="resume-answers-a-move-not-landed",
+        kind="an acknowledged job never run",
+        path="cluster/runtime/pausing.py",
+        old="        if state is shard.state and job_id in state.pending:\n            return None\n",
+        new="",
+        catch=Pytest(("tests/runtime/test_pause_lease.py::"
+                      "test_a_resume_that_found_a_move_decided_while_it_waited_sends_the_client_where_the_job_is",)),
+        why="a pause or resume that waited for the shard's gate while a run's outcome decided the job's move "
+            "answers 'moved' to a target the move has not reached; the source's next owner carries it out "
+            "elsewhere, the target answers 'absent', and the job stays paused for good",
+    ),
+    Mutant(
         name="cancelled-outcome-unqueues-another-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/outcomes.py",

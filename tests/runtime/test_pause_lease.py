@@ -138,3 +138,72 @@ async def test_a_resume_that_waited_for_a_move_past_its_lease_is_sent_to_the_sha
     await asyncio.wait_for(firing, 5)
     assert await z.pausing.resume(first, j.id) == ("absent", None)
     assert await y.pausing.resume(moved[1], j.id) == ("resumed", None)
+
+
+async def test_a_resume_that_found_a_move_decided_while_it_waited_sends_the_client_where_the_job_is() -> None:
+    # Found by the simulation, seed 997178. A resume reached X while the job's attempt ran there:
+    # nothing was moving yet, so it went straight for the shard's gate. The attempt ended meanwhile
+    # and its outcome decided the move to the next occurrence; the resume got the gate while that
+    # move's ADD was still on its way, and answered "moved" to its target from memory. X was then
+    # declared dead, Z took the target before the ADD landed, and Y took the source and decided the
+    # move again into a shard of its own: the client, sent to the first target, heard "absent" (a
+    # JobNotFound from resume_job), and the job stayed paused for good where Y put it.
+    store, clock = GatedStore(), ManualClock()
+    x, y, z = [await make_parts(store, name, clock=clock) for name in ("x", "y", "z")]
+    silos = {parts.me.owner: parts for parts in (x, y, z)}
+    slow = Blocking()
+    x.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
+    (source,) = await add(x, j)
+    clock.advance(9)
+    x.lease.renew(clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(x))
+    await slow.started.wait()
+    pausing = asyncio.ensure_future(x.pausing.pause(source, j.id, None, "ops"))  # answers once the call ends
+    await until_idle()
+    held = x.shards.get(source)
+    assert held is not None and held.state is not None and j.id in held.state.paused
+
+    release = store.gate("append_block", "shards/20300101T000010.000000Z-x")  # the move's ADD waits
+    holding, done = asyncio.Event(), asyncio.Event()
+
+    async def busy_gate() -> None:  # a write of the source under way: the resume waits for the gate
+        async with held.gate.shared():
+            holding.set()
+            await done.wait()
+
+    busy = asyncio.ensure_future(busy_gate())
+    await holding.wait()
+    resuming = asyncio.ensure_future(x.pausing.resume(source, j.id))
+    await until_idle()
+    slow.finish.set()  # the attempt ends: its outcome decides the move, whose ADD waits at the store
+    assert (await pausing)[0] == "paused"  # the move carries the pause
+    await store.reached("append_block", "shards/20300101T000010.000000Z-x").wait()
+    first = held.state.moved[j.id]
+    done.set()
+    await until_idle()
+
+    lapse(x)  # SIGSTOP
+    assert await Membership(store).declare_dead(x.me.row, SILENT)
+    for peer in (y, z):
+        peer.lease.renew(clock.monotonic())
+    assert await z.adoption.claim_for_cancel(first) is not None
+    assert await y.adoption.claim_for_cancel(source) is not None  # decides the move again: Z's target lacks it
+    release.set()  # SIGCONT
+    await x.heartbeat.beat()
+    answer = await asyncio.wait_for(resuming, 5)
+    await asyncio.wait_for(firing, 5)
+    await busy
+
+    # Followed as a client follows it (moves asked of the shard's creator, X; "not the owner" of
+    # the owner named), the answer leads to the job, and resumes it.
+    shard, silo = source, x
+    for _ in range(6):
+        if answer[0] == "moved":
+            shard, silo = answer[1], x
+        elif answer[0] == "not_owner":
+            silo = silos[answer[1]]
+        else:
+            break
+        answer = await silo.pausing.resume(shard, j.id)
+    assert answer == ("resumed", None)

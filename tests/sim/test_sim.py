@@ -1186,6 +1186,15 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # (tests/runtime/test_one_job_in_two_shards.py).
     (995762, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
      "+joins", "a load left another shard's copy of a running job unqueued", "stuck"),
+    # Every kind, a silo joining too (its draw changes the world: before d69cbbe added joins the
+    # seed runs another). A resume reached s0 while j8's attempt ran from s0.1-000001: nothing was
+    # moving, so it went for the shard's gate, and the attempt's outcome decided the move to
+    # s0.1-000002 meanwhile. The resume got the gate before the move's ADD landed and answered
+    # "moved" there from memory; s0 was declared dead, the ADD never landed, s2#2 carried the move
+    # out into s2.2-000006, and s0.1-000002 answered "absent": j8 stayed paused for good. A move
+    # decided while a pause or resume waited is settled before it answers (tests/runtime/test_pause_lease.py).
+    (997178, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
+     "+joins", "resume answered moved to a target its move had not reached", "lost"),
 ]
 
 
