@@ -20,6 +20,7 @@ from .base import (
     ServerTime,
     Store,
 )
+from .batching import LogOptions, gathered
 from .damage import DAMAGED_PREFIX, damaged_name, describe_damage, keep_damaged
 from .errors import (
     AlreadyExists,
@@ -38,7 +39,7 @@ from .errors import (
 )
 from .file import FileStore
 from .generations import LogHead, LogState, LogTail, find_log, generation_name, list_logs, read_log, read_tail
-from .log import LogOptions, LogWriter, gathered
+from .log import LogWriter
 from .memory import MemoryStore
 from .records import Damage, Decoded, Frame, FrameReader, Torn, decode, encode
 from .urls import DEFAULT_URL, open_store

@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .appends import append_verified, cas_metadata, cas_metadata_until_known, landed_append, stat_or_fenced
-from .base import MAX_BLOCK_BYTES, Appended, LogInfo, Store
+from .base import Appended, LogInfo, Store
+from .batching import LogOptions, is_gathered
 from .damage import describe_damage, keep_damaged
 from .errors import (
     AlreadyExists,
@@ -48,45 +48,6 @@ from .records import FRAME_OVERHEAD, encode_frame, pack
 
 #: Returns the live state as records; called synchronously at the moment of rotation.
 Snapshot = Callable[[], Iterable[Any]]
-
-_GATHERED: ContextVar[bool] = ContextVar("timeshard_log_gathered", default=False)
-
-
-@contextlib.contextmanager
-def gathered() -> Iterator[None]:
-    """Appends made inside are a batch their caller gathered already (a named put's round at its
-    bucket's owner): an idle log writes them at once instead of lingering for more. Lingering
-    there bought nothing (one submission a block, measured) and cost each put its 2 ms."""
-    token = _GATHERED.set(True)
-    try:
-        yield
-    finally:
-        _GATHERED.reset(token)
-
-
-@dataclass(frozen=True)
-class LogOptions:
-    """How a ``LogWriter`` batches and when it rotates.
-
-    ``linger``: seconds to wait for more records before writing an idle log's first block
-    (0 = only yield to the event loop once); not for records appended inside ``gathered()``.
-    ``rotate_blocks`` / ``rotate_bytes``: write a new generation before a block would go past
-    either (an append blob holds 50,000 blocks).
-    """
-
-    linger: float = 0.0
-    max_block_bytes: int = MAX_BLOCK_BYTES
-    rotate_blocks: int = 49_000
-    rotate_bytes: int = 64 * 1024**3
-
-    def __post_init__(self) -> None:
-        if not FRAME_OVERHEAD < self.max_block_bytes <= MAX_BLOCK_BYTES:
-            raise ValueError(f"max_block_bytes: must be in ({FRAME_OVERHEAD}, {MAX_BLOCK_BYTES}]")
-        if self.rotate_blocks < 1 or self.rotate_bytes < self.max_block_bytes:
-            raise ValueError("rotate_blocks must be >= 1 and rotate_bytes >= max_block_bytes")
-        if self.linger < 0:
-            raise ValueError("linger: must be >= 0 seconds")
-
 
 @dataclass
 class _Submission:
@@ -299,7 +260,7 @@ class LogWriter:
         # flight per log, each chained on the ETag the previous one returned.
         self._check_open()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        gathered = _GATHERED.get()
+        gathered = is_gathered()
         self._queue.append(_Submission(packed, future, action, gathered=gathered))
         if gathered and self._waking is not None and not self._waking.done():
             self._waking.set_result(None)
