@@ -8,12 +8,25 @@ from __future__ import annotations
 
 import asyncio
 
+from cluster.model.jobs import ScheduledJob
 from cluster.runtime.lease import LEASE_FRACTION
 from cluster.runtime.roles import Roles
-from storage import MemoryStore, Unavailable
+from storage import MemoryStore, Store, Unavailable
 from tests.runtime.harness import OPTIONS, GatedStore, LocalTransport, add, job, make_parts, until_idle
 
 LEASE_S = LEASE_FRACTION * OPTIONS.suspicion_timeout.total_seconds()
+
+
+async def _restarted(store: Store) -> tuple[Roles, str, ScheduledJob]:
+    """Silo a's first incarnation adds a job and its process exits; its second incarnation, on
+    ``store``, is ready to adopt. Returns that incarnation, the shard and the job."""
+    first = await make_parts(store, "a")
+    j = job()
+    (base,) = await add(first, j)
+    parts = await make_parts(store, "a", transport=LocalTransport(predecessors_exited=True))
+    parts.adoption._budget = 64
+    parts.adoption.sleep = parts.clock.sleep
+    return parts, base, j
 
 
 async def _adopted_then_taken_back() -> tuple[Roles, str, str, float]:
@@ -22,13 +35,7 @@ async def _adopted_then_taken_back() -> tuple[Roles, str, str, float]:
     until its lease ends. Then the adopted shard's writer stops (a write landed behind a lost
     answer, or a torn log: see test_damage) and the silo takes it back from its log. Returns the
     silo, the shard, the job and how long the first incarnation's lease may still run."""
-    store = MemoryStore()
-    first = await make_parts(store, "a")
-    j = job()
-    (base,) = await add(first, j)
-    parts = await make_parts(store, "a", transport=LocalTransport(predecessors_exited=True))
-    parts.adoption._budget = 64
-    parts.adoption.sleep = parts.clock.sleep
+    parts, base, j = await _restarted(MemoryStore())
     assert await parts.adoption.adopt_orphans() == 1
     adopted = parts.shards.get(base)
     assert adopted is not None
@@ -75,12 +82,7 @@ async def test_a_claim_whose_answer_was_lost_waits_out_the_lease_once_the_next_r
     be made: the next round finds the log naming this very incarnation and takes it as its own.
     Taken so, the shard's log no longer names the dead owner, whose sends may still start."""
     store = GatedStore()
-    first = await make_parts(store, "a")
-    j = job()
-    (base,) = await add(first, j)
-    parts = await make_parts(store, "a", transport=LocalTransport(predecessors_exited=True))
-    parts.adoption._budget = 64
-    parts.adoption.sleep = parts.clock.sleep
+    parts, base, j = await _restarted(store)
     store.lose_answer("set_metadata", 1, Unavailable)
     store.fail_next("stat", 1, base)
     assert await parts.adoption.adopt_orphans() == 0
