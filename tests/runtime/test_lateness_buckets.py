@@ -42,6 +42,7 @@ async def test_status_reports_lateness_buckets_of_what_fired_and_each_shards_log
         if len(recorder.ran) == 4:
             break
         await asyncio.sleep(0.05)
+    held = len(list(silo._r.shards))  # one or two: the four due times may straddle a window's edge
     for shard in silo._r.shards:  # compacted into its next generation, as at the log's size limit
         await shard.writer.rotate()
     status = await silo.status()
@@ -50,4 +51,4 @@ async def test_status_reports_lateness_buckets_of_what_fired_and_each_shards_log
     cumulative = list(counters["lateness_buckets"].values())
     assert counters["fired"] == 4 and cumulative[-1] == 4 and cumulative == sorted(cumulative)
     assert status["heartbeat_interval_s"] == 0.1
-    assert [s["generation"] for s in status["shards"]] == [1]
+    assert held >= 1 and [s["generation"] for s in status["shards"]] == [1] * held
