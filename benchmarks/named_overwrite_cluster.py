@@ -2,8 +2,10 @@
 
     RAY_ADDRESS=local python -m benchmarks.named_overwrite_cluster [--jobs 100000] [--overwrites 10000]
                                                                    [--reps 1] [--silos 2] [--store file,azure]
+                                                                   [--joined]
 
-Per store, one fresh cluster (``--silos``, registry buckets, the default) holds ``--jobs`` named
+Per store, one fresh cluster (``--silos``, registry buckets, the default; measured once every silo
+holds its share of them) holds ``--jobs`` named
 jobs put with ``put_many`` (1,000 a call), all due at one instant two days ahead: one window,
 beyond the lookahead, so its shard is dormant (a nightly batch). Then ``--overwrites`` of them are
 replaced with ``client.jobs.put(..., overwrite=True)`` from ``--callers`` concurrent callers, due
@@ -12,8 +14,10 @@ generation's job is cancelled in its shard (the fence's promise).
 
 Where the replaced generations' jobs are cancelled is the point measured: the bucket's owner
 cancels them in its own shards before it answers the put (``OwnerCalls._retire_here``), so an
-overwrite is one call; the caller cancels only what the owner could not confirm. ``--reps``
-repeats the measure on names not overwritten before.
+overwrite is one call; the caller cancels only what the owner could not confirm. ``--joined``
+loads the jobs on one silo and adds the others before the overwrites: the buckets handed over
+keep their jobs in the first silo's shards, where their new owners cancel them through that
+silo, one call per round of puts. ``--reps`` repeats the measure on names not overwritten before.
 
 The result is checked before it is reported: every put answered, and the window's shard logs,
 read back whole, hold every current generation and none of the replaced ones. Prints one JSON
@@ -31,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from benchmarks.cluster import BATCH, bench_env, bucket_placement, rate, running_cluster
+from benchmarks.named_put import settled_placement
 from benchmarks.report import percentiles
 from cluster import Target
 from cluster.client import Client
@@ -84,16 +89,22 @@ async def live_in_window(store_url: str, due: datetime) -> set[str]:
 
 
 async def one_store(args: argparse.Namespace, env: Any, kind: str) -> dict[str, Any]:
-    with running_cluster(env, kind, args.silos, ClusterOptions()) as cluster:
+    with running_cluster(env, kind, 1 if args.joined else args.silos, ClusterOptions()) as cluster:
         client = cluster.client()
+        if not args.joined:
+            placement = await settled_placement(cluster.store_url, args.silos)
         hour = (datetime.now(timezone.utc) + timedelta(days=2)).replace(minute=0, second=0, microsecond=0)
         due = hour + timedelta(minutes=30)  # one instant mid-window: overwrites stay in its window
         await client.jobs.put("warm", target=TARGET, due_time=due)
         names = [f"nightly-{i:07d}" for i in range(args.jobs)]
         ids, loaded = await load(client, names, due)
         first = dict(ids)
+        if args.joined:
+            await asyncio.to_thread(cluster.scale, args.silos)
+            placement = await settled_placement(cluster.store_url, args.silos)
         result: dict[str, Any] = {"silos": args.silos, "jobs": args.jobs, "callers": args.callers,
-                                  "put_many_per_s": round(loaded), "reps": []}
+                                  "joined": args.joined, "put_many_per_s": round(loaded),
+                                  "placement_before": placement, "reps": []}
         cursor = 0
         for _ in range(args.reps):
             chosen = names[cursor:cursor + args.overwrites]
@@ -127,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silos", type=int, default=2)
     parser.add_argument("--callers", type=int, default=64)
     parser.add_argument("--store", default=["file"], type=lambda s: s.split(","), help="file,azure (default file)")
+    parser.add_argument("--joined", action="store_true",
+                        help="load on one silo, then add the others: buckets handed over, their jobs left behind")
     args = parser.parse_args(argv)
     if args.reps * args.overwrites > args.jobs:
         parser.error("--reps x --overwrites must not exceed --jobs: each overwrite takes a name not overwritten yet")

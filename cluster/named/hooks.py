@@ -42,12 +42,12 @@ from cluster.named.attempts import (
 from cluster.named.bucket import BUCKETS
 from cluster.named.buckets import Buckets
 from cluster.named.fence import ADMIT_WAIT_S, Clearance
-from cluster.named.owned import OwnerCalls
+from cluster.named.owned import Cancels, OwnerCalls
 from cluster.named.recorder import StatusRecorder
 from cluster.named.registry import NAMED_MARK, REPLACES_MARK, Entry, JobStatus, Retired, update_entry
 from cluster.named.routed import Routed
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent, SiloHooks, SiloView
-from cluster.runtime.shardlog import window_of
+from cluster.runtime.shardlog import creator_of, window_of
 from storage import Store
 
 log = logging.getLogger("timeshard.silo")
@@ -76,7 +76,7 @@ class NamedJobHooks(SiloHooks):
         if silo.options.named_buckets:
             self.buckets = Buckets(store, silo.log_owner, silo.lease, BUCKETS, self._schedule,
                                    interval_s=silo.options.adoption_interval.total_seconds(), notify=self._ask_to_take)
-            self.owned = OwnerCalls(self.buckets, self._cancel_here)
+            self.owned = OwnerCalls(self.buckets, Cancels(self._cancel_here, self._cancel_route, self._cancel_there))
             self.routed = Routed(store, _Peers(silo), BUCKETS)
             self.sender = StatusSender(lambda items: self.routed.ask_many("named_status", items))
             self.clearance = Clearance(store, ask=self._ask_owner)
@@ -280,6 +280,16 @@ class NamedJobHooks(SiloHooks):
 
     async def _cancel_here(self, shard: str, job_id: str) -> tuple[str, Any]:
         return await self._silo.cancel(shard, job_id)
+
+    def _cancel_route(self, shard: str) -> str | None:
+        """The peer that created ``shard`` if this silo does not hold it; else None (here)."""
+        if self._silo.holds_shard(shard):
+            return None
+        creator = creator_of(shard)
+        return None if creator is None or creator[0] == self._silo.owner.rpartition("#")[0] else creator[0]
+
+    async def _cancel_there(self, silo_id: str, items: list[tuple[str, str]]) -> list[Any]:
+        return list(await self._silo.call_peer(silo_id, "feature_call", "named_cancels", items))
 
     async def _schedule(self, items: Sequence[tuple[str, int, bytes]]) -> list[str]:
         return await self._silo.schedule(items)

@@ -18,10 +18,14 @@ the owners again and sends it there).
 - **Triggered runs**: admitted at their start while the entry names their generation, listed
   among the jobs it retires in the same append (so a put or delete replacing it cancels them).
 - **Puts** (``cluster.named.buckets``) that replaced a generation: the owner cancels the jobs
-  the new entry retires in its own shards (where the replaced generation's put scheduled them)
-  before it answers, and answers the entry listing only the ones it could not confirm (another
-  silo's shard, a move to follow, a failure): the caller cancels those as before
-  (``BucketNames._retire``). An overwrite is then one call, not a put and a cancel call.
+  the new entry retires before it answers: in the shards it holds, here; in another silo's
+  (a bucket handed over keeps its replaced generations in the shards its first owner scheduled
+  them into), through that silo, one ``named_cancels`` call per silo per round of puts. It
+  answers the entry listing only the ones it could not confirm (a move to follow, a silo that
+  did not answer, a failure): the caller cancels those as before (``BucketNames._retire``).
+  An overwrite is then one call, not a put and a cancel call per replaced job.
+- **Cancels** forwarded by a peer's put round: each made here as a client's cancel sent here
+  would be (``Silo.cancel``), never forwarded again.
 - **Retired**: older generations whose cancel was confirmed leave the entry's list.
 - **Status**: attempts' changes (``cluster.named.attempts``), applied in the order sent while the
   entry names their generation, one ``STATUS`` record per name per call, one append per bucket.
@@ -34,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
@@ -43,7 +47,7 @@ from cluster.named.buckets import BucketReleased, Buckets, HeldBucket, merged, r
 from cluster.named.putwire import PutOutcome, outcome_to_wire, put_from_wire
 from cluster.named.registry import Entry, Retired
 
-__all__ = ["CancelHere", "OwnerCalls"]
+__all__ = ["CancelHere", "Cancels", "OwnerCalls"]
 
 log = logging.getLogger("timeshard.silo")
 
@@ -58,18 +62,32 @@ TIDY_AFTER_S = 0.05
 CancelHere = Callable[[str, str], Awaitable[tuple[str, Any]]]
 
 
+@dataclass(frozen=True)
+class Cancels:
+    """Where a bucket owner cancels the generations its puts replace."""
+
+    here: CancelHere
+    #: The silo to ask for a cancel in shard ``shard`` (one it does not hold, created by a peer),
+    #: or None: made here (held, or no better guess: the claim path of ``Silo.cancel`` decides).
+    route: Callable[[str], str | None] = lambda _shard: None
+    #: ``(shard, job id)`` items cancelled at silo ``silo_id`` (its ``named_cancels``): one
+    #: answer each, as ``here`` answers; raises as ``SiloView.call_peer`` does.
+    there: Callable[[str, list[tuple[str, str]]], Awaitable[list[Any]]] | None = None
+
+
 class OwnerCalls:
     """The calls a silo answers as the owner of registry buckets (see the module docstring)."""
 
-    def __init__(self, buckets: Buckets, cancel: CancelHere | None = None) -> None:
+    def __init__(self, buckets: Buckets, cancels: Cancels | None = None) -> None:
         self.buckets = buckets
-        self._cancel = cancel
+        self._cancels = cancels
         self._retired_soon: dict[str, set[str]] = {}  # key -> job ids whose cancel was confirmed here
         self._tidying: asyncio.Task[None] | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {
             "named_put": self.puts, "named_verdicts": self.verdicts, "named_delete": self.deletes,
             "named_retired": self.retired, "named_status": self.statuses, "named_get": self.gets,
             "named_page": self.page, "named_count": self.count, "named_trigger": self.triggers,
+            "named_cancels": self.cancels,
         }
 
     def service(self, method: str) -> Callable[..., Awaitable[Any]] | None:
@@ -78,30 +96,44 @@ class OwnerCalls:
     async def puts(self, sent: Sequence[Any]) -> list[Any]:
         wire: list[Any] = [None] * len(sent)
         landed = await self.buckets.put_many([put_from_wire(one) for one in sent], wire)
-        outcomes = landed if self._cancel is None else await self._retire_here(landed)
+        outcomes = landed if self._cancels is None else await self._retire_here(landed)
         # An answer built with its record is sent as built, unless cancels made here changed its entry.
         return [made if made is not None and outcome is was else outcome_to_wire(outcome)
                 for made, outcome, was in zip(wire, outcomes, landed, strict=True)]
 
     async def _retire_here(self, outcomes: list[PutOutcome]) -> list[PutOutcome]:
         """Cancel the generations the landed puts of ``outcomes`` retire, from here; each put's
-        entry answered listing only those whose cancel this silo did not confirm.
+        entry answered listing only those whose cancel was not confirmed.
 
         The caller cancelled every one through its shard's owner, one call per job after the
-        put's own: a dormant window's overwrites paid two round trips each, and their cancels
-        mostly came back here, to the silo whose shards the replaced puts had scheduled into.
-        Concurrent ones reach ``Cancelling``'s batch per shard together. The confirmed leave the
-        entry's list in the background (``_tidy_soon``), as the caller's tidy did: a list left
-        behind is only cancelled again by the name's next put or delete."""
-        assert self._cancel is not None
-        cancel = self._cancel
+        put's own: a dormant window's overwrites paid two round trips each. Most are in shards
+        this silo holds (its puts scheduled them); once a bucket was handed over, in its first
+        owner's: asked of that silo, one call per round, not by the caller one call per job
+        (overwriting 10,000 names after a hand-over ran at half the rate before). Concurrent
+        ones reach ``Cancelling``'s batch per shard together. The confirmed leave the entry's
+        list in the background (``_tidy_soon``), as the caller's tidy did: a list left behind
+        is only cancelled again by the name's next put or delete."""
+        assert self._cancels is not None
         retiring = [(i, r) for i, o in enumerate(outcomes) if not isinstance(o, BaseException) for r in o[0].retire]
         if not retiring:
             return outcomes
-        answers = await asyncio.gather(*(cancel(r.shard, r.job_id) for _, r in retiring), return_exceptions=True)
+        here: list[tuple[int, Retired]] = []
+        there: dict[str, list[tuple[int, Retired]]] = {}
+        for row in retiring:
+            silo = self._cancels.route(row[1].shard) if self._cancels.there is not None else None
+            if silo is None:
+                here.append(row)
+            else:
+                there.setdefault(silo, []).append(row)
+        cancel = self._cancels.here
+        answered = await asyncio.gather(
+            asyncio.gather(*(cancel(r.shard, r.job_id) for _, r in here), return_exceptions=True),
+            *(self._cancel_at(silo, [r for _, r in rows]) for silo, rows in there.items()))
+        rows = here + [row for rows in there.values() for row in rows]
+        answers = [answer for part in answered for answer in part]
         done: dict[int, set[str]] = {}
-        for (i, r), answer in zip(retiring, answers, strict=True):
-            if not isinstance(answer, BaseException) and answer[0] in CONFIRMED:
+        for (i, r), answer in zip(rows, answers, strict=True):
+            if isinstance(answer, (tuple, list)) and answer[0] in CONFIRMED:
                 done.setdefault(i, set()).add(r.job_id)
         out = list(outcomes)
         for i, ids in done.items():
@@ -111,6 +143,25 @@ class OwnerCalls:
         if self._retired_soon and (self._tidying is None or self._tidying.done()):
             self._tidying = asyncio.get_running_loop().create_task(self._tidy_soon())
         return out
+
+    async def _cancel_at(self, silo: str, retired: list[Retired]) -> Sequence[Any]:
+        """The answers of ``silo`` to cancels of ``retired``; None each if it did not answer
+        (left listed: the caller follows each job to its shard's owner, as before)."""
+        assert self._cancels is not None and self._cancels.there is not None
+        try:
+            answers = await self._cancels.there(silo, [(r.shard, r.job_id) for r in retired])
+        except Exception as exc:  # refused, lost or failed there: unconfirmed, the caller's to make
+            log.debug("cancels not made at their shard's silo", extra={"silo": silo, "error": repr(exc)})
+            return [None] * len(retired)
+        return answers if len(answers) == len(retired) else [None] * len(retired)
+
+    async def cancels(self, sent: Sequence[tuple[str, str]]) -> list[Any]:
+        """``(shard, job id)`` each, cancelled here as ``Silo.cancel`` would: its answer, or
+        ``("failed", why)`` (not confirmed: the put's caller makes that cancel itself)."""
+        assert self._cancels is not None
+        cancel = self._cancels.here
+        answers = await asyncio.gather(*(cancel(shard, job_id) for shard, job_id in sent), return_exceptions=True)
+        return [("failed", repr(a)) if isinstance(a, BaseException) else a for a in answers]
 
     async def tidied(self) -> None:
         """Return once the confirmed cancels of every put answered so far are off their entries' lists (or failed to be)."""

@@ -217,6 +217,10 @@ class SiloView(Protocol):
         (``Silo.cancel``): ("cancelled" | "absent" | "moved" | "not_owner", info)."""
         ...
 
+    def holds_shard(self, shard_base: str) -> bool:
+        """Whether this silo holds shard ``shard_base`` now (a cancel there is made here, no claim needed)."""
+        ...
+
     async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
         """One call to silo ``silo_id`` (this one too), never tried elsewhere: a feature asking
         the owner of its log (``feature_call``). ``SiloRefused``: nothing done; ``SiloLost``: unknown."""

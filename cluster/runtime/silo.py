@@ -224,6 +224,10 @@ class Silo:
                 return await serve(*args)
         raise LookupError(f"no feature of silo {self.silo_id} answers {method!r}")
 
+    def holds_shard(self, shard_base: str) -> bool:
+        """Whether this silo holds shard ``shard_base`` now (``SiloView.holds_shard``)."""
+        return self._r.shards.get(shard_base) is not None
+
     async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
         """One call to silo ``silo_id`` for a feature (``SiloView.call_peer``); this silo's own is made here."""
         if silo_id == self.silo_id:

@@ -84,6 +84,9 @@ class View:
     async def cancel(self, shard_base: str, job_id: str) -> Any:
         return await self.parts.cancelling.cancel(shard_base, job_id)
 
+    def holds_shard(self, shard_base: str) -> bool:
+        return self.parts.shards.get(shard_base) is not None
+
     async def call_peer(self, silo_id: str, method: str, *args: Any) -> Any:
         return await self.cluster.call(silo_id, method, args, caller=self.parts.me.silo_id)
 

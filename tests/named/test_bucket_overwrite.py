@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from cluster.named.bucket import BUCKETS, bucket_of
 from cluster.named.registry import entry_key
+from cluster.runtime.logowner import SETTLE_ROUNDS
 from cluster.runtime.shardlog import ShardState
 from storage import Unavailable, read_log
-from tests.named.bucket_cluster import TARGET, Cluster, View
+from tests.named.bucket_cluster import BUCKET_OPTIONS, TARGET, Cluster, View
 
 STORES = ["memory", "file"]
 
@@ -113,3 +115,74 @@ async def test_cancels_confirmed_while_earlier_ones_leave_their_lists_leave_thei
     assert buckets is not None
     left = {n: e.retire for n in names if (e := await buckets.get_entry(entry_key("default", "default", n))) and e.retire}
     assert left == {}  # every confirmed cancel off its list: none waits for a put that may never come
+
+
+async def loaded_then_handed_over(kind: str, tmp_path: Path) -> tuple[Cluster, list[str], Any, dict[str, Any], list[str]]:
+    """Silo a puts 24 names, then b joins and takes half its buckets: the cluster, the client's
+    calls from here on, its named jobs, each name's first job, and the names whose bucket b owns."""
+    c = await Cluster.start(kind, tmp_path, ("a",))
+    made = client_calls(c)
+    jobs = c.jobs()
+    names = [f"n{i:02d}" for i in range(24)]
+    first = {p.name: p.job for p in await jobs.put_many([{"name": n, "target": TARGET, "schedule": "@every 1s"}
+                                                          for n in names])}
+    return c, made, jobs, first, sorted(await handed_over_to_b(c, names))
+
+
+async def handed_over_to_b(c: Cluster, names: list[str]) -> set[str]:
+    """Silo b joins and takes half of a's buckets; the names of ``names`` whose bucket b now owns."""
+    await c.add("b")
+    c.clock.advance(SETTLE_ROUNDS * BUCKET_OPTIONS.adoption_interval.total_seconds())
+    for parts in c.parts.values():
+        parts.lease.renew(parts.clock.monotonic())
+    await c.hooks["a"].maintain()  # a holds more than its share: it hands half over
+    handing = c.hooks["a"]._handing
+    assert handing is not None and await handing == BUCKETS // 2
+    await asyncio.gather(*c.hooks["a"]._asking)
+    at_b = c.hooks["b"].buckets
+    assert at_b is not None and len(at_b.held) == BUCKETS // 2
+    return {n for n in names if bucket_of(entry_key("default", "default", n), BUCKETS) in at_b.held}
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_after_a_hand_over_the_new_owner_cancels_the_old_jobs_through_their_shards_silo_one_call_a_round(
+        kind: str, tmp_path: Path) -> None:
+    """A bucket handed over keeps its names' jobs in the shards its first owner scheduled them
+    into: the new owner's overwrites cancel them there, in one call per round of puts, and the
+    caller makes none of its own (before: one cancel call per overwritten name)."""
+    c, made, jobs, first, moved = await loaded_then_handed_over(kind, tmp_path)
+    assert moved
+    made.clear()
+    c.calls.clear()
+    second = await jobs.put_many([{"name": n, "target": TARGET, "schedule": "@every 1s", "overwrite": True}
+                                  for n in moved])
+    assert set(made) == {"named_put"}  # b answered every put with its old job cancelled (a's answer: not the owner)
+    forwarded = [(caller, silo, len(sent)) for caller, silo, method, sent in c.calls if method == "named_cancels"]
+    assert forwarded == [("b", "a", len(moved))]  # one call to the shards' silo for the round
+    for n, put in zip(moved, second, strict=True):
+        old = first[n]
+        assert old.shard is not None and old.id not in await live(c, old.shard)  # removed before put returned
+        assert put.job.generation == 2
+    c.starts.log.append("put returned")
+    await c.fire(3)
+    started = set(c.starts.after("put returned"))
+    assert not started & {first[n].id for n in moved} and {p.job.id for p in second} <= started
+
+
+async def test_after_a_hand_over_a_forwarded_cancel_the_shards_silo_failed_is_made_by_the_caller(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c, made, jobs, first, moved = await loaded_then_handed_over("memory", tmp_path)
+    owned = c.hooks["a"].owned
+    assert owned is not None
+
+    async def broken(sent: Any) -> list[Any]:
+        raise Unavailable("the store did not answer")
+
+    monkeypatch.setattr(owned, "cancels", broken)
+    monkeypatch.setitem(owned._calls, "named_cancels", broken)
+    made.clear()
+    await jobs.put_many([{"name": n, "target": TARGET, "schedule": "@every 1s", "overwrite": True} for n in moved])
+    assert made.count("cancel") == len(moved)  # each cancelled by the caller
+    for n in moved:
+        old = first[n]
+        assert old.shard is not None and old.id not in await live(c, old.shard)

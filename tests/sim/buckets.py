@@ -105,6 +105,8 @@ async def call_peer(world: World, proc: Process, epoch: int, silo_id: str, metho
     """Silo ``proc`` (incarnation ``epoch``) calls peer ``silo_id``, as ``RayTransport.call_peer``:
     its answer, ``SiloRefused`` (not acted on) or ``SiloLost`` (maybe acted on)."""
     await proc.gate(epoch)  # a dead process calls no one
+    if method == "feature_call" and args and args[0] == "named_cancels":
+        world.stats["registry: cancels forwarded to the shard's silo"] += len(args[1])
     ray = world.peer_ray
     assert ray is not None, "a peer call in a seed without registry buckets"
     task = asyncio.ensure_future(ray._call(silo_id, method, tuple(args)))
