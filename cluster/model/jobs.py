@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from cluster.model.errors import InvalidJob, InvalidTime, UnsupportedWireVersion
+from cluster.model.evolve import evolve
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.occurrences import Misfire, Overlap
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy, PolicyLike
@@ -383,16 +384,8 @@ class ScheduledJob:
 
     def evolve(self, **changes: Any) -> ScheduledJob:
         """``dataclasses.replace(self, **changes)`` without its generic walk of the 20 fields
-        (3 us a call, 0.5 here; a named put made several, on its owner and its client alike).
-        The instance's ``__dict__`` is its fields and nothing else (no cached properties)."""
-        unknown = changes.keys() - _JOB_FIELDS
-        if unknown:
-            raise TypeError(f"ScheduledJob has no field(s) {sorted(unknown)}")
-        new = object.__new__(ScheduledJob)
-        state = new.__dict__
-        state.update(self.__dict__)
-        state.update(changes)
-        return new
+        (3 us a call, 0.5 here; a named put made several, on its owner and its client alike)."""
+        return evolve(self, **changes)
 
     def to_wire(self) -> list[Any]:
         """Return the compact msgpack-ready list the shard log stores; ``from_wire`` inverts it.
@@ -470,9 +463,6 @@ class ScheduledJob:
         _checked_us(created)
         overlap = _options_from_wire(obj[14], memo)[4] if len(obj) > 14 else "allow_all"
         return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always", overlap)
-
-
-_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(ScheduledJob))
 
 
 def _check_record(obj: Any) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cluster.model.evolve import evolve
 from cluster.named.registry import Entry, JobStatus
 from cluster.named.sortedkeys import SortedKeys
 from cluster.runtime.logowner import RELEASED
@@ -281,11 +282,11 @@ class BucketState:
             if before is not None and before.job_id == record[2]:
                 body = record[3]
                 status = body.status if isinstance(body, StatusJson) else JobStatus.from_json(body)
-                self.entries[key] = replace(before, status=status)
+                self.entries[key] = evolve(before, status=status)
         elif kind == RETIRED:
             if before is not None:
                 done = set(record[2])
-                self.entries[key] = replace(before, retire=tuple(r for r in before.retire if r.job_id not in done))
+                self.entries[key] = evolve(before, retire=tuple(r for r in before.retire if r.job_id not in done))
         elif kind == DELETE:
             if before is not None and before.job_id == record[2]:
                 del self.entries[key]

@@ -38,9 +38,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from cluster.model.evolve import evolve
 from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
 from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
 from cluster.named.buckets import BucketReleased, Buckets, HeldBucket, merged, repeated
@@ -138,7 +139,7 @@ class OwnerCalls:
         out = list(outcomes)
         for i, ids in done.items():
             entry, job = outcomes[i]  # type: ignore[misc]
-            out[i] = replace(entry, retire=tuple(r for r in entry.retire if r.job_id not in ids)), job
+            out[i] = evolve(entry, retire=tuple(r for r in entry.retire if r.job_id not in ids)), job
             self._retired_soon.setdefault(entry.key, set()).update(ids)
         if self._retired_soon and (self._tidying is None or self._tidying.done()):
             self._tidying = asyncio.get_running_loop().create_task(self._tidy_soon())
@@ -252,7 +253,7 @@ class OwnerCalls:
             else:
                 listed = retiring(entry.retire, None if run is None else Retired(run[0], run[1], run[2],
                                                                                    len(run) < 4 or bool(run[3])))
-                new = replace(entry, status=apply_change(entry.status, change) or entry.status, retire=listed)
+                new = evolve(entry, status=apply_change(entry.status, change) or entry.status, retire=listed)
                 bucket.busy.add(key)
                 try:
                     await bucket.write([[PUT, key, new.metadata()]])

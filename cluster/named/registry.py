@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cluster.model.errors import ValidationError
+from cluster.model.evolve import evolve
 from cluster.model.wire import datetime_to_us, us_to_datetime
 from storage import Fenced, NotFound, StorageError, Store
 from storage.base import MAX_METADATA_BYTES
@@ -251,7 +252,7 @@ def with_history(history: tuple[AttemptRecord, ...], ended: AttemptRecord, size:
     """
     if size <= 0:
         return ()
-    record = replace(ended, error=clip_error(ended.error, HISTORY_ERROR_CHARS))
+    record = evolve(ended, error=clip_error(ended.error, HISTORY_ERROR_CHARS))
     others = [h for h in history if h.run_id != record.run_id]
     at = next((i for i, h in enumerate(others) if h.started_at <= record.started_at), len(others))
     kept = (*others[:at], record, *others[at:])[:size]
