@@ -23,6 +23,7 @@ import ray
 
 from cluster.flows.api import Flows
 from cluster.flows.model import FLOW_META
+from cluster.model.chase import Chase
 from cluster.model.errors import (
     ClusterUnavailable,
     EarlierTryUnsettled,
@@ -44,8 +45,6 @@ from cluster.runtime.membership import SILO_PREFIX
 
 _SPEC_FIELDS = ("target", "name", "due", "data", "metadata", "schedule", "repeats", "ttl", "failure_policy", "misfire",
                 "jitter", "not_before", "not_after", "exclude", "overlap")
-_MAX_HOPS = 16
-_HOP_DELAY_S, _MAX_HOP_DELAY_S = 0.2, 1.0  # between hops that found a shard's owner unchanged
 # Seconds between looks at which silos exist: new ones get calls, removed ones no longer do.
 SILO_REFRESH_S = 30.0
 # At most this often when a silo turns out to be gone.
@@ -256,14 +255,17 @@ class Client:
         assert job.shard is not None
         shard: str = job.shard
         silo = _creator_of(shard)
-        for _ in range(_MAX_HOPS):
+        chase = Chase()
+        while chase.going():
             answer, info = await self._call("find_job", shard, job.id, prefer=silo)
+            chase.answered((answer, info if answer == "moved" else None))
             if answer == "found":
                 return bytes(info)
             if answer == "absent":
                 return None
             if answer == "moved" and info:
                 shard, silo = info, _creator_of(info)
+                await chase.onward(info)
                 continue
             # "gone": drained and deleted after the job moved on. Look in every shard from the
             # job's first window on (rare: old handles of recurring jobs).
@@ -274,7 +276,7 @@ class Client:
                 if answer == "found":
                     return bytes(info)
             return None
-        raise ClusterUnavailable(f"could not follow job {job.id} in {_MAX_HOPS} hops")
+        raise ClusterUnavailable(f"could not follow job {job.id} {chase.gave_up()}")
     # -- pausing -------------------------------------------------------------------------------
 
     async def pause_job(self, job: ScheduledJob, note: str | None = None, *, by: str | None = None) -> bool:
@@ -311,37 +313,41 @@ class Client:
             return answer == "paused", PauseRecord.from_wire(info)
         return answer == "resumed", None
 
-    async def _at_owner(self, job: ScheduledJob, method: str, *args: Any, search: bool = True) -> tuple[str, Any]:
+    async def _at_owner(self, job: ScheduledJob, method: str, *args: Any, search: bool = True,
+                        chase: Chase | None = None) -> tuple[str, Any]:
         """Call ``method(shard, job.id, *args)`` on the silo owning ``job``'s shard, following its
         moves; the first answer that is neither a forward nor "not the owner". A shard gone is
-        searched for (``search``), else answered as ("not_owner", None)."""
+        searched for (``search``), else answered as ("not_owner", None). ``chase``: the
+        following this is part of (a search's), whose time it shares (``cluster.model.chase``)."""
         if job.shard is None:
             raise InvalidJob("job.shard", "this job was not returned by schedule_job; cannot locate it")
         shard: str = job.shard
         silo = _creator_of(shard)
-        stuck, delay = None, _HOP_DELAY_S
-        for _ in range(_MAX_HOPS):
+        chase = chase or Chase()
+        while chase.going():
             answer, info = await self._call(method, shard, job.id, *args, prefer=silo)
+            chase.answered((answer, info))
             if answer == "moved" and info:
                 shard, silo = info, _creator_of(info)
+                await chase.onward(info)  # along a recurring job's chain: one shard per window it ran through
             elif answer == "not_owner" and info is None:
                 # The shard is gone: drained and deleted after the job moved on. Look in every
                 # shard from the job's first window on (rare: old handles of recurring jobs).
-                return await self._at_owner_by_search(job, method, *args) if search else (answer, info)
+                return await self._at_owner_by_search(job, method, *args, chase=chase) if search else (answer, info)
             elif answer == "not_owner":
                 owner = info.rpartition("#")[0]
                 silo = owner if owner in self.silo_ids else None
-                if silo is None or (shard, info) == stuck:
+                if silo is None:
                     # Released, or its owner lost and not yet adopted (its lease must run out
-                    # first): ask again, backing off, rather than spend every hop at once.
-                    await asyncio.sleep(delay)
-                    delay = min(2 * delay, _MAX_HOP_DELAY_S)
-                stuck = (shard, info)
+                    # first): ask again, backing off, rather than spend the chase at once.
+                    await chase.back_off()
+                else:
+                    await chase.onward((shard, info))  # at once; named again (not adopted yet), after a backoff
             else:
                 return answer, info
-        raise ClusterUnavailable(f"could not reach the owner of job {job.id} in {_MAX_HOPS} hops")
+        raise ClusterUnavailable(f"could not reach the owner of job {job.id} {chase.gave_up()}")
 
-    async def _at_owner_by_search(self, job: ScheduledJob, method: str, *args: Any) -> tuple[str, Any]:
+    async def _at_owner_by_search(self, job: ScheduledJob, method: str, *args: Any, chase: Chase) -> tuple[str, Any]:
         duration = self.options.shard_duration // timedelta(microseconds=1)
         due = datetime_to_us(job.due)
         for shard, owner in await self._call("shards_from", due - due % duration):
@@ -350,7 +356,8 @@ class Client:
                 # The shard is there, its owner another silo or being replaced (adopted): asked
                 # where it is held now, as any call is. Passed over, a job it holds would be
                 # answered absent, and a cancel (a put's of the generation it replaces) not made.
-                answer, info = await self._at_owner(dataclasses.replace(job, shard=shard), method, *args, search=False)
+                answer, info = await self._at_owner(dataclasses.replace(job, shard=shard), method, *args,
+                                                    search=False, chase=chase)
             if answer not in ("absent", "moved", "not_owner"):
                 return answer, info
         return "absent", None

@@ -3,11 +3,17 @@ on), without Ray: a silo stand-in answers as silos do."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from cluster.client import Client
+from cluster.model.chase import CHASE_S, MAX_HOP_DELAY_S
+from cluster.model.errors import ClusterUnavailable
 from tests.runtime.harness import OPTIONS, job
+from tests.sim.loop import VirtualLoop
 
 GONE = "shards/20300101T000000.000000Z-s0.1-000001"
 HELD = "shards/20300101T000010.000000Z-s2.1-000002"
@@ -40,3 +46,66 @@ async def test_a_search_follows_a_shard_whose_owner_changed_and_cancels_the_job_
     client = Client("test", ["s0", "s1", "s2"], OPTIONS, call_silo=silos, start=0)
     assert await client.try_cancel_job(replace(job(schedule="@every 10s"), shard=GONE))
     assert ("s1", "cancel", HELD) in silos.asked
+
+
+class Chain:
+    """A recurring job's first handle: each shard of its chain answers "moved" on to the next
+    (kept for the retry window), the last one holds it; all on one silo, s0."""
+
+    def __init__(self, length: int) -> None:
+        self.shards = [f"shards/20300101T{i // 30:02d}{i % 30 * 2:02d}00.000000Z-s0.1-{i:06d}" for i in range(length)]
+        self.asked: list[str] = []
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        shard = args[0]
+        self.asked.append(shard)
+        i = self.shards.index(shard)
+        if i + 1 < len(self.shards):
+            return ("moved", self.shards[i + 1])
+        return ("cancelled", None) if method == "cancel" else ("found", b"job")
+
+
+async def test_a_cancel_follows_a_chain_of_moves_longer_than_any_count_of_hops() -> None:
+    """``timeshard delete`` of a named job of ``@every 1s`` that had run 42 s on 2 s windows: its
+    first shard forwarded through twenty more, and a client that gave up after sixteen hops
+    answered "could not reach the owner" on a healthy one-silo cluster."""
+    chain = Chain(200)
+    client = Client("test", ["s0"], OPTIONS, call_silo=chain, start=0)
+    assert await client.try_cancel_job(replace(job(schedule="@every 1s"), shard=chain.shards[0]))
+    assert chain.asked == chain.shards  # each once, none skipped
+
+
+async def test_a_trigger_follows_a_chain_of_moves_longer_than_any_count_of_hops() -> None:
+    chain = Chain(200)
+    client = Client("test", ["s0"], OPTIONS, call_silo=chain, start=0)
+    assert await client._find(replace(job(schedule="@every 1s"), shard=chain.shards[0])) == b"job"
+
+
+class NamesItself:
+    """A silo that answers, for good, that the shard's owner is itself: it neither serves nor
+    claims it (a state no silo should stay in; the client must still end)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        self.asked += 1
+        return ("not_owner", "s0#1")
+
+
+def test_a_cancel_told_the_same_owner_again_and_again_backs_off_and_gives_up_in_bounded_time() -> None:
+    silo = NamesItself()
+    loop = VirtualLoop()
+
+    async def cancel() -> float:
+        client = Client("test", ["s0"], OPTIONS, call_silo=silo, start=0)
+        with pytest.raises(ClusterUnavailable, match="could not reach the owner"):
+            await client.try_cancel_job(replace(job(), shard=HELD))
+        return asyncio.get_running_loop().time()
+
+    try:
+        ended = loop.run_until_complete(cancel())
+    finally:
+        loop.close()
+    assert CHASE_S <= ended <= CHASE_S + MAX_HOP_DELAY_S  # virtual seconds: as long as the chase, no longer
+    assert silo.asked <= CHASE_S / MAX_HOP_DELAY_S + 5  # backing off to a second between asks, not spinning

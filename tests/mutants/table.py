@@ -1067,4 +1067,17 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel the shards' silo did not make is left off the put's answer: the caller never cancels "
             "the replaced generation, which starts after the overwrite returned",
     ),
+    Mutant(
+        name="chase-capped-in-hops",
+        kind="a call that could have been answered fails",
+        path="cluster/model/chase.py",
+        old="        return self.hops == 0 or self._loop.time() < self._deadline\n",
+        new="        return self.hops == 0 or (self.hops < 16 and self._loop.time() < self._deadline)\n",
+        catch=Pytest(("tests/test_client_search.py::test_a_cancel_follows_a_chain_of_moves_longer_than_any_count_of_hops",)),
+        also=(Pytest(("tests/named/test_long_chain.py::"
+                      "test_a_delete_of_a_recurring_named_job_reaches_it_through_a_long_chain_of_shards",)),),
+        # Seen in tests/e2e/test_cli_jobs.py: `timeshard delete` of an `@every 1s` job that had run 42 s on 2 s windows.
+        why="a cancel, pause, delete or trigger from a recurring job's first handle gives up on its chain of "
+            "shards (one per window it ran through) and fails with ClusterUnavailable on a healthy cluster",
+    ),
 )

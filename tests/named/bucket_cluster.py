@@ -23,6 +23,7 @@ from cluster.model.routing import SiloRefused
 from cluster.model.wire import datetime_to_us
 from cluster.named.api import NamedJobs
 from cluster.named.hooks import NamedJobHooks
+from cluster.runtime.lookup import Lookup
 from cluster.runtime.membership import REPORTED, Membership
 from cluster.runtime.roles import Roles
 from storage import FileStore, MemoryStore, ServerTime, Store
@@ -142,7 +143,7 @@ class Cluster:
             return await serve(*args[1:])
         methods = {"schedule": parts.scheduling.schedule, "cancel": parts.cancelling.cancel,
                    "shards_from": parts.cancelling.shards_from, "pause": parts.pausing.pause,
-                   "resume": parts.pausing.resume}
+                   "resume": parts.pausing.resume, "find_job": Lookup(self.store, parts.shards).find}
         return await methods[method](*args)
 
     def jobs(self) -> NamedJobs:
