@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.model.evolve import evolve
+from cluster.model.waiting import wait_bounded
 from cluster.named.attempts import WireChange, apply_change, apply_changes, retiring
 from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
 from cluster.named.buckets import BucketReleased, Buckets, HeldBucket, merged, repeated
@@ -57,6 +58,11 @@ NOT_OWNER = ("not_owner",)
 CONFIRMED = ("cancelled", "absent")
 #: How long confirmed cancels gather before they leave their entries' lists (``OwnerCalls._tidy_soon``).
 TIDY_AFTER_S = 0.05
+#: How long a round of puts waits for a peer to make the cancels it forwarded there: past it,
+#: they are left to the callers, and the round's other puts are answered. A peer paused or cut
+#: off would otherwise hold every put of the round for the peer call's own 10 s, not only those
+#: whose replaced jobs it holds (their callers then wait on that peer as they did before).
+FORWARD_WAIT_S = 2.0
 
 #: Cancels job ``job_id`` of shard ``shard`` from this silo, as a client's cancel sent here
 #: would (``Silo.cancel``): ``("cancelled" | "absent" | "moved" | "not_owner", info)``.
@@ -150,8 +156,9 @@ class OwnerCalls:
         (left listed: the caller follows each job to its shard's owner, as before)."""
         assert self._cancels is not None and self._cancels.there is not None
         try:
-            answers = await self._cancels.there(silo, [(r.shard, r.job_id) for r in retired])
-        except Exception as exc:  # refused, lost or failed there: unconfirmed, the caller's to make
+            answers = await wait_bounded(self._cancels.there(silo, [(r.shard, r.job_id) for r in retired]),
+                                         FORWARD_WAIT_S)
+        except Exception as exc:  # refused, lost, failed there or slow: unconfirmed, the caller's to make
             log.debug("cancels not made at their shard's silo", extra={"silo": silo, "error": repr(exc)})
             return [None] * len(retired)
         return answers if len(answers) == len(retired) else [None] * len(retired)

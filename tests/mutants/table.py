@@ -1080,4 +1080,16 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a cancel, pause, delete or trigger from a recurring job's first handle gives up on its chain of "
             "shards (one per window it ran through) and fails with ClusterUnavailable on a healthy cluster",
     ),
+    Mutant(
+        name="forwarded-cancels-unbounded",
+        kind="a call that could have been answered fails",
+        path="cluster/named/owned.py",
+        old="            answers = await wait_bounded(self._cancels.there(silo, [(r.shard, r.job_id) for r in retired]),\n"
+            "                                         FORWARD_WAIT_S)\n",
+        new="            answers = await self._cancels.there(silo, [(r.shard, r.job_id) for r in retired])\n",
+        catch=Pytest(("tests/named/test_bucket_overwrite.py::"
+                      "test_after_a_hand_over_a_shards_silo_that_never_answers_the_forwarded_cancels_holds_no_put",)),
+        why="a peer paused or cut off holds every put of a round that forwarded cancels to it for the peer "
+            "call's whole timeout, not only the puts whose replaced jobs it holds",
+    ),
 )

@@ -186,3 +186,27 @@ async def test_after_a_hand_over_a_forwarded_cancel_the_shards_silo_failed_is_ma
     for n in moved:
         old = first[n]
         assert old.shard is not None and old.id not in await live(c, old.shard)
+
+
+async def test_after_a_hand_over_a_shards_silo_that_never_answers_the_forwarded_cancels_holds_no_put(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer paused or cut off while it holds the replaced jobs: the round of puts is answered once
+    ``FORWARD_WAIT_S`` passed, and each caller cancels its replaced job itself (here a's own cancel
+    answers; only its forwarded ones hang)."""
+    c, made, jobs, first, moved = await loaded_then_handed_over("memory", tmp_path)
+    owned = c.hooks["a"].owned
+    assert owned is not None
+
+    async def never(sent: Any) -> list[Any]:
+        await asyncio.Event().wait()
+        return []
+
+    monkeypatch.setitem(owned._calls, "named_cancels", never)
+    monkeypatch.setattr("cluster.named.owned.FORWARD_WAIT_S", 0.2)
+    made.clear()
+    await asyncio.wait_for(jobs.put_many([{"name": n, "target": TARGET, "schedule": "@every 1s", "overwrite": True}
+                                          for n in moved]), 5)
+    assert made.count("cancel") == len(moved)
+    for n in moved:
+        old = first[n]
+        assert old.shard is not None and old.id not in await live(c, old.shard)
