@@ -257,7 +257,7 @@ class Client:
         silo = _creator_of(shard)
         chase = Chase()
         while chase.going():
-            answer, info = await self._call("find_job", shard, job.id, prefer=silo)
+            answer, info = await chase.ask(self._call("find_job", shard, job.id, prefer=silo))
             chase.answered((answer, info if answer == "moved" else None))
             if answer == "found":
                 return bytes(info)
@@ -325,7 +325,7 @@ class Client:
         silo = _creator_of(shard)
         chase = chase or Chase()
         while chase.going():
-            answer, info = await self._call(method, shard, job.id, *args, prefer=silo)
+            answer, info = await chase.ask(self._call(method, shard, job.id, *args, prefer=silo))
             chase.answered((answer, info))
             if answer == "moved" and info:
                 shard, silo = info, _creator_of(info)
@@ -350,8 +350,9 @@ class Client:
     async def _at_owner_by_search(self, job: ScheduledJob, method: str, *args: Any, chase: Chase) -> tuple[str, Any]:
         duration = self.options.shard_duration // timedelta(microseconds=1)
         due = datetime_to_us(job.due)
-        for shard, owner in await self._call("shards_from", due - due % duration):
-            answer, info = await self._call(method, shard, job.id, *args, prefer=owner.rpartition("#")[0])
+        for shard, owner in await chase.ask(self._call("shards_from", due - due % duration)):
+            # Timed as the chase's own asks are: a cancel here may wait long for a run to end.
+            answer, info = await chase.ask(self._call(method, shard, job.id, *args, prefer=owner.rpartition("#")[0]))
             if answer == "not_owner" and info is not None:
                 # The shard is there, its owner another silo or being replaced (adopted): asked
                 # where it is held now, as any call is. Passed over, a job it holds would be

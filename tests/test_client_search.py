@@ -109,3 +109,74 @@ def test_a_cancel_told_the_same_owner_again_and_again_backs_off_and_gives_up_in_
         loop.close()
     assert CHASE_S <= ended <= CHASE_S + MAX_HOP_DELAY_S  # virtual seconds: as long as the chase, no longer
     assert silo.asked <= CHASE_S / MAX_HOP_DELAY_S + 5  # backing off to a second between asks, not spinning
+
+
+class LongRun:
+    """A recurring job's attempt runs 45 s when a cancel reaches it: the silo waits for it to end
+    (``Cancelling._cancel_one_run``), and its outcome has moved the job on to the next window's
+    shard, so the answer is "moved" there, where the next occurrence waits (all on s0)."""
+
+    def __init__(self, first: str, then: str, run_s: float = 45.0) -> None:
+        self.first, self.then, self.run_s = first, then, run_s
+        self.asked: list[str] = []
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        self.asked.append(args[0])
+        if args[0] == self.first:
+            await asyncio.sleep(self.run_s)
+            return ("moved", self.then)
+        return ("cancelled", None)
+
+
+def test_a_cancel_that_waited_for_a_long_run_follows_the_job_on() -> None:
+    """The chase is bounded by the time the client spends looking, not by the time a silo takes
+    to answer: a cancel of a recurring job whose attempt ran longer than ``CHASE_S`` was answered
+    "moved" (the run's outcome carried the job on) and the client gave up on a healthy cluster
+    ("could not reach the owner ... in 45.0 s (1 hops)") while the next occurrence lived on."""
+    chain = Chain(2)
+    silo = LongRun(chain.shards[0], chain.shards[1], run_s=CHASE_S + 15)
+    loop = VirtualLoop()
+
+    async def cancel() -> bool:
+        client = Client("test", ["s0"], OPTIONS, call_silo=silo, start=0)
+        return await client.try_cancel_job(replace(job(schedule="@every 1m"), shard=chain.shards[0]))
+
+    try:
+        assert loop.run_until_complete(cancel())
+    finally:
+        loop.close()
+    assert silo.asked == chain.shards
+
+
+class SearchedLongRun:
+    """The job's first shard is gone; the search asks s2, the owner listed for ``HELD``, whose
+    cancel waits 45 s for a run there and then finds the shard adopted by s1 meanwhile."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        self.asked.append((silo_id, method))
+        if method == "shards_from":
+            return [(HELD, "s2#1")]
+        if args[0] == GONE:
+            return ("not_owner", None)
+        if silo_id == "s2":
+            await asyncio.sleep(CHASE_S + 15)
+            return ("not_owner", "s1#1")
+        return ("cancelled", None)
+
+
+def test_a_search_whose_first_ask_waited_for_a_long_run_still_asks_the_new_owner() -> None:
+    silos = SearchedLongRun()
+    loop = VirtualLoop()
+
+    async def cancel() -> bool:
+        client = Client("test", ["s0", "s1", "s2"], OPTIONS, call_silo=silos, start=0)
+        return await client.try_cancel_job(replace(job(schedule="@every 1m"), shard=GONE))
+
+    try:
+        assert loop.run_until_complete(cancel())
+    finally:
+        loop.close()
+    assert ("s1", "cancel") in silos.asked

@@ -11,16 +11,22 @@ reach the owner ... in 16 hops").
 So a chase is bounded by time, not hops. An answer naming somewhere not seen before in this
 chase is progress and is followed at once, however many there are; one that brings nothing new
 (the same owner named again, a released shard, an owner the client does not know, a shard met
-before) is asked again after a backoff; and the chase gives up once ``CHASE_S`` have passed.
-Time is the event loop's, so a simulation's virtual loop runs it in virtual time.
+before) is asked again after a backoff; and the chase gives up once ``CHASE_S`` have passed,
+not counting the time silos took to answer (``Chase.ask``): a cancel waits at the job's silo
+for an attempt in flight to end, however long it runs, and its answer may still be a move to
+follow (the attempt carried a recurring job on to its next window). Time is the event loop's,
+so a simulation's virtual loop runs it in virtual time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable
+from typing import TypeVar
 
 __all__ = ["CHASE_S", "HOP_DELAY_S", "MAX_HOP_DELAY_S", "Chase"]
+
+T = TypeVar("T")
 
 #: Seconds a client keeps following a job before it gives up (``ClusterUnavailable``): longer
 #: than a dead owner's lease takes to run out and its shard to be adopted.
@@ -44,6 +50,16 @@ class Chase:
     def going(self) -> bool:
         """Whether to ask (once more): always the first time, then while time is left."""
         return self.hops == 0 or self._loop.time() < self._deadline
+
+    async def ask(self, call: Awaitable[T]) -> T:
+        """A silo's answer to ``call``; the time it took moves the deadline on. Counted, a cancel
+        that waited 45 s for a recurring job's run to end gave up on the move it answered, and
+        the next occurrence lived on; a silo that does not answer is the transport's to bound."""
+        asked = self._loop.time()
+        try:
+            return await call
+        finally:
+            self._deadline += self._loop.time() - asked
 
     def answered(self, answer: object) -> None:
         """Count one ask and note its ``answer``."""
