@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -28,6 +29,7 @@ from cluster.named.bucket import PUT, STATUS, BucketState, StatusJson
 from cluster.named.registry import Entry, JobStatus
 from cluster.runtime.hooks import AttemptEnd, AttemptEvent
 from storage.records import pack
+from tests.sim.loop import VirtualLoop
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OWNERS = ("0#1", "1#1", "0#2")
@@ -70,6 +72,14 @@ def _one_by_one(status: JobStatus, changes: list[WireChange]) -> JobStatus | Non
     return None if out is status else out
 
 
+def on_virtual_time(test: Callable[[], Awaitable[None]]) -> None:
+    loop = VirtualLoop()
+    try:
+        loop.run_until_complete(test())
+    finally:
+        loop.close()
+
+
 def test_a_names_changes_folded_leave_the_status_one_by_one_would() -> None:
     rng = random.Random("status-fold")
     folded_starts = 0
@@ -95,9 +105,15 @@ def test_a_start_and_its_end_show_the_start_time_the_start_told() -> None:
     assert status.last_attempt.started_at == start.started_at and status.successful == 1
 
 
-async def test_a_bursts_changes_wait_for_it_but_never_past_the_bound() -> None:
+def test_a_bursts_changes_wait_for_it_but_never_past_the_bound() -> None:
     """In a burst, an attempt's start waits to go with its end (one step at the owner), and no
-    change waits longer than half a second: ``get()`` shows it within the README's 1 s."""
+    change waits longer than half a second: ``get()`` shows it within the README's 1 s. On
+    virtual time: the sender's own policy is measured, not how late a loaded machine wakes it
+    (the wall-clock version failed once in a full suite beside other work)."""
+    on_virtual_time(_a_burst)
+
+
+async def _a_burst() -> None:
     loop = asyncio.get_running_loop()
     added: dict[str, float] = {}
     sends: list[tuple[float, list[str]]] = []
@@ -127,7 +143,11 @@ async def test_a_bursts_changes_wait_for_it_but_never_past_the_bound() -> None:
     assert together >= 0.75 * 60 * 100, "a burst's attempts' starts and ends, 60 ms apart, went in separate sends"
 
 
-async def test_a_trickle_of_changes_goes_after_one_linger() -> None:
+def test_a_trickle_of_changes_goes_after_one_linger() -> None:
+    on_virtual_time(_a_trickle)
+
+
+async def _a_trickle() -> None:
     loop = asyncio.get_running_loop()
     sends: list[float] = []
 
