@@ -33,7 +33,7 @@ from typing import Any
 
 from cluster.model.errors import InvalidJob, JobNotFound, PutManyFailed, ValidationError
 from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target
-from cluster.model.limits import DEFAULT_LIMITS
+from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.pause import check_by, check_note
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
@@ -134,6 +134,8 @@ class NamedJobs:
         self._store_url = store_url  # the silos' store; asked of the cluster when None
         self._stores: dict[int, Store] = {}  # per event loop: a store's connections belong to one
         self._writers: dict[int, PutWriter | BucketNames] = {}  # per event loop, as the stores
+        # The cluster's limits, made once per options object: ``job_limits()`` builds them (~2 us a put).
+        self._limits: tuple[Any, JobLimits] | None = None
 
     async def _store(self) -> Store:
         loop = id(asyncio.get_running_loop())
@@ -205,11 +207,12 @@ class NamedJobs:
         not, once every put of the call has ended.
         """
         now = utc_now()
+        now_us = datetime_to_us(now)
         asks: list[PutRequest] = []
         keys: set[str] = set()
         for i, spec in enumerate(specs):
             try:
-                ask = self._ask(spec, now)
+                ask = self._ask(spec, now, now_us)
             except ValidationError as exc:
                 raise type(exc)(f"specs[{i}].{exc.field}", exc.rule, exc.value, accepted=exc.accepted) from None
             if ask.key in keys:
@@ -229,7 +232,7 @@ class NamedJobs:
             raise PutManyFailed(dict(done), errors)
         return list(done.values())
 
-    def _ask(self, spec: Mapping[str, Any], now: datetime) -> PutRequest:
+    def _ask(self, spec: Mapping[str, Any], now: datetime, now_us: int) -> PutRequest:
         """A put_many spec, validated as ``put`` validates its arguments."""
         if not isinstance(spec, Mapping):
             raise InvalidJob("spec", "must be a mapping of put's arguments", spec)
@@ -248,14 +251,17 @@ class NamedJobs:
                           spec.get("ttl"), spec.get("data"), spec.get("metadata"), spec.get("failure_policy"), now,
                           shape)
         self._check_limits(job, now)
-        return PutRequest(key, name, app_id, namespace, job, overwrite, datetime_to_us(now), try_id=job.id)
+        return PutRequest(key, name, app_id, namespace, job, overwrite, now_us, try_id=job.id)
 
     def _check_limits(self, job: ScheduledJob, now: datetime) -> None:
         """The cluster's limits, checked before the put is queued: one job breaking them must
         not fail the round it would share with others."""
         options = getattr(self.client, "options", None)
-        if options is not None:
-            options.job_limits().check(job, now, resolved=set())
+        if options is None:
+            return
+        if self._limits is None or self._limits[0] is not options:
+            self._limits = (options, options.job_limits())
+        self._limits[1].check(job, now, resolved=set())
 
     async def _buckets(self) -> BucketNames | None:
         """The registry buckets' client when names are kept in them (the default), else None."""

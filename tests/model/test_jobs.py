@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import ray
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cluster.model.errors import InvalidJob, InvalidPolicy, InvalidTime
@@ -294,6 +294,35 @@ def test_every_job_round_trips_exactly_through_msgpack(job):
     assert back == job
     assert back.due.utcoffset() == timedelta(0) and back.created_at.utcoffset() == timedelta(0)
     assert back.target.routing_key == job.target.routing_key
+
+
+@given(jobs())
+@settings(max_examples=100, deadline=None)
+def test_create_and_from_wire_make_what_the_dataclass_constructor_makes(job):
+    """Both set the instance's fields directly (the frozen ``__init__`` sets them one
+    ``object.__setattr__`` at a time: ~4 us a job): each must hold every field, in order, and
+    nothing else, as the constructor would (a field left out reads its class default instead)."""
+    shaped = ScheduledJob.create(MAILER, "shaped", due=NOW + timedelta(hours=1), now=NOW, schedule="@every 1h",
+                                 jitter="5s", not_before=NOW, not_after=NOW + timedelta(days=9),
+                                 exclude=["2026-10-03"], overlap="skip")
+    for made in (job, roundtrip(job), shaped, roundtrip(shaped)):
+        fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(ScheduledJob)}
+        assert list(vars(made)) == list(fields)
+        assert vars(made) == vars(ScheduledJob(**fields))
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12))
+@example("\x7f")
+@example("a\x1fb")
+@example("\x00")
+@example("\x80 ~")  # C1 controls and the rest of Latin-1 are not refused
+def test_a_label_is_refused_exactly_when_it_holds_an_ascii_control_character(text):
+    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in text):
+        with pytest.raises(InvalidJob) as err:
+            Target.actor(text)
+        assert err.value.field == "target.name" and err.value.rule == "must not contain control characters"
+    else:
+        assert Target.actor(text).name == text
 
 
 def test_evolve_makes_what_dataclasses_replace_makes_and_refuses_what_it_refuses() -> None:
