@@ -44,6 +44,7 @@ __all__ = [
     "check_name",
     "check_scope",
     "entry_key",
+    "key_in_scope",
     "scope_prefix",
     "namespace_prefix",
     "name_of",
@@ -148,7 +149,12 @@ def namespace_prefix(namespace: str) -> str:
 
 def entry_key(namespace: str, app_id: str, name: str) -> str:
     """Return the store name of the entry for ``name``; raises if it would be too long."""
-    key = scope_prefix(namespace, app_id) + _escape(name)
+    return key_in_scope(scope_prefix(namespace, app_id), name)
+
+
+def key_in_scope(prefix: str, name: str) -> str:
+    """``entry_key`` of ``name`` in the scope whose ``scope_prefix`` is ``prefix``."""
+    key = prefix + _escape(name)
     if len(key) > MAX_KEY_CHARS:
         raise ValidationError(
             "name",

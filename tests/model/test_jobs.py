@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cluster.model.errors import InvalidJob, InvalidPolicy, InvalidTime
+from cluster.model.ids import new_job_ids, uuid4_hex
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, CallablePolicy, FailurePolicy
 from cluster.model.schedules import Schedule
@@ -323,6 +325,19 @@ def test_a_label_is_refused_exactly_when_it_holds_an_ascii_control_character(tex
         assert err.value.field == "target.name" and err.value.rule == "must not contain control characters"
     else:
         assert Target.actor(text).name == text
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_a_job_id_drawn_in_a_batch_is_the_uuid4_of_its_bytes(raw):
+    assert uuid4_hex(raw) == uuid.UUID(bytes=raw, version=4).hex
+
+
+def test_job_ids_drawn_in_a_batch_are_distinct_random_uuids() -> None:
+    ids = new_job_ids(500)
+    assert len(set(ids)) == 500 and new_job_ids(0) == []
+    for job_id in ids:
+        parsed = uuid.UUID(hex=job_id)
+        assert parsed.hex == job_id and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 
 
 def test_evolve_makes_what_dataclasses_replace_makes_and_refuses_what_it_refuses() -> None:
