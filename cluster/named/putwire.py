@@ -48,9 +48,11 @@ def put_to_wire(ask: PutRequest) -> WirePut:
             True)
 
 
-def put_from_wire(sent: Sequence[Any]) -> PutRequest:
+def put_from_wire(sent: Sequence[Any], memo: dict[Any, Any] | None = None) -> PutRequest:
+    """The put ``sent`` on the wire; ``memo`` as ``ScheduledJob.from_wire`` takes it (each target,
+    schedule and policy decoded once, not once a put)."""
     key, name, app_id, namespace, packed, overwrite, now_us, *more = sent
-    job = ScheduledJob.from_wire(unpack(packed))
+    job = ScheduledJob.from_wire(unpack(packed), memo)
     return PutRequest(key, name, app_id, namespace, job, overwrite, now_us, try_id=job.id, resend=bool(more and more[0]),
                       brief=len(more) > 1 and bool(more[1]))
 
