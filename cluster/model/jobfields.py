@@ -20,9 +20,16 @@ _REMINDER_PERIOD = re.compile(r"\s*R\d*/", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # what a label must not hold (a test a character cost ~2 us a name)
 
 
-@functools.lru_cache(maxsize=16)
 def with_max_bytes(limits: JobLimits, max_bytes: int) -> JobLimits:
     """``limits`` with ``max_bytes``: made once per pair, not once per job (~2 us each)."""
+    try:
+        return _with_max_bytes(limits, max_bytes)
+    except TypeError:  # unhashable (prefixes given as a list): made each time, as before
+        return dataclasses.replace(limits, max_bytes=max_bytes)
+
+
+@functools.lru_cache(maxsize=16)
+def _with_max_bytes(limits: JobLimits, max_bytes: int) -> JobLimits:
     return dataclasses.replace(limits, max_bytes=max_bytes)
 
 

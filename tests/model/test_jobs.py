@@ -354,3 +354,15 @@ def test_evolve_makes_what_dataclasses_replace_makes_and_refuses_what_it_refuses
     assert job.evolve() == job and job.evolve() is not job
     with pytest.raises(TypeError):
         job.evolve(nonsense=1)
+
+
+def test_a_data_limit_applies_with_any_limits_given() -> None:
+    """``max_data_bytes`` replaces the limit of the ``limits`` given, made once per pair; limits
+    that cannot key that memo (prefixes as a list) still get it."""
+    from cluster.model.limits import JobLimits
+
+    for limits in (JobLimits(), JobLimits(code_prefixes=["tests."])):  # type: ignore[arg-type]
+        with pytest.raises(InvalidJob) as caught:
+            ScheduledJob.create(MAILER, due="1m", data="x" * 100, now=NOW, limits=limits, max_data_bytes=50)
+        assert caught.value.field == "data"
+        assert ScheduledJob.create(MAILER, due="1m", data="x" * 100, now=NOW, limits=limits, max_data_bytes=500)
