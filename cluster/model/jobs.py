@@ -222,12 +222,12 @@ class ScheduledJob:
         repeats: int | None = None,
         ttl: datetime | str | Any = None,
         failure_policy: PolicyLike | None = None,
-        misfire: Misfire | str = "fire_once",
+        misfire: Misfire | str = Misfire.FIRE_ONCE,
         jitter: timedelta | str | None = None,
         not_before: datetime | str | None = None,
         not_after: datetime | str | None = None,
         exclude: Any = None,
-        overlap: Overlap | str = "allow_all",
+        overlap: Overlap | str = Overlap.ALLOW_ALL,
         generation: int = 0,
         job_id: str | None = None,
         now: datetime | None = None,
@@ -522,6 +522,8 @@ def _options_from_wire(obj: Any, memo: dict[Any, Any] | None) -> tuple[Any, ...]
 
 def _bounds(schedule: Schedule | None, not_before: Any, not_after: Any, exclude: Any, now: datetime) -> Bounds:
     """The validated bounds and exclusions of a new job; they need a schedule to act on."""
+    if not_before is None and not_after is None and exclude is None:
+        return _NO_BOUNDS  # what the checks below make of three Nones
     lower = parse_bound(not_before, now, "not_before")
     upper = parse_bound(not_after, now, "not_after")
     skipped = parse_exclusions(exclude)
