@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -18,6 +16,8 @@ from typing import Any, NamedTuple
 
 from cluster.model.errors import InvalidJob, InvalidTime, UnsupportedWireVersion
 from cluster.model.evolve import evolve
+from cluster.model.ids import new_job_id, new_job_ids
+from cluster.model.jobfields import check_label, metadata_of, normalized_data, schedule_of, with_max_bytes
 from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.occurrences import Misfire, Overlap
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, FailurePolicy, PolicyLike
@@ -34,30 +34,22 @@ from cluster.model.shape import (
     parse_exclusions,
     parse_jitter,
 )
-from cluster.model.times import ACCEPTED_TIMES, parse_period, parse_time, require_aware, utc_now
+from cluster.model.times import ACCEPTED_TIMES, parse_time, require_aware, utc_now
 from cluster.model.wire import (
     check_code_path,
     datetime_to_us,
     memoized,
-    pack,
     qualified_name,
     timedelta_to_us,
-    unpack,
     us_to_datetime,
 )
 
-__all__ = ["Target", "ScheduledJob", "JobHead", "new_job_id", "grain_actor_name", "DEFAULT_MAX_DATA_BYTES",
+__all__ = ["Target", "ScheduledJob", "JobHead", "new_job_id", "new_job_ids", "grain_actor_name", "DEFAULT_MAX_DATA_BYTES",
            "WIRE_VERSION"]
 
 DEFAULT_MAX_DATA_BYTES = 256 * 1024
 WIRE_VERSION = 1
 _OVERLAPS = frozenset(policy.value for policy in Overlap)
-_REMINDER_PERIOD = re.compile(r"\s*R\d*/", re.IGNORECASE)
-
-
-def new_job_id() -> str:
-    """Return a fresh job id: 32 lowercase hex digits of a random UUID."""
-    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -77,9 +69,9 @@ class Target:
     @classmethod
     def actor(cls, name: str, namespace: str | None = None) -> Target:
         """Return a target that calls the existing named Ray actor ``name`` (in ``namespace``)."""
-        _check_label(name, "target.name")
+        check_label(name, "target.name")
         if namespace is not None:
-            _check_label(namespace, "target.namespace")
+            check_label(namespace, "target.namespace")
         return cls("actor", name, namespace)
 
     @classmethod
@@ -103,7 +95,7 @@ class Target:
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise InvalidJob("target.key", "must be a str or an int", key)
         key = str(key)
-        _check_label(key, "target.key")
+        check_label(key, "target.key")
         return cls("grain", grain_actor_name(path, key), None, key, path)
 
     @functools.cached_property
@@ -231,12 +223,12 @@ class ScheduledJob:
         repeats: int | None = None,
         ttl: datetime | str | Any = None,
         failure_policy: PolicyLike | None = None,
-        misfire: Misfire | str = "fire_once",
+        misfire: Misfire | str = Misfire.FIRE_ONCE,
         jitter: timedelta | str | None = None,
         not_before: datetime | str | None = None,
         not_after: datetime | str | None = None,
         exclude: Any = None,
-        overlap: Overlap | str = "allow_all",
+        overlap: Overlap | str = Overlap.ALLOW_ALL,
         generation: int = 0,
         job_id: str | None = None,
         now: datetime | None = None,
@@ -260,17 +252,17 @@ class ScheduledJob:
         classes and retry functions; see ``JobLimits``).
         """
         if max_data_bytes is not None:
-            limits = dataclasses.replace(limits, max_bytes=max_data_bytes)
+            limits = with_max_bytes(limits, max_data_bytes)
         now = utc_now() if now is None else require_aware(now, field="now")
         if not isinstance(target, Target):
             raise InvalidJob("target", "must be a Target (Target.actor(...) or Target.grain(...))", target)
         if name is not None:
-            _check_label(name, "name")
+            check_label(name, "name")
         if job_id is None:
             job_id = new_job_id()
         else:
-            _check_label(job_id, "id")
-        parsed_schedule, period_repeats = _schedule(schedule)
+            check_label(job_id, "id")
+        parsed_schedule, period_repeats = schedule_of(schedule)
         if period_repeats is not None:
             if repeats is not None and repeats != period_repeats:
                 rule = f"disagrees with the schedule's repeat count {period_repeats}"
@@ -304,13 +296,16 @@ class ScheduledJob:
                 raise InvalidJob("ttl", f"must be after due ({fire.isoformat()})", expiry.isoformat())
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
             raise InvalidJob("generation", "must be an int >= 0", generation)
-        job = cls(
+        # Every field set here, as the frozen dataclass's __init__ would (one object.__setattr__
+        # a field: ~4 us a job, a tenth of a named put's CPU on its client).
+        job = object.__new__(cls)
+        job.__dict__.update(
             id=job_id,
             name=name,
             target=target,
             due=first,
-            data=_normalized_data(data),
-            metadata=_metadata(metadata),
+            data=normalized_data(data),
+            metadata=metadata_of(metadata),
             schedule=parsed_schedule,
             repeats=repeats,
             ttl=expiry,
@@ -323,6 +318,7 @@ class ScheduledJob:
             not_after=bounds.not_after,
             exclude=bounds.exclude,
             overlap=overlap_policy.value,
+            shard=None,
         )
         limits.check(job, now)  # imports are checked when it is scheduled
         return job
@@ -426,7 +422,8 @@ class ScheduledJob:
         (_, job_id, name, target, due, data, metadata, schedule, repeats, ttl, policy, created, generation,
          misfire) = obj[:14]
         options = _NO_OPTIONS if len(obj) == 14 else _options_from_wire(obj[14], memo)
-        return cls(
+        return _made(
+            cls,
             job_id,
             name,
             Target.from_wire(target, memo),
@@ -441,6 +438,7 @@ class ScheduledJob:
             generation,
             misfire,
             *options,
+            None,  # shard
         )
 
 
@@ -463,6 +461,16 @@ class ScheduledJob:
         _checked_us(created)
         overlap = _options_from_wire(obj[14], memo)[4] if len(obj) > 14 else "allow_all"
         return JobHead(routed, ttl_us, metadata, schedule is not None, in_force.strategy == "always", overlap)
+
+
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(ScheduledJob))
+
+
+def _made(cls: type[ScheduledJob], *values: Any) -> ScheduledJob:
+    """``cls(*values)`` (every field, in order) without the frozen ``__init__``'s setattr a field."""
+    job = object.__new__(cls)
+    job.__dict__.update(zip(_FIELD_ORDER, values, strict=True))
+    return job
 
 
 def _check_record(obj: Any) -> None:
@@ -506,6 +514,8 @@ def _options_from_wire(obj: Any, memo: dict[Any, Any] | None) -> tuple[Any, ...]
 
 def _bounds(schedule: Schedule | None, not_before: Any, not_after: Any, exclude: Any, now: datetime) -> Bounds:
     """The validated bounds and exclusions of a new job; they need a schedule to act on."""
+    if not_before is None and not_after is None and exclude is None:
+        return _NO_BOUNDS  # what the checks below make of three Nones
     lower = parse_bound(not_before, now, "not_before")
     upper = parse_bound(not_after, now, "not_after")
     skipped = parse_exclusions(exclude)
@@ -529,58 +539,3 @@ def _first_allowed(schedule: Schedule | None, first: datetime, bounds: Bounds) -
         raise InvalidTime("not_after", "leaves no occurrence to fire: the first one allowed comes after it",
                           bounds.not_after.isoformat())
     raise InvalidJob("exclude", "excludes every occurrence of the schedule", bounds.exclude.wire)
-
-
-def _check_label(value: object, field_name: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise InvalidJob(field_name, "must be a non-empty str", value)
-    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in value):
-        raise InvalidJob(field_name, "must not contain control characters", value)
-    _check_unicode(value, field_name)
-
-
-def _check_unicode(value: str, field_name: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidJob(field_name, "must be valid Unicode text (no lone surrogates)", value) from None
-
-
-def _schedule(value: Schedule | str | None) -> tuple[Schedule | None, int | None]:
-    """Return the schedule and, for an actor-reminder period (``R4/PT3S``), its repeat count."""
-    if value is None or isinstance(value, Schedule):
-        return value, None
-    if not isinstance(value, str):
-        raise InvalidJob("schedule", "must be a Schedule, schedule text or None", value)
-    if _REMINDER_PERIOD.match(value):
-        interval, repeats = parse_period(value, field="schedule")
-        return Schedule.every(interval), repeats
-    return Schedule.parse(value), None
-
-
-def _metadata(value: Mapping[str, str] | None) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidJob("metadata", "must be a mapping of str to str", value)
-    for key, item in value.items():
-        if not isinstance(key, str) or not isinstance(item, str):
-            raise InvalidJob("metadata", "keys and values must be str", {key: item})
-        _check_unicode(key, "metadata")
-        _check_unicode(item, "metadata")
-    return dict(value)
-
-
-def _normalized_data(value: Any) -> Any:
-    """Return ``value`` as a replay will see it (tuples become lists); its size is a limit."""
-    rule = "must be msgpack-encodable (None, bool, int within 64 bits, float, str, bytes, list, dict)"
-    try:
-        packed = pack(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidJob("data", f"{rule}: {exc}", type(value).__name__) from None
-    try:
-        return unpack(packed)
-    except (TypeError, ValueError) as exc:
-        # A tuple key packs as an array, which cannot key a dict when read back.
-        raise InvalidJob("data", f"{rule}, with str, int, float, bool, bytes or None as dict keys: {exc}",
-                         type(value).__name__) from None

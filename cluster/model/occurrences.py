@@ -82,6 +82,8 @@ def _parse_policy(cls: type[_Policy], value: object, default: _Policy, field: st
     """``value`` as one of ``cls``'s policies, case-insensitively (None: ``default``)."""
     if value is None:
         return default
+    if type(value) is cls:  # a member already: what cls(value) returns
+        return value
     try:
         return cls(value.lower() if isinstance(value, str) else value)
     except ValueError:

@@ -32,8 +32,8 @@ from datetime import datetime
 from typing import Any
 
 from cluster.model.errors import InvalidJob, JobNotFound, PutManyFailed, ValidationError
-from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target
-from cluster.model.limits import DEFAULT_LIMITS
+from cluster.model.jobs import DEFAULT_MAX_DATA_BYTES, ScheduledJob, Target, new_job_ids
+from cluster.model.limits import DEFAULT_LIMITS, JobLimits
 from cluster.model.pause import check_by, check_note
 from cluster.model.ports import JobSubmitter
 from cluster.model.times import utc_now
@@ -50,6 +50,7 @@ from cluster.named.registry import (
     check_name,
     check_scope,
     entry_key,
+    key_in_scope,
     namespace_prefix,
     read_entry,
     scope_prefix,
@@ -134,6 +135,8 @@ class NamedJobs:
         self._store_url = store_url  # the silos' store; asked of the cluster when None
         self._stores: dict[int, Store] = {}  # per event loop: a store's connections belong to one
         self._writers: dict[int, PutWriter | BucketNames] = {}  # per event loop, as the stores
+        # The cluster's limits, made once per options object: ``job_limits()`` builds them (~2 us a put).
+        self._limits: tuple[Any, JobLimits] | None = None
 
     async def _store(self) -> Store:
         loop = id(asyncio.get_running_loop())
@@ -205,11 +208,15 @@ class NamedJobs:
         not, once every put of the call has ended.
         """
         now = utc_now()
+        now_us = datetime_to_us(now)
+        listed = list(specs)
+        ids = new_job_ids(len(listed))  # one read of the system's randomness for the call
+        scopes: dict[tuple[str, str], str] = {}  # (namespace, app_id) -> their checked prefix
         asks: list[PutRequest] = []
         keys: set[str] = set()
-        for i, spec in enumerate(specs):
+        for i, spec in enumerate(listed):
             try:
-                ask = self._ask(spec, now)
+                ask = self._ask(spec, now, now_us, ids[i], scopes)
             except ValidationError as exc:
                 raise type(exc)(f"specs[{i}].{exc.field}", exc.rule, exc.value, accepted=exc.accepted) from None
             if ask.key in keys:
@@ -229,8 +236,9 @@ class NamedJobs:
             raise PutManyFailed(dict(done), errors)
         return list(done.values())
 
-    def _ask(self, spec: Mapping[str, Any], now: datetime) -> PutRequest:
-        """A put_many spec, validated as ``put`` validates its arguments."""
+    def _ask(self, spec: Mapping[str, Any], now: datetime, now_us: int, job_id: str,
+             scopes: dict[tuple[str, str], str]) -> PutRequest:
+        """A put_many spec, validated as ``put`` validates its arguments; its job's id is ``job_id``."""
         if not isinstance(spec, Mapping):
             raise InvalidJob("spec", "must be a mapping of put's arguments", spec)
         unknown = sorted(set(spec) - _PUT_FIELDS)
@@ -242,20 +250,23 @@ class NamedJobs:
         namespace, overwrite = spec.get("namespace", DEFAULT_SCOPE), spec.get("overwrite", False)
         if not isinstance(overwrite, bool):
             raise InvalidJob("overwrite", "must be True or False", overwrite)
-        key = _key(name, app_id, namespace)
+        key = _key(name, app_id, namespace, scopes)
         shape = {k: spec[k] for k in ("jitter", "not_before", "not_after", "exclude", "overlap") if k in spec}
         job = self._build(name, key, spec["target"], spec.get("schedule"), spec.get("due_time"), spec.get("repeats"),
                           spec.get("ttl"), spec.get("data"), spec.get("metadata"), spec.get("failure_policy"), now,
-                          shape)
+                          shape, job_id)
         self._check_limits(job, now)
-        return PutRequest(key, name, app_id, namespace, job, overwrite, datetime_to_us(now), try_id=job.id)
+        return PutRequest(key, name, app_id, namespace, job, overwrite, now_us, try_id=job.id)
 
     def _check_limits(self, job: ScheduledJob, now: datetime) -> None:
         """The cluster's limits, checked before the put is queued: one job breaking them must
         not fail the round it would share with others."""
         options = getattr(self.client, "options", None)
-        if options is not None:
-            options.job_limits().check(job, now, resolved=set())
+        if options is None:
+            return
+        if self._limits is None or self._limits[0] is not options:
+            self._limits = (options, options.job_limits())
+        self._limits[1].check(job, now, resolved=set())
 
     async def _buckets(self) -> BucketNames | None:
         """The registry buckets' client when names are kept in them (the default), else None."""
@@ -276,7 +287,7 @@ class NamedJobs:
 
     def _build(self, name: str, key: str, target: Any, schedule: Any, due_time: Any, repeats: Any, ttl: Any,
                data: Any, metadata: Mapping[str, str] | None, failure_policy: Any, now: datetime,
-               shape: Mapping[str, Any] | None = None) -> ScheduledJob:
+               shape: Mapping[str, Any] | None = None, job_id: str | None = None) -> ScheduledJob:
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidJob("metadata", "must be a mapping of str to str", metadata)
         reserved = sorted(k for k in metadata or {} if isinstance(k, str) and k.startswith(RESERVED_METADATA))
@@ -287,7 +298,7 @@ class NamedJobs:
                 self.client.resolve_target(parse_target(target)), name, due=due_time, data=data,
                 metadata={**(metadata or {}), NAMED_MARK: key},
                 schedule=schedule, repeats=repeats, ttl=ttl, failure_policy=failure_policy, now=now,
-                max_data_bytes=self.max_data_bytes, **(shape or {}),
+                max_data_bytes=self.max_data_bytes, job_id=job_id, **(shape or {}),
             )
         except ValidationError as exc:
             if exc.field != "due":
@@ -572,9 +583,16 @@ def _key_of(namespace: str, app_id: str, name: object, field: str) -> str:
         raise ValidationError(field, exc.rule, name) from None
 
 
-def _key(name: str, app_id: str, namespace: str) -> str:
+def _key(name: str, app_id: str, namespace: str, scopes: dict[tuple[str, str], str] | None = None) -> str:
+    """The entry key of ``name``; ``scopes`` keeps the scopes checked already (one ``put_many``'s)."""
     check_name(name)
-    return entry_key(check_scope(namespace, "namespace"), check_scope(app_id, "app_id"), name)
+    if scopes is None or type(namespace) is not str or type(app_id) is not str:
+        return entry_key(check_scope(namespace, "namespace"), check_scope(app_id, "app_id"), name)
+    prefix = scopes.get((namespace, app_id))
+    if prefix is None:
+        prefix = scopes[namespace, app_id] = scope_prefix(check_scope(namespace, "namespace"),
+                                                          check_scope(app_id, "app_id"))
+    return key_in_scope(prefix, name)
 
 
 #: What ``put_many`` reads of a spec: ``put``'s arguments.

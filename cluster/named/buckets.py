@@ -40,7 +40,7 @@ from cluster.model.jobs import ScheduledJob, new_job_id
 from cluster.model.wire import datetime_to_us, pack, unpack
 from cluster.named.bucket import PUT, BucketMeta, BucketState, bucket_base, bucket_of
 from cluster.named.putwire import NotOwner, PutOutcome, WireOutcome, made_to_wire
-from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry, JobStatus
+from cluster.named.registry import REGISTRY_PREFIX, REPLACES_MARK, Entry
 from cluster.named.writes import PutRequest
 from cluster.runtime.lease import Lease
 from cluster.runtime.logowner import (
@@ -457,10 +457,11 @@ class Buckets:
         by_bucket: dict[int, list[tuple[int, Entry, ScheduledJob, dict[str, str], bytes]]] = {}
         for (i, bucket, job, old, packed), shard in zip(decided, shards, strict=True):
             job = job.evolve(shard=shard)
-            entry = Entry(asks[i].key, "", job.generation, job.id, shard, datetime_to_us(job.first_fire), asks[i].now_us,
-                          JobStatus(next_fire=job.first_fire), () if old is None else (old.retired(), *old.retire),
-                          base64.b64encode(packed).decode("ascii"))
-            by_bucket.setdefault(bucket.number, []).append((i, entry, job, entry.metadata(), packed))
+            fire = job.first_fire
+            entry, metadata = Entry.new_generation_stored(
+                asks[i].key, job.generation, job.id, shard, datetime_to_us(fire), asks[i].now_us, fire,
+                () if old is None else (old.retired(), *old.retire), base64.b64encode(packed).decode("ascii"))
+            by_bucket.setdefault(bucket.number, []).append((i, entry, job, metadata, packed))
         held = {bucket.number: bucket for _, bucket, *_ in decided}
         # Memory takes each entry as built rather than parsing back the metadata just made of
         # it: the same entry (a new generation's status has no history for ``_fitting`` to

@@ -48,6 +48,7 @@ from cluster.named.bucket import DELETE, PUT, RETIRED, STATUS, StatusJson
 from cluster.named.buckets import BucketReleased, Buckets, HeldBucket, merged, repeated
 from cluster.named.putwire import PutOutcome, outcome_to_wire, put_from_wire
 from cluster.named.registry import Entry, Retired
+from cluster.runtime.runs import MEMO_LIMIT
 
 __all__ = ["CancelHere", "Cancels", "OwnerCalls"]
 
@@ -89,6 +90,7 @@ class OwnerCalls:
         self.buckets = buckets
         self._cancels = cancels
         self._retired_soon: dict[str, set[str]] = {}  # key -> job ids whose cancel was confirmed here
+        self._memo: dict[Any, Any] = {}  # puts' targets, schedules and policies, decoded once (bounded)
         self._tidying: asyncio.Task[None] | None = None
         self._calls: dict[str, Callable[..., Awaitable[Any]]] = {
             "named_put": self.puts, "named_verdicts": self.verdicts, "named_delete": self.deletes,
@@ -102,7 +104,9 @@ class OwnerCalls:
 
     async def puts(self, sent: Sequence[Any]) -> list[Any]:
         wire: list[Any] = [None] * len(sent)
-        landed = await self.buckets.put_many([put_from_wire(one) for one in sent], wire)
+        if len(self._memo) > MEMO_LIMIT:
+            self._memo.clear()
+        landed = await self.buckets.put_many([put_from_wire(one, self._memo) for one in sent], wire)
         outcomes = landed if self._cancels is None else await self._retire_here(landed)
         # An answer built with its record is sent as built, unless cancels made here changed its entry.
         return [made if made is not None and outcome is was else outcome_to_wire(outcome)

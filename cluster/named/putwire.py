@@ -9,7 +9,7 @@ from typing import Any
 from cluster.model.errors import AlreadyExists, ClusterUnavailable, PutInDoubt, SiloStopping
 from cluster.model.jobs import ScheduledJob
 from cluster.model.wire import datetime_to_us, pack, unpack
-from cluster.named.registry import REPLACES_MARK, Entry, JobStatus, Retired
+from cluster.named.registry import REPLACES_MARK, Entry, Retired
 from cluster.named.writes import PutRequest
 
 __all__ = ["NotOwner", "PutOutcome", "WireOutcome", "WirePut", "made_to_wire", "outcome_from_wire", "outcome_to_wire",
@@ -48,9 +48,11 @@ def put_to_wire(ask: PutRequest) -> WirePut:
             True)
 
 
-def put_from_wire(sent: Sequence[Any]) -> PutRequest:
+def put_from_wire(sent: Sequence[Any], memo: dict[Any, Any] | None = None) -> PutRequest:
+    """The put ``sent`` on the wire; ``memo`` as ``ScheduledJob.from_wire`` takes it (each target,
+    schedule and policy decoded once, not once a put)."""
     key, name, app_id, namespace, packed, overwrite, now_us, *more = sent
-    job = ScheduledJob.from_wire(unpack(packed))
+    job = ScheduledJob.from_wire(unpack(packed), memo)
     return PutRequest(key, name, app_id, namespace, job, overwrite, now_us, try_id=job.id, resend=bool(more and more[0]),
                       brief=len(more) > 1 and bool(more[1]))
 
@@ -106,5 +108,5 @@ def _made_from_wire(answer: WireOutcome, ask: PutRequest) -> tuple[Entry, Schedu
     job = ask.job.evolve(id=job_id, generation=generation, shard=shard, metadata=metadata)
     fire = job.first_fire
     rows = tuple(Retired(r[0], r[1], r[2], bool(r[3]) if len(r) > 3 else True) for r in retire)
-    return Entry(ask.key, "", generation, job_id, shard, datetime_to_us(fire), ask.now_us, JobStatus(next_fire=fire),
-                 rows, None), job
+    entry = Entry.new_generation(ask.key, generation, job_id, shard, datetime_to_us(fire), ask.now_us, fire, rows, None)
+    return entry, job

@@ -44,8 +44,44 @@ _MAX_DELAY_S = 1.0
 #: sent again rather than failed (``client.jobs.get`` and ``list`` keep answering through a failover).
 READS = frozenset({"named_get", "named_page", "named_count"})
 
-# key, what is sent, its answer, sends so far, why a send of it was lost (None: none was, or a read's)
-_Item = tuple[str, Any, "asyncio.Future[Any]", int, str | None]
+
+
+class _Answers:
+    """The answers of one ``ask_many`` call, in order, and the one future its caller awaits."""
+
+    __slots__ = ("values", "left", "future")
+
+    def __init__(self, count: int, future: asyncio.Future[list[Any]]) -> None:
+        self.values: list[Any] = [_UNANSWERED] * count
+        self.left = count
+        self.future = future
+
+
+class _Slot:
+    """One item's place among its call's answers: one future a call, not one an item with a
+    gather over them (~5 us an item, a tenth of a ``put_many``'s CPU on its client)."""
+
+    __slots__ = ("_answers", "_index")
+
+    def __init__(self, answers: _Answers, index: int) -> None:
+        self._answers = answers
+        self._index = index
+
+    def done(self) -> bool:
+        """Answered already, or its caller gave up waiting (cancelled)."""
+        return self._answers.values[self._index] is not _UNANSWERED or self._answers.future.done()
+
+    def set_result(self, answer: Any) -> None:
+        answers = self._answers
+        answers.values[self._index] = answer
+        answers.left -= 1
+        if not answers.left and not answers.future.done():
+            answers.future.set_result(answers.values)
+
+
+_UNANSWERED = object()
+# key, what is sent, its answer's place, sends so far, why a send of it was lost (None: none was, or a read's)
+_Item = tuple[str, Any, _Slot, int, str | None]
 
 
 class SiloCaller(Protocol):
@@ -80,12 +116,13 @@ class Routed:
 
     async def ask_many(self, method: str, items: Sequence[tuple[str, Any]]) -> list[Any]:
         """Send each ``(key, what)`` of ``items`` to the owner of ``key``'s bucket; the answers, in order."""
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Any]] = [loop.create_future() for _ in items]
+        if not items:
+            return []
+        answers = _Answers(len(items), asyncio.get_running_loop().create_future())
         self._queued.setdefault(method, []).extend(
-            (key, sent, future, 0, None) for (key, sent), future in zip(items, futures, strict=True))
+            (key, sent, _Slot(answers, i), 0, None) for i, (key, sent) in enumerate(items))
         self._arm()
-        return list(await asyncio.gather(*futures))
+        return await answers.future
 
     async def ask_all(self, method: str, *args: Any) -> dict[int, Any]:
         """Ask every bucket's owner ``method(numbers, *args)`` about the buckets it owns; each bucket's answer."""
@@ -266,6 +303,6 @@ def _give_up(items: Sequence[_Item], why: str) -> None:
         _answer(future, ("unavailable", why) if lost is None else ("lost", f"{lost}; then {why}"))
 
 
-def _answer(future: asyncio.Future[Any], answer: Any) -> None:
-    if not future.done():
-        future.set_result(answer)
+def _answer(slot: _Slot, answer: Any) -> None:
+    if not slot.done():
+        slot.set_result(answer)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import string
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import ray
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cluster.model.errors import InvalidJob, InvalidPolicy, InvalidTime
+from cluster.model.ids import new_job_ids, uuid4_hex
 from cluster.model.jobs import ScheduledJob, Target, new_job_id
 from cluster.model.policies import DEFAULT_FAILURE_POLICY, CallablePolicy, FailurePolicy
 from cluster.model.schedules import Schedule
@@ -296,6 +298,48 @@ def test_every_job_round_trips_exactly_through_msgpack(job):
     assert back.target.routing_key == job.target.routing_key
 
 
+@given(jobs())
+@settings(max_examples=100, deadline=None)
+def test_create_and_from_wire_make_what_the_dataclass_constructor_makes(job):
+    """Both set the instance's fields directly (the frozen ``__init__`` sets them one
+    ``object.__setattr__`` at a time: ~4 us a job): each must hold every field, in order, and
+    nothing else, as the constructor would (a field left out reads its class default instead)."""
+    shaped = ScheduledJob.create(MAILER, "shaped", due=NOW + timedelta(hours=1), now=NOW, schedule="@every 1h",
+                                 jitter="5s", not_before=NOW, not_after=NOW + timedelta(days=9),
+                                 exclude=["2026-10-03"], overlap="skip")
+    for made in (job, roundtrip(job), shaped, roundtrip(shaped)):
+        fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(ScheduledJob)}
+        assert list(vars(made)) == list(fields)
+        assert vars(made) == vars(ScheduledJob(**fields))
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12))
+@example("\x7f")
+@example("a\x1fb")
+@example("\x00")
+@example("\x80 ~")  # C1 controls and the rest of Latin-1 are not refused
+def test_a_label_is_refused_exactly_when_it_holds_an_ascii_control_character(text):
+    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in text):
+        with pytest.raises(InvalidJob) as err:
+            Target.actor(text)
+        assert err.value.field == "target.name" and err.value.rule == "must not contain control characters"
+    else:
+        assert Target.actor(text).name == text
+
+
+@given(st.binary(min_size=16, max_size=16))
+def test_a_job_id_drawn_in_a_batch_is_the_uuid4_of_its_bytes(raw):
+    assert uuid4_hex(raw) == uuid.UUID(bytes=raw, version=4).hex
+
+
+def test_job_ids_drawn_in_a_batch_are_distinct_random_uuids() -> None:
+    ids = new_job_ids(500)
+    assert len(set(ids)) == 500 and new_job_ids(0) == []
+    for job_id in ids:
+        parsed = uuid.UUID(hex=job_id)
+        assert parsed.hex == job_id and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
 def test_evolve_makes_what_dataclasses_replace_makes_and_refuses_what_it_refuses() -> None:
     """``evolve`` (a named put's fast copy) copies the instance's state: it must hold the fields
     and nothing else, or a copy would carry a value computed from the fields it changes."""
@@ -310,3 +354,15 @@ def test_evolve_makes_what_dataclasses_replace_makes_and_refuses_what_it_refuses
     assert job.evolve() == job and job.evolve() is not job
     with pytest.raises(TypeError):
         job.evolve(nonsense=1)
+
+
+def test_a_data_limit_applies_with_any_limits_given() -> None:
+    """``max_data_bytes`` replaces the limit of the ``limits`` given, made once per pair; limits
+    that cannot key that memo (prefixes as a list) still get it."""
+    from cluster.model.limits import JobLimits
+
+    for limits in (JobLimits(), JobLimits(code_prefixes=["tests."])):  # type: ignore[arg-type]
+        with pytest.raises(InvalidJob) as caught:
+            ScheduledJob.create(MAILER, due="1m", data="x" * 100, now=NOW, limits=limits, max_data_bytes=50)
+        assert caught.value.field == "data"
+        assert ScheduledJob.create(MAILER, due="1m", data="x" * 100, now=NOW, limits=limits, max_data_bytes=500)

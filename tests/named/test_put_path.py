@@ -131,6 +131,28 @@ async def test_put_many_validates_every_spec_before_writing_anything() -> None:
     assert submitter.submitted == [] and await store.names() == ()
 
 
+async def test_put_many_keys_each_spec_in_its_own_scope_and_names_a_bad_one() -> None:
+    """A call checks each (namespace, app_id) once and reuses it: each job still lands under its
+    own scope's key, with an id of its own, and a bad scope is still named with its spec."""
+    store = MemoryStore()
+    jobs, _ = await jobs_on(store)
+    scopes = [("default", "default"), ("ns-a", "default"), ("default", "app-b"), ("ns-a", "app-b")]
+    specs = [{"name": f"n-{i}", "target": TARGET, "due_time": DUE, "namespace": ns, "app_id": app}
+             for i in range(8) for ns, app in [scopes[i % 4]]]
+    put = await jobs.put_many(specs)
+    assert [(j.namespace, j.app_id) for j in put] == [scopes[i % 4] for i in range(8)]
+    assert len({j.job.id for j in put}) == 8 and all(len(j.job.id) == 32 for j in put)
+    for i, (ns, app) in enumerate(scopes * 2):
+        got = await jobs.get(f"n-{i}", namespace=ns, app_id=app)
+        assert got is not None and got.job.id == put[i].job.id
+        assert await jobs.get(f"n-{i}", namespace=ns, app_id="other") is None
+    for bad, field in (({"namespace": "a\nb"}, "specs[2].namespace"), ({"app_id": ""}, "specs[2].app_id"),
+                       ({"namespace": ["x"]}, "specs[2].namespace")):
+        with pytest.raises(ValidationError) as caught:
+            await jobs.put_many([*specs[:2], {**specs[2], "name": "other", **bad}])
+        assert caught.value.field == field
+
+
 async def test_put_many_puts_each_job_and_names_the_ones_it_could_not_put() -> None:
     store = MemoryStore()
     jobs, _ = await jobs_on(store)
