@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cluster.client import Client
-from cluster.model import times
+from cluster.model import ids, times
 from cluster.model.errors import AlreadyExists, JobNotFound, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.policies import FailurePolicy
@@ -599,15 +599,18 @@ def deterministic(world: World) -> Iterator[None]:
     def uuid4() -> uuid.UUID:
         return uuid.UUID(int=rng.getrandbits(128), version=4)
 
+    def urandom(size: int) -> bytes:  # ``put_many``'s ids, drawn a call at a time
+        return rng.getrandbits(8 * size).to_bytes(size, "big") if size else b""
+
     def utc_now() -> Any:
         return us_to_datetime(true_now_us(world.loop))
 
     real = times.utc_now
-    patched: list[tuple[Any, str, Any]] = [(uuid, "uuid4", uuid.uuid4)]
+    patched: list[tuple[Any, str, Any]] = [(uuid, "uuid4", uuid.uuid4), (ids, "urandom", ids.urandom)]
     patched += [(module, "utc_now", real) for module in list(sys.modules.values())
                 if getattr(module, "__name__", "").startswith("cluster.") and getattr(module, "utc_now", None) is real]
     for module, attr, _ in patched:
-        setattr(module, attr, uuid4 if attr == "uuid4" else utc_now)
+        setattr(module, attr, {"uuid4": uuid4, "urandom": urandom}.get(attr, utc_now))
     try:
         yield
     finally:
