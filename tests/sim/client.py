@@ -500,14 +500,13 @@ async def _moved_in_only(world: World, job_id: str, shard: str) -> bool:
     """Whether ``shard``'s log holds ``job_id`` only as moved in: an ADD of a later occurrence,
     and no first occurrence, which is all a schedule call (a retry too) ever writes."""
     records = await _records(world, shard)
+    occurrences: list[int] = []
     if records is None:
         # Drained and deleted since the retry answered it (seed 1111935, every kind: j20's chain
         # moved on from s3.1-000001 and ended; its holder deleted it as the answer travelled):
         # judged by the ADDs that landed there, as they landed.
         occurrences = [occ for (base, added, occ) in world.add_landed if base == shard and added == job_id]
-        return bool(occurrences) and min(occurrences) > 1
-    occurrences: list[int] = []
-    for op in records:
+    for op in records or ():
         if op[0] == ADD and op[1] == job_id:
             occurrences.append(op[4])  # [ADD, id, due_us, job, occurrence, ...]
         elif op[0] == SNAPSHOT:
