@@ -55,6 +55,7 @@ from cluster.runtime.shardlog import (
     landed_ids,
     window_of,
 )
+from storage import NotFound
 from storage.generations import list_logs, read_log
 from storage.records import decode
 from tests.runtime.harness import job
@@ -441,7 +442,7 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
             not _compacted_before(world, job_id, shard, sent_us, attempt)):
         return
     live = [head.base for head in await list_logs(world.store, SHARD_PREFIX) if head.base != shard
-            and job_id in ShardState().replay((await read_log(world.store, head.base)).records()).live]
+            and job_id in ShardState().replay(await _records(world, head.base) or ()).live]
     if await _moved_in_only(world, job_id, shard):
         # The retry answered a shard the earlier try's chain moved through (found there by a
         # later occurrence's ADD: its first shard drained and deleted) and wrote nothing: its
@@ -472,11 +473,40 @@ async def earlier_try(world: World, ray: SimRay, job_id: str, shard: str, *, ack
     world.note(f"client schedule: {job_id}'s earlier try ran and left no live copy; {told} in {shard}")
 
 
+async def _records(world: World, base: str) -> list[list[Any]] | None:
+    """The records of shard ``base`` now; None once its log is gone. A judge runs while silos go
+    on, and a drained shard is deleted at any time after its ``retry_window``: one job's shard
+    read as gone raised ``NotFound`` out of the judging of a late answer, and its other jobs
+    were never judged (seed 1111935: j21, added again as docs/failover.md allows, was then
+    called a duplicate and a second chain)."""
+    try:
+        return list((await read_log(world.store, base)).records())
+    except NotFound:
+        return None
+
+
+def _next_hop(world: World, job_id: str, shard: str) -> str | None:
+    """Where ``job_id``'s chain went on from ``shard`` (its log gone), by the ADDs as they landed:
+    the shard that took its next occurrence after the last one added to ``shard``."""
+    here = [occ for (base, added, occ) in world.add_landed if base == shard and added == job_id]
+    if not here:
+        return None
+    after = [(at_us, base) for (base, added, occ), at_us in world.add_landed.items()
+             if added == job_id and occ == max(here) + 1 and base != shard]
+    return min(after)[1] if after else None
+
+
 async def _moved_in_only(world: World, job_id: str, shard: str) -> bool:
     """Whether ``shard``'s log holds ``job_id`` only as moved in: an ADD of a later occurrence,
     and no first occurrence, which is all a schedule call (a retry too) ever writes."""
+    records = await _records(world, shard)
     occurrences: list[int] = []
-    for op in (await read_log(world.store, shard)).records():
+    if records is None:
+        # Drained and deleted since the retry answered it (seed 1111935, every kind: j20's chain
+        # moved on from s3.1-000001 and ended; its holder deleted it as the answer travelled):
+        # judged by the ADDs that landed there, as they landed.
+        occurrences = [occ for (base, added, occ) in world.add_landed if base == shard and added == job_id]
+    for op in records or ():
         if op[0] == ADD and op[1] == job_id:
             occurrences.append(op[4])  # [ADD, id, due_us, job, occurrence, ...]
         elif op[0] == SNAPSHOT:
@@ -490,7 +520,14 @@ async def _chain_from(world: World, job_id: str, shard: str) -> list[str]:
     that moved jobs into it exists, so each hop is there to read)."""
     chain = [shard]
     while len(chain) <= MAX_CHAIN_HOPS:
-        state = ShardState().replay((await read_log(world.store, chain[-1])).records())
+        records = await _records(world, chain[-1])
+        if records is None:  # drained and deleted: on to the shard its next occurrence's ADD landed in
+            moved_to = _next_hop(world, job_id, chain[-1])
+            if moved_to is None or moved_to in chain:
+                break
+            chain.append(moved_to)
+            continue
+        state = ShardState().replay(records)
         moved_to = state.moved.get(job_id)
         if job_id in state.live or not moved_to or moved_to in chain:
             break
@@ -532,7 +569,7 @@ async def _where_a_retry_looks(world: World, ray: SimRay, job_id: str, shard: st
     for head in await list_logs(world.store, f"{SHARD_PREFIX}{format_window(window)}-"):
         creator = creator_of(head.base)
         if head.base != shard and creator is not None and creator[0] in suspects and landed_ids(
-                (await read_log(world.store, head.base)).records(), {job_id}):
+                await _records(world, head.base) or (), {job_id}):
             kept.append(head.base)
     return kept
 

@@ -1195,6 +1195,18 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # decided while a pause or resume waited is settled before it answers (tests/runtime/test_pause_lease.py).
     (997178, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
      "+joins", "resume answered moved to a target its move had not reached", "lost"),
+    # Every kind, a silo joining too: an oracle bug (the same world back to e971580 and before).
+    # The call for j19..j21 lost s2#2 (it wrote j20, j21 into s2.2-000002), s0#1 and s1#1; every
+    # retry was refused for 73 s, each silo waiting on the others' fresh shards for the windows.
+    # s3#1 ran j21 to its end at 9.3 s; s2.2-000002 was deleted as drained once its retry window
+    # was over, and the retry that landed at 78.4 s, after its caller gave up at 65 s, found j21
+    # nowhere and wrote it again: the one more run docs/failover.md allows past that window. The
+    # late answer was judged job by job; j20, answered in s3.1-000001 (its chain moved through
+    # there), had that shard deleted as drained before the judge read it: NotFound ended the
+    # judging, and j21 was called a duplicate and a second chain. A shard gone by the time it is
+    # judged is judged by the ADDs that landed in it (tests/sim/test_in_doubt.py).
+    (1111935, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
+     "+joins", "oracle: a late answer's judging ended on a shard deleted as drained", "duplicate"),
 ]
 
 

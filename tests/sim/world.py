@@ -667,6 +667,7 @@ class World:
         self.logs.configure(self)
         self.injecting = True  # False once healed
         self.live = True  # False while tearing down
+        self._tasks: set[asyncio.Future[Any]] = set()  # the world's own (``spawn``), kept reachable
         self.trace: list[str] = []
         self.violations: list[str] = []
         self.specs: dict[str, Spec] = {}
@@ -1406,9 +1407,16 @@ class World:
     def spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
 
-    _tasks: set[asyncio.Task[Any]]
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        """A task of the world (a user, a fault, a judge) that raised is a simulator bug, not a
+        pass: the loop drops unhandled errors, so a judge that raised judged nothing, silently
+        (seed 1111935: NotFound ended the judging of a late answer, and a run more it allows was
+        called a duplicate)."""
+        self._tasks.discard(task)
+        if self.live and not task.cancelled() and task.exception() is not None:
+            self.violate(f"simulator: a task of the world raised {task.exception()!r}")
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -1499,7 +1507,6 @@ class World:
         return max((s.occurrence_due_us(s.repeats) for s in self.specs.values()), default=0)
 
     async def main(self) -> None:
-        self._tasks = set()
         if self.handler is not None:
             self.note(f"dispatch ahead {self.options.dispatch_ahead.total_seconds()} s to a waiting handler "
                       f"{self.handler.clocks.describe()}")
