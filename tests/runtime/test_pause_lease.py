@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+from cluster.model.jobs import ScheduledJob
 from cluster.runtime.lease import LEASE_FRACTION
 from cluster.runtime.membership import SILENT, Membership
 from cluster.runtime.roles import Roles
@@ -30,6 +31,37 @@ def lapse(parts: Roles) -> None:
     """Let ``parts``'s lease run out with no heartbeat: the silo was frozen meanwhile."""
     parts.clock.advance(LEASE_S + 0.5)  # type: ignore[attr-defined]
     assert not parts.lease.valid
+
+
+async def _attempt_under_way_at_x() -> tuple[GatedStore, ManualClock, tuple[Roles, Roles, Roles], Blocking,
+                                             ScheduledJob, str, asyncio.Future[None]]:
+    """Three silos on one store and clock; X runs an attempt of a job recurring every 2 s (its
+    next occurrence, +11 s, in the next shard), held in its handler: the store, the clock, the
+    silos, the handler, the job, its shard and X's firing."""
+    store, clock = GatedStore(), ManualClock()
+    x, y, z = [await make_parts(store, name, clock=clock) for name in ("x", "y", "z")]
+    slow = Blocking()
+    x.transport.handlers["h"] = slow
+    j = job(due=timedelta(seconds=9), schedule="@every 2s")
+    (source,) = await add(x, j)
+    clock.advance(9)
+    x.lease.renew(clock.monotonic())
+    firing = asyncio.ensure_future(fire_due(x))
+    await slow.started.wait()
+    return store, clock, (x, y, z), slow, j, source, firing
+
+
+async def _x_frozen_z_takes_the_target_y_the_source(store: GatedStore, clock: ManualClock,
+                                                     silos: tuple[Roles, Roles, Roles], first: str, source: str) -> None:
+    """X is frozen past its lease and declared dead; Z claims the move's target ``first``, Y the
+    ``source``, where it decides the move again (Z's target lacks the occurrence)."""
+    x, y, z = silos
+    lapse(x)  # SIGSTOP
+    assert await Membership(store).declare_dead(x.me.row, SILENT)
+    for peer in (y, z):
+        peer.lease.renew(clock.monotonic())
+    assert await z.adoption.claim_for_cancel(first) is not None
+    assert await y.adoption.claim_for_cancel(source) is not None
 
 
 async def test_a_silo_frozen_past_its_lease_sends_a_resume_to_the_owner_that_holds_the_pause() -> None:
@@ -98,16 +130,7 @@ async def test_a_resume_that_waited_for_a_move_past_its_lease_is_sent_to_the_sha
     # finding the target without the occurrence, decided the move again into a shard of its own.
     # X's resume then answered "moved" from its lost copy of the source, to the first target:
     # there the client heard "absent", and the job stayed paused for good.
-    store, clock = GatedStore(), ManualClock()
-    x, y, z = [await make_parts(store, name, clock=clock) for name in ("x", "y", "z")]
-    slow = Blocking()
-    x.transport.handlers["h"] = slow
-    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
-    (source,) = await add(x, j)
-    clock.advance(9)
-    x.lease.renew(clock.monotonic())
-    firing = asyncio.ensure_future(fire_due(x))
-    await slow.started.wait()
+    store, clock, (x, y, z), slow, j, source, firing = await _attempt_under_way_at_x()
     release = store.gate("append_block", "shards/20300101T000010.000000Z-x")  # the ADD into X's target waits
     pausing = asyncio.ensure_future(x.pausing.pause(source, j.id, None, "ops"))
     await until_idle()
@@ -121,12 +144,7 @@ async def test_a_resume_that_waited_for_a_move_past_its_lease_is_sent_to_the_sha
     await until_idle()
     assert not resuming.done()
 
-    lapse(x)  # SIGSTOP
-    assert await Membership(store).declare_dead(x.me.row, SILENT)
-    for peer in (y, z):
-        peer.lease.renew(clock.monotonic())
-    assert await z.adoption.claim_for_cancel(first) is not None
-    assert await y.adoption.claim_for_cancel(source) is not None  # decides the move again: Z's target lacks it
+    await _x_frozen_z_takes_the_target_y_the_source(store, clock, (x, y, z), first, source)
     moved = await y.pausing.resume(source, j.id)
     assert moved[0] == "moved" and moved[1] != first
 
@@ -148,17 +166,8 @@ async def test_a_resume_that_found_a_move_decided_while_it_waited_sends_the_clie
     # declared dead, Z took the target before the ADD landed, and Y took the source and decided the
     # move again into a shard of its own: the client, sent to the first target, heard "absent" (a
     # JobNotFound from resume_job), and the job stayed paused for good where Y put it.
-    store, clock = GatedStore(), ManualClock()
-    x, y, z = [await make_parts(store, name, clock=clock) for name in ("x", "y", "z")]
+    store, clock, (x, y, z), slow, j, source, firing = await _attempt_under_way_at_x()
     silos = {parts.me.owner: parts for parts in (x, y, z)}
-    slow = Blocking()
-    x.transport.handlers["h"] = slow
-    j = job(due=timedelta(seconds=9), schedule="@every 2s")  # the next occurrence, +11 s, is in the next shard
-    (source,) = await add(x, j)
-    clock.advance(9)
-    x.lease.renew(clock.monotonic())
-    firing = asyncio.ensure_future(fire_due(x))
-    await slow.started.wait()
     pausing = asyncio.ensure_future(x.pausing.pause(source, j.id, None, "ops"))  # answers once the call ends
     await until_idle()
     held = x.shards.get(source)
@@ -183,12 +192,7 @@ async def test_a_resume_that_found_a_move_decided_while_it_waited_sends_the_clie
     done.set()
     await until_idle()
 
-    lapse(x)  # SIGSTOP
-    assert await Membership(store).declare_dead(x.me.row, SILENT)
-    for peer in (y, z):
-        peer.lease.renew(clock.monotonic())
-    assert await z.adoption.claim_for_cancel(first) is not None
-    assert await y.adoption.claim_for_cancel(source) is not None  # decides the move again: Z's target lacks it
+    await _x_frozen_z_takes_the_target_y_the_source(store, clock, (x, y, z), first, source)
     release.set()  # SIGCONT
     await x.heartbeat.beat()
     answer = await asyncio.wait_for(resuming, 5)
