@@ -114,6 +114,8 @@ def _add_drill(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=200.0, help="jobs due per second (default 200)")
     p.add_argument("--storm", type=float, default=0.0, metavar="SECONDS",
                    help="restart storm: SIGKILL a random silo every 1-2 s for SECONDS under load (--kills is ignored)")
+    p.add_argument("--storm-kills", type=int, default=0, metavar="N",
+                   help="with --storm: go on past SECONDS until N kills were made (at most 3x as long)")
     p.add_argument("--seed", type=int, default=None, help="random seed for which silo and when")
     p.add_argument("--nodes", type=int, default=0, metavar="N",
                    help="many machines: a Ray head and N worker nodes on this machine, one silo per worker; lose a "

@@ -75,7 +75,7 @@ DEFAULT_OUT = "benchmarks/results/scratch/drill"  # not tracked (.gitignore)
 
 
 #: How a drill hits a silo: (cluster, silo id, events, progress, label) -> whether it was hit.
-Hit = Callable[[Cluster, str, list[Event], bool, str], Awaitable[bool]]
+Hit = Callable[[Cluster, str, list[Event], bool, str], Awaitable[object]]
 #: What a drill does after its hits while the load goes on: (cluster, events, progress).
 Then = Callable[[Cluster, list[Event], bool], Awaitable[None]]
 
@@ -97,6 +97,7 @@ async def run_drill(
     seed: int | None = None,
     progress: bool = True,
     storm_s: float = 0.0,
+    storm_kills: int = 0,
     hit: Hit | None = None,
     then: Then | None = None,
     then_span: float = 0.0,
@@ -104,7 +105,9 @@ async def run_drill(
     """Drive a drill against a running ``cluster``; records and a timeline go to ``out_dir``.
 
     With ``storm_s`` > 0 a random silo is killed every 1–2 s for that long (``kills`` is ignored)
-    while new jobs keep being scheduled. ``hit`` replaces the SIGKILL of a silo (a whole node lost,
+    while new jobs keep being scheduled, and on until ``storm_kills`` kills were made (a host slow
+    to restart silos would otherwise storm with fewer kills; at most ``STORM_STRETCH`` times
+    ``storm_s``). ``hit`` replaces the SIGKILL of a silo (a whole node lost,
     say); ``then`` runs after the hits while jobs keep falling due for ``then_span`` more seconds.
     """
     rng = random.Random(seed)
@@ -147,10 +150,15 @@ async def run_drill(
         await asyncio.sleep(2.0)
         if storm_s:
             assert storm_load is not None
-            storm_load.duration = storm_s
-            loading = asyncio.gather(*(_keep_scheduling(client, target, jobs, storm_load, storm_s, n)
+            stormed = asyncio.Event()
+            began = time.time()
+            loading = asyncio.gather(*(_keep_scheduling(client, target, jobs, storm_load, stormed, n)
                                        for n in range(STORM_CALLERS)))
-            await _storm(cluster, rng, events, storm_s, progress)
+            try:
+                await _storm(cluster, rng, events, storm_s, storm_kills, progress)
+            finally:
+                stormed.set()
+                storm_load.duration = time.time() - began
             await loading
         else:
             for n in range(kills):
@@ -202,32 +210,64 @@ async def run_drill(
     return report
 
 
-async def _kill(cluster: Cluster, silo: str, events: list[Event], progress: bool, label: str,
-                timeout: float = 60) -> bool:
-    try:
-        pid, owner, shards = await _victim(cluster, silo, timeout)
-    except Exception as exc:  # restarting slower than the storm: try another next time
-        _say(progress, f"drill: {label}: silo {silo} did not answer ({type(exc).__name__}); skipped")
-        return False
+async def _kill(cluster: Cluster, silo: str, events: list[Event], progress: bool, label: str) -> None:
+    pid, owner, shards = await _victim(cluster, silo)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
         events.append(Event("kill", time.time(), silo, owner, shards))
         _say(progress, f"drill: {label}: silo {silo} ({owner}, pid {pid}, {len(shards)} shards)")
-        return True
-    return False
 
 
-async def _storm(cluster: Cluster, rng: random.Random, events: list[Event], storm_s: float, progress: bool) -> None:
-    """Kill a random silo every 1–2 s for ``storm_s`` seconds (Ray restarts each)."""
+async def _storm(cluster: Cluster, rng: random.Random, events: list[Event], storm_s: float, least_kills: int,
+                 progress: bool) -> None:
+    """Kill a random silo every 1–2 s for ``storm_s`` seconds and until ``least_kills`` kills (Ray
+    restarts each).
+
+    The cadence is kept by a schedule, not by sleeping after each kill, and every silo is asked for
+    its pid at once: asking them in turn, a second for each one still restarting, and sleeping
+    after, a loaded host's storm killed 4 times in 10 s."""
     end = time.time() + storm_s
+    stop = time.time() + STORM_STRETCH * storm_s
+    due = time.time()
     n = 0
-    while time.time() < end:
+    while due < end or (n < least_kills and due < stop):
+        await asyncio.sleep(max(0.0, due - time.time()))
+        up = await _silos_up(cluster, timeout=STORM_ASK_S)
+        if not up:  # every silo still restarting: the next one up is killed as soon as it answers
+            due = time.time() + STORM_RETRY_S
+            continue
+        silo = rng.choice(sorted(up))
+        pid, owner, shards = up[silo]
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            due = time.time() + STORM_RETRY_S
+            continue
         n += 1
-        # Any silo that is up: one still restarting from the last kill cannot be killed again yet.
-        for silo in rng.sample(cluster.silo_ids, len(cluster.silo_ids)):
-            if await _kill(cluster, silo, events, progress, f"storm kill {n}", timeout=1):
-                break
-        await asyncio.sleep(rng.uniform(1.0, 2.0))
+        events.append(Event("kill", time.time(), silo, owner, shards))
+        _say(progress, f"drill: storm kill {n}: silo {silo} ({owner}, pid {pid}, {len(shards)} shards)")
+        # Never two kills closer than STORM_MIN_GAP_S, however late this one came.
+        due = max(due + rng.uniform(1.0, 2.0), time.time() + STORM_MIN_GAP_S)
+
+
+async def _silos_up(cluster: Cluster, timeout: float) -> dict[str, tuple[int, str, list[str]]]:
+    """The silos that answer within ``timeout``, asked side by side: pid, incarnation, shards."""
+    async def ask(silo: str) -> tuple[str, tuple[int, str, list[str]] | None]:
+        try:
+            return silo, await _victim(cluster, silo, timeout)
+        except Exception:  # restarting, or killed a moment ago
+            return silo, None
+    answers = await asyncio.gather(*(ask(silo) for silo in cluster.silo_ids))
+    return {silo: victim for silo, victim in answers if victim is not None}
+
+
+#: How long a storm waits for a silo to say what to kill, how soon it asks again when none was
+#: up, and the least time between two kills.
+STORM_ASK_S = 1.0
+STORM_RETRY_S = 0.25
+STORM_MIN_GAP_S = 0.5
+#: A storm short of its kills goes on to at most this many times its length.
+STORM_STRETCH = 3.0
 
 
 #: A schedule call during the storm not answered in this long is a failure, not a refusal.
@@ -238,12 +278,11 @@ STORM_CALLERS = 3
 
 
 async def _keep_scheduling(client: Any, target: Target, jobs: list[ScheduledJob], load: StormLoad,
-                           duration: float, caller: int = 0) -> None:
-    """New jobs during the storm, 20 a call, each call's due 1–3 s ahead; what each call was told
-    goes into ``load``, and an acknowledged job joins ``jobs``."""
-    end = time.time() + duration
+                           stormed: asyncio.Event, caller: int = 0) -> None:
+    """New jobs until the storm is over, 20 a call, each call's due 1–3 s ahead; what each call was
+    told goes into ``load``, and an acknowledged job joins ``jobs``."""
     k = caller
-    while time.time() < end:
+    while not stormed.is_set():
         # One due time a call: a job in doubt is judged by the due time its call asked for.
         due = datetime.now(timezone.utc) + timedelta(seconds=1 + 2 * (k % 8) / 8)
         specs = [{"target": target, "due": due, "data": {"storm": f"{caller}/{20 * k + i}"}} for i in range(20)]
@@ -319,7 +358,8 @@ def run_drill_command(args: Any) -> int:
     cluster = Cluster.start(store, silos=args.silos, namespace="timeshard-drill", options=DRILL_OPTIONS)
     try:
         report = asyncio.run(run_drill(cluster, Path(args.out), kills=args.kills, pause=args.pause,
-                                       rate=args.rate, seed=args.seed, storm_s=args.storm))
+                                       rate=args.rate, seed=args.seed, storm_s=args.storm,
+                                       storm_kills=args.storm_kills))
     finally:
         cluster.shutdown(graceful=False)
         ray.shutdown()

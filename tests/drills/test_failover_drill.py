@@ -82,11 +82,13 @@ async def test_a_restart_storm_loses_nothing(ray_session, drill_store, tmp_path)
     """A silo SIGKILLed every 1-2 s under load, Ray restarting it each time (issue 12)."""
     cluster = Cluster.start(drill_store, silos=3, namespace=f"storm-{uuid.uuid4().hex[:6]}", options=DRILL_OPTIONS)
     try:
-        report = await run_drill(cluster, tmp_path / "out", storm_s=10, rate=100, seed=5, progress=False)
+        report = await run_drill(cluster, tmp_path / "out", storm_s=10, storm_kills=5, rate=100, seed=5,
+                                 progress=False)
     finally:
         cluster.shutdown(graceful=False)
 
-    assert sum(e.kind == "kill" for e in report.events) >= 5
+    kills = [round(e.at - report.events[0].at, 2) for e in report.events if e.kind == "kill"]
+    assert len(kills) >= 5, f"the storm killed at {kills} s only"
     assert_safe(report)
     load = report.storm_load
     assert load is not None
