@@ -409,7 +409,8 @@ class Client:
             raise SiloLost(f"silo {silo_id} was lost during {method}: {one_line(exc)}") from exc
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, (SiloStopping, EarlierTryUnsettled)):  # raised before doing anything
-                raise SiloRefused(f"silo {silo_id}: {one_line(exc.cause)}") from exc
+                raise SiloRefused(f"silo {silo_id}: {one_line(exc.cause)}",
+                                  getattr(exc.cause, "settles", None)) from exc
             error = unwrapped(exc)
         # The silo's own error, raised here rather than in the handler above: Ray's wrapper (its
         # coloured header, the actor's repr) is then not chained to it; the silo's traceback is.

@@ -119,11 +119,15 @@ class EarlierTryUnsettled(RuntimeError):
     this silo's own included: only such a holder can settle its own shard (it knows whether a
     call of the earlier try is still under way in it). A client reaches it by asking every silo
     in turn; a silo taking over a flow step hands the step to it (``cluster.flows.progress``).
-    Known in the silo that raised it only (not carried across Ray)."""
+    ``settles``: the raising incarnation itself when it is such a holder (it found no call of the
+    earlier try under way in it): travelling with the error (pickled with it), a client's retry
+    names it settled from then on (``cluster.model.routing``). Not any other holder it names,
+    an older incarnation of the same silo included."""
 
-    def __init__(self, message: str, holders: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, holders: Sequence[str] = (), settles: str | None = None) -> None:
         super().__init__(message)
         self.holders = tuple(holders)
+        self.settles = settles
 
 
 class ScheduleInDoubt(RuntimeError):

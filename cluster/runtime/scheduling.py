@@ -266,7 +266,8 @@ class Scheduling:
                     found[job_id] = head.base
         if unsettled:
             raise EarlierTryUnsettled(f"shards {unsettled} may still take an earlier try of this call; "
-                                      "their creators are not yet proven dead", sorted(holders))
+                                      "their creators are not yet proven dead", sorted(holders),
+                                      self._me.owner if self._me.owner in holders else None)
         if found:
             log.info("retried schedule call found jobs of its earlier try", extra={"jobs": len(found)})
         return found

@@ -87,3 +87,31 @@ async def test_a_preferred_silo_is_asked_first() -> None:
     silos = Silos(a="from a", b="from b")
     assert await Router(["a", "b"], silos).call("cancel", "shard", "j1", prefer="b") == "from b"
     assert silos.calls == [("b", "cancel", ("shard", "j1"))]
+
+
+class Holders:
+    """``a``, ``b`` and ``c`` each hold a shard an earlier try may reach (as ``x#1``): each refuses
+    until the retry names the other two as settled; ``z`` was lost with the first try."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        self.calls.append((silo_id, args))
+        if silo_id == "z":
+            raise SiloLost("z died")
+        items, _suspects, *rest = args
+        others = {f"{s}#1" for s in "abc" if s != silo_id}
+        if others <= set(rest[0] if rest else ()):
+            return ["found"] * len(items)
+        raise SiloRefused("earlier try unsettled", f"{silo_id}#1")
+
+
+async def test_holders_that_refused_are_named_settled_so_several_cannot_hold_a_retry_off() -> None:
+    """Each holder proves only its own shard (no try of the call under way in it): with several,
+    each refused for want of the others' proof, and the retry waited until their shards drained
+    (simulator seed 1111935, every kind: refused for 61 s, past ``retry_window``)."""
+    silos = Holders()
+    assert await Router(["z", "a", "b", "c"], silos, attempts=3, max_delay=0.0).schedule(ITEMS) == ["found"] * 2
+    assert [(silo, args[1:]) for silo, args in silos.calls] == [
+        ("z", ()), ("a", (["z"],)), ("b", (["z"], ["a#1"])), ("c", (["z"], ["a#1", "b#1"]))]

@@ -1105,4 +1105,16 @@ MUTANTS: tuple[Mutant, ...] = (
             "it to end, is answered \"moved\" to its next occurrence, and gives up with ClusterUnavailable: "
             "the next occurrence runs",
     ),
+    Mutant(
+        name="retry-settles-no-holder",
+        kind="a call that could have been answered fails",
+        path="cluster/model/routing.py",
+        old="                        settled.append(exc.settles)\n",
+        new="                        pass\n",
+        catch=Pytest(("tests/model/test_routing.py::"
+                      "test_holders_that_refused_are_named_settled_so_several_cannot_hold_a_retry_off",)),
+        why="a retried schedule call with several live holders of its windows' shards is refused by each for "
+            "want of the others' proof until their shards drain: past retry_window, a job its earlier try "
+            "ran is added again (one more run), or the call ends in doubt",
+    ),
 )

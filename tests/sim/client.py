@@ -190,7 +190,7 @@ class SimRay:
         try:
             return task.result()
         except (SiloStopping, EarlierTryUnsettled) as exc:
-            raise SiloRefused(f"silo {silo_id}: {exc}") from exc
+            raise SiloRefused(f"silo {silo_id}: {exc}", getattr(exc, "settles", None)) from exc
 
     def _dropped(self, method: str, args: tuple[Any, ...], task: asyncio.Future[Any], sent_us: int,
                  attempt: ScheduleTry | None) -> None:
@@ -239,9 +239,11 @@ class SimRay:
 
 
 def _call_text(method: str, args: tuple[Any, ...]) -> str:
-    """A call for the trace: a schedule call by its job ids (and suspects), others as they are."""
+    """A call for the trace: a schedule call by its job ids (suspects, settled), others as they are."""
     if method == "schedule":
-        return f"schedule({[item[0] for item in args[0]]}{', suspects ' + str(args[1]) if len(args) > 1 else ''})"
+        suspects = f", suspects {args[1]}" if len(args) > 1 else ""
+        settled = f", settled {args[2]}" if len(args) > 2 else ""
+        return f"schedule({[item[0] for item in args[0]]}{suspects}{settled})"
     return f"{method}{args}"
 
 
