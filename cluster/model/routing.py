@@ -102,9 +102,9 @@ class Router:
         delay = 0.05
         for attempt in range(self._attempts):
             for silo_id in self.order():
-                args: tuple[Any, ...] = (list(items), list(suspects)) if suspects else (list(items),)
-                if settled:
-                    args += (list(settled),)
+                args: tuple[Any, ...] = (list(items),)
+                if suspects or settled:
+                    args += (list(suspects),) + ((list(settled),) if settled else ())
                 try:
                     return list(await self._call(silo_id, "schedule", args))
                 except SiloRefused as exc:
@@ -132,4 +132,3 @@ class Router:
             raise ScheduleInDoubt(f"no silo could settle a schedule call after losing {suspects}: {last}",
                                   dict.fromkeys((item[0] for item in items), None))
         raise ClusterUnavailable(f"no silo answered schedule: {last}")
-
