@@ -13,8 +13,9 @@ import pytest
 import ray.exceptions
 
 from cluster.client import Client
-from cluster.model.errors import ClusterUnavailable, RemoteTraceback, describe, failure, raised_remotely
+from cluster.model.errors import ClusterUnavailable, EarlierTryUnsettled, RemoteTraceback, describe, failure, raised_remotely
 from cluster.model.jobs import Target
+from cluster.model.routing import SiloRefused
 from storage import StorageError
 from tests.runtime.harness import OPTIONS
 
@@ -73,6 +74,16 @@ async def test_a_lost_silo_makes_cluster_unavailable_in_one_line() -> None:
     with pytest.raises(ClusterUnavailable) as caught:
         await client.describe()
     assert "\n" not in str(caught.value) and "lost during describe" in str(caught.value), str(caught.value)
+
+
+async def test_a_refusal_as_a_holder_reaches_the_router_saying_which_incarnation_it_settles() -> None:
+    """What the router names settled on later tries travels with the silo's refusal, through Ray."""
+    refused = EarlierTryUnsettled("shards ['shards/w1/x'] may still take an earlier try of this call",
+                                  ["0#3", "1#2"], "0#3")
+    client = client_whose_silo_raises(ray_wrapped(refused))
+    with pytest.raises(SiloRefused) as caught:
+        await client._call_silo("0", "schedule", ([], ["2"]))
+    assert caught.value.settles == "0#3"
 
 
 def test_a_handler_failure_is_the_error_raised_where_it_ran_even_through_nested_calls() -> None:

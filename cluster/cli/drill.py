@@ -74,7 +74,7 @@ DRILL_OPTIONS = ClusterOptions()
 DEFAULT_OUT = "benchmarks/results/scratch/drill"  # not tracked (.gitignore)
 
 
-#: How a drill hits a silo: (cluster, silo id, events, progress, label) -> whether it was hit.
+#: How a drill hits a silo: (cluster, silo id, events, progress, label); what it returns is not used.
 Hit = Callable[[Cluster, str, list[Event], bool, str], Awaitable[object]]
 #: What a drill does after its hits while the load goes on: (cluster, events, progress).
 Then = Callable[[Cluster, list[Event], bool], Awaitable[None]]
@@ -159,7 +159,9 @@ async def run_drill(
             finally:
                 stormed.set()
                 storm_load.duration = time.time() - began
-            await loading
+                (loaded,) = await asyncio.gather(loading, return_exceptions=True)  # awaited even if the storm failed
+            if isinstance(loaded, BaseException):
+                raise loaded
         else:
             for n in range(kills):
                 await asyncio.sleep(rng.uniform(0.2, 1.0))

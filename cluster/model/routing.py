@@ -90,7 +90,8 @@ class Router:
 
         A silo that refused a retry as a holder of a shard the earlier try may reach found no call
         of that try under way in itself (``SiloRefused.settles``): later tries name it *settled*,
-        and its shards are searched without waiting on it (``Scheduling.schedule``). A holder can
+        and its shards are searched without waiting on it (``Scheduling.schedule``), until a
+        later try sent to it is lost (it may have written then). A holder can
         settle only its own: with several live holders each refused for want of the others'
         proof, and a retry waited until their shards drained (simulator seed 1111935, every kind:
         s0#2, s1#2 and s2#4 each held a fresh shard of the call's windows; refused for 61 s, past
@@ -115,6 +116,9 @@ class Router:
                     last = exc
                     if silo_id not in suspects:
                         suspects.append(silo_id)
+                    # Named settled, it was asked anyway and may have written before it was
+                    # lost: its shards are fenced again, as any suspect's (found in review).
+                    settled = [owner for owner in settled if owner.rpartition("#")[0] != silo_id]
                 except ValidationError:
                     raise  # every try checks the items first: an earlier one wrote nothing either
                 except Exception as exc:

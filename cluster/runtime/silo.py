@@ -295,7 +295,8 @@ class Silo:
         ``suspects``: silos that may hold an earlier try of this very call (a client retrying
         after losing them); jobs already there are answered with their shard, not added again.
         ``settled``: holders that already refused it with no call of it under way in them (a
-        flow step handed from holder to holder, ``cluster.flows.progress.hand_over``).
+        client's retry, ``cluster.model.routing``; a flow step handed from holder to holder,
+        ``cluster.flows.progress.hand_over``).
         Every item is decoded first (``check_items``): a bad one raises ``InvalidJob`` naming it,
         and nothing of the call is written.
         """

@@ -115,3 +115,38 @@ async def test_holders_that_refused_are_named_settled_so_several_cannot_hold_a_r
     assert await Router(["z", "a", "b", "c"], silos, attempts=3, max_delay=0.0).schedule(ITEMS) == ["found"] * 2
     assert [(silo, args[1:]) for silo, args in silos.calls] == [
         ("z", ()), ("a", (["z"],)), ("b", (["z"], ["a#1"])), ("c", (["z"], ["a#1", "b#1"]))]
+
+
+class SettledThenLost:
+    """``a``, ``b`` and ``c`` hold shards an earlier try may reach; ``z`` was lost with it. ``a``
+    refuses until the others are named settled, then takes the try and is lost doing so: it may
+    have written. ``b`` and ``c`` answer once ``a`` is a suspect and the other is settled."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    async def __call__(self, silo_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        self.calls.append((silo_id, args))
+        items, suspects, settled = args[0], (args[1] if len(args) > 1 else []), (args[2] if len(args) > 2 else [])
+        if silo_id == "z":
+            raise SiloLost("z died")
+        if silo_id == "a":
+            if {"b#1", "c#1"} <= set(settled):
+                raise SiloLost("a died while writing")
+            raise SiloRefused("earlier try unsettled", "a#1")
+        other = "c#1" if silo_id == "b" else "b#1"
+        if "a" in suspects and other in settled:
+            return ["found"] * len(items)
+        raise SiloRefused("earlier try unsettled", f"{silo_id}#1")
+
+
+async def test_a_settled_holder_lost_on_a_later_try_is_no_longer_named_settled() -> None:
+    """Named settled, ``a`` had written nothing; asked again, it may write before it is lost.
+    Its shards must then be fenced as any suspect's: still named settled, ``b`` would add a
+    second copy while ``a``'s append may yet land (found in review)."""
+    silos = SettledThenLost()
+    assert await Router(["z", "a", "b", "c"], silos, attempts=3, max_delay=0.0).schedule(ITEMS) == ["found"] * 2
+    lost_at = next(i for i, (silo, args) in enumerate(silos.calls) if silo == "a" and len(args) > 2
+                   and {"b#1", "c#1"} <= set(args[2]))
+    after = silos.calls[lost_at + 1:]
+    assert after and all("a" in args[1] and "a#1" not in args[2] for _, args in after), after

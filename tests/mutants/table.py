@@ -1117,4 +1117,15 @@ MUTANTS: tuple[Mutant, ...] = (
             "want of the others' proof until their shards drain: past retry_window, a job its earlier try "
             "ran is added again (one more run), or the call ends in doubt",
     ),
+    Mutant(
+        name="settled-holder-kept-after-loss",
+        kind="a job runs twice",
+        path="cluster/model/routing.py",
+        old='                    settled = [owner for owner in settled if owner.rpartition("#")[0] != silo_id]\n',
+        new="                    pass\n",
+        catch=Pytest(("tests/model/test_routing.py::"
+                      "test_a_settled_holder_lost_on_a_later_try_is_no_longer_named_settled",)),
+        why="a holder named settled takes a later try and is lost while writing it; the next silo skips "
+            "fencing its shards and adds a second copy while the lost holder's append may still land",
+    ),
 )
