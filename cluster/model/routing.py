@@ -91,10 +91,10 @@ class Router:
         A silo that refused a retry as a holder of a shard the earlier try may reach found no call
         of that try under way in itself (``SiloRefused.settles``): later tries name it *settled*,
         and its shards are searched without waiting on it (``Scheduling.schedule``), until a
-        later try sent to it is lost (it may have written then). A holder can
-        settle only its own: with several live holders each refused for want of the others'
-        proof, and a retry waited until their shards drained (simulator seed 1111935, every kind:
-        s0#2, s1#2 and s2#4 each held a fresh shard of the call's windows; refused for 61 s, past
+        later try sent to it is lost (it may have written then). A holder can settle only its
+        own: with several live holders each refused for want of the others' proof, and a retry
+        waited until their shards drained (simulator seed 1111935, every kind: s0#2, s1#2 and
+        s2#4 each held a fresh shard of the call's windows; refused for 61 s, past
         ``retry_window``). Flow steps pass it the same way (``cluster.flows.progress.hand_over``).
         """
         suspects: list[str] = []
