@@ -143,6 +143,38 @@ async def _a_burst() -> None:
     assert together >= 0.75 * 60 * 100, "a burst's attempts' starts and ends, 60 ms apart, went in separate sends"
 
 
+def test_a_bursts_starts_wait_for_their_ends_after_the_starts_stop_coming() -> None:
+    """A burst's starts all come in its first ~70 ms, their ends once the handlers answer: the
+    starts wait for them (one step at each owner, and none while it fires its own burst), and
+    starts whose ends never come still go within half a second."""
+    on_virtual_time(_starts_then_ends)
+
+
+async def _starts_then_ends() -> None:
+    loop = asyncio.get_running_loop()
+    sends: list[tuple[float, list[str]]] = []
+
+    async def send(items: list[tuple[str, Any]]) -> list[Any]:
+        sends.append((loop.time(), [item[1][2][0] + item[1][1] for item in items]))
+        return [("ok",)] * len(items)
+
+    sender = StatusSender(send)
+    began = loop.time()
+    for batch in range(8):  # 8 batches of 250 starts, 10 ms apart
+        for n in range(250):
+            sender.add(f"k{n}", f"{batch}-{n}", ("s",))
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.18 - (loop.time() - began))
+    for batch in range(7):  # every attempt of the first 7 batches ends at 180 ms; the 8th's run on
+        for n in range(250):
+            sender.add(f"k{n}", f"{batch}-{n}", ("e",))
+    await sender.flush()
+    first_at = sends[0][0]
+    first = [change for at, changes in sends if at == first_at for change in changes]  # one round, in calls of SEND_CHUNK
+    assert sum(change.startswith("e") for change in first) == 7 * 250, "the starts went before their ends"
+    assert len(first) == 8 * 250 + 7 * 250 and first_at - began <= 0.5
+
+
 def test_a_trickle_of_changes_goes_after_one_linger() -> None:
     on_virtual_time(_a_trickle)
 
