@@ -45,6 +45,10 @@ def on_grid(runs: list[dict[str, Any]], first: float, period: float) -> bool:
     return all(same(r["scheduled_for"], first + round((r["scheduled_for"] - first) / period) * period) for r in runs)
 
 
+#: The README's bound on an attempt's showing in ``get()``.
+STATUS_SHOWN_WITHIN_S = 1.0
+
+
 def test_a_whole_cluster_restart_fires_every_job_as_if_nothing_happened(store_url: str, tmp_path: Path) -> None:
     namespace = f"ts-restart-{os.getpid()}"
     plan = run_phase("schedule", tmp_path, store_url, namespace)
@@ -122,8 +126,13 @@ def test_a_whole_cluster_restart_fires_every_job_as_if_nothing_happened(store_ur
 
     # The named job's counters go on: those before the shutdown count with those after it.
     named_before, named_after = plan["named"]["status_before"], after["named_status"]
-    ran_before = sum(1 for r in before if r["job_id"] == plan["named"]["id"] and r["started"] < plan["named"]["looked"])
-    assert named_before["successful"] == ran_before >= 1, (named_before, ran_before)
+    # get() shows an attempt within the README's 1 s: each run that started a second or more before
+    # the look is counted; one of the last second may not be yet (a CI run saw the e+2 s run 0.7 s
+    # later not yet counted).
+    looked, runs_before = plan["named"]["looked"], [r for r in before if r["job_id"] == plan["named"]["id"]]
+    shown = sum(1 for r in runs_before if r["started"] < looked - STATUS_SHOWN_WITHIN_S)
+    started = sum(1 for r in runs_before if r["started"] < looked)
+    assert 1 <= shown <= named_before["successful"] <= started, (named_before, shown, started)
     assert named_after == {"successful": plan["named"]["repeats"], "failed": 0, "interrupted": 0,
                            "finished": True, "next_fire": None}, named_after
 
