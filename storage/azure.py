@@ -349,9 +349,12 @@ class AzureStore(Store):
                 except HttpResponseError as exc:
                     if exc.status_code != 416:
                         raise
-                    # Real Azure refuses a range starting at the end (Azurite answers b"").
+                    # Real Azure refuses a range starting at the end (Azurite answers b"", but
+                    # refuses any range of an empty blob).
                     props = await blob.get_blob_properties()
-                    if props.size != pos:
+                    if props.size > pos:
+                        continue  # appended to since the refusal (a drill's watcher met it): read on
+                    if props.size < pos:
                         raise StorageError(f"read {name!r} at {offset}: outside the body (size {props.size})") from exc
                     data, total = b"", pos
                 else:
