@@ -1140,15 +1140,4 @@ MUTANTS: tuple[Mutant, ...] = (
             "a thousand changes a call (~115 ms of its event loop on Azurite) while it fires its own burst, "
             "and named jobs fire at 0.5-0.7x plain there instead of 0.9x",
     ),
-    Mutant(
-        name="azure-read-refused-as-damage",
-        kind="a call that could have been answered fails",
-        path="storage/azure.py",
-        old="                        continue  # appended to since the refusal (a drill's watcher met it): read on\n",
-        new="                        raise StorageError(f\"read {name!r} at {offset}: outside the body (size {props.size})\") from exc\n",
-        catch=Pytest(("tests/storage/test_azure_read_race.py::"
-                      "test_a_read_refused_at_the_end_of_a_log_that_grew_meanwhile_reads_what_it_grew_by",)),
-        why="a read of a new generation's empty log, refused (416) just before its first append landed, "
-            "fails as a read outside the body: a drill's store watcher counted it as an error",
-    ),
 )
