@@ -218,10 +218,19 @@ async def _kill(cluster: Cluster, silo: str, events: list[Event], progress: bool
     except Exception as exc:  # a silo that says nothing in a minute is not killed: the report shows one kill fewer
         _say(progress, f"drill: {label}: silo {silo} did not answer ({type(exc).__name__}); skipped")
         return
-    with contextlib.suppress(ProcessLookupError):
+    _sigkill(silo, (pid, owner, shards), events, progress, label)
+
+
+def _sigkill(silo: str, victim: tuple[int, str, list[str]], events: list[Event], progress: bool, label: str) -> bool:
+    """SIGKILL ``victim`` (pid, incarnation, shards) and record it; False if its process was gone already."""
+    pid, owner, shards = victim
+    try:
         os.kill(pid, signal.SIGKILL)
-        events.append(Event("kill", time.time(), silo, owner, shards))
-        _say(progress, f"drill: {label}: silo {silo} ({owner}, pid {pid}, {len(shards)} shards)")
+    except ProcessLookupError:
+        return False
+    events.append(Event("kill", time.time(), silo, owner, shards))
+    _say(progress, f"drill: {label}: silo {silo} ({owner}, pid {pid}, {len(shards)} shards)")
+    return True
 
 
 async def _storm(cluster: Cluster, rng: random.Random, events: list[Event], storm_s: float, least_kills: int,
@@ -243,15 +252,10 @@ async def _storm(cluster: Cluster, rng: random.Random, events: list[Event], stor
             due = time.time() + STORM_RETRY_S
             continue
         silo = rng.choice(sorted(up))
-        pid, owner, shards = up[silo]
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        if not _sigkill(silo, up[silo], events, progress, f"storm kill {n + 1}"):
             due = time.time() + STORM_RETRY_S
             continue
         n += 1
-        events.append(Event("kill", time.time(), silo, owner, shards))
-        _say(progress, f"drill: storm kill {n}: silo {silo} ({owner}, pid {pid}, {len(shards)} shards)")
         # Never two kills closer than STORM_MIN_GAP_S, however late this one came.
         due = max(due + rng.uniform(1.0, 2.0), time.time() + STORM_MIN_GAP_S)
 
