@@ -11,7 +11,7 @@ from typing import Any
 from cluster.cli.jobs import _status_text
 
 ROOT = Path(__file__).resolve().parent.parent
-ALERTS = ("STAGED", "QUARANTINED", "PARKED", "DAMAGED", "CLOCK SKEW")
+ALERTS = ("STAGED", "QUARANTINED", "PARKED", "DAMAGED", "CLOCK SKEW", "NICED")
 
 
 def test_version_prints_the_installed_version() -> None:
@@ -47,7 +47,7 @@ def test_status_fits_80_columns_but_for_alerts_which_stay_whole() -> None:
               staged_jobs=[{"name": None, "job": killer, "target": "actor nobody@production-eu-west",
                             "since_us": 1795737600000000}]),
         _silo(1, [_shard(1, 0, 1, loaded=True, jobs=7, quarantined=True, owner_deaths=3, parked=[killer],
-                         unreadable=2)]),
+                         unreadable=2)], niceness=15),
         {"silo_id": "2", "error": "no Ray actor timeshard-silo-2: removed or killed"},
     ]}
     lines = _status_text(report).splitlines()
@@ -67,5 +67,9 @@ def test_status_fits_80_columns_but_for_alerts_which_stay_whole() -> None:
     assert f"PARKED job {killer} in shard shards/20261127T000000.000000Z-1.1-000001" in text
     assert f"STAGED job {killer}: waiting for actor nobody@production-eu-west since " in text
     assert sum(line.startswith("  CLOCK SKEW beyond max_clock_skew") for line in lines) == 2
+    # A silo Ray runs niced (its default for workers) is said, with the setting that fixes it.
+    assert [line for line in lines if line.startswith("  NICED")] == [
+        "  NICED at 15: any busy process on its node takes the CPU first, and it may miss heartbeats and the "
+        "failover bound; start Ray with RAY_worker_niceness=0"]
     # What the clock costs: jobs fire by the interval's low end, so up to its width late.
     assert sum(line == "  clock: store minus host in [-0.012s, +0.046s], jobs up to 57.9 ms late" for line in lines) == 2

@@ -80,6 +80,7 @@ HEALTHY = silo("ok", 1, 0)
     ("unreadable", silo("s", 1, 0, shards=[{"name": "shard-a", "unreadable": 2}])),
     ("clock_skew", silo("s", 1, 0, clock={"exceeded": True, "offset_low_s": 3.0, "offset_high_s": 3.1,
                                           "max_clock_skew_s": 1.0})),
+    ("niced", silo("s", 1, 0, niceness=15)),  # Ray's default for workers: starved beside any busy process
     ("heartbeat", silo("s", 1, 0, lease_age=2.1, lease_left=-0.5)),  # lapsed: not firing
     ("heartbeat", silo("s", 1, 0, lease_age=2.0, lease_left=2.0)),  # 4 beats missed, lease still holds
 ])

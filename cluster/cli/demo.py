@@ -23,6 +23,7 @@ from typing import Any
 import ray
 
 from cluster._cluster import Cluster
+from cluster.cli.job_text import NICENESS_ADVICE
 from cluster.model.jobs import Target
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import FailurePolicy
@@ -50,9 +51,11 @@ def _wipe_file_store(url: str) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     _wipe_file_store(args.store)
     print(f"timeshard demo: starting Ray and 3 silos on {args.store} ...", flush=True)
-    ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    cluster = Cluster.start(args.store, silos=3, namespace=NAMESPACE, options=OPTIONS)
+    cluster = Cluster.start(args.store, silos=3, namespace=NAMESPACE, options=OPTIONS)  # and Ray, if none runs
     try:
+        niced = sorted({s["niceness"] for s in cluster.status() if s.get("niceness")})
+        if niced:
+            print(f"NICED: silos run at niceness {', '.join(map(str, niced))}: {NICENESS_ADVICE}", flush=True)
         return asyncio.run(_drive(cluster, args))
     finally:
         cluster.shutdown(graceful=True, timeout=10)

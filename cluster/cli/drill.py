@@ -50,7 +50,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster._cluster import Cluster
+from cluster._cluster import LOCAL_RAY_CONFIG, Cluster
 from cluster.cli.drill_analysis import (
     DrillReport,
     Event,
@@ -171,12 +171,18 @@ async def run_drill(
             await then(cluster, events, progress)
         if pause:
             silo = rng.choice(cluster.silo_ids)
+            # Only a live peer can declare the paused silo dead: the killed ones must be back (a
+            # loaded host restarts a silo in tens of seconds).
+            await _all_up(cluster, PAUSE_PEERS_WAIT_S, progress)
             pid, owner, shards = await _victim(cluster, silo)
             os.kill(pid, signal.SIGSTOP)
             events.append(Event("pause", time.time(), silo, owner, shards))
-            _say(progress, f"drill: pause silo {silo} ({owner}) for {2 * suspicion:.1f} s")
+            _say(progress, f"drill: pause silo {silo} ({owner}) for {2 * suspicion + 1:.1f} s, "
+                           f"and on until its peers declare it dead")
             try:
                 await asyncio.sleep(2 * suspicion + 1.0)
+                with contextlib.suppress(TimeoutError):  # never declared: the report says so
+                    await asyncio.wait_for(observer.until_declared_dead(owner), PAUSE_HOLD_S)
             finally:
                 # The keeper may have replaced it already: a silo its peers declared dead that
                 # does not answer is, to it, one lost with its node.
@@ -271,6 +277,24 @@ async def _silos_up(cluster: Cluster, timeout: float) -> dict[str, tuple[int, st
     return {silo: victim for silo, victim in answers if victim is not None}
 
 
+#: How long a pause waits for every silo to answer first, and how much longer than twice the
+#: suspicion timeout a paused silo stays stopped while its peers have not declared it dead.
+PAUSE_PEERS_WAIT_S = 90.0
+PAUSE_HOLD_S = 30.0
+
+
+async def _all_up(cluster: Cluster, timeout: float, progress: bool) -> None:
+    """Wait up to ``timeout`` until every silo answers, saying how long it took if it was not at once."""
+    began = time.time()
+    while True:
+        up = await _silos_up(cluster, STORM_ASK_S)
+        if len(up) == len(cluster.silo_ids) or time.time() - began > timeout:
+            break
+        await asyncio.sleep(STORM_RETRY_S)
+    if (waited := time.time() - began) > 2 * STORM_ASK_S:
+        _say(progress, f"drill: {len(up)} of {len(cluster.silo_ids)} silos answering after {waited:.1f} s")
+
+
 #: How long a storm waits for a silo to say what to kill, how soon it asks again when none was
 #: up, and the least time between two kills.
 STORM_ASK_S = 1.0
@@ -359,7 +383,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 def run_drill_command(args: Any) -> int:
     """``timeshard drill``: start a cluster, run the drill, print the table, exit 1 on any failed check."""
-    ray.init(namespace="timeshard-drill", include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(namespace="timeshard-drill", include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _system_config=LOCAL_RAY_CONFIG)
     store = args.store
     if store.startswith("file://") and Path(store[7:]).exists():
         import shutil

@@ -76,6 +76,7 @@ class Observer:
     retried: int = 0  # reads the store could not answer, taken up by the next reading
     longest_blind_s: float = 0.0  # the longest a log or the listing went unread
     blind_since: dict[str, float] = field(default_factory=dict)  # what is unread now, since when
+    _rows_read: asyncio.Event = field(default_factory=asyncio.Event)  # set and replaced at each reading of the rows
 
     async def run(self) -> None:
         while True:
@@ -107,6 +108,8 @@ class Observer:
             seen = self.rows.setdefault(row.silo_id, [])
             if not seen or seen[-1][1:] != (row.incarnation, row.status):
                 seen.append((now, row.incarnation, row.status))
+        self._rows_read.set()
+        self._rows_read = asyncio.Event()
         await asyncio.gather(*(self._follow(head) for head in heads))
 
     async def _follow(self, head: LogHead) -> None:
@@ -172,6 +175,12 @@ class Observer:
             if inc > int(incarnation) or (inc == int(incarnation) and status == DEAD):
                 return at
         return None
+
+    async def until_declared_dead(self, owner: str) -> float:
+        """When ``owner`` was seen declared dead, waiting for the readings that show it."""
+        while (at := self.declared_dead_at(owner)) is None:
+            await self._rows_read.wait()
+        return at
 
     def owner_at(self, shard: str, at: float) -> str | None:
         """The owner of ``shard`` as the last reading answered by ``at`` showed it (None: not seen yet)."""

@@ -138,6 +138,11 @@ def _list_text(jobs: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
+#: Why a silo above niceness 0 is an alert, and what to do. Ray runs workers at 15 unless told.
+NICENESS_ADVICE = ("any busy process on its node takes the CPU first, and it may miss heartbeats and the "
+                   "failover bound; start Ray with RAY_worker_niceness=0")
+
+
 def _clock_text(clock: dict[str, Any] | None) -> list[str]:
     """How far this silo's host clock is from the store's, and whether that is too far."""
     if clock is None or clock["offset_low_s"] is None:
@@ -175,7 +180,7 @@ def _shard_rows(shards: list[dict[str, Any]]) -> list[str]:
 def _status_text(report: dict[str, Any]) -> str:
     """Readable at a glance on an 80-column terminal: a header per silo, its counts, a table of shards.
 
-    Alerts (STAGED, QUARANTINED, PARKED, DAMAGED, CLOCK SKEW) keep their whole text on one line,
+    Alerts (STAGED, QUARANTINED, PARKED, DAMAGED, CLOCK SKEW, NICED) keep their whole text on one line,
     whatever its length: they carry the job ids and shard names an operator copies into a command.
     """
     lines = [f"namespace {report['namespace']}", f"store {report['store']}", *_keeping_text(report.get("keeping"))]
@@ -189,6 +194,8 @@ def _status_text(report: dict[str, Any]) -> str:
         lines.append(f"  {silo['queued']} queued, {silo['inflight']} in flight, {silo['staged']} staged")
         lines.append(f"  lateness: mean {c.get('lateness_mean_s', 0):.3f}s, max {c.get('lateness_max_s', 0):.3f}s")
         lines.extend(_clock_text(silo.get("clock")))
+        if silo.get("niceness"):
+            lines.append(f"  NICED at {silo['niceness']}: {NICENESS_ADVICE}")
         for staged in silo.get("staged_jobs", ()):
             since = datetime.fromtimestamp(staged["since_us"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  STAGED job {staged['name'] or staged['job']}: waiting for {staged['target']} since {since}")

@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from cluster._cluster import Cluster
+from cluster._cluster import LOCAL_RAY_CONFIG, Cluster
 from cluster.cli.drill import DRILL_OPTIONS, _say, _victim, run_drill
 from cluster.cli.drill_analysis import DrillReport, Event
 from cluster.runtime.membership import DEAD, LEAVING, MEMBER_PREFIX, Member, parse_owner
@@ -202,7 +202,7 @@ def local_nodes(store: str, nodes_count: int, namespace: str = NAMESPACE) -> Ite
         import shutil
 
         shutil.rmtree(store[7:])
-    nodes = RayNodes(initialize_head=True, head_node_args={"num_cpus": 2})
+    nodes = RayNodes(initialize_head=True, head_node_args={"num_cpus": 2, "_system_config": LOCAL_RAY_CONFIG})
     for _ in range(nodes_count):
         nodes.add_node(num_cpus=1)
     nodes.wait_for_nodes()

@@ -10,7 +10,7 @@ import time
 
 import ray
 
-from cluster._cluster import Cluster
+from cluster._cluster import LOCAL_RAY_CONFIG, Cluster
 from cluster.client import running_silo_ids
 from cluster.model.options import ClusterOptions
 from storage import DEFAULT_URL as DEFAULT_STORE
@@ -60,7 +60,8 @@ def run_up(args: argparse.Namespace) -> int:
     if address:
         ray.init(address=address, namespace=args.namespace, log_to_driver=False, configure_logging=False)
     else:
-        ray.init(namespace=args.namespace, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(namespace=args.namespace, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _system_config=LOCAL_RAY_CONFIG)
     cluster, what = _start_or_scale(args)
     nodes = sorted({s.get("node", "")[:12] for s in cluster.status(timeout=30) if "error" not in s})
     print(f"timeshard up: {what} in Ray namespace {args.namespace!r}, on node(s) {', '.join(nodes)}; "
