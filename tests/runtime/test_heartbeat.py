@@ -43,6 +43,34 @@ async def test_a_peer_silent_for_the_suspicion_timeout_is_declared_dead_and_its_
     assert watcher.queue.get(j.id) is not None
 
 
+async def test_a_silent_peer_is_declared_dead_and_adopted_before_any_ping_is_answered() -> None:
+    """Silence needs no ping: a lost node's silo, and any peer Ray is restarting, answers a ping
+    only when it times out, and waiting for those held failover past its bound (3.9 s against
+    3.5 s in a node-loss drill)."""
+    store = MemoryStore()
+    quiet = await make_parts(store, "q")
+    j = job(due=timedelta(seconds=2))
+    await add(quiet, j)
+    slow = await make_parts(store, "s", clock=quiet.clock)
+    watcher = await make_parts(store, "w", clock=quiet.clock)
+    watcher.adoption._budget = 64
+    await watcher.heartbeat.detect_failures()  # first look: starts watching q's row
+    quiet.clock.advance(6)
+    await slow.heartbeat.beat()  # s is alive, but its answer to a ping is slow; q's never comes
+    held = watcher.transport.pinging = {"q": asyncio.Event(), "s": asyncio.Event()}
+    round_ = asyncio.create_task(watcher.heartbeat.detect_failures())
+    for _ in range(100):
+        if watcher.queue.get(j.id) is not None:
+            break
+        await asyncio.sleep(0)
+    assert (await Membership(store).members())["q"].status == DEAD
+    assert watcher.queue.get(j.id) is not None, "q's job was adopted only after the pings"
+    assert not round_.done()  # still waiting for s's answer
+    held["s"].set()
+    await asyncio.wait_for(round_, 1)
+    assert (await Membership(store).members())["s"].status != DEAD
+
+
 async def test_a_peer_that_reads_a_death_another_declared_adopts_its_share_at_once() -> None:
     """Failover waits on no silo's adoption interval: the silo that declares a death adopts at
     once, and every other silo as soon as a beat reads it (the node-replacement drill: the second
