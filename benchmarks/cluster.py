@@ -42,7 +42,7 @@ from benchmarks import peers
 from benchmarks._azurite import Azurite
 from benchmarks.report import Report, add_publish_flag, machine_info, percentiles, report_for
 from cluster import Cluster, ClusterOptions, Target
-from cluster._cluster import LOCAL_RAY_CONFIG
+from cluster._cluster import start_or_join_ray
 from cluster.client import Client
 from cluster.model.attempt import JobContext
 from cluster.model.jobs import ScheduledJob
@@ -164,8 +164,8 @@ class BenchEnv:
 def ensure_ray() -> None:
     """Start a local Ray for the benchmarks (more logical CPUs than cores: actors take none)."""
     if not ray.is_initialized():
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 _system_config=LOCAL_RAY_CONFIG, namespace=f"timeshard-bench-{uuid.uuid4().hex[:6]}")
+        start_or_join_ray(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                          namespace=f"timeshard-bench-{uuid.uuid4().hex[:6]}")
 
 
 @contextlib.contextmanager

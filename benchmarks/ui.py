@@ -40,7 +40,7 @@ import ray
 from benchmarks._browser import chromium
 from benchmarks.report import Report, machine_info, percentiles
 from cluster import Cluster, Flow, Step, Target
-from cluster._cluster import LOCAL_RAY_CONFIG
+from cluster._cluster import start_or_join_ray
 from handlers.builtin import Recorder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     report = Report("ui")
     out = bench_dir()
     scratch = Path(tempfile.mkdtemp(prefix="timeshard-ui-bench-"))
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, _system_config=LOCAL_RAY_CONFIG,
-             namespace=f"ui-bench-{uuid.uuid4().hex[:6]}")
+    start_or_join_ray(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                      namespace=f"ui-bench-{uuid.uuid4().hex[:6]}")
     try:
         results = asyncio.run(run(args, report, scratch))
     finally:

@@ -72,18 +72,29 @@ def _end_process() -> None:
 LOCAL_RAY_CONFIG: dict[str, Any] = {"worker_niceness": 0}
 
 
+def start_or_join_ray(address: str | None = None, *, num_cpus: int | None = None, **settings: Any) -> None:
+    """Join the Ray at ``address`` (else ``RAY_ADDRESS``, else a running ``ray start``), or start a
+    local one whose workers run at normal priority (``LOCAL_RAY_CONFIG``) with ``num_cpus``.
+
+    Ray refuses a ``_system_config`` when it joins a cluster: a joined Ray keeps its own (see
+    docs/deploy.md for setting ``RAY_worker_niceness`` there)."""
+    named = address or os.environ.get("RAY_ADDRESS", "")
+    if named in ("", "local"):
+        try:
+            ray.init(address=address, num_cpus=num_cpus, _system_config=LOCAL_RAY_CONFIG, **settings)
+            return
+        except ValueError:  # found a running cluster (`ray start`) to join: it has its own settings
+            if named == "local":
+                raise  # a new local Ray was asked for: Ray's error stands
+    ray.init(address=address, **settings)
+
+
 def _ensure_ray(namespace: str, address: str | None = None) -> None:
     if ray.is_initialized():
         return
-    settings: dict[str, Any] = {"namespace": namespace, "include_dashboard": False, "configure_logging": False,
-                                "log_to_driver": os.environ.get("TIMESHARD_RAY_LOGS", "") == "1"}
-    if address is None and not os.environ.get("RAY_ADDRESS"):
-        try:  # a new local Ray, with room for several silos and handlers on a small machine
-            ray.init(num_cpus=max(4, os.cpu_count() or 1), _system_config=LOCAL_RAY_CONFIG, **settings)
-            return
-        except ValueError:  # Ray found a running cluster to join (e.g. `ray start`): it sets the CPUs
-            pass
-    ray.init(address=address, **settings)
+    # A new local Ray gets room for several silos and handlers on a small machine.
+    start_or_join_ray(address, num_cpus=max(4, os.cpu_count() or 1), namespace=namespace, include_dashboard=False,
+                      configure_logging=False, log_to_driver=os.environ.get("TIMESHARD_RAY_LOGS", "") == "1")
 
 
 def _get(refs: Any, timeout: float | None = None) -> Any:

@@ -53,7 +53,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"timeshard demo: starting Ray and 3 silos on {args.store} ...", flush=True)
     cluster = Cluster.start(args.store, silos=3, namespace=NAMESPACE, options=OPTIONS)  # and Ray, if none runs
     try:
-        niced = sorted({s["niceness"] for s in cluster.status() if s.get("niceness")})
+        niced = sorted({s["niceness"] for s in cluster.status() if (s.get("niceness") or 0) > 0})
         if niced:
             print(f"NICED: silos run at niceness {', '.join(map(str, niced))}: {NICENESS_ADVICE}", flush=True)
         return asyncio.run(_drive(cluster, args))

@@ -50,7 +50,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster._cluster import LOCAL_RAY_CONFIG, Cluster
+from cluster._cluster import Cluster, start_or_join_ray
 from cluster.cli.drill_analysis import (
     DrillReport,
     Event,
@@ -61,6 +61,7 @@ from cluster.cli.drill_analysis import (
 from cluster.cli.drill_observer import Observer
 from cluster.cli.drill_timeline import timeline
 from cluster.cli.silologs import SiloLogWatch
+from cluster.client import Client
 from cluster.model.errors import ClusterUnavailable, ScheduleInDoubt
 from cluster.model.jobs import ScheduledJob, Target
 from cluster.model.options import ClusterOptions
@@ -133,11 +134,7 @@ async def run_drill(
     start = datetime.now(timezone.utc) + timedelta(seconds=1.5)
     count = int(rate * span)
     target = Target.actor(name, cluster.namespace)
-    specs = [{"target": target, "due": start + timedelta(seconds=span * k / count), "data": {"k": k}} for k in range(count)]
-    batches = max(len(cluster.silo_ids) * 2, -(-count // 1000))
-    jobs: list[ScheduledJob] = []
-    for b in range(batches):  # strided, so every silo (batches go round-robin) holds jobs due all along
-        jobs += await client.schedule_jobs(specs[b::batches])
+    jobs = await _schedule_spread(cluster, client, target, start, span, count)
     what = f"a {storm_s:.0f} s restart storm" if storm_s else f"{kills} kills" + (", 1 pause" if pause else "")
     _say(progress, f"drill: {count} jobs acknowledged, due over {span:.0f} s; {what}; options: defaults"
          if cluster.options == ClusterOptions() else f"drill: {count} jobs due over {span:.0f} s; {what}")
@@ -172,15 +169,19 @@ async def run_drill(
         if pause:
             silo = rng.choice(cluster.silo_ids)
             # Only a live peer can declare the paused silo dead: the killed ones must be back (a
-            # loaded host restarts a silo in tens of seconds).
+            # loaded host restarts a silo in tens of seconds). Jobs fall due all through the pause
+            # however long that took: the paused silo holds some, which it must not fire once fenced.
             await _all_up(cluster, PAUSE_PEERS_WAIT_S, progress)
+            hold = 2 * suspicion + 1.0
+            jobs += await _schedule_spread(cluster, client, target, datetime.now(timezone.utc) + timedelta(seconds=0.5),
+                                           hold + 2.0, int(rate * (hold + 2.0)), first=len(jobs))
             pid, owner, shards = await _victim(cluster, silo)
             os.kill(pid, signal.SIGSTOP)
             events.append(Event("pause", time.time(), silo, owner, shards))
             _say(progress, f"drill: pause silo {silo} ({owner}) for {2 * suspicion + 1:.1f} s, "
                            f"and on until its peers declare it dead")
             try:
-                await asyncio.sleep(2 * suspicion + 1.0)
+                await asyncio.sleep(hold)
                 with contextlib.suppress(TimeoutError):  # never declared: the report says so
                     await asyncio.wait_for(observer.until_declared_dead(owner), PAUSE_HOLD_S)
             finally:
@@ -216,6 +217,19 @@ async def run_drill(
     timeline(report, jobs, records, out_dir / "drill-timeline.png")
     (out_dir / "drill.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
+
+
+async def _schedule_spread(cluster: Cluster, client: Client, target: Target, start: datetime, span: float,
+                           count: int, first: int = 0) -> list[ScheduledJob]:
+    """``count`` jobs due evenly over ``span`` seconds from ``start``, acknowledged, in batches
+    strided so that every silo (batches go round-robin) holds jobs due all along."""
+    specs = [{"target": target, "due": start + timedelta(seconds=span * k / count), "data": {"k": first + k}}
+             for k in range(count)]
+    batches = max(len(cluster.silo_ids) * 2, -(-count // 1000))
+    jobs: list[ScheduledJob] = []
+    for b in range(batches):
+        jobs += await client.schedule_jobs(specs[b::batches])
+    return jobs
 
 
 async def _kill(cluster: Cluster, silo: str, events: list[Event], progress: bool, label: str) -> None:
@@ -383,8 +397,7 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 def run_drill_command(args: Any) -> int:
     """``timeshard drill``: start a cluster, run the drill, print the table, exit 1 on any failed check."""
-    ray.init(namespace="timeshard-drill", include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _system_config=LOCAL_RAY_CONFIG)
+    start_or_join_ray(namespace="timeshard-drill", include_dashboard=False, log_to_driver=False, configure_logging=False)
     store = args.store
     if store.startswith("file://") and Path(store[7:]).exists():
         import shutil

@@ -11,7 +11,7 @@ hand-made records without Ray (``tests/drills/test_drill_analysis.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -112,6 +112,8 @@ class DrillReport:
     zombie_fires: int = 0
     two_owner_fires: int = 0
     paused_declared_dead_s: float | None = None  # pause -> its row seen dead; None: never
+    #: acknowledged jobs in the paused silo's shards due while it was stopped: what it must not fire once fenced
+    paused_jobs_due: int = 0
     silo_faults: list[str] = field(default_factory=list)
     storm: bool = False
     schedule_errors: int = 0
@@ -190,7 +192,8 @@ class DrillReport:
 
     @property
     def pause_ok(self) -> bool:
-        return not any(e.kind == "pause" for e in self.events) or self.paused_declared_dead_s is not None
+        return not any(e.kind == "pause" for e in self.events) or (
+            self.paused_declared_dead_s is not None and self.paused_jobs_due > 0)
 
     @property
     def ok(self) -> bool:
@@ -234,6 +237,7 @@ class DrillReport:
         if any(e.kind == "pause" for e in self.events):
             dead = self.paused_declared_dead_s
             rows.append(("paused silo declared dead after", "never" if dead is None else f"{dead:.2f} s"))
+            rows.append(("its jobs due while it was stopped", self.paused_jobs_due))
         rows.append(("silo unhandled exceptions", len(self.silo_faults)))
         if self.storm_load is not None:
             load = self.storm_load
@@ -386,8 +390,10 @@ def analyse(jobs: list[ScheduledJob], records: list[dict[str, Any]], events: lis
     failover, unmeasured = _failover(jobs, records, events, runs, failover_bound(options))
     late_after_kill = _late_after_kills(jobs, events, runs, failover_bound(options))
     lost_jobs = [(j.id, j.shard, due[j.id]) for j in jobs if j.id not in runs][:100]
+    paused_jobs_due = sum(_due_while_paused(jobs, events))
     return DrillReport(len(due), len(records), lost, len(early_runs), duplicates, explained, failover,
-                       failover_bound(options), unmeasured, len(zombie), len(two_owner), paused_dead, storm=storm,
+                       failover_bound(options), unmeasured, len(zombie), len(two_owner), paused_dead,
+                       paused_jobs_due=paused_jobs_due, storm=storm,
                        observer_errors=observer.errors if observer else 0,
                        observer_error_examples=observer.error_examples if observer else [], events=events,
                        lost_jobs=lost_jobs, unexplained_duplicates=unexplained_rows[:50],
@@ -486,6 +492,14 @@ def _superseded_fires(records: list[dict[str, Any]], shard_of: Mapping[str, str 
         if superseded is not None:
             found.append((r["job_id"], str(shard), owner_of(r), round(r["started"], 3), round(superseded, 3)))
     return found
+
+
+def _due_while_paused(jobs: list[ScheduledJob], events: list[Event]) -> Iterator[int]:
+    """Per pause, the acknowledged jobs in the paused silo's shards due between its pause and resume."""
+    for pause in (e for e in events if e.kind == "pause"):
+        resume = next((e.at for e in events if e.kind == "resume" and e.owner == pause.owner and e.at >= pause.at), None)
+        shards = set(pause.shards)
+        yield sum(1 for j in jobs if j.shard in shards and pause.at <= j.due.timestamp() <= (resume or pause.at))
 
 
 def _zombie_fires(records: list[dict[str, Any]], hits: list[Event], observer: Observer | None,

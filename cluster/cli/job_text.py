@@ -194,7 +194,7 @@ def _status_text(report: dict[str, Any]) -> str:
         lines.append(f"  {silo['queued']} queued, {silo['inflight']} in flight, {silo['staged']} staged")
         lines.append(f"  lateness: mean {c.get('lateness_mean_s', 0):.3f}s, max {c.get('lateness_max_s', 0):.3f}s")
         lines.extend(_clock_text(silo.get("clock")))
-        if silo.get("niceness"):
+        if (silo.get("niceness") or 0) > 0:
             lines.append(f"  NICED at {silo['niceness']}: {NICENESS_ADVICE}")
         for staged in silo.get("staged_jobs", ()):
             since = datetime.fromtimestamp(staged["since_us"] / 1e6).isoformat(timespec="seconds")

@@ -10,7 +10,7 @@ import time
 
 import ray
 
-from cluster._cluster import LOCAL_RAY_CONFIG, Cluster
+from cluster._cluster import Cluster, start_or_join_ray
 from cluster.client import running_silo_ids
 from cluster.model.options import ClusterOptions
 from storage import DEFAULT_URL as DEFAULT_STORE
@@ -57,11 +57,8 @@ def run_up(args: argparse.Namespace) -> int:
     # Ray logs this on every connection to a cluster with a token; it is not the user's concern.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     address = args.address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, namespace=args.namespace, log_to_driver=False, configure_logging=False)
-    else:
-        ray.init(namespace=args.namespace, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 _system_config=LOCAL_RAY_CONFIG)
+    start_or_join_ray(address or None, namespace=args.namespace, include_dashboard=False, log_to_driver=False,
+                      configure_logging=False)
     cluster, what = _start_or_scale(args)
     nodes = sorted({s.get("node", "")[:12] for s in cluster.status(timeout=30) if "error" not in s})
     print(f"timeshard up: {what} in Ray namespace {args.namespace!r}, on node(s) {', '.join(nodes)}; "

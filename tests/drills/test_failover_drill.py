@@ -72,6 +72,8 @@ async def test_kills_and_a_pause_lose_nothing_and_the_paused_silo_is_fenced(ray_
           f"silo send to handler {_spread(report.delivery_s)}, {len(report.delivery_excused)} late calls excused")
     # The paused incarnation was declared dead while stopped and came back as a new incarnation.
     assert report.paused_declared_dead_s is not None, "the paused silo was never declared dead"
+    # ...while jobs of its shards fell due: the fence had something to keep it from firing.
+    assert report.paused_jobs_due > 0, "no job of the paused silo fell due while it was stopped"
     pause = next(e for e in report.events if e.kind == "pause")
     now = next(s for s in statuses if s.get("silo_id") == pause.silo)
     assert now["owner"] != pause.owner

@@ -1152,4 +1152,15 @@ MUTANTS: tuple[Mutant, ...] = (
         why="a silent peer is declared dead only after pings that a lost node's silo answers by timing out: "
             "its shards fail over up to a ping timeout past the bound (3.9 s against 3.5 s in a node-loss drill)",
     ),
+    Mutant(
+        name="retry-misses-compacted-forwards",
+        kind="a job runs twice",
+        path="cluster/runtime/shardlog.py",
+        old='            landed |= {job_id for job_id, to in op[2].items() if to == "" and job_id in ids}  # moved in, ended here\n',
+        new="",
+        catch=Pytest(("tests/runtime/test_retry_after_compaction.py::"
+                      "test_a_job_that_moved_in_and_ended_is_landed_in_the_compacted_log_as_in_the_whole_one",)),
+        why="a retried schedule call searches a compacted log for live jobs only: a recurring chain that moved "
+            "through it and ended is found nowhere and written again, once per retry that lost its answer",
+    ),
 )

@@ -1207,6 +1207,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # judged is judged by the ADDs that landed in it (tests/sim/test_in_doubt.py).
     (1111935, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
      "+joins", "oracle: a late answer's judging ended on a shard deleted as drained", "duplicate"),
+    # Every kind: a call for j19..j21 lost s1#1 as it wrote; j21's chain ran through s1.1-000001 and
+    # s1.2-000001 and ended; s1.2's log rotated. A retry lost s1#2 after writing j21 again (no live
+    # copy found: a snapshot was searched for live jobs only, not the chains it says ended there), and the
+    # next retry, after that chain ended and rotated away too, wrote it a third time: occurrence 2
+    # ran three times, twice after its outcome was durable (tests/runtime/test_retry_after_compaction.py).
+    (1161807, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
+     "+joins", "retry missed a chain its compacted log forwarded", "duplicate"),
 ]
 
 

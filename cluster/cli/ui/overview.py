@@ -60,7 +60,7 @@ def alerts(statuses: Sequence[Mapping[str, Any]], events: Sequence[Event] = (),
         if clock.get("exceeded"):
             alert("clock_skew", silo, f"clock off the store's by {clock.get('offset_low_s')}..{clock.get('offset_high_s')} s, "
                   f"beyond max_clock_skew {clock.get('max_clock_skew_s')} s")
-        if s.get("niceness"):
+        if (s.get("niceness") or 0) > 0:
             alert("niced", silo, f"runs at niceness {s['niceness']}: {NICENESS_ADVICE}")
         lapsed = heartbeat_missed(s)
         if lapsed:
