@@ -98,9 +98,9 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
     REMOVE(CANCELLED)): a retried schedule call must not add these again.
 
     A job that already ran counts as landed; one cancelled (a failed call withdrawing its ADD)
-    does not. A compacted log keeps live jobs, moves still pending and the recurring jobs that
-    moved in and ended here (a forward to ``""``), which count as the ADD they replace did: their
-    chain is over, and two retries of one call each wrote it again when only live jobs counted
+    does not. A compacted log keeps live jobs, moves still pending and the recurring jobs whose
+    chain ended here past its first occurrence (a forward to ``""``), which count as the ADD they
+    replace did: their chain is over, and two retries of one call each wrote it again when only live jobs counted
     (simulator seed 1161807). One that moved on is found where it lives on (``_find_moved_on``),
     the shard a cancel reaches. A one-shot job that ran before the compaction is not found. A pending move counts: its job is in no other shard
     until the move lands, so a retry that looked for it there, and in the target before the
@@ -113,7 +113,7 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
             continue  # an unreadable record took nothing (replay sets it aside too)
         if op[0] == SNAPSHOT:
             landed |= {entry[0] for entry in op[1] if entry[0] in ids}
-            landed |= {job_id for job_id, to in op[2].items() if to == "" and job_id in ids}  # moved in, ended here
+            landed |= {job_id for job_id, to in op[2].items() if to == "" and job_id in ids}  # chains that ended here
             landed |= {job_id for job_id in (op[3] if len(op) > 3 else ()) if job_id in ids}
         elif op[1] in ids:
             if op[0] == ADD:

@@ -1156,7 +1156,7 @@ MUTANTS: tuple[Mutant, ...] = (
         name="retry-misses-compacted-forwards",
         kind="a job runs twice",
         path="cluster/runtime/shardlog.py",
-        old='            landed |= {job_id for job_id, to in op[2].items() if to == "" and job_id in ids}  # moved in, ended here\n',
+        old='            landed |= {job_id for job_id, to in op[2].items() if to == "" and job_id in ids}  # chains that ended here\n',
         new="",
         catch=Pytest(("tests/runtime/test_retry_after_compaction.py::"
                       "test_a_job_that_moved_in_and_ended_is_landed_in_the_compacted_log_as_in_the_whole_one",)),
