@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from cluster._cluster import LOCAL_RAY_CONFIG
+from cluster._cluster import start_or_join_ray
 from cluster.cli.silologs import SiloLogWatch
 from tests.azurite import Azurite, start_azurite
 
@@ -45,8 +45,8 @@ def azure_store_url(azurite: Azurite, azurite_secret_file: Path) -> str:
 def ray_session() -> Iterator[None]:
     """One local Ray for the whole session (Ray is a hard dependency: never skipped)."""
     try:
-        ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False,
-                 _system_config=LOCAL_RAY_CONFIG, namespace=f"ts-tests-{uuid.uuid4().hex[:6]}")
+        start_or_join_ray("local", num_cpus=8, include_dashboard=False, log_to_driver=False,
+                          namespace=f"ts-tests-{uuid.uuid4().hex[:6]}")
     except Exception as exc:  # Ray is a hard dependency: never skip, under CI or not
         pytest.fail(f"Ray did not start: {exc!r}", pytrace=False)
     yield

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from cluster._cluster import Cluster
-from cluster.cli.job_text import NICENESS_ADVICE
+from cluster.cli.job_text import NICENESS_ADVICE, niced
 from cluster.model.jobs import Target
 from cluster.model.options import ClusterOptions
 from cluster.model.policies import FailurePolicy
@@ -53,9 +53,9 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"timeshard demo: starting Ray and 3 silos on {args.store} ...", flush=True)
     cluster = Cluster.start(args.store, silos=3, namespace=NAMESPACE, options=OPTIONS)  # and Ray, if none runs
     try:
-        niced = sorted({s["niceness"] for s in cluster.status() if (s.get("niceness") or 0) > 0})
-        if niced:
-            print(f"NICED: silos run at niceness {', '.join(map(str, niced))}: {NICENESS_ADVICE}", flush=True)
+        above = sorted({niced(s) for s in cluster.status()} - {0})
+        if above:
+            print(f"NICED: silos run at niceness {', '.join(map(str, above))}: {NICENESS_ADVICE}", flush=True)
         return asyncio.run(_drive(cluster, args))
     finally:
         cluster.shutdown(graceful=True, timeout=10)

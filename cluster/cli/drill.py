@@ -178,7 +178,7 @@ async def run_drill(
             pid, owner, shards = await _victim(cluster, silo)
             os.kill(pid, signal.SIGSTOP)
             events.append(Event("pause", time.time(), silo, owner, shards))
-            _say(progress, f"drill: pause silo {silo} ({owner}) for {2 * suspicion + 1:.1f} s, "
+            _say(progress, f"drill: pause silo {silo} ({owner}) for {hold:.1f} s, "
                            f"and on until its peers declare it dead")
             try:
                 await asyncio.sleep(hold)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -143,6 +143,11 @@ NICENESS_ADVICE = ("any busy process on its node takes the CPU first, and it may
                    "failover bound; start Ray with RAY_worker_niceness=0")
 
 
+def niced(silo: Mapping[str, Any]) -> int:
+    """The niceness of a silo's ``status()`` if above 0 (an alert), else 0."""
+    return max(0, silo.get("niceness") or 0)
+
+
 def _clock_text(clock: dict[str, Any] | None) -> list[str]:
     """How far this silo's host clock is from the store's, and whether that is too far."""
     if clock is None or clock["offset_low_s"] is None:
@@ -194,8 +199,8 @@ def _status_text(report: dict[str, Any]) -> str:
         lines.append(f"  {silo['queued']} queued, {silo['inflight']} in flight, {silo['staged']} staged")
         lines.append(f"  lateness: mean {c.get('lateness_mean_s', 0):.3f}s, max {c.get('lateness_max_s', 0):.3f}s")
         lines.extend(_clock_text(silo.get("clock")))
-        if (silo.get("niceness") or 0) > 0:
-            lines.append(f"  NICED at {silo['niceness']}: {NICENESS_ADVICE}")
+        if niced(silo):
+            lines.append(f"  NICED at {niced(silo)}: {NICENESS_ADVICE}")
         for staged in silo.get("staged_jobs", ()):
             since = datetime.fromtimestamp(staged["since_us"] / 1e6).isoformat(timespec="seconds")
             lines.append(f"  STAGED job {staged['name'] or staged['job']}: waiting for {staged['target']} since {since}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 
@@ -56,8 +55,7 @@ def run_up(args: argparse.Namespace) -> int:
     open_store(args.store)  # a bad URL or a missing credential fails here, before Ray starts
     # Ray logs this on every connection to a cluster with a token; it is not the user's concern.
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    address = args.address or os.environ.get("RAY_ADDRESS")
-    start_or_join_ray(address or None, namespace=args.namespace, include_dashboard=False, log_to_driver=False,
+    start_or_join_ray(args.address or None, namespace=args.namespace, include_dashboard=False, log_to_driver=False,
                       configure_logging=False)
     cluster, what = _start_or_scale(args)
     nodes = sorted({s.get("node", "")[:12] for s in cluster.status(timeout=30) if "error" not in s})

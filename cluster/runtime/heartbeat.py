@@ -217,9 +217,8 @@ class Heartbeat:
         silent = {m.silo_id: m for m in self._watch.suspects(members, now, timeout, me=self._me.silo_id)}
         alive = [m for m in members.values() if m.silo_id != self._me.silo_id and m.status not in (DEAD, LEAVING)]
         # Silence (the strongest proof: every incarnation of it is over) and a process this host's
-        # table shows gone need no ping: taken over before the pings, which a slow peer (one Ray is
-        # restarting, or on a lost node) makes wait out their timeout. The silent were pinged too,
-        # and declared after: a lost node's silo took 3.9 s to fail over against 3.5 (CI /tmp/ccN).
+        # table shows gone need no ping, and no answer changes them: taken over before the pings,
+        # which a slow peer (one Ray is restarting) makes wait out their timeout.
         known = {silo_id: (m, SILENT) for silo_id, m in silent.items()}
         known |= {m.silo_id: (m, EXITED) for m in alive if m.silo_id not in silent and self._transport.exited(m.node, m.pid)}
         if known:

@@ -100,10 +100,10 @@ def landed_ids(records: Iterable[list[Any]], ids: set[str]) -> set[str]:
     A job that already ran counts as landed; one cancelled (a failed call withdrawing its ADD)
     does not. A compacted log keeps live jobs, moves still pending and the recurring jobs whose
     chain ended here past its first occurrence (a forward to ``""``), which count as the ADD they
-    replace did: their chain is over, and two retries of one call each wrote it again when only live jobs counted
-    (simulator seed 1161807). One that moved on is found where it lives on (``_find_moved_on``),
-    the shard a cancel reaches. A one-shot job that ran before the compaction is not found. A pending move counts: its job is in no other shard
-    until the move lands, so a retry that looked for it there, and in the target before the
+    replace did: their chain is over, and two retries of one call each wrote it again when only
+    live jobs counted (simulator seed 1161807). One that moved on is found where it lives on
+    (``_find_moved_on``), the shard a cancel reaches. A one-shot job that ran before the
+    compaction is not found. A pending move counts: its job is in no other shard until the move lands, so a retry that looked for it there, and in the target before the
     ADD landed, wrote it again beside the chain the move then carried on (found probing the
     simulator's seed 219412).
     """

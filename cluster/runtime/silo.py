@@ -372,8 +372,8 @@ class Silo:
         frames before whole ones: records lost, byte ranges, and where a copy of the log is kept.
         ``lease_age`` is the seconds since the heartbeat that last renewed this silo's lease began
         (None before the first), ``lease_left`` the seconds until it ends (at or below 0: lapsed),
-        ``heartbeat_interval_s`` how often it should be renewed; ``niceness`` the silo process's (above 0: it
-        loses the CPU to any busy process on its node, see ``cluster.cli.job_text.NICENESS_ADVICE``). Each shard's ``generation`` is the
+        ``heartbeat_interval_s`` how often it should be renewed; ``niceness`` the silo process's
+        (above 0 it loses the CPU to any busy process on its node). Each shard's ``generation`` is the
         generation of its log being written (compaction starts a new one). ``counters`` are
         cumulative for this incarnation, lateness also as Prometheus-style cumulative buckets
         (``lateness_buckets``: upper bound in seconds -> fires at or below it, ``+Inf`` all).

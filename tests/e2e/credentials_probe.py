@@ -25,7 +25,7 @@ from ray.util import state
 
 from benchmarks._azurite import Azurite, free_port
 from cluster import Cluster, Target
-from cluster._cluster import LOCAL_RAY_CONFIG
+from cluster._cluster import start_or_join_ray
 from cluster.cli.silologs import ray_logs_dir
 from tests.e2e.conftest import FAST, RecorderActor
 
@@ -89,8 +89,8 @@ def probe(secret_file: Path) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     out, secret_file = Path(argv[0]), Path(argv[1])
-    ray.init(address="local", num_cpus=4, include_dashboard=True, dashboard_port=free_port(), log_to_driver=False,
-             configure_logging=False, _system_config=LOCAL_RAY_CONFIG, namespace=f"creds-{uuid.uuid4().hex[:6]}")
+    start_or_join_ray("local", num_cpus=4, include_dashboard=True, dashboard_port=free_port(), log_to_driver=False,
+                      configure_logging=False, namespace=f"creds-{uuid.uuid4().hex[:6]}")
     try:
         out.write_text(json.dumps(probe(secret_file)))
     finally:

@@ -35,7 +35,7 @@ from typing import Any
 import ray
 
 from cluster import Cluster, FailurePolicy, Flow, Step, Target
-from cluster._cluster import LOCAL_RAY_CONFIG
+from cluster._cluster import start_or_join_ray
 from cluster.cli.silologs import faults_in, ray_logs_dir
 from cluster.runtime.membership import MEMBER_PREFIX
 from cluster.runtime.shardlog import SHARD_PREFIX
@@ -64,8 +64,8 @@ RecorderActor = ray.remote(Recorder)
 
 def _start_ray(namespace: str) -> float:
     began = time.monotonic()
-    ray.init(address="local", namespace=namespace, num_cpus=4, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, object_store_memory=100 * 1024 * 1024, _system_config=LOCAL_RAY_CONFIG)
+    start_or_join_ray("local", namespace=namespace, num_cpus=4, include_dashboard=False, log_to_driver=False,
+                      configure_logging=False, object_store_memory=100 * 1024 * 1024)
     return time.monotonic() - began
 
 

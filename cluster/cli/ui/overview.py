@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cluster.cli.job_text import NICENESS_ADVICE
+from cluster.cli.job_text import NICENESS_ADVICE, niced
 from cluster.cli.jobs import keeping_summary
 from cluster.cli.ui.sampler import SAMPLER, Event
 from cluster.cli.ui.source import UiSource
@@ -60,8 +60,8 @@ def alerts(statuses: Sequence[Mapping[str, Any]], events: Sequence[Event] = (),
         if clock.get("exceeded"):
             alert("clock_skew", silo, f"clock off the store's by {clock.get('offset_low_s')}..{clock.get('offset_high_s')} s, "
                   f"beyond max_clock_skew {clock.get('max_clock_skew_s')} s")
-        if (s.get("niceness") or 0) > 0:
-            alert("niced", silo, f"runs at niceness {s['niceness']}: {NICENESS_ADVICE}")
+        if niced(s):
+            alert("niced", silo, f"runs at niceness {niced(s)}: {NICENESS_ADVICE}")
         lapsed = heartbeat_missed(s)
         if lapsed:
             alert("heartbeat", silo, lapsed)
