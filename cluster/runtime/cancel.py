@@ -12,7 +12,7 @@ from cluster.runtime.hooks import SiloHooks, call_hooks
 from cluster.runtime.lease import Lease
 from cluster.runtime.loading import Loading
 from cluster.runtime.moves import Moves
-from cluster.runtime.ownership import ShardTable
+from cluster.runtime.ownership import ShardTable, is_shards_copy
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import Run, RunTable
 from cluster.runtime.shard import Shard
@@ -400,7 +400,7 @@ class Cancelling:
             # Not removed: it fires, as the log says. The outcome took it off the queue
             # before its own removal failed, and queued nothing, the run being cancelled.
             entry = None if shard.state is None else shard.state.live.get(job_id)
-            if entry is not None and self._queue.get(job_id) is None:
+            if entry is not None and not is_shards_copy(self._queue.get(job_id), shard):
                 self._loading.queue_entry(job_id, entry)
             raise
         if found.lost:

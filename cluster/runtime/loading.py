@@ -20,7 +20,7 @@ from cluster.model.wire import timedelta_to_us, us_to_datetime
 from cluster.runtime.hooks import SiloHooks, call_hooks
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.outcomes import shaped_next
-from cluster.runtime.ownership import ShardTable
+from cluster.runtime.ownership import ShardTable, is_shards_copy
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, Run, RunTable
@@ -129,7 +129,7 @@ class Loading:
             # Written: the next occurrence (an EXPIRED removal leaves nothing); not written: the
             # missed one, as before. Nothing if it went meanwhile (cancelled) or the shard did.
             if now is not None and self._shards.holds(shard) and self._runs.find(job_id) is None \
-                    and self._queue.get(job_id) is None:
+                    and not is_shards_copy(self._queue.get(job_id), shard):
                 self._queue.push(job_id, now[DUE], now)
 
     def queue_loaded(self, shard: Shard, *, adopted: bool = False, settling: Collection[str] = ()) -> None:
@@ -195,6 +195,16 @@ class Loading:
         run = self._runs.find(job_id)
         if run is None or not self._shards.holds(run.shard):
             self._queue.push(job_id, entry[DUE], entry)
+
+    def may_queue_again(self, job_id: str, entry: list[Any]) -> bool:
+        """Whether ``entry``, set aside in the timer queue behind another copy of its id, may be
+        queued now: still live in a shard held here, neither paused nor parked, and no run of this
+        copy in flight (that run's outcome queues what comes next)."""
+        shard: Shard = entry[OWNER]
+        state = shard.state
+        if shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused:
+            return False
+        return not self._quarantine.parked(shard, job_id) and self._runs.of_copy(job_id, shard) is None
 
     def _count_damage(self, shard: Shard) -> None:
         """Count what replay found wrong with ``shard`` once, when it is first queued here."""

@@ -50,6 +50,11 @@ def is_shards_copy(queued: tuple[int, list[Any]] | None, shard: Shard) -> bool:
     return queued is not None and queued[1][OWNER] is shard
 
 
+def copy_of(entry: list[Any]) -> str:
+    """Which copy of its job a live ``entry`` is, for the timer queue: its shard (any copy of it)."""
+    return entry[OWNER].base
+
+
 class ShardTable:
     """This silo's shards by name, and its open shard per due-time window."""
 
@@ -399,14 +404,11 @@ class ShardTable:
 
         The queue keeps one entry per id, and it may be another shard's copy of the id (a flow
         step taken again puts its fixed id into a second shard of this silo: see
-        ``RunTable.of_copy``). That copy is left to fire: taken off by a pause or cancel of this
-        one, it stayed live in its log, queued nowhere, and neither fired nor went.
+        ``RunTable.of_copy``), this one set aside behind it. That copy is left to fire: taken off
+        by a pause or cancel of this one, it stayed live in its log, queued nowhere, and neither
+        fired nor went.
         """
-        queued = self._queue.get(job_id)
-        if not is_shards_copy(queued, shard):
-            return None
-        self._queue.cancel(job_id)
-        return queued
+        return self._queue.take(job_id, lambda entry: entry[OWNER] is shard)
 
     def drop_all(self, why: str) -> None:
         for shard in list(self.shards.values()):

@@ -30,7 +30,7 @@ from cluster.runtime.cancel import Cancelling
 from cluster.runtime.lease import Lease
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
-from cluster.runtime.ownership import ShardTable
+from cluster.runtime.ownership import ShardTable, is_shards_copy
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
 from cluster.runtime.runs import JobDecoder, Run, RunTable
@@ -208,7 +208,7 @@ class Pausing:
                 live = shard.state
                 now = None if live is None else live.live.get(job_id)
                 if (live is not None and now is not None and job_id not in live.paused and self._shards.holds(shard)
-                        and self._queue.get(job_id) is None and self._may_queue(job_id)):
+                        and not is_shards_copy(self._queue.get(job_id), shard) and self._may_queue(job_id)):
                     due = (queued[0] if queued is not None and queued[1] is now
                            else self._quarantine.queue_at(shard, job_id, now[DUE]))
                     if due is not None:  # parked: an operator's release-quarantine queues it
@@ -262,7 +262,7 @@ class Pausing:
             # Asked again after the write: the resume is applied to the shard as the write is
             # submitted, so a run may have started while it was made durable (seed 2128).
             if (now is not None and self._may_queue(job_id) and self._shards.holds(shard)
-                    and self._queue.get(job_id) is None):
+                    and not is_shards_copy(self._queue.get(job_id), shard)):
                 due = self._quarantine.queue_at(shard, job_id, now[DUE])
                 if due is not None:  # parked: an operator's release-quarantine queues it
                     self._queue.push(job_id, due, now)

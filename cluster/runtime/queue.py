@@ -32,6 +32,13 @@ the slots. A bulk job is found by key (``get``, ``cancel``, a ``push`` that repl
 its owner's own index of its items (``lookup``: the shard's live jobs), the item naming its bulk
 (``slot``), then by bisection on ``(due, key)``; a bulk item its owner no longer holds under its
 key (the job was added again) is skipped when the cursor reaches it.
+
+A key has one place in the queue, yet two shards of one silo may each hold a live *copy* of a job
+under one id (a flow step taken over twice, a retry that wrote its job again). Given ``copy_of``
+(which copy an item is: its shard), a push that would replace another copy's item sets that item
+aside instead, and the key's next departure (popped, cancelled, or its owner forgotten) queues
+the oldest item set aside that ``restorable`` still allows. Dropped instead, the other copy stayed
+live in its log, queued nowhere, and never fired (simulator seed 1187329).
 """
 
 from __future__ import annotations
@@ -64,9 +71,10 @@ class JobQueue(Generic[T]):
     costs O(log n) amortised or less, however many jobs share a due time.
     """
 
-    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq", "_owners")
+    __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq",
+                 "_owners", "_copy_of", "_aside", "restorable")
 
-    def __init__(self, clock: Clock = wall_clock_us) -> None:
+    def __init__(self, clock: Clock = wall_clock_us, copy_of: Callable[[T], object] | None = None) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
         # Per slot, entries in the order they were pushed: the slot's only list until it first
         # comes to the head, afterwards those not yet sorted into its runs.
@@ -81,6 +89,13 @@ class JobQueue(Generic[T]):
         self._bulks: list[tuple[int, str, int, Bulk[T]]] = []
         self._bulk_seq = 0
         self._owners: dict[object, list[Bulk[T]]] = {}  # the bulks not yet drained, by owner
+        self._copy_of = copy_of
+        # Per key, (due, item) of other copies a push displaced, oldest first: at most one per copy,
+        # never the copy queued under the key.
+        self._aside: dict[str, list[tuple[int, T]]] = {}
+        #: Whether an item set aside may still be queued when its turn comes (its job is still
+        #: live there, not paused, not running): those it refuses are dropped.
+        self.restorable: Callable[[str, T], bool] = lambda key, item: True
 
     def __len__(self) -> int:
         """Entries queued; a bulk job its owner replaced (added again) counts until it is passed."""
@@ -131,14 +146,77 @@ class JobQueue(Generic[T]):
                     return bulk, i
         return None
 
-    def _cancel_bulk(self, key: str) -> bool:
+    def _cancel_bulk(self, key: str) -> tuple[int, T] | None:
         found = self._in_bulk(key) if self._bulks else None
         if found is None:
-            return False
+            return None
         bulk, i = found
+        item = bulk.items[i]
+        assert item is not None
         bulk.items[i] = None
         bulk.count -= 1
-        return True
+        return bulk.dues[i], item
+
+    def _unqueue(self, key: str) -> tuple[int, T] | None:
+        """Take ``key``'s entry out of the queue, leaving what is set aside: its due time and item, or None."""
+        entry = self._live.pop(key, None)
+        if entry is None:
+            return self._cancel_bulk(key) if self._bulks else None
+        if self._stored > 2 * len(self._live) + 64:
+            self._compact()
+        return entry[0], entry[2]
+
+    def _displace(self, key: str, old: tuple[int, T] | None, item: T) -> None:
+        """``item`` takes ``key``'s place from ``old`` (None: empty): keep ``old`` aside if it is
+        another copy, and drop any earlier item of ``item``'s copy set aside (one per copy)."""
+        copy_of = self._copy_of
+        if copy_of is None:
+            return
+        aside = self._aside.get(key)
+        if aside is not None:
+            mine = copy_of(item)
+            aside[:] = [kept for kept in aside if copy_of(kept[1]) != mine]
+        if old is not None and old[1] is not item and copy_of(old[1]) != copy_of(item):
+            if aside is None:
+                aside = self._aside[key] = []
+            aside.append(old)
+        if aside is not None and not aside:
+            del self._aside[key]
+
+    def _restore(self, key: str) -> None:
+        """``key`` left the queue: queue the oldest item set aside under it that may still run."""
+        aside = self._aside.pop(key, None)
+        while aside:
+            due, item = aside.pop(0)
+            if self.restorable(key, item):
+                if aside:
+                    self._aside[key] = aside
+                self.push(key, due, item)
+                return
+
+    def _vacated(self, key: str) -> None:
+        """A bulk item under ``key`` its owner no longer holds was passed: if nothing else is
+        queued under ``key``, an item set aside there takes its place."""
+        if key in self._aside and key not in self:
+            self._restore(key)
+
+    def take(self, key: str, which: Callable[[T], bool]) -> tuple[int, T] | None:
+        """Take the item under ``key`` that ``which`` picks off the queue, queued or set aside:
+        its due time and item, or None if none is."""
+        queued = self.get(key)
+        if queued is not None and which(queued[1]):
+            self._unqueue(key)
+            self._restore(key)
+            return queued
+        aside = self._aside.get(key)
+        for i, kept in enumerate(aside or ()):
+            if which(kept[1]):
+                assert aside is not None
+                del aside[i]
+                if not aside:
+                    del self._aside[key]
+                return kept
+        return None
 
     def push_bulk(self, keys: Sequence[str], dues: Sequence[int], items: Sequence[T],
                   lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None,
@@ -167,12 +245,14 @@ class JobQueue(Generic[T]):
                 for key, due, item in zip(keys, dues, items, strict=True):
                     self.push(key, due, item)
                 return
-        live, bulks = self._live, self._bulks
-        for key in keys:
-            if key in live:
-                self.cancel(key)
-            elif bulks:
-                self._cancel_bulk(key)
+        live, bulks, aside, unqueue = self._live, self._bulks, self._aside, self._unqueue
+        for key, item in zip(keys, items, strict=True):
+            if key in live or bulks:
+                old = unqueue(key)
+                if old is not None or aside:
+                    self._displace(key, old, item)
+            elif aside and key in aside:
+                self._displace(key, None, item)
         keys_sorted, items_sorted, dues_sorted = sorted_bulk(keys, dues, items)
         if not keys_sorted:
             return
@@ -188,7 +268,13 @@ class JobQueue(Generic[T]):
 
     def forget(self, owner: object, owned: Callable[[T], bool] | None = None) -> None:
         """Drop every bulk pushed with ``owner`` (a shard let go of), and every entry pushed alone
-        whose item is ``owned``: none of its jobs is queued any more. O(bulks + entries pushed alone)."""
+        or set aside whose item is ``owned``: none of its jobs is queued any more. O(bulks +
+        entries pushed alone)."""
+        if owned is not None and self._aside:
+            for key, aside in list(self._aside.items()):
+                aside[:] = [kept for kept in aside if not owned(kept[1])]
+                if not aside:
+                    del self._aside[key]
         for bulk in self._owners.pop(owner, ()):
             bulk.release()
         kept = [top for top in self._bulks if top[3].owner is not owner]
@@ -198,6 +284,8 @@ class JobQueue(Generic[T]):
         if owned is not None:
             for key in [key for key, (_, _, item) in self._live.items() if owned(item)]:
                 self.cancel(key)
+        for key in [key for key in self._aside if key not in self]:  # its place was the owner's
+            self._restore(key)
 
     def _bulk_top(self) -> Bulk[T] | None:
         """The bulk holding the earliest bulk job, its cursor on that job; None if none is left."""
@@ -208,6 +296,8 @@ class JobQueue(Generic[T]):
             while pos < n and (items[pos] is None or keys[pos] in live or lookup(keys[pos]) is not items[pos]):
                 if items[pos] is not None:  # replaced since: by a push, or in its owner (a job added again)
                     bulk.count -= 1
+                    if self._aside:
+                        self._vacated(keys[pos])
                 keys[pos], items[pos] = "", None
                 pos += 1
             bulk.pos = pos
@@ -230,9 +320,15 @@ class JobQueue(Generic[T]):
         bulk.release()
 
     def push(self, key: str, due: int, item: T) -> None:
-        """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry."""
-        if self._bulks and key not in self._live:
-            self._cancel_bulk(key)
+        """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry
+        (of another copy, sets it aside: see the module's docstring)."""
+        old = self._live.get(key)
+        if old is not None:
+            replaced: tuple[int, T] | None = old[0], old[2]
+        else:
+            replaced = self._cancel_bulk(key) if self._bulks else None
+        if self._copy_of is not None and (replaced is not None or self._aside):
+            self._displace(key, replaced, item)
         entry = (due, key, item)
         self._live[key] = entry
         slot = due >> SLOT_SHIFT
@@ -251,11 +347,12 @@ class JobQueue(Generic[T]):
             self._compact()
 
     def cancel(self, key: str) -> bool:
-        """Forget ``key``; True if it was queued. Its tuple is skipped when it reaches the front."""
-        if self._live.pop(key, None) is None:
-            return self._cancel_bulk(key)
-        if self._stored > 2 * len(self._live) + 64:
-            self._compact()
+        """Forget ``key``'s queued entry; True if there was one. Its tuple is skipped when it reaches
+        the front. An item of another copy set aside under ``key`` is queued in its place."""
+        if self._unqueue(key) is None:
+            return False
+        if self._aside:
+            self._restore(key)
         return True
 
     def next_due(self) -> int | None:
@@ -324,9 +421,17 @@ class JobQueue(Generic[T]):
             now = self._clock()
         cap = len(self) if limit is None else limit
         batch: list[tuple[int, str, T]] = []
+        self._pop_due(now, cap, batch)
+        if self._aside:  # after the batch: another copy of a job taken falls due in the next
+            for _, key, _ in batch:
+                if key in self._aside:
+                    self._restore(key)
+        return batch
+
+    def _pop_due(self, now: int, cap: int, batch: list[tuple[int, str, T]]) -> None:
         if not self._bulks:
             self._pop_slots(now, cap, batch)
-            return batch
+            return
         while len(batch) < cap:
             bulk = self._bulk_top()
             if bulk is None:
@@ -350,7 +455,6 @@ class JobQueue(Generic[T]):
                 if j < len(bulks) and bulks[j][:2] < stop:
                     stop = bulks[j][:2]
             self._pop_bulk(bulk, stop, cap, batch)
-        return batch
 
     def _pop_bulk(self, bulk: Bulk[T], stop: tuple[int, str], cap: int, batch: list[tuple[int, str, T]]) -> None:
         """Move ``bulk``'s jobs before ``stop`` (``(due, key)``) into ``batch``, up to ``cap``.
@@ -371,6 +475,8 @@ class JobQueue(Generic[T]):
                 bulk.count -= 1
             elif item is not None:
                 bulk.count -= 1  # replaced since: by a push, or in its owner
+                if self._aside:
+                    self._vacated(key)
             keys[pos], items[pos] = "", None
             pos += 1
         bulk.pos = pos

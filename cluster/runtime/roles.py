@@ -24,7 +24,7 @@ from cluster.runtime.membership import Departures, Identity
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.outcomes import Outcomes
-from cluster.runtime.ownership import ShardTable
+from cluster.runtime.ownership import ShardTable, copy_of
 from cluster.runtime.pausing import Pausing
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
@@ -76,7 +76,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     skew = Skew(store, options, local, metrics, silo_id)
     clock = skew.clock  # every role reads the store's time, measured from this host (issue 12, point 10)
     hooks: list[SiloHooks] = []
-    queue: JobQueue[list[Any]] = JobQueue(clock.now_us)
+    queue: JobQueue[list[Any]] = JobQueue(clock.now_us, copy_of=copy_of)
     runs = RunTable(options.max_concurrency)
     lease = Lease(clock, options.suspicion_timeout.total_seconds(), options.max_clock_skew.total_seconds())
     decode = JobDecoder(metrics)
@@ -88,6 +88,7 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
     firing = Firing(options, clock, me, queue, runs, lease, hooks, transport, staging, outcomes, quarantine, decode,
                     metrics)
     loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode, metrics)
+    queue.restorable = loading.may_queue_again
     departures = Departures(options.firing_lease.total_seconds())
     adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
     moves.claim_orphan = adoption.claim_to_fence

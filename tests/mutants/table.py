@@ -901,8 +901,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="unqueue-takes-any-shards-copy",
         kind="an acknowledged job never run",
         path="cluster/runtime/ownership.py",
-        old="        if not is_shards_copy(queued, shard):\n",
-        new="        if queued is None:\n",
+        old="        return self._queue.take(job_id, lambda entry: entry[OWNER] is shard)\n",
+        new="        return self._queue.take(job_id, lambda entry: True)\n",
         catch=Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
                       "test_a_cancel_of_the_adopted_copy_leaves_the_fresh_copy_queued_to_fire",)),
         also=(Pytest(("tests/runtime/test_one_job_in_two_shards.py::"
@@ -1162,5 +1162,18 @@ MUTANTS: tuple[Mutant, ...] = (
                       "test_a_job_that_moved_in_and_ended_is_landed_in_the_compacted_log_as_in_the_whole_one",)),
         why="a retried schedule call searches a compacted log for live jobs only: a recurring chain that moved "
             "through it and ended is found nowhere and written again, once per retry that lost its answer",
+    ),
+    Mutant(
+        name="other-copy-dropped-from-queue",
+        kind="a job never runs",
+        path="cluster/runtime/queue.py",
+        old="            aside.append(old)\n",
+        new="            pass\n",
+        catch=Pytest(("tests/runtime/test_queue.py::"
+                      "test_every_copy_of_an_id_comes_out_once_unless_its_shard_let_go_of_it",)),
+        also=(Sim(1187329, 1, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,"
+                  "+shared_hosts,+buckets,+joins"),),
+        why="a silo holding two copies of one id (a flow step taken over twice) queues one: the other, replaced "
+            "in the timer queue, stays live in its log and never runs nor is refused",
     ),
 )

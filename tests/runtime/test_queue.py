@@ -439,3 +439,72 @@ def test_schedule_batches_form_bulks_when_disjoint_in_any_order_and_are_queued_a
     batch("c", [15, 30])  # interleaves with both: queued alone, so pops never alternate bulks per job
     assert len(q._bulks) == 2 and len(q._live) == 2
     assert [k for _, k, _ in q.pop_due(100)] == ["a0", "a1", "a2", "c0", "b0", "b1", "b2", "c1"]
+
+
+# Two shards of one silo may each hold a live copy of a job under one id (a flow step taken over
+# twice, a retry that wrote its job again). The queue keeps one place per id: a copy pushed over
+# another sets it aside, and it must still come out once the first has gone, unless its shard
+# let go of it meanwhile. Items here are [due, copy, version]; ``live`` is what the shards hold.
+copy_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("push"), st.integers(0, 4), st.integers(0, 2), st.integers(0, 50)),
+        st.tuples(st.just("bulk"), st.lists(st.integers(0, 4), min_size=1, max_size=5, unique=True),
+                  st.integers(0, 2), st.integers(0, 50)),
+        st.tuples(st.just("take"), st.integers(0, 4), st.integers(0, 2)),
+        st.tuples(st.just("gone"), st.integers(0, 4), st.integers(0, 2)),  # cancelled in its shard only
+        st.tuples(st.just("pop"), st.integers(0, 50)),
+        st.tuples(st.just("forget"), st.integers(0, 2)),
+    ),
+    max_size=60,
+)
+
+
+@given(copy_ops)
+@settings(max_examples=400, deadline=None)
+def test_every_copy_of_an_id_comes_out_once_unless_its_shard_let_go_of_it(script):
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
+    live: dict[tuple[str, int], list[object]] = {}
+    q.restorable = lambda key, item: live.get((key, item[1])) is item
+    version = 0
+
+    def popped(batch: list[tuple[int, str, list[object]]]) -> None:
+        for _, key, item in batch:
+            assert live.pop((key, item[1]), None) is item, "a copy came out that its shard no longer holds"
+
+    for op in script:
+        if op[0] == "push":
+            _, k, copy, due = op
+            version += 1
+            live[(f"k{k}", copy)] = item = [due, copy, version]
+            q.push(f"k{k}", due, item)
+        elif op[0] == "bulk":
+            _, ks, copy, due = op
+            keys = [f"k{k}" for k in ks]
+            items = []
+            for key in keys:
+                version += 1
+                live[(key, copy)] = item = [due, copy, version]
+                items.append(item)
+            q.push_bulk(keys, [due] * len(keys), items, lambda key, c=copy: live.get((key, c)),
+                        lambda item: item[0], owner=copy)
+        elif op[0] == "take":
+            _, k, copy = op
+            held = live.pop((f"k{k}", copy), None)
+            taken = q.take(f"k{k}", lambda item, c=copy: item[1] == c)
+            assert taken is None or held is None or taken[1] is held  # None: gone already, maybe set aside
+        elif op[0] == "gone":  # set aside, or in a bulk: the queue learns of it when its turn comes
+            held = live.pop((f"k{op[1]}", op[2]), None)
+            queued = q.get(f"k{op[1]}")
+            if queued is not None and queued[1] is held and q._live.get(f"k{op[1]}") is not None:
+                q.cancel(f"k{op[1]}")  # pushed alone: only a cancel takes it off, as in a silo
+        elif op[0] == "pop":
+            popped(q.pop_due(op[1]))
+        else:
+            copy = op[1]
+            for held in [held for held in live if held[1] == copy]:
+                del live[held]
+            q.forget(copy, lambda item, c=copy: item[1] == c)
+    for _ in range(len(live) + 1):  # a copy set aside comes out in the batch after the one before it
+        popped(q.pop_due(10**6))
+    assert not live, f"live copies never came out: {sorted(live)}"
+    assert len(q) == 0

@@ -1214,6 +1214,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # ran three times, twice after its outcome was durable (tests/runtime/test_retry_after_compaction.py).
     (1161807, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
      "+joins", "retry missed a chain its compacted log forwarded", "duplicate"),
+    # A flow step taken over twice (its first taker paused mid-launch, then resumed) was written
+    # into two shards of one silo. Adopting the first copy's shard queued that copy under the
+    # step's id, replacing the second copy in the timer queue; the first ran, and the second
+    # stayed live in its log, queued nowhere, never refused by the flow's admit nor run. The queue
+    # now sets another copy aside and queues it when the id leaves (tests/runtime/test_queue.py).
+    (1187329, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
+     "+joins", "a second copy of a flow step, displaced in the queue", "stuck"),
 ]
 
 
