@@ -10,11 +10,12 @@ from .base import Appended, LogStat, Store
 from .errors import Fenced, LogCorrupted, NotFound, StorageError, Unavailable
 
 
-async def cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: str) -> str:
-    """Set metadata under ``etag``; when the answer is lost or ambiguous, look before failing.
+async def cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: str, *, size: int) -> str:
+    """Set metadata under ``etag`` (the log ``size`` bytes long there); when the answer is lost
+    or ambiguous, look before failing.
 
     Metadata written here always carries a fresh claim token, so finding exactly it proves the
-    write was ours.
+    write was ours; ``_landed`` tells whether the ETag found is still the one it made.
     """
     try:
         return await store.set_metadata(name, metadata, etag)
@@ -23,8 +24,22 @@ async def cas_metadata(store: Store, name: str, metadata: dict[str, str], etag: 
     except (Fenced, Unavailable):
         stat = await stat_or_fenced(store, name)
         if stat.metadata == metadata:
-            return stat.etag
+            return _landed(stat, size)
         raise
+
+
+def _landed(stat: LogStat, size: int) -> str:
+    """The ETag our metadata write made, read back as ``stat``; ``Fenced`` if a block was appended
+    after it landed.
+
+    A log whose writers all append by ETag (a flow's log) takes an append from a writer that read
+    it after our write: the ETag read back is then that append's, and taken for ours, a claim
+    went on to rotate the log from a snapshot without the appended record (simulator seed
+    1200780, every kind: a flow step's success was lost so, and the step ran again).
+    """
+    if stat.size != size:
+        raise Fenced(f"log {stat.name!r} was appended to after our metadata write landed")
+    return stat.etag
 
 
 #: The first wait before asking the store again whether a CAS landed (``cas_metadata_until_known``); it doubles.
@@ -32,7 +47,8 @@ COMMIT_RETRY_S = 0.05
 COMMIT_RETRY_MAX_S = 2.0
 
 
-async def cas_metadata_until_known(store: Store, name: str, metadata: dict[str, str], etag: str) -> str:
+async def cas_metadata_until_known(store: Store, name: str, metadata: dict[str, str], etag: str, *,
+                                   size: int) -> str:
     """``cas_metadata`` for a write that must not end in doubt: its new ETag once the store says
     it landed; ``Fenced`` if another writer's did; the write's own error if nothing changed.
 
@@ -45,7 +61,7 @@ async def cas_metadata_until_known(store: Store, name: str, metadata: dict[str, 
     step ran again from another shard). So the store is asked until it answers.
     """
     try:
-        return await cas_metadata(store, name, metadata, etag)
+        return await cas_metadata(store, name, metadata, etag, size=size)
     except Fenced:
         raise
     except StorageError as exc:
@@ -61,7 +77,7 @@ async def cas_metadata_until_known(store: Store, name: str, metadata: dict[str, 
             delay = min(2 * delay, COMMIT_RETRY_MAX_S)
             continue
         if stat.metadata == metadata:
-            return stat.etag
+            return _landed(stat, size)
         if stat.etag == etag:
             raise doubt  # it did not land, nor did anything else: a plain failure
         raise Fenced(f"log {name!r} was claimed by another writer")

@@ -152,7 +152,7 @@ class LogWriter:
         if decoded.damaged:
             await keep_damaged(store, state, describe_damage(decoded))
         raw = claim_metadata(metadata)
-        etag = await cas_metadata(store, state.head.name, raw, state.etag)
+        etag = await cas_metadata(store, state.head.name, raw, state.etag, size=state.size)
         writer = cls(store, state.head.base, state.head.generation, raw, etag, size=state.size,
                      blocks=state.blocks, last_seq=decoded.last_seq, snapshot=snapshot, options=options)
         writer._must_rotate = decoded.torn is not None or bool(decoded.damaged)
@@ -243,7 +243,7 @@ class LogWriter:
         raw = claim_metadata(metadata)
 
         async def action() -> str:
-            self._etag = await cas_metadata(self._store, self.name, raw, self._etag)
+            self._etag = await cas_metadata(self._store, self.name, raw, self._etag, size=self._size)
             self._raw = raw
             return self._etag
 
@@ -479,7 +479,7 @@ class LogWriter:
         """
         assert self._unfinished is not None
         final, old_name, old_etag = self._unfinished
-        self._etag = await cas_metadata(self._store, self.name, final, self._etag)
+        self._etag = await cas_metadata(self._store, self.name, final, self._etag, size=self._size)
         self._raw = final
         self._unfinished = None
         with contextlib.suppress(StorageError):
@@ -521,7 +521,7 @@ class LogWriter:
         # The commit point: only the owner of the old generation's ETag can point it forward.
         pointer = {**self._raw, NEXT_KEY: str(generation)}
         try:
-            old_etag = await cas_metadata_until_known(store, old_name, pointer, self._etag)
+            old_etag = await cas_metadata_until_known(store, old_name, pointer, self._etag, size=self._size)
         except Fenced:
             with contextlib.suppress(StorageError):
                 await store.delete(new_name, etag)

@@ -91,3 +91,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if ("ray_session" in getattr(item, "fixturenames", ()) or item.get_closest_marker("ray") is not None
                 or path.parent.name in _RAY_DIRS or path.name in _RAY_FILES):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print where the suite's time went: per worker, and the Ray group's share (it runs serially)."""
+    by_worker: dict[str, float] = {}
+    ray_group = 0.0
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            duration = getattr(report, "duration", None)
+            if not isinstance(report, pytest.TestReport) or duration is None:
+                continue
+            worker = getattr(report, "node", None)
+            name = getattr(getattr(worker, "gateway", None), "id", "main")
+            by_worker[name] = by_worker.get(name, 0.0) + duration
+            if any(k == "xdist_group" or "@ray" in k for k in report.keywords) or "@ray" in report.nodeid:
+                ray_group += duration
+    if by_worker:
+        workers = ", ".join(f"{name} {total:.0f} s" for name, total in sorted(by_worker.items()))
+        terminalreporter.write_line(f"test time per worker: {workers}; the Ray group (one worker, in turn): "
+                                    f"{ray_group:.0f} s")

@@ -769,8 +769,8 @@ MUTANTS: tuple[Mutant, ...] = (
         name="rotation-commit-doubt-reported-failed",
         kind="a duplicate after a lost answer",
         path="storage/log.py",
-        old="            old_etag = await cas_metadata_until_known(store, old_name, pointer, self._etag)\n",
-        new="            old_etag = await cas_metadata(store, old_name, pointer, self._etag)\n",
+        old="            old_etag = await cas_metadata_until_known(store, old_name, pointer, self._etag, size=self._size)\n",
+        new="            old_etag = await cas_metadata(store, old_name, pointer, self._etag, size=self._size)\n",
         catch=Pytest(("tests/storage/test_rotation_commit.py::"
                       "test_a_rotation_whose_commit_landed_unseen_acknowledges_what_it_covers_and_keeps_its_log",)),
         # Seed 344458 (every kind) found it in this stop's search.
@@ -1175,5 +1175,17 @@ MUTANTS: tuple[Mutant, ...] = (
                   "+shared_hosts,+buckets,+joins"),),
         why="a silo holding two copies of one id (a flow step taken over twice) queues one: the other, replaced "
             "in the timer queue, stays live in its log and never runs nor is refused",
+    ),
+    Mutant(
+        name="claim-read-back-ignores-appends",
+        kind="an acknowledged record lost",
+        path="storage/appends.py",
+        old="    if stat.size != size:\n",
+        new="    if False:\n",
+        catch=Pytest(("tests/storage/test_claim_doubt.py",)),
+        also=(Sim(1200780, 1, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,"
+                  "+shared_hosts,+buckets,+joins"),),
+        why="a claim whose answer was lost takes the ETag of a record appended after it for its own, and the "
+            "repair's rotation drops that record (a flow step's success, so the step runs again)",
     ),
 )

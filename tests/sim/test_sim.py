@@ -1221,6 +1221,13 @@ FOUND: list[tuple[int, str, str, str]] = [  # (seed, fault kinds, the bug, the i
     # now sets another copy aside and queues it when the id leaves (tests/runtime/test_queue.py).
     (1187329, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
      "+joins", "a second copy of a flow step, displaced in the queue", "stuck"),
+    # A silo's repair of a flow log claimed it, and the claim's answer was lost; read back, its
+    # metadata was there and the ETag read was taken for the claim's own, though another silo had
+    # appended a step's success by then. The repair rotated the log from its earlier snapshot, the
+    # success was lost, and the step was taken over and ran again 68 s later. A claim read back
+    # now checks the log's size too (tests/storage/test_claim_doubt.py).
+    (1200780, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,+buckets,"
+     "+joins", "a claim read back took an append after it for its own", "duplicate"),
 ]
 
 
