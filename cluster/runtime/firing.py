@@ -166,6 +166,8 @@ class Firing:
             groups[run.head.target.routing_key].append(run)
         for key, runs in groups.items():
             self.send(key, runs)
+        # Another copy of an id taken waits aside: queued now if this one did not start.
+        self._queue.settle_aside(job_id for _, job_id, _ in batch)
 
     def _new_run(self, due_us: int, job_id: str, entry: list[Any], owner: str | None = None,
                  keyed: bool = False) -> Run | None:

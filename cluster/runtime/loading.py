@@ -23,7 +23,7 @@ from cluster.runtime.outcomes import shaped_next
 from cluster.runtime.ownership import ShardTable, is_shards_copy
 from cluster.runtime.quarantine import Quarantine
 from cluster.runtime.queue import JobQueue
-from cluster.runtime.runs import JobDecoder, Run, RunTable
+from cluster.runtime.runs import JobDecoder, RunTable, queues_next_of
 from cluster.runtime.shard import Shard
 from cluster.runtime.shardlog import (
     ATTEMPTS,
@@ -44,13 +44,13 @@ from storage.generations import SEPARATOR, list_logs_between
 log = logging.getLogger("timeshard.silo")
 
 
-def queues_next_of(run: Run, shard: Shard, job_id: str) -> bool:
-    """Whether ``run``'s outcome queues what ``shard`` holds of ``job_id``: a run of ``shard``'s
-    own copy, or of the shard that moved the job on into ``shard``."""
-    if run.shard.base == shard.base:
-        return True
-    state = run.shard.state
-    return state is not None and state.moved.get(job_id) == shard.base
+def queue_copy(queue: JobQueue[list[Any]], runs: RunTable, job_id: str, due: int, entry: list[Any]) -> None:
+    """Queue ``entry`` at ``due``, or set it aside while a run of another shard's copy of its id is
+    in flight here: copies of one id take turns (see cluster.runtime.queue)."""
+    if runs.of_another_copy(job_id, entry[OWNER]):
+        queue.set_aside(job_id, due, entry)
+    else:
+        queue.push(job_id, due, entry)
 
 
 class Loading:
@@ -128,9 +128,10 @@ class Loading:
             now = None if state is None else state.live.get(job_id)
             # Written: the next occurrence (an EXPIRED removal leaves nothing); not written: the
             # missed one, as before. Nothing if it went meanwhile (cancelled) or the shard did.
-            if now is not None and self._shards.holds(shard) and self._runs.find(job_id) is None \
+            if now is not None and self._shards.holds(shard) \
+                    and not self._runs.queueing_next(job_id, shard, self._shards.holds) \
                     and not is_shards_copy(self._queue.get(job_id), shard):
-                self._queue.push(job_id, now[DUE], now)
+                self.queue_copy(job_id, now[DUE], now)
 
     def queue_loaded(self, shard: Shard, *, adopted: bool = False, settling: Collection[str] = ()) -> None:
         """Queue the live jobs of a shard just loaded or claimed; tell the hooks.
@@ -162,7 +163,9 @@ class Loading:
                 due = queue_at(shard, job_id, entry[DUE])
                 if due is None:
                     continue  # parked
-                if due == entry[DUE]:
+                if run is not None and self._runs.of_another_copy(job_id, shard):
+                    self._queue.set_aside(job_id, due, entry)  # copies take turns: after that run
+                elif due == entry[DUE]:
                     keys.append(job_id)
                     dues.append(due)
                     entries.append(entry)
@@ -192,19 +195,24 @@ class Loading:
         state = shard.state
         if shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused:
             return  # gone, replaced, or paused (a paused job waits, unqueued, for its resume)
-        run = self._runs.find(job_id)
-        if run is None or not self._shards.holds(run.shard):
-            self._queue.push(job_id, entry[DUE], entry)
+        if not self._runs.queueing_next(job_id, shard, self._shards.holds):
+            self.queue_copy(job_id, entry[DUE], entry)
 
-    def may_queue_again(self, job_id: str, entry: list[Any]) -> bool:
-        """Whether ``entry``, set aside in the timer queue behind another copy of its id, may be
-        queued now: still live in a shard held here, neither paused nor parked, and no run of this
-        copy in flight (that run's outcome queues what comes next)."""
+    def queue_copy(self, job_id: str, due: int, entry: list[Any]) -> None:
+        queue_copy(self._queue, self._runs, job_id, due, entry)
+
+    def may_queue_again(self, job_id: str, entry: list[Any]) -> bool | None:
+        """Whether ``entry``, set aside in the timer queue for another copy of its id, is queued
+        now: True if it is still live in a shard held here, neither paused nor parked, and no run
+        queues it next (False: dropped); None (it waits) while a run of another copy is in flight."""
         shard: Shard = entry[OWNER]
         state = shard.state
-        if shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused:
+        if (shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused
+                or self._quarantine.parked(shard, job_id)):
             return False
-        return not self._quarantine.parked(shard, job_id) and self._runs.of_copy(job_id, shard) is None
+        if self._runs.queueing_next(job_id, shard, self._shards.holds):
+            return False  # its run's outcome queues what comes next
+        return None if self._runs.of_another_copy(job_id, shard) else True
 
     def _count_damage(self, shard: Shard) -> None:
         """Count what replay found wrong with ``shard`` once, when it is first queued here."""

@@ -28,6 +28,7 @@ from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.lease import Lease
+from cluster.runtime.loading import queue_copy
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable, is_shards_copy
@@ -149,18 +150,17 @@ class Pausing:
             return
         entry = await self._moves.settle(shard, job_id)
         landed = None if entry is None else entry[OWNER].state
-        if (entry is not None and self._may_queue(job_id)
+        if (entry is not None and self._may_queue(job_id, entry[OWNER])
                 and not (landed is not None and job_id in landed.paused)):  # paused: its resume queues it
-            self._queue.push(job_id, entry[DUE], entry)
+            queue_copy(self._queue, self._runs, job_id, entry[DUE], entry)
 
-    def _may_queue(self, job_id: str) -> bool:
-        """Whether queueing ``job_id`` is this role's to do: not while a run of a shard we hold is
-        in flight (its outcome queues what comes next), nor while a cancel of its last run is under
+    def _may_queue(self, job_id: str, shard: Shard) -> bool:
+        """Whether queueing ``shard``'s copy of ``job_id`` is this role's to do: not while a run of a
+        shard we hold is in flight whose outcome queues that copy next, nor while a cancel of its last run is under
         way (that cancel's removal names the run's occurrence: a job queued and run meanwhile would
         move on past it, and the cancel would answer "cancelled" for a job that lives on; found by
         the simulation, seed 1534)."""
-        running = self._runs.find(job_id)
-        if running is not None and self._shards.holds(running.shard):
+        if self._runs.queueing_next(job_id, shard, self._shards.holds):
             return False
         return not self._cancelling.run_cancel_under_way(job_id)
 
@@ -208,11 +208,11 @@ class Pausing:
                 live = shard.state
                 now = None if live is None else live.live.get(job_id)
                 if (live is not None and now is not None and job_id not in live.paused and self._shards.holds(shard)
-                        and not is_shards_copy(self._queue.get(job_id), shard) and self._may_queue(job_id)):
+                        and not is_shards_copy(self._queue.get(job_id), shard) and self._may_queue(job_id, shard)):
                     due = (queued[0] if queued is not None and queued[1] is now
                            else self._quarantine.queue_at(shard, job_id, now[DUE]))
                     if due is not None:  # parked: an operator's release-quarantine queues it
-                        self._queue.push(job_id, due, now)
+                        queue_copy(self._queue, self._runs, job_id, due, now)
                 raise
         for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id)):
             if run is not None and run.shard.base == shard.base:
@@ -252,7 +252,7 @@ class Pausing:
                 return "not_paused", None
             # A run of a shard we hold writes its outcome, which queues what comes next; one of a
             # copy we no longer hold writes nothing, so the job is queued here (as queue_loaded does).
-            ours = not self._may_queue(job_id)
+            ours = not self._may_queue(job_id, shard)
             settle, missed = (None, 0) if ours else self._catch_up(job_id, entry)
             await shard.write([resume_op(job_id)] + ([settle] if settle is not None else []))
             self._metrics.paused_occurrences.inc(missed)
@@ -261,11 +261,11 @@ class Pausing:
             # A run in flight queues what comes next itself; a dormant shard queues at its load.
             # Asked again after the write: the resume is applied to the shard as the write is
             # submitted, so a run may have started while it was made durable (seed 2128).
-            if (now is not None and self._may_queue(job_id) and self._shards.holds(shard)
+            if (now is not None and self._may_queue(job_id, shard) and self._shards.holds(shard)
                     and not is_shards_copy(self._queue.get(job_id), shard)):
                 due = self._quarantine.queue_at(shard, job_id, now[DUE])
                 if due is not None:  # parked: an operator's release-quarantine queues it
-                    self._queue.push(job_id, due, now)
+                    queue_copy(self._queue, self._runs, job_id, due, now)
         return "resumed", None
 
     def _catch_up(self, job_id: str, entry: list[Any]) -> tuple[list[Any] | None, int]:

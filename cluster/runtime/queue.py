@@ -35,10 +35,13 @@ key (the job was added again) is skipped when the cursor reaches it.
 
 A key has one place in the queue, yet two shards of one silo may each hold a live *copy* of a job
 under one id (a flow step taken over twice, a retry that wrote its job again). Given ``copy_of``
-(which copy an item is: its shard), a push that would replace another copy's item sets that item
-aside instead, and the key's next departure (popped, cancelled, or its owner forgotten) queues
-the oldest item set aside that ``restorable`` still allows. Dropped instead, the other copy stayed
-live in its log, queued nowhere, and never fired (simulator seed 1187329).
+(which copy an item is: its shard), the copies take turns: the one due first holds the key's place
+and the others wait *aside* (``set_aside`` puts one there directly). Whenever the place empties
+(the queued copy cancelled, taken, forgotten with its owner, or passed as stale) and whenever the
+caller says the key's turn may have come (``settle_aside``: after a batch was taken and started,
+and when a run ends), the earliest copy aside is offered to ``restorable``: queued, dropped (its
+job is gone), or left to wait (a run of the id is still in flight). A push that replaced the other
+copy instead left it live in its log, queued nowhere, for good (simulator seed 1187329).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from cluster.model.clock import wall_clock_us
@@ -72,7 +75,7 @@ class JobQueue(Generic[T]):
     """
 
     __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq",
-                 "_owners", "_copy_of", "_aside", "restorable")
+                 "_owners", "_copy_of", "_aside", "_vacant", "_popping", "restorable")
 
     def __init__(self, clock: Clock = wall_clock_us, copy_of: Callable[[T], object] | None = None) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
@@ -93,9 +96,13 @@ class JobQueue(Generic[T]):
         # Per key, (due, item) of other copies a push displaced, oldest first: at most one per copy,
         # never the copy queued under the key.
         self._aside: dict[str, list[tuple[int, T]]] = {}
-        #: Whether an item set aside may still be queued when its turn comes (its job is still
-        #: live there, not paused, not running): those it refuses are dropped.
-        self.restorable: Callable[[str, T], bool] = lambda key, item: True
+        # Keys found empty while a batch was being taken: offered at the next ``settle_aside``,
+        # once the batch's runs started (a copy restored mid-batch would run beside them).
+        self._vacant: list[str] = []
+        self._popping = False
+        #: Whether an item set aside is queued when its turn comes: True; False drops it (its job
+        #: went); None leaves it waiting (a run of its id is in flight: ``settle_aside`` at its end).
+        self.restorable: Callable[[str, T], bool | None] = lambda key, item: True
 
     def __len__(self) -> int:
         """Entries queued; a bulk job its owner replaced (added again) counts until it is passed."""
@@ -166,39 +173,88 @@ class JobQueue(Generic[T]):
             self._compact()
         return entry[0], entry[2]
 
-    def _displace(self, key: str, old: tuple[int, T] | None, item: T) -> None:
-        """``item`` takes ``key``'s place from ``old`` (None: empty): keep ``old`` aside if it is
-        another copy, and drop any earlier item of ``item``'s copy set aside (one per copy)."""
+    def _takes_place(self, key: str, current: tuple[int, T] | None, due: int, item: T) -> bool:
+        """Whether ``item``, due at ``due``, takes ``key``'s place from ``current`` (what is queued
+        there, or None); if not, it is set aside. Another copy queued there is set aside in its
+        turn, unless it is due no later. One item per copy waits aside: a newer one replaces it."""
         copy_of = self._copy_of
-        if copy_of is None:
-            return
+        assert copy_of is not None
+        mine = copy_of(item)
         aside = self._aside.get(key)
-        if aside is not None:
-            mine = copy_of(item)
+        if aside:
             aside[:] = [kept for kept in aside if copy_of(kept[1]) != mine]
-        if old is not None and old[1] is not item and copy_of(old[1]) != copy_of(item):
+        takes = True
+        if current is not None and current[1] is not item and copy_of(current[1]) != mine:
+            takes = current[0] > due  # the copy due first holds the place: none waits behind a later one
+            waiting = (current[0], current[1]) if takes else (due, item)
             if aside is None:
                 aside = self._aside[key] = []
-            aside.append(old)
+            aside.append(waiting)
         if aside is not None and not aside:
             del self._aside[key]
+        return takes
+
+    def set_aside(self, key: str, due: int, item: T) -> None:
+        """Keep ``item`` aside under ``key`` until ``settle_aside`` says its turn has come (a run of
+        another copy of its id is in flight), replacing its copy's earlier one there or in the queue."""
+        copy_of = self._copy_of
+        assert copy_of is not None
+        queued = self.get(key)
+        if queued is not None and copy_of(queued[1]) == copy_of(item):
+            self._unqueue(key)
+        self._takes_place(key, None, due, item)  # drops its copy's earlier item aside
+        self._aside.setdefault(key, []).append((due, item))
+
+    @property
+    def waiting_aside(self) -> Mapping[str, object]:
+        """The keys with an item set aside (read only)."""
+        return self._aside
+
+    def settle_aside(self, keys: Iterable[str]) -> None:
+        """The turn of these keys may have come (their batch started, or a run ended): offer each
+        key's earliest item aside to ``restorable``. Nothing to do, and O(1), when none waits."""
+        if self._aside:
+            vacant, self._vacant = self._vacant, []
+            for key in (*keys, *vacant):
+                if key in self._aside:
+                    queued = self.get(key)
+                    if queued is None:
+                        self._restore(key)
+                    else:
+                        self._turn_if_earlier(key, queued[0])
 
     def _restore(self, key: str) -> None:
-        """``key`` left the queue: queue the oldest item set aside under it that may still run."""
-        aside = self._aside.pop(key, None)
+        """Offer ``key``'s earliest items aside, in turn, until one is queued or must wait."""
+        aside = self._aside.get(key)
+        if not aside:
+            return
+        aside.sort(key=lambda kept: kept[0])
         while aside:
-            due, item = aside.pop(0)
-            if self.restorable(key, item):
-                if aside:
-                    self._aside[key] = aside
-                self.push(key, due, item)
+            due, item = aside[0]
+            verdict = self.restorable(key, item)
+            if verdict is None:
                 return
+            del aside[0]
+            if verdict:
+                if not aside:
+                    del self._aside[key]
+                self.push(key, due, item)  # behind what is queued there if that is due first
+                return
+        del self._aside[key]
 
     def _vacated(self, key: str) -> None:
         """A bulk item under ``key`` its owner no longer holds was passed: if nothing else is
         queued under ``key``, an item set aside there takes its place."""
         if key in self._aside and key not in self:
-            self._restore(key)
+            if self._popping:
+                self._vacant.append(key)
+            else:
+                self._restore(key)
+
+    def drop(self, key: str) -> None:
+        """Forget everything under ``key``, queued or set aside: nothing of it is queued any more."""
+        self._unqueue(key)
+        self._aside.pop(key, None)
 
     def take(self, key: str, which: Callable[[T], bool]) -> tuple[int, T] | None:
         """Take the item under ``key`` that ``which`` picks off the queue, queued or set aside:
@@ -245,14 +301,16 @@ class JobQueue(Generic[T]):
                 for key, due, item in zip(keys, dues, items, strict=True):
                     self.push(key, due, item)
                 return
-        live, bulks, aside, unqueue = self._live, self._bulks, self._aside, self._unqueue
-        for key, item in zip(keys, items, strict=True):
-            if key in live or bulks:
-                old = unqueue(key)
-                if old is not None or aside:
-                    self._displace(key, old, item)
-            elif aside and key in aside:
-                self._displace(key, None, item)
+        live, bulks, aside, replace = self._live, self._bulks, self._aside, self._replace
+        behind: list[int] = []  # positions set aside behind another copy due first
+        for i, key in enumerate(keys):
+            if (key in live or bulks or (aside and key in aside)) and not replace(key, dues[i], items[i]):
+                behind.append(i)
+        if self._stored > 2 * len(live) + 64:
+            self._compact()
+        if behind:
+            gone = set(behind)
+            keys, dues, items = ([xs[i] for i in range(len(keys)) if i not in gone] for xs in (keys, dues, items))  # type: ignore[assignment]
         keys_sorted, items_sorted, dues_sorted = sorted_bulk(keys, dues, items)
         if not keys_sorted:
             return
@@ -265,6 +323,15 @@ class JobQueue(Generic[T]):
         heapq.heappush(self._bulks, (dues_sorted[0], keys_sorted[0], self._bulk_seq, bulk))
         if self._changed is not None:
             self._changed.set()
+        if self._aside:
+            for key, due in zip(keys, dues, strict=True):
+                self._turn_if_earlier(key, due)
+
+    def _turn_if_earlier(self, key: str, due: int) -> None:
+        """``key`` was just queued at ``due``: a copy aside due before it takes its turn, if it may run."""
+        aside = self._aside.get(key)
+        if aside and min(kept[0] for kept in aside) < due:
+            self._restore(key)
 
     def forget(self, owner: object, owned: Callable[[T], bool] | None = None) -> None:
         """Drop every bulk pushed with ``owner`` (a shard let go of), and every entry pushed alone
@@ -319,16 +386,34 @@ class JobQueue(Generic[T]):
                 del self._owners[bulk.owner]
         bulk.release()
 
-    def push(self, key: str, due: int, item: T) -> None:
-        """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry
-        (of another copy, sets it aside: see the module's docstring)."""
+    def _replace(self, key: str, due: int, item: T) -> bool:
+        """Make way for ``item`` under ``key``: take what is queued there out, unless another copy
+        due first keeps the place (``item`` then waits aside: False). One lookup of the key."""
         old = self._live.get(key)
+        found = self._in_bulk(key) if old is None and self._bulks else None
+        if self._copy_of is not None and (old is not None or found is not None or self._aside):
+            if old is not None:
+                current: tuple[int, T] | None = old[0], old[2]
+            elif found is not None:
+                bulk, i = found
+                current = bulk.dues[i], bulk.items[i]  # type: ignore[assignment]
+            else:
+                current = None
+            if not self._takes_place(key, current, due, item):
+                return False
         if old is not None:
-            replaced: tuple[int, T] | None = old[0], old[2]
-        else:
-            replaced = self._cancel_bulk(key) if self._bulks else None
-        if self._copy_of is not None and (replaced is not None or self._aside):
-            self._displace(key, replaced, item)
+            del self._live[key]  # its tuple is a tombstone from here
+        elif found is not None:
+            bulk, i = found
+            bulk.items[i] = None
+            bulk.count -= 1
+        return True
+
+    def push(self, key: str, due: int, item: T) -> None:
+        """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry (of
+        another copy: the one due first is queued, the other set aside; see the module's docstring)."""
+        if (key in self._live or self._bulks or self._aside) and not self._replace(key, due, item):
+            return
         entry = (due, key, item)
         self._live[key] = entry
         slot = due >> SLOT_SHIFT
@@ -345,6 +430,8 @@ class JobQueue(Generic[T]):
             self._changed.set()  # may be earlier than what the waiter sleeps for
         if self._stored > 2 * len(self._live) + 64:
             self._compact()
+        if self._aside:
+            self._turn_if_earlier(key, due)
 
     def cancel(self, key: str) -> bool:
         """Forget ``key``'s queued entry; True if there was one. Its tuple is skipped when it reaches
@@ -421,11 +508,11 @@ class JobQueue(Generic[T]):
             now = self._clock()
         cap = len(self) if limit is None else limit
         batch: list[tuple[int, str, T]] = []
-        self._pop_due(now, cap, batch)
-        if self._aside:  # after the batch: another copy of a job taken falls due in the next
-            for _, key, _ in batch:
-                if key in self._aside:
-                    self._restore(key)
+        self._popping = True
+        try:
+            self._pop_due(now, cap, batch)
+        finally:
+            self._popping = False
         return batch
 
     def _pop_due(self, now: int, cap: int, batch: list[tuple[int, str, T]]) -> None:

@@ -207,6 +207,7 @@ class Scheduling:
         dues: array[int] = array("q")
         entries: list[list[Any]] = []
         taken: set[str] = set()  # a job named twice in one call is queued once
+        aside, drop = self._queue.waiting_aside, self._queue.drop
         for item in items:
             job_id = item[0]
             entry = live.get(job_id)
@@ -222,6 +223,8 @@ class Scheduling:
             # log and never fired while the other ran, to run again after a failover.
             if (entry is not None and job_id not in taken and (run is None or run.shard.base != shard.base)
                     and not is_shards_copy(queued, shard)):
+                if queued is not None or job_id in aside:
+                    drop(job_id)  # not set aside to run after this one (see cluster.runtime.queue)
                 taken.add(job_id)
                 keys.append(job_id)
                 dues.append(entry[DUE])

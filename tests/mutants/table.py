@@ -1167,10 +1167,10 @@ MUTANTS: tuple[Mutant, ...] = (
         name="other-copy-dropped-from-queue",
         kind="a job never runs",
         path="cluster/runtime/queue.py",
-        old="            aside.append(old)\n",
+        old="            aside.append(waiting)\n",
         new="            pass\n",
         catch=Pytest(("tests/runtime/test_queue.py::"
-                      "test_every_copy_of_an_id_comes_out_once_unless_its_shard_let_go_of_it",)),
+                      "test_copies_of_an_id_take_turns_and_each_comes_out_unless_its_shard_let_go_of_it",)),
         also=(Sim(1187329, 1, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,"
                   "+shared_hosts,+buckets,+joins"),),
         why="a silo holding two copies of one id (a flow step taken over twice) queues one: the other, replaced "
@@ -1187,5 +1187,16 @@ MUTANTS: tuple[Mutant, ...] = (
                   "+shared_hosts,+buckets,+joins"),),
         why="a claim whose answer was lost takes the ETag of a record appended after it for its own, and the "
             "repair's rotation drops that record (a flow step's success, so the step runs again)",
+    ),
+    Mutant(
+        name="copy-restored-mid-batch",
+        kind="a job runs twice",
+        path="cluster/runtime/queue.py",
+        old="            if self._popping:\n",
+        new="            if False:\n",
+        catch=Pytest(("tests/runtime/test_queue.py::"
+                      "test_copies_of_an_id_take_turns_and_each_comes_out_unless_its_shard_let_go_of_it",)),
+        why="a copy set aside is queued again while the batch that took the other copy is still being taken, "
+            "so both copies of one id start together instead of in turn",
     ),
 )

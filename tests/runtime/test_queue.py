@@ -442,9 +442,10 @@ def test_schedule_batches_form_bulks_when_disjoint_in_any_order_and_are_queued_a
 
 
 # Two shards of one silo may each hold a live copy of a job under one id (a flow step taken over
-# twice, a retry that wrote its job again). The queue keeps one place per id: a copy pushed over
-# another sets it aside, and it must still come out once the first has gone, unless its shard
-# let go of it meanwhile. Items here are [due, copy, version]; ``live`` is what the shards hold.
+# twice, a retry that wrote its job again). The queue keeps one place per id, and the copies take
+# turns: each must still come out, unless its shard let go of it, never two of one id running at
+# once, and none held back behind a copy due later. Items here are [due, copy, version]; ``live``
+# is what the shards hold, ``running`` the runs a silo started from what it took.
 copy_ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.integers(0, 4), st.integers(0, 2), st.integers(0, 50)),
@@ -453,38 +454,66 @@ copy_ops = st.lists(
         st.tuples(st.just("take"), st.integers(0, 4), st.integers(0, 2)),
         st.tuples(st.just("gone"), st.integers(0, 4), st.integers(0, 2)),  # cancelled in its shard only
         st.tuples(st.just("pop"), st.integers(0, 50)),
+        st.tuples(st.just("end"), st.integers(0, 4)),
         st.tuples(st.just("forget"), st.integers(0, 2)),
     ),
     max_size=60,
 )
 
 
+class Copies:
+    """A silo's side of the queue: what its shards hold and what it runs."""
+
+    def __init__(self) -> None:
+        self.q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
+        self.live: dict[tuple[str, int], list[object]] = {}
+        self.running: dict[str, int] = {}  # key -> the copy whose run is in flight
+        self.q.restorable = self.restorable
+
+    def restorable(self, key: str, item: list[object]) -> bool | None:
+        if self.live.get((key, item[1])) is not item:  # type: ignore[index]
+            return False
+        return None if key in self.running else True
+
+    def take_due(self, now: int) -> None:
+        batch = self.q.pop_due(now)
+        for _, key, item in batch:
+            copy = item[1]
+            assert self.live.pop((key, copy), None) is item, "a copy came out that its shard no longer holds"  # type: ignore[index]
+            assert self.running.get(key, copy) == copy, f"two copies of {key} ran at once"
+            self.running[key] = copy  # type: ignore[assignment]
+        self.q.settle_aside(key for _, key, _ in batch)
+
+    def end(self, key: str) -> None:
+        if self.running.pop(key, None) is not None:
+            self.q.settle_aside([key])
+
+
 @given(copy_ops)
 @settings(max_examples=400, deadline=None)
-def test_every_copy_of_an_id_comes_out_once_unless_its_shard_let_go_of_it(script):
-    q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
-    live: dict[tuple[str, int], list[object]] = {}
-    q.restorable = lambda key, item: live.get((key, item[1])) is item
+def test_copies_of_an_id_take_turns_and_each_comes_out_unless_its_shard_let_go_of_it(script):
+    silo = Copies()
+    q, live = silo.q, silo.live
     version = 0
-
-    def popped(batch: list[tuple[int, str, list[object]]]) -> None:
-        for _, key, item in batch:
-            assert live.pop((key, item[1]), None) is item, "a copy came out that its shard no longer holds"
-
     for op in script:
         if op[0] == "push":
             _, k, copy, due = op
             version += 1
             live[(f"k{k}", copy)] = item = [due, copy, version]
-            q.push(f"k{k}", due, item)
+            # A silo sets a copy aside exactly while a run of another copy of its id is in flight.
+            aside = silo.running.get(f"k{k}", copy) != copy
+            (q.set_aside if aside else q.push)(f"k{k}", due, item)
         elif op[0] == "bulk":
             _, ks, copy, due = op
-            keys = [f"k{k}" for k in ks]
-            items = []
-            for key in keys:
+            keys, items = [], []
+            for key in (f"k{k}" for k in ks):
                 version += 1
                 live[(key, copy)] = item = [due, copy, version]
-                items.append(item)
+                if silo.running.get(key, copy) != copy:
+                    q.set_aside(key, due, item)
+                else:
+                    keys.append(key)
+                    items.append(item)
             q.push_bulk(keys, [due] * len(keys), items, lambda key, c=copy: live.get((key, c)),
                         lambda item: item[0], owner=copy)
         elif op[0] == "take":
@@ -498,13 +527,32 @@ def test_every_copy_of_an_id_comes_out_once_unless_its_shard_let_go_of_it(script
             if queued is not None and queued[1] is held and q._live.get(f"k{op[1]}") is not None:
                 q.cancel(f"k{op[1]}")  # pushed alone: only a cancel takes it off, as in a silo
         elif op[0] == "pop":
-            popped(q.pop_due(op[1]))
+            silo.take_due(op[1])
+        elif op[0] == "end":
+            silo.end(f"k{op[1]}")
         else:
             copy = op[1]
             for held in [held for held in live if held[1] == copy]:
                 del live[held]
             q.forget(copy, lambda item, c=copy: item[1] == c)
-    for _ in range(len(live) + 1):  # a copy set aside comes out in the batch after the one before it
-        popped(q.pop_due(10**6))
+        for key, waiting in q._aside.items():  # none waits behind a later copy, unless for a run of its id
+            queued = q.get(key)
+            if queued is not None and key not in silo.running:
+                assert all(queued[0] <= due for due, item in waiting if live.get((key, item[1])) is item), \
+                    (key, queued, waiting)
+    for _ in range(2 * len(live) + 2):  # runs end, and the copies aside take their turns
+        silo.take_due(10**6)
+        for key in list(silo.running):
+            silo.end(key)
     assert not live, f"live copies never came out: {sorted(live)}"
     assert len(q) == 0
+
+
+def test_a_copy_due_first_is_not_held_back_behind_one_pushed_later_for_later() -> None:
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
+    early, late = [5, "b"], [10**9, "a"]
+    q.push("k", 5, early)
+    q.push("k", 10**9, late)  # another copy's retry, far off: it waits behind the earlier one
+    assert q.pop_due(100) == [(5, "k", early)]
+    q.settle_aside(["k"])
+    assert q.get("k") == (10**9, late)
