@@ -44,15 +44,6 @@ from storage.generations import SEPARATOR, list_logs_between
 log = logging.getLogger("timeshard.silo")
 
 
-def queue_copy(queue: JobQueue[list[Any]], runs: RunTable, job_id: str, due: int, entry: list[Any]) -> None:
-    """Queue ``entry`` at ``due``, or set it aside while a run of another shard's copy of its id is
-    in flight here: copies of one id take turns (see cluster.runtime.queue)."""
-    if runs.of_another_copy(job_id, entry[OWNER]):
-        queue.set_aside(job_id, due, entry)
-    else:
-        queue.push(job_id, due, entry)
-
-
 class Loading:
     """Loads due shards into the queue and deletes drained ones."""
 
@@ -131,7 +122,7 @@ class Loading:
             if now is not None and self._shards.holds(shard) \
                     and not self._runs.queueing_next(job_id, shard, self._shards.holds) \
                     and not is_shards_copy(self._queue.get(job_id), shard):
-                self.queue_copy(job_id, now[DUE], now)
+                self._queue.push(job_id, now[DUE], now)
 
     def queue_loaded(self, shard: Shard, *, adopted: bool = False, settling: Collection[str] = ()) -> None:
         """Queue the live jobs of a shard just loaded or claimed; tell the hooks.
@@ -163,9 +154,7 @@ class Loading:
                 due = queue_at(shard, job_id, entry[DUE])
                 if due is None:
                     continue  # parked
-                if run is not None and self._runs.of_another_copy(job_id, shard):
-                    self._queue.set_aside(job_id, due, entry)  # copies take turns: after that run
-                elif due == entry[DUE]:
+                if due == entry[DUE]:
                     keys.append(job_id)
                     dues.append(due)
                     entries.append(entry)
@@ -196,23 +185,19 @@ class Loading:
         if shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused:
             return  # gone, replaced, or paused (a paused job waits, unqueued, for its resume)
         if not self._runs.queueing_next(job_id, shard, self._shards.holds):
-            self.queue_copy(job_id, entry[DUE], entry)
+            self._queue.push(job_id, entry[DUE], entry)
 
-    def queue_copy(self, job_id: str, due: int, entry: list[Any]) -> None:
-        queue_copy(self._queue, self._runs, job_id, due, entry)
 
-    def may_queue_again(self, job_id: str, entry: list[Any]) -> bool | None:
-        """Whether ``entry``, set aside in the timer queue for another copy of its id, is queued
-        now: True if it is still live in a shard held here, neither paused nor parked, and no run
-        queues it next (False: dropped); None (it waits) while a run of another copy is in flight."""
+    def may_queue_again(self, job_id: str, entry: list[Any]) -> bool:
+        """Whether ``entry``, set aside in the timer queue behind another copy of its id, is queued
+        when its turn comes: still live in a shard held here, neither paused nor parked, and no
+        run in flight queues it next (that run's outcome does); else it is dropped."""
         shard: Shard = entry[OWNER]
         state = shard.state
         if (shard.lost or state is None or state.live.get(job_id) is not entry or job_id in state.paused
                 or self._quarantine.parked(shard, job_id)):
             return False
-        if self._runs.queueing_next(job_id, shard, self._shards.holds):
-            return False  # its run's outcome queues what comes next
-        return None if self._runs.of_another_copy(job_id, shard) else True
+        return not self._runs.queueing_next(job_id, shard, self._shards.holds)
 
     def _count_damage(self, shard: Shard) -> None:
         """Count what replay found wrong with ``shard`` once, when it is first queued here."""

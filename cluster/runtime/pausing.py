@@ -28,7 +28,6 @@ from cluster.model.wire import datetime_to_us, timedelta_to_us, us_to_datetime
 from cluster.runtime.adoption import Adoption
 from cluster.runtime.cancel import Cancelling
 from cluster.runtime.lease import Lease
-from cluster.runtime.loading import queue_copy
 from cluster.runtime.metrics import SiloMetrics
 from cluster.runtime.moves import Moves
 from cluster.runtime.ownership import ShardTable, is_shards_copy
@@ -152,7 +151,7 @@ class Pausing:
         landed = None if entry is None else entry[OWNER].state
         if (entry is not None and self._may_queue(job_id, entry[OWNER])
                 and not (landed is not None and job_id in landed.paused)):  # paused: its resume queues it
-            queue_copy(self._queue, self._runs, job_id, entry[DUE], entry)
+            self._queue.push(job_id, entry[DUE], entry)
 
     def _may_queue(self, job_id: str, shard: Shard) -> bool:
         """Whether queueing ``shard``'s copy of ``job_id`` is this role's to do: not while a run of a
@@ -212,7 +211,7 @@ class Pausing:
                     due = (queued[0] if queued is not None and queued[1] is now
                            else self._quarantine.queue_at(shard, job_id, now[DUE]))
                     if due is not None:  # parked: an operator's release-quarantine queues it
-                        queue_copy(self._queue, self._runs, job_id, due, now)
+                        self._queue.push(job_id, due, now)
                 raise
         for run in (self._runs.find(job_id), *self._runs.displaced_of(job_id)):
             if run is not None and run.shard.base == shard.base:
@@ -265,7 +264,7 @@ class Pausing:
                     and not is_shards_copy(self._queue.get(job_id), shard)):
                 due = self._quarantine.queue_at(shard, job_id, now[DUE])
                 if due is not None:  # parked: an operator's release-quarantine queues it
-                    queue_copy(self._queue, self._runs, job_id, due, now)
+                    self._queue.push(job_id, due, now)
         return "resumed", None
 
     def _catch_up(self, job_id: str, entry: list[Any]) -> tuple[list[Any] | None, int]:

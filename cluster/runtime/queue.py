@@ -35,13 +35,14 @@ key (the job was added again) is skipped when the cursor reaches it.
 
 A key has one place in the queue, yet two shards of one silo may each hold a live *copy* of a job
 under one id (a flow step taken over twice, a retry that wrote its job again). Given ``copy_of``
-(which copy an item is: its shard), the copies take turns: the one due first holds the key's place
-and the others wait *aside* (``set_aside`` puts one there directly). Whenever the place empties
-(the queued copy cancelled, taken, forgotten with its owner, or passed as stale) and whenever the
-caller says the key's turn may have come (``settle_aside``: after a batch was taken and started,
-and when a run ends), the earliest copy aside is offered to ``restorable``: queued, dropped (its
-job is gone), or left to wait (a run of the id is still in flight). A push that replaced the other
-copy instead left it live in its log, queued nowhere, for good (simulator seed 1187329).
+(which copy an item is: its shard), the copy due first holds the key's place and the others wait
+*aside*, so none is held back behind a later one. When the place empties (the queued copy
+cancelled, taken, forgotten with its owner, or passed as stale) the earliest copy aside is offered
+to ``restorable`` (queued, or dropped: its job went); after a batch, only once the caller has
+started it (``settle_aside``), so two copies of one id never leave in one batch. A push that
+replaced the other copy instead left it live in its log, queued nowhere, for good (simulator seed
+1187329). What runs a copy that comes next while the other's run is in flight decides between
+them (a flow's ``admit`` starts one copy of a step).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class JobQueue(Generic[T]):
     """
 
     __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq",
-                 "_owners", "_copy_of", "_aside", "_vacant", "_popping", "restorable")
+                 "_owners", "_copy_of", "_aside", "_vacant", "_popping", "_restored", "restorable")
 
     def __init__(self, clock: Clock = wall_clock_us, copy_of: Callable[[T], object] | None = None) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
@@ -97,12 +98,13 @@ class JobQueue(Generic[T]):
         # never the copy queued under the key.
         self._aside: dict[str, list[tuple[int, T]]] = {}
         # Keys found empty while a batch was being taken: offered at the next ``settle_aside``,
-        # once the batch's runs started (a copy restored mid-batch would run beside them).
+        # once the batch's runs started (a copy restored mid-batch would leave beside its twin).
         self._vacant: list[str] = []
         self._popping = False
-        #: Whether an item set aside is queued when its turn comes: True; False drops it (its job
-        #: went); None leaves it waiting (a run of its id is in flight: ``settle_aside`` at its end).
-        self.restorable: Callable[[str, T], bool | None] = lambda key, item: True
+        self._restored = 0  # items queued again from aside: a look at the head that restored one looks again
+        #: Whether an item set aside is queued when its turn comes (its job is still live there,
+        #: not paused, not queued next by a run); the ones it refuses are dropped.
+        self.restorable: Callable[[str, T], bool] = lambda key, item: True
 
     def __len__(self) -> int:
         """Entries queued; a bulk job its owner replaced (added again) counts until it is passed."""
@@ -194,50 +196,38 @@ class JobQueue(Generic[T]):
             del self._aside[key]
         return takes
 
-    def set_aside(self, key: str, due: int, item: T) -> None:
-        """Keep ``item`` aside under ``key`` until ``settle_aside`` says its turn has come (a run of
-        another copy of its id is in flight), replacing its copy's earlier one there or in the queue."""
-        copy_of = self._copy_of
-        assert copy_of is not None
-        queued = self.get(key)
-        if queued is not None and copy_of(queued[1]) == copy_of(item):
-            self._unqueue(key)
-        self._takes_place(key, None, due, item)  # drops its copy's earlier item aside
-        self._aside.setdefault(key, []).append((due, item))
-
     @property
     def waiting_aside(self) -> Mapping[str, object]:
         """The keys with an item set aside (read only)."""
         return self._aside
 
     def settle_aside(self, keys: Iterable[str]) -> None:
-        """The turn of these keys may have come (their batch started, or a run ended): offer each
-        key's earliest item aside to ``restorable``. Nothing to do, and O(1), when none waits."""
-        if self._aside:
-            vacant, self._vacant = self._vacant, []
-            for key in (*keys, *vacant):
-                if key in self._aside:
-                    queued = self.get(key)
-                    if queued is None:
-                        self._restore(key)
-                    else:
-                        self._turn_if_earlier(key, queued[0])
+        """These keys' batch has started: offer each one's earliest item aside to ``restorable``,
+        and so for keys passed empty meanwhile. Nothing to do, and O(1), when none waits."""
+        if not self._aside:
+            self._vacant.clear()
+            return
+        vacant, self._vacant = self._vacant, []
+        for key in (*keys, *vacant):
+            if key in self._aside:
+                queued = self.get(key)
+                if queued is None:
+                    self._restore(key)
+                else:
+                    self._turn_if_earlier(key, queued[0])
 
     def _restore(self, key: str) -> None:
-        """Offer ``key``'s earliest items aside, in turn, until one is queued or must wait."""
+        """Offer ``key``'s earliest items aside, in turn, until one is queued."""
         aside = self._aside.get(key)
         if not aside:
             return
         aside.sort(key=lambda kept: kept[0])
         while aside:
-            due, item = aside[0]
-            verdict = self.restorable(key, item)
-            if verdict is None:
-                return
-            del aside[0]
-            if verdict:
+            due, item = aside.pop(0)
+            if self.restorable(key, item):
                 if not aside:
                     del self._aside[key]
+                self._restored += 1
                 self.push(key, due, item)  # behind what is queued there if that is due first
                 return
         del self._aside[key]
@@ -444,13 +434,16 @@ class JobQueue(Generic[T]):
 
     def next_due(self) -> int | None:
         """The due time (µs) of the earliest live entry, or None when empty."""
-        head = self._head()
-        due = None if head is None else head.ends[0][0]
-        if self._bulks:
-            bulk = self._bulk_top()
-            if bulk is not None and (due is None or bulk.dues[bulk.pos] < due):
-                return bulk.dues[bulk.pos]
-        return due
+        while True:
+            restored = self._restored
+            head = self._head()
+            due = None if head is None else head.ends[0][0]
+            if self._bulks:
+                bulk = self._bulk_top()  # may queue a copy set aside (``_vacated``): then look again
+                if bulk is not None and (due is None or bulk.dues[bulk.pos] < due):
+                    due = bulk.dues[bulk.pos]
+            if restored == self._restored:
+                return due
 
     def _head(self) -> Ordered[T] | None:
         """The head slot, ordered, the top of its ``ends`` a live entry; None when empty."""

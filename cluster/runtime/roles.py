@@ -89,7 +89,6 @@ def wire(silo_id: str, store: Store, options: ClusterOptions, *, clock: Clock, t
                     metrics)
     loading = Loading(store, options, clock, queue, runs, shards, quarantine, hooks, decode, metrics)
     queue.restorable = loading.may_queue_again
-    runs.aside, runs.settle_aside = queue.waiting_aside, queue.settle_aside
     departures = Departures(options.firing_lease.total_seconds())
     adoption = Adoption(store, options, clock, me, shards, loading, quarantine, metrics, rng, moves, departures)
     moves.claim_orphan = adoption.claim_to_fence

@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -236,10 +236,6 @@ class RunTable:
         # Also a run of another shard holding the same id (a flow step taken again): see ``of_copy``.
         self.displaced: dict[str, list[Run]] = {}
         self.closing = False  # the silo is stopping: no new work, give up on retries at the end
-        # The timer queue's ids with a copy waiting aside for a run of another copy to end, and
-        # what to tell it when one does (``JobQueue.waiting_aside`` and ``settle_aside``).
-        self.aside: Mapping[str, object] = {}
-        self.settle_aside: Callable[[Iterable[str]], None] = lambda keys: None
         self._capacity = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
         # Run ids: unique per attempt without a urandom call per job (uuid4 costs more than firing).
@@ -276,8 +272,7 @@ class RunTable:
         self.release_all((run,))
 
     def release_all(self, runs: Iterable[Run]) -> None:
-        displaced, aside = self.displaced, self.aside
-        ended: list[str] = []
+        displaced = self.displaced
         for run in runs:
             if self.inflight.get(run.job_id) is run:
                 del self.inflight[run.job_id]
@@ -289,11 +284,7 @@ class RunTable:
                 else:
                     del displaced[run.job_id]
             run.finish()
-            if aside and run.job_id in aside:
-                ended.append(run.job_id)
         self._capacity.set()
-        if ended:
-            self.settle_aside(ended)  # another copy of the id waited for this run to end
 
     def of_shard(self, shard: Shard) -> bool:
         """Whether any attempt of ``shard``'s log is in flight: of this copy, or of an older one
@@ -324,12 +315,6 @@ class RunTable:
         """Whether a run in flight or staged here queues ``shard``'s copy of ``job_id`` next: one of
         a shard it ``holds`` whose outcome does (see ``queues_next_of``)."""
         return any(run is not None and holds(run.shard) and queues_next_of(run, shard, job_id)
-                   for run in (self.find(job_id), *self.displaced.get(job_id, ())))
-
-    def of_another_copy(self, job_id: str, shard: Shard) -> bool:
-        """Whether a run of another shard's copy of ``job_id`` is in flight or staged here: copies of
-        one id take turns (see cluster.runtime.queue), so ``shard``'s waits for its end."""
-        return any(run is not None and not queues_next_of(run, shard, job_id)
                    for run in (self.find(job_id), *self.displaced.get(job_id, ())))
 
     def displaced_of(self, job_id: str) -> list[Run]:

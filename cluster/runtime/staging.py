@@ -31,10 +31,8 @@ class Staging:
     def stage(self, runs: list[Run], why: str) -> None:
         """Park ``runs``: their target does not exist (yet)."""
         now = self._clock.now_us()
-        inflight = self._runs.inflight
         for run in runs:
-            if inflight.get(run.job_id) is run:  # not a run of another copy of the id started since
-                del inflight[run.job_id]
+            self._runs.inflight.pop(run.job_id, None)
             run.staged_since = run.staged_since or now
             self._runs.staged[run.job_id] = run
         self._runs.notify_room()

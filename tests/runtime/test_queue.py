@@ -442,10 +442,9 @@ def test_schedule_batches_form_bulks_when_disjoint_in_any_order_and_are_queued_a
 
 
 # Two shards of one silo may each hold a live copy of a job under one id (a flow step taken over
-# twice, a retry that wrote its job again). The queue keeps one place per id, and the copies take
-# turns: each must still come out, unless its shard let go of it, never two of one id running at
-# once, and none held back behind a copy due later. Items here are [due, copy, version]; ``live``
-# is what the shards hold, ``running`` the runs a silo started from what it took.
+# twice, a retry that wrote its job again). The queue keeps one place per id: each copy must still
+# come out, unless its shard let go of it, never two of one id in one batch, and none held back
+# behind a copy due later. Items here are [due, copy, version]; ``live`` is what the shards hold.
 copy_ops = st.lists(
     st.one_of(
         st.tuples(st.just("push"), st.integers(0, 4), st.integers(0, 2), st.integers(0, 50)),
@@ -453,67 +452,42 @@ copy_ops = st.lists(
                   st.integers(0, 2), st.integers(0, 50)),
         st.tuples(st.just("take"), st.integers(0, 4), st.integers(0, 2)),
         st.tuples(st.just("gone"), st.integers(0, 4), st.integers(0, 2)),  # cancelled in its shard only
-        st.tuples(st.just("pop"), st.integers(0, 50)),
-        st.tuples(st.just("end"), st.integers(0, 4)),
+        st.tuples(st.just("pop"), st.integers(0, 50), st.one_of(st.none(), st.integers(1, 3))),
         st.tuples(st.just("forget"), st.integers(0, 2)),
     ),
     max_size=60,
 )
 
 
-class Copies:
-    """A silo's side of the queue: what its shards hold and what it runs."""
-
-    def __init__(self) -> None:
-        self.q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
-        self.live: dict[tuple[str, int], list[object]] = {}
-        self.running: dict[str, int] = {}  # key -> the copy whose run is in flight
-        self.q.restorable = self.restorable
-
-    def restorable(self, key: str, item: list[object]) -> bool | None:
-        if self.live.get((key, item[1])) is not item:  # type: ignore[index]
-            return False
-        return None if key in self.running else True
-
-    def take_due(self, now: int) -> None:
-        batch = self.q.pop_due(now)
-        for _, key, item in batch:
-            copy = item[1]
-            assert self.live.pop((key, copy), None) is item, "a copy came out that its shard no longer holds"  # type: ignore[index]
-            assert self.running.get(key, copy) == copy, f"two copies of {key} ran at once"
-            self.running[key] = copy  # type: ignore[assignment]
-        self.q.settle_aside(key for _, key, _ in batch)
-
-    def end(self, key: str) -> None:
-        if self.running.pop(key, None) is not None:
-            self.q.settle_aside([key])
-
-
 @given(copy_ops)
 @settings(max_examples=400, deadline=None)
-def test_copies_of_an_id_take_turns_and_each_comes_out_unless_its_shard_let_go_of_it(script):
-    silo = Copies()
-    q, live = silo.q, silo.live
+def test_each_copy_of_an_id_comes_out_once_in_due_order_unless_its_shard_let_go_of_it(script):
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
+    live: dict[tuple[str, int], list[object]] = {}
+    q.restorable = lambda key, item: live.get((key, item[1])) is item  # type: ignore[index]
     version = 0
+
+    def take_due(now: int, limit: int | None = None) -> None:
+        batch = q.pop_due(now, limit)
+        assert len({key for _, key, _ in batch}) == len(batch), f"two copies of one id in one batch: {batch}"
+        for _, key, item in batch:
+            assert live.pop((key, item[1]), None) is item, "a copy came out that its shard no longer holds"  # type: ignore[index]
+        q.settle_aside(key for _, key, _ in batch)  # as the fire loop does once the batch started
+
     for op in script:
         if op[0] == "push":
             _, k, copy, due = op
             version += 1
             live[(f"k{k}", copy)] = item = [due, copy, version]
-            # A silo sets a copy aside exactly while a run of another copy of its id is in flight.
-            aside = silo.running.get(f"k{k}", copy) != copy
-            (q.set_aside if aside else q.push)(f"k{k}", due, item)
+            q.push(f"k{k}", due, item)
         elif op[0] == "bulk":
             _, ks, copy, due = op
-            keys, items = [], []
-            for key in (f"k{k}" for k in ks):
+            keys = [f"k{k}" for k in ks]
+            items = []
+            for key in keys:
                 version += 1
                 live[(key, copy)] = item = [due, copy, version]
-                if silo.running.get(key, copy) != copy:
-                    q.set_aside(key, due, item)
-                else:
-                    keys.append(key)
-                    items.append(item)
+                items.append(item)
             q.push_bulk(keys, [due] * len(keys), items, lambda key, c=copy: live.get((key, c)),
                         lambda item: item[0], owner=copy)
         elif op[0] == "take":
@@ -527,23 +501,19 @@ def test_copies_of_an_id_take_turns_and_each_comes_out_unless_its_shard_let_go_o
             if queued is not None and queued[1] is held and q._live.get(f"k{op[1]}") is not None:
                 q.cancel(f"k{op[1]}")  # pushed alone: only a cancel takes it off, as in a silo
         elif op[0] == "pop":
-            silo.take_due(op[1])
-        elif op[0] == "end":
-            silo.end(f"k{op[1]}")
+            take_due(op[1], op[2])
         else:
             copy = op[1]
             for held in [held for held in live if held[1] == copy]:
                 del live[held]
             q.forget(copy, lambda item, c=copy: item[1] == c)
-        for key, waiting in q._aside.items():  # none waits behind a later copy, unless for a run of its id
+        for key, waiting in q._aside.items():  # none waits behind a copy due later
             queued = q.get(key)
-            if queued is not None and key not in silo.running:
+            if queued is not None:
                 assert all(queued[0] <= due for due, item in waiting if live.get((key, item[1])) is item), \
                     (key, queued, waiting)
-    for _ in range(2 * len(live) + 2):  # runs end, and the copies aside take their turns
-        silo.take_due(10**6)
-        for key in list(silo.running):
-            silo.end(key)
+    for _ in range(len(live) + 1):  # a copy aside comes out in the batch after its twin's
+        take_due(10**6)
     assert not live, f"live copies never came out: {sorted(live)}"
     assert len(q) == 0
 
@@ -556,3 +526,14 @@ def test_a_copy_due_first_is_not_held_back_behind_one_pushed_later_for_later() -
     assert q.pop_due(100) == [(5, "k", early)]
     q.settle_aside(["k"])
     assert q.get("k") == (10**9, late)
+
+
+def test_a_look_at_the_head_that_queues_a_copy_set_aside_answers_with_it() -> None:
+    q: JobQueue[list[object]] = JobQueue(clock=FakeClock(), copy_of=lambda item: item[1])
+    held: dict[str, list[object]] = {"k": [5, "a"]}
+    q.push_bulk(["k"], [5], [held["k"]], held.get, lambda item: item[0], owner="a")
+    later = [10, "b"]
+    q.push("k", 10, later)  # waits aside behind the copy due first
+    del held["k"]  # that copy went in its shard: its bulk item is stale
+    assert q.next_due() == 10  # not None: the fire loop would sleep with the other copy queued
+    assert q.pop_due(10) == [(10, "k", later)]
