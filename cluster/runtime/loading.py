@@ -187,7 +187,6 @@ class Loading:
         if not self._runs.queueing_next(job_id, shard, self._shards.holds):
             self._queue.push(job_id, entry[DUE], entry)
 
-
     def may_queue_again(self, job_id: str, entry: list[Any]) -> bool:
         """Whether ``entry``, set aside in the timer queue behind another copy of its id, is queued
         when its turn comes: still live in a shard held here, neither paused nor parked, and no

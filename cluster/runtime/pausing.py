@@ -155,10 +155,10 @@ class Pausing:
 
     def _may_queue(self, job_id: str, shard: Shard) -> bool:
         """Whether queueing ``shard``'s copy of ``job_id`` is this role's to do: not while a run of a
-        shard we hold is in flight whose outcome queues that copy next, nor while a cancel of its last run is under
-        way (that cancel's removal names the run's occurrence: a job queued and run meanwhile would
-        move on past it, and the cancel would answer "cancelled" for a job that lives on; found by
-        the simulation, seed 1534)."""
+        shard we hold is in flight whose outcome queues that copy next, nor while a cancel of its
+        last run is under way (that cancel's removal names the run's occurrence: a job queued and
+        run meanwhile would move on past it, and the cancel would answer "cancelled" for a job that
+        lives on; found by the simulation, seed 1534)."""
         if self._runs.queueing_next(job_id, shard, self._shards.holds):
             return False
         return not self._cancelling.run_cancel_under_way(job_id)

@@ -94,8 +94,8 @@ class JobQueue(Generic[T]):
         self._bulk_seq = 0
         self._owners: dict[object, list[Bulk[T]]] = {}  # the bulks not yet drained, by owner
         self._copy_of = copy_of
-        # Per key, (due, item) of other copies a push displaced, oldest first: at most one per copy,
-        # never the copy queued under the key.
+        # Per key, (due, item) of the copies not holding its place: at most one per copy, never the
+        # copy queued under the key.
         self._aside: dict[str, list[tuple[int, T]]] = {}
         # Keys found empty while a batch was being taken: offered at the next ``settle_aside``,
         # once the batch's runs started (a copy restored mid-batch would leave beside its twin).

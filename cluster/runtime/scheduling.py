@@ -224,7 +224,7 @@ class Scheduling:
             if (entry is not None and job_id not in taken and (run is None or run.shard.base != shard.base)
                     and not is_shards_copy(queued, shard)):
                 if queued is not None or job_id in aside:
-                    drop(job_id)  # not set aside to run after this one (see cluster.runtime.queue)
+                    drop(job_id)  # a copy the retry found no record of: not set aside to run after this one
                 taken.add(job_id)
                 keys.append(job_id)
                 dues.append(entry[DUE])
