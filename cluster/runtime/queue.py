@@ -34,15 +34,11 @@ its owner's own index of its items (``lookup``: the shard's live jobs), the item
 key (the job was added again) is skipped when the cursor reaches it.
 
 A key has one place in the queue, yet two shards of one silo may each hold a live *copy* of a job
-under one id (a flow step taken over twice, a retry that wrote its job again). Given ``copy_of``
-(which copy an item is: its shard), the copy due first holds the key's place and the others wait
-*aside*, so none is held back behind a later one. When the place empties (the queued copy
-cancelled, taken, forgotten with its owner, or passed as stale) the earliest copy aside is offered
-to ``restorable`` (queued, or dropped: its job went); after a batch, only once the caller has
-started it (``settle_aside``), so two copies of one id never leave in one batch. A push that
-replaced the other copy instead left it live in its log, queued nowhere, for good (simulator seed
-1187329). What runs a copy that comes next while the other's run is in flight decides between
-them (a flow's ``admit`` starts one copy of a step).
+under one id (a flow step taken over twice, a retry that wrote its job again). Given ``copy_of``,
+the copy due first holds the place and the others wait *aside* (cluster.runtime.queue_copies).
+When the place empties, the earliest one ``restorable`` allows is queued; after a batch, only once
+the caller started it (``settle_aside``), so two copies of one id never leave in one batch.
+Replaced instead, the other copy stayed live in its log, queued nowhere (simulator seed 1187329).
 """
 
 from __future__ import annotations
@@ -55,6 +51,7 @@ from typing import Generic, TypeVar
 
 from cluster.model.clock import wall_clock_us
 from cluster.model.waiting import wait_bounded
+from cluster.runtime.queue_copies import Aside
 from cluster.runtime.queue_order import Bulk, Ordered, sorted_bulk
 
 T = TypeVar("T")
@@ -76,7 +73,7 @@ class JobQueue(Generic[T]):
     """
 
     __slots__ = ("_slots", "_arrivals", "_ordered", "_live", "_stored", "_clock", "_changed", "_bulks", "_bulk_seq",
-                 "_owners", "_copy_of", "_aside", "_vacant", "_popping", "_restored", "restorable")
+                 "_owners", "_aside", "_waiting", "_vacant", "_popping", "_restored", "restorable")
 
     def __init__(self, clock: Clock = wall_clock_us, copy_of: Callable[[T], object] | None = None) -> None:
         self._slots: list[int] = []  # heap of slot numbers; each has an _arrivals list
@@ -93,10 +90,8 @@ class JobQueue(Generic[T]):
         self._bulks: list[tuple[int, str, int, Bulk[T]]] = []
         self._bulk_seq = 0
         self._owners: dict[object, list[Bulk[T]]] = {}  # the bulks not yet drained, by owner
-        self._copy_of = copy_of
-        # Per key, (due, item) of the copies not holding its place: at most one per copy, never the
-        # copy queued under the key.
-        self._aside: dict[str, list[tuple[int, T]]] = {}
+        self._aside: Aside[T] | None = None if copy_of is None else Aside(copy_of)
+        self._waiting: dict[str, list[tuple[int, T]]] = {} if self._aside is None else self._aside.waiting
         # Keys found empty while a batch was being taken: offered at the next ``settle_aside``,
         # once the batch's runs started (a copy restored mid-batch would leave beside its twin).
         self._vacant: list[str] = []
@@ -175,41 +170,19 @@ class JobQueue(Generic[T]):
             self._compact()
         return entry[0], entry[2]
 
-    def _takes_place(self, key: str, current: tuple[int, T] | None, due: int, item: T) -> bool:
-        """Whether ``item``, due at ``due``, takes ``key``'s place from ``current`` (what is queued
-        there, or None); if not, it is set aside. Another copy queued there is set aside in its
-        turn, unless it is due no later. One item per copy waits aside: a newer one replaces it."""
-        copy_of = self._copy_of
-        assert copy_of is not None
-        mine = copy_of(item)
-        aside = self._aside.get(key)
-        if aside:
-            aside[:] = [kept for kept in aside if copy_of(kept[1]) != mine]
-        takes = True
-        if current is not None and current[1] is not item and copy_of(current[1]) != mine:
-            takes = current[0] > due  # the copy due first holds the place: none waits behind a later one
-            waiting = (current[0], current[1]) if takes else (due, item)
-            if aside is None:
-                aside = self._aside[key] = []
-            aside.append(waiting)
-        if aside is not None and not aside:
-            del self._aside[key]
-        return takes
-
     @property
     def waiting_aside(self) -> Mapping[str, object]:
         """The keys with an item set aside (read only)."""
-        return self._aside
+        return self._waiting
 
     def settle_aside(self, keys: Iterable[str]) -> None:
-        """These keys' batch has started: offer each one's earliest item aside to ``restorable``,
-        and so for keys passed empty meanwhile. Nothing to do, and O(1), when none waits."""
-        if not self._aside:
+        """These keys' batch started: offer their earliest items aside (and those of keys passed empty)."""
+        if not self._waiting:
             self._vacant.clear()
             return
         vacant, self._vacant = self._vacant, []
         for key in (*keys, *vacant):
-            if key in self._aside:
+            if key in self._waiting:
                 queued = self.get(key)
                 if queued is None:
                     self._restore(key)
@@ -217,25 +190,15 @@ class JobQueue(Generic[T]):
                     self._turn_if_earlier(key, queued[0])
 
     def _restore(self, key: str) -> None:
-        """Offer ``key``'s earliest items aside, in turn, until one is queued."""
-        aside = self._aside.get(key)
-        if not aside:
-            return
-        aside.sort(key=lambda kept: kept[0])
-        while aside:
-            due, item = aside.pop(0)
-            if self.restorable(key, item):
-                if not aside:
-                    del self._aside[key]
-                self._restored += 1
-                self.push(key, due, item)  # behind what is queued there if that is due first
-                return
-        del self._aside[key]
+        """Queue ``key``'s earliest item aside that ``restorable`` allows (dropping those it refuses)."""
+        found = None if self._aside is None else self._aside.next_turn(key, self.restorable)
+        if found is not None:
+            self._restored += 1
+            self.push(key, *found)  # behind what is queued there if that is due first
 
     def _vacated(self, key: str) -> None:
-        """A bulk item under ``key`` its owner no longer holds was passed: if nothing else is
-        queued under ``key``, an item set aside there takes its place."""
-        if key in self._aside and key not in self:
+        """A stale bulk item under ``key`` was passed: an item aside takes the place left empty."""
+        if key in self._waiting and key not in self:
             if self._popping:
                 self._vacant.append(key)
             else:
@@ -244,25 +207,16 @@ class JobQueue(Generic[T]):
     def drop(self, key: str) -> None:
         """Forget everything under ``key``, queued or set aside: nothing of it is queued any more."""
         self._unqueue(key)
-        self._aside.pop(key, None)
+        self._waiting.pop(key, None)
 
     def take(self, key: str, which: Callable[[T], bool]) -> tuple[int, T] | None:
-        """Take the item under ``key`` that ``which`` picks off the queue, queued or set aside:
-        its due time and item, or None if none is."""
+        """The item under ``key`` that ``which`` picks, queued or aside, taken off; None if none is."""
         queued = self.get(key)
         if queued is not None and which(queued[1]):
             self._unqueue(key)
             self._restore(key)
             return queued
-        aside = self._aside.get(key)
-        for i, kept in enumerate(aside or ()):
-            if which(kept[1]):
-                assert aside is not None
-                del aside[i]
-                if not aside:
-                    del self._aside[key]
-                return kept
-        return None
+        return None if self._aside is None else self._aside.take(key, which)
 
     def push_bulk(self, keys: Sequence[str], dues: Sequence[int], items: Sequence[T],
                   lookup: Callable[[str], T | None], due_of: Callable[[T], int], owner: object = None,
@@ -291,7 +245,7 @@ class JobQueue(Generic[T]):
                 for key, due, item in zip(keys, dues, items, strict=True):
                     self.push(key, due, item)
                 return
-        live, bulks, aside, replace = self._live, self._bulks, self._aside, self._replace
+        live, bulks, aside, replace = self._live, self._bulks, self._waiting, self._replace
         behind: list[int] = []  # positions set aside behind another copy due first
         for i, key in enumerate(keys):
             if (key in live or bulks or (aside and key in aside)) and not replace(key, dues[i], items[i]):
@@ -313,25 +267,21 @@ class JobQueue(Generic[T]):
         heapq.heappush(self._bulks, (dues_sorted[0], keys_sorted[0], self._bulk_seq, bulk))
         if self._changed is not None:
             self._changed.set()
-        if self._aside:
+        if self._waiting:
             for key, due in zip(keys, dues, strict=True):
                 self._turn_if_earlier(key, due)
 
     def _turn_if_earlier(self, key: str, due: int) -> None:
         """``key`` was just queued at ``due``: a copy aside due before it takes its turn, if it may run."""
-        aside = self._aside.get(key)
-        if aside and min(kept[0] for kept in aside) < due:
+        if self._aside is not None and self._aside.earlier_than(key, due):
             self._restore(key)
 
     def forget(self, owner: object, owned: Callable[[T], bool] | None = None) -> None:
         """Drop every bulk pushed with ``owner`` (a shard let go of), and every entry pushed alone
         or set aside whose item is ``owned``: none of its jobs is queued any more. O(bulks +
         entries pushed alone)."""
-        if owned is not None and self._aside:
-            for key, aside in list(self._aside.items()):
-                aside[:] = [kept for kept in aside if not owned(kept[1])]
-                if not aside:
-                    del self._aside[key]
+        if owned is not None and self._aside is not None:
+            self._aside.forget(owned)
         for bulk in self._owners.pop(owner, ()):
             bulk.release()
         kept = [top for top in self._bulks if top[3].owner is not owner]
@@ -341,7 +291,7 @@ class JobQueue(Generic[T]):
         if owned is not None:
             for key in [key for key, (_, _, item) in self._live.items() if owned(item)]:
                 self.cancel(key)
-        for key in [key for key in self._aside if key not in self]:  # its place was the owner's
+        for key in [key for key in self._waiting if key not in self]:  # its place was the owner's
             self._restore(key)
 
     def _bulk_top(self) -> Bulk[T] | None:
@@ -353,7 +303,7 @@ class JobQueue(Generic[T]):
             while pos < n and (items[pos] is None or keys[pos] in live or lookup(keys[pos]) is not items[pos]):
                 if items[pos] is not None:  # replaced since: by a push, or in its owner (a job added again)
                     bulk.count -= 1
-                    if self._aside:
+                    if self._waiting:
                         self._vacated(keys[pos])
                 keys[pos], items[pos] = "", None
                 pos += 1
@@ -377,19 +327,13 @@ class JobQueue(Generic[T]):
         bulk.release()
 
     def _replace(self, key: str, due: int, item: T) -> bool:
-        """Make way for ``item`` under ``key``: take what is queued there out, unless another copy
-        due first keeps the place (``item`` then waits aside: False). One lookup of the key."""
+        """Take what is queued under ``key`` out for ``item``; False if another copy due first keeps it."""
         old = self._live.get(key)
         found = self._in_bulk(key) if old is None and self._bulks else None
-        if self._copy_of is not None and (old is not None or found is not None or self._aside):
-            if old is not None:
-                current: tuple[int, T] | None = old[0], old[2]
-            elif found is not None:
-                bulk, i = found
-                current = bulk.dues[i], bulk.items[i]  # type: ignore[assignment]
-            else:
-                current = None
-            if not self._takes_place(key, current, due, item):
+        if self._aside is not None and (old is not None or found is not None or self._waiting):
+            current = (old[0], old[2]) if old is not None else \
+                None if found is None else (found[0].dues[found[1]], found[0].items[found[1]])
+            if not self._aside.takes_place(key, current, due, item):  # type: ignore[arg-type]
                 return False
         if old is not None:
             del self._live[key]  # its tuple is a tombstone from here
@@ -402,7 +346,7 @@ class JobQueue(Generic[T]):
     def push(self, key: str, due: int, item: T) -> None:
         """Queue ``item`` under ``key`` to fall due at ``due`` (µs); replaces an earlier entry (of
         another copy: the one due first is queued, the other set aside; see the module's docstring)."""
-        if (key in self._live or self._bulks or self._aside) and not self._replace(key, due, item):
+        if (key in self._live or self._bulks or self._waiting) and not self._replace(key, due, item):
             return
         entry = (due, key, item)
         self._live[key] = entry
@@ -420,7 +364,7 @@ class JobQueue(Generic[T]):
             self._changed.set()  # may be earlier than what the waiter sleeps for
         if self._stored > 2 * len(self._live) + 64:
             self._compact()
-        if self._aside:
+        if self._waiting:
             self._turn_if_earlier(key, due)
 
     def cancel(self, key: str) -> bool:
@@ -428,7 +372,7 @@ class JobQueue(Generic[T]):
         the front. An item of another copy set aside under ``key`` is queued in its place."""
         if self._unqueue(key) is None:
             return False
-        if self._aside:
+        if self._waiting:
             self._restore(key)
         return True
 
@@ -555,7 +499,7 @@ class JobQueue(Generic[T]):
                 bulk.count -= 1
             elif item is not None:
                 bulk.count -= 1  # replaced since: by a push, or in its owner
-                if self._aside:
+                if self._waiting:
                     self._vacated(key)
             keys[pos], items[pos] = "", None
             pos += 1

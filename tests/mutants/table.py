@@ -16,6 +16,9 @@ FLOWS = "default,+flows"  # the flow seeds these were found in (flows a default 
 # Every kind as the seeds below were found with it, before the registry-buckets kind joined ``all``
 # (a seed drawing buckets runs another world), as FOUND replays them (``LATER_KINDS``).
 ALL = "all,-buckets"
+# Every kind as FOUND replays seeds found since the joins kind: the kinds named, so later ones stay off.
+EVERY_KIND = ("all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,+shared_hosts,"
+              "+buckets,+joins")
 UNDURABLE = "acknowledge before durable"
 FIFTY_MS = '__import__("datetime").timedelta(milliseconds=50)'
 
@@ -1166,13 +1169,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="other-copy-dropped-from-queue",
         kind="a job never runs",
-        path="cluster/runtime/queue.py",
+        path="cluster/runtime/queue_copies.py",
         old="            aside.append(waiting)\n",
         new="            pass\n",
         catch=Pytest(("tests/runtime/test_queue.py::"
                       "test_each_copy_of_an_id_comes_out_once_in_due_order_unless_its_shard_let_go_of_it",)),
-        also=(Sim(1187329, 1, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,"
-                  "+shared_hosts,+buckets,+joins"),),
+        also=(Sim(1187329, 1, EVERY_KIND),),
         why="a silo holding two copies of one id (a flow step taken over twice) queues one: the other, replaced "
             "in the timer queue, stays live in its log and never runs nor is refused",
     ),
@@ -1183,8 +1185,7 @@ MUTANTS: tuple[Mutant, ...] = (
         old="    if stat.size != size:\n",
         new="    if False:\n",
         catch=Pytest(("tests/storage/test_claim_doubt.py",)),
-        also=(Sim(1200780, 1, "all,+real_client,+clock_jumps,+torn_logs,+named,+flows,+dormant_overwrites,+turns,"
-                  "+shared_hosts,+buckets,+joins"),),
+        also=(Sim(1200780, 1, EVERY_KIND),),
         why="a claim whose answer was lost takes the ETag of a record appended after it for its own, and the "
             "repair's rotation drops that record (a flow step's success, so the step runs again)",
     ),

@@ -507,7 +507,7 @@ def test_each_copy_of_an_id_comes_out_once_in_due_order_unless_its_shard_let_go_
             for held in [held for held in live if held[1] == copy]:
                 del live[held]
             q.forget(copy, lambda item, c=copy: item[1] == c)
-        for key, waiting in q._aside.items():  # none waits behind a copy due later
+        for key, waiting in q.waiting_aside.items():  # none waits behind a copy due later
             queued = q.get(key)
             if queued is not None:
                 assert all(queued[0] <= due for due, item in waiting if live.get((key, item[1])) is item), \
