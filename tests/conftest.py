@@ -85,12 +85,24 @@ _RAY_DIRS = ("e2e", "drills")
 _RAY_FILES = ("test_benchmarks.py", "test_queue_benchmark.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.fspath))
         if ("ray_session" in getattr(item, "fixturenames", ()) or item.get_closest_marker("ray") is not None
                 or path.parent.name in _RAY_DIRS or path.name in _RAY_FILES):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail the run if xdist stopped grouping: drills that measure timings would overlap, quietly."""
+    if not session.config.getvalue("loadgroup"):
+        return  # not an xdist worker under --dist loadgroup
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and not item.nodeid.endswith("@ray")]
+    if lost:
+        raise pytest.UsageError(f"--dist loadgroup did not group {len(lost)} Ray tests (first: {lost[0]}); "
+                                "pytest 9.2 with pytest-xdist 3.8 drops the group (pytest-xdist#1386)")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
