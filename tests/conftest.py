@@ -96,7 +96,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Fail the run if xdist stopped grouping: drills that measure timings would overlap, quietly."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):
         return  # not an xdist worker under --dist loadgroup
     lost = [item.nodeid for item in session.items
             if item.get_closest_marker("xdist_group") is not None and not item.nodeid.endswith("@ray")]
@@ -106,8 +106,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print where the suite's time went: per worker, and the Ray group's share (it runs serially)."""
+    """Print where the suite's time went: per worker, the Ray group's share (it runs serially),
+    and the files that took longest, each with its group."""
     by_worker: dict[str, float] = {}
+    by_file: dict[str, float] = {}
     ray_group = 0.0
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -117,9 +119,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             worker = getattr(report, "node", None)
             name = getattr(getattr(worker, "gateway", None), "id", "main")
             by_worker[name] = by_worker.get(name, 0.0) + duration
-            if any(k == "xdist_group" or "@ray" in k for k in report.keywords) or "@ray" in report.nodeid:
-                ray_group += duration
+            ray = report.nodeid.endswith("@ray")
+            ray_group += duration if ray else 0.0
+            where = report.nodeid.split("::")[0] + (" (Ray group)" if ray else "")
+            by_file[where] = by_file.get(where, 0.0) + duration
     if by_worker:
         workers = ", ".join(f"{name} {total:.0f} s" for name, total in sorted(by_worker.items()))
         terminalreporter.write_line(f"test time per worker: {workers}; the Ray group (one worker, in turn): "
                                     f"{ray_group:.0f} s")
+        slowest = sorted(by_file.items(), key=lambda item: -item[1])[:20]
+        terminalreporter.write_line("slowest files: " + ", ".join(f"{where} {total:.0f} s" for where, total in slowest))

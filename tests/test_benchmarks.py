@@ -24,7 +24,8 @@ FIGURES = [
         ("lateness_high", "p99"), ("timer_floor", "1000", "p99"), ("timer_floor", "10000", "p99"))],
     *[("named", kind, *path) for kind in ("file", "azure") for path in (
         ("put_per_s",), ("put_many_per_s",), ("overwrite_per_s",), ("fire_named", "per_s"), ("fire_plain", "per_s"),
-        ("fire_over_plain",), ("listing", "2000", "named: list_page(limit=50)"), ("listing", "2000", "named: count()"),
+        ("fire_over_plain",), ("listing", "2000", "named: list_page(limit=50), first"),
+        ("listing", "2000", "named: list_page(limit=50), deep"), ("listing", "2000", "named: count()"),
         ("listing", "2000", "paged: first page"))],
     ("failover", "p50"), ("replay", "file", "records_per_s"), ("replay", "azure", "records_per_s"),
     *[("memory", kind, key) for kind in ("dormant", "loaded") for key in ("intercept_mb", "r2", "schedule_per_s")],
