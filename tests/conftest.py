@@ -77,21 +77,33 @@ def no_silo_exceptions(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 # -- running on two cores -------------------------------------------------------------------------
-# `make test` runs pytest-xdist with two workers and --dist loadgroup. Everything that runs Ray,
-# silos or a whole benchmark is one group, so it runs on one worker, one test after another, as
-# it would alone (one session Ray; drills that measure timings never overlap each other); the
-# rest (the simulator, unit tests, storage on Azurite) runs on the other worker meanwhile.
-_RAY_DIRS = ("e2e", "drills")
-_RAY_FILES = ("test_benchmarks.py", "test_queue_benchmark.py")
+# `make test` runs pytest-xdist with two workers and --dist loadgroup. Each group below runs on one
+# worker, one test after another. "drills": what measures timings or runs a whole benchmark (its
+# own Ray, often multi-node), so that no two of them ever overlap. "ray": the other tests that run
+# Ray or silos (on the worker's session Ray), which assert what happened, not how fast. The rest
+# (the simulator, unit tests, storage on Azurite) fills in beside them.
+_DRILL_DIRS = ("drills",)
+_DRILL_FILES = ("test_benchmarks.py", "test_queue_benchmark.py", "test_cluster_restart.py")
+_RAY_DIRS = ("e2e",)
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group ``item`` runs in under `make test` (None: anywhere)."""
+    path = Path(str(item.fspath))
+    if path.parent.name in _DRILL_DIRS or path.name in _DRILL_FILES:
+        return "drills"
+    if ("ray_session" in getattr(item, "fixturenames", ()) or item.get_closest_marker("ray") is not None
+            or path.parent.name in _RAY_DIRS):
+        return "ray"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        path = Path(str(item.fspath))
-        if ("ray_session" in getattr(item, "fixturenames", ()) or item.get_closest_marker("ray") is not None
-                or path.parent.name in _RAY_DIRS or path.name in _RAY_FILES):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -99,18 +111,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not getattr(session.config.option, "loadgroup", False):
         return  # not an xdist worker under --dist loadgroup
     lost = [item.nodeid for item in session.items
-            if item.get_closest_marker("xdist_group") is not None and not item.nodeid.endswith("@ray")]
+            if (group := xdist_group_of(item)) is not None and not item.nodeid.endswith(f"@{group}")]
     if lost:
-        raise pytest.UsageError(f"--dist loadgroup did not group {len(lost)} Ray tests (first: {lost[0]}); "
+        raise pytest.UsageError(f"--dist loadgroup did not group {len(lost)} tests (first: {lost[0]}); "
                                 "pytest 9.2 with pytest-xdist 3.8 drops the group (pytest-xdist#1386)")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print where the suite's time went: per worker, the Ray group's share (it runs serially),
-    and the files that took longest, each with its group."""
+    """Print where the suite's time went: per worker, per group (each runs serially), and the
+    files that took longest, each with its group."""
     by_worker: dict[str, float] = {}
+    by_group: dict[str, float] = {}
     by_file: dict[str, float] = {}
-    ray_group = 0.0
     for reports in terminalreporter.stats.values():
         for report in reports:
             duration = getattr(report, "duration", None)
@@ -119,13 +131,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             worker = getattr(report, "node", None)
             name = getattr(getattr(worker, "gateway", None), "id", "main")
             by_worker[name] = by_worker.get(name, 0.0) + duration
-            ray = report.nodeid.endswith("@ray")
-            ray_group += duration if ray else 0.0
-            where = report.nodeid.split("::")[0] + (" (Ray group)" if ray else "")
+            head, _, group = report.nodeid.rpartition("@")
+            group = group if head and "]" not in group and "::" not in group else ""
+            by_group[group] = by_group.get(group, 0.0) + duration
+            where = report.nodeid.split("::")[0] + (f" (@{group})" if group else "")
             by_file[where] = by_file.get(where, 0.0) + duration
     if by_worker:
         workers = ", ".join(f"{name} {total:.0f} s" for name, total in sorted(by_worker.items()))
-        terminalreporter.write_line(f"test time per worker: {workers}; the Ray group (one worker, in turn): "
-                                    f"{ray_group:.0f} s")
+        groups = ", ".join(f"@{group} {total:.0f} s" for group, total in sorted(by_group.items()) if group)
+        terminalreporter.write_line(f"test time per worker: {workers}; per group (one worker each, in turn): "
+                                    f"{groups or 'none'}")
         slowest = sorted(by_file.items(), key=lambda item: -item[1])[:20]
         terminalreporter.write_line("slowest files: " + ", ".join(f"{where} {total:.0f} s" for where, total in slowest))
