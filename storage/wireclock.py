@@ -11,7 +11,9 @@ writing the request, and takes the answer's arrival from the kernel's receive ti
 (``SO_TIMESTAMPNS``) of the segment that brought its first bytes. That timestamp is on the wall
 clock: it is moved onto the monotonic clock by the two clocks' difference read around the
 exchange, and dropped (the loop's own instant kept) if that difference moved by more than
-``STEP_NS`` meanwhile, i.e. the wall clock was stepped.
+``STEP_NS`` meanwhile, i.e. the wall clock was stepped. Each difference is read between two
+monotonic readings and read again if they are far apart: a thread switch between the two clocks'
+reads (the GIL, a busy host) would otherwise look like a step.
 
 A caller that aims its reading (the store should read its clock right at a tick of its coarse
 clock, ``cluster.model.skew``) sets ``SEND_AT``: the connection is made first, then the request
@@ -49,6 +51,10 @@ SEND_AT: ContextVar[float | None] = ContextVar("timeshard_clock_send_at", defaul
 #: ``MAX_WAIT`` is not a plausible aim and is not waited for.
 SPIN = 0.001
 MAX_WAIT = 1.0
+#: A wall clock reading is paired with the monotonic one only if the monotonic readings around
+#: it are at most this far apart (ns); ``PAIR_TRIES`` tries, then no pair (the loop's instant).
+PAIR_NS = 20_000
+PAIR_TRIES = 5
 _HEAD_LIMIT = 64 * 1024
 _wall_ns = time.time_ns  # the clock the kernel stamps are on (a test steps it)
 _ANCILLARY = socket.CMSG_SPACE(16)
@@ -144,9 +150,22 @@ async def _connect(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _lead() -> tuple[int, int] | None:
+    """How far the wall clock is ahead of the monotonic one (ns), and the monotonic instant it
+    was read at; None if no try read the two within ``PAIR_NS`` of each other."""
+    for _ in range(PAIR_TRIES):
+        before = time.monotonic_ns()
+        wall = _wall_ns()
+        after = time.monotonic_ns()
+        if after - before <= PAIR_NS:
+            return wall - (before + after) // 2, after
+    return None
+
+
 async def _ask(wire: _Plain | _Tls, request: bytes) -> WireAnswer:
     """Send ``request`` and read the answer's head; the instants around it as ``WireAnswer`` says."""
-    wall_before, sent_ns = _wall_ns(), time.monotonic_ns()
+    lead_before = _lead()
+    sent_ns = time.monotonic_ns()
     await wire.send(request)
     head = b""
     arrived_ns: int | None = None
@@ -157,11 +176,12 @@ async def _ask(wire: _Plain | _Tls, request: bytes) -> WireAnswer:
             raise ConnectionError("the store closed the connection before its answer's head ended")
         if arrived_ns is None:
             # The first bytes of the answer: the store read its clock before sending them.
-            wall_now, mono_now = _wall_ns(), time.monotonic_ns()
+            lead_now = _lead()
+            mono_now = time.monotonic_ns() if lead_now is None else lead_now[1]
             arrived_ns, kernel = mono_now, False
-            stepped = abs((wall_now - mono_now) - (wall_before - sent_ns)) > STEP_NS
-            if stamp_ns is not None and not stepped:
-                arrived_ns, kernel = min(mono_now, max(sent_ns, mono_now - (wall_now - stamp_ns))), True
+            if (stamp_ns is not None and lead_before is not None and lead_now is not None
+                    and abs(lead_now[0] - lead_before[0]) <= STEP_NS):
+                arrived_ns, kernel = min(mono_now, max(sent_ns, stamp_ns - lead_now[0])), True
         head += data
         if len(head) > _HEAD_LIMIT:
             raise ConnectionError("the store's answer head is too long")

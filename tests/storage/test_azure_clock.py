@@ -117,6 +117,39 @@ async def test_an_azure_readings_flight_holds_the_request_and_answer_on_the_wire
     watch.server.close()
 
 
+async def test_a_thread_switch_between_the_two_clocks_reads_is_not_taken_for_a_step(
+        azure_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy host (CI, a silo firing jobs beside other threads) the process can lose the CPU or
+    the GIL between reading the wall clock and the monotonic one. Taken for a wall clock step, it
+    threw the kernel's stamp away and jobs fired by the loop's later instant (seen in CI). Here
+    the first read of the wall clock in the exchange is held up 2 ms."""
+    if sys.platform != "linux":
+        pytest.skip("kernel receive stamps are read on Linux only")
+    real_wall = time.time_ns
+    held = False
+
+    def slow_once() -> int:  # the thread loses the CPU right after reading the wall clock, once
+        nonlocal held
+        wall = real_wall()
+        if not held:
+            held = True
+            until = time.monotonic_ns() + 2_000_000
+            while time.monotonic_ns() < until:
+                pass
+        return wall
+
+    async with storage.open_store(azure_store_url) as store:
+        await store.server_time()  # creates the container
+        monkeypatch.setattr(wireclock, "_wall_ns", slow_once)
+        before = time.monotonic_ns() // 1000
+        reading = await store.server_time()
+        after = time.monotonic_ns() // 1000
+        truth = time.time_ns() // 1000 - time.monotonic_ns() // 1000
+    assert held and reading is not None and reading.timed_by == "kernel"
+    sent, received = reading.in_flight(before, after)
+    assert reading.at_us - received <= truth <= reading.at_us + reading.resolution_us - sent
+
+
 async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unused(
         azure_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel stamps arrivals on the wall clock; moved onto the monotonic clock across a step,
