@@ -51,6 +51,8 @@ def copy_tree(dest: Path) -> None:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
+    if (REPO / "node_modules").is_dir():  # Azurite, for catchers that run against it
+        (dest / "node_modules").symlink_to(REPO / "node_modules")
 
 
 def run(catch: Catch, tree: Path, log: Path) -> tuple[bool | None, str]:

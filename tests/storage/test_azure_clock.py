@@ -11,13 +11,14 @@ import random
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from azure.storage.blob.aio import BlobServiceClient
 
 import storage
-from storage import wireclock
+from storage import ServerTime, wireclock
 from storage.azure import AzureStore
 from tests import certs
 from tests.azurite import Azurite
@@ -117,6 +118,20 @@ async def test_an_azure_readings_flight_holds_the_request_and_answer_on_the_wire
     watch.server.close()
 
 
+async def read_with_wall(url: str, monkeypatch: pytest.MonkeyPatch, wall: Callable[[], int]
+                         ) -> tuple[ServerTime, int, int]:
+    """One reading of the store's clock with the wire clock reading ``wall`` for the wall clock,
+    and the monotonic µs just before and after the call."""
+    async with storage.open_store(url) as store:
+        await store.server_time()  # creates the container
+        monkeypatch.setattr(wireclock, "_wall_ns", wall)
+        before = time.monotonic_ns() // 1000
+        reading = await store.server_time()
+        after = time.monotonic_ns() // 1000
+    assert reading is not None
+    return reading, before, after
+
+
 async def test_a_thread_switch_between_the_two_clocks_reads_is_not_taken_for_a_step(
         azure_store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a busy host (CI, a silo firing jobs beside other threads) the process can lose the CPU or
@@ -138,14 +153,9 @@ async def test_a_thread_switch_between_the_two_clocks_reads_is_not_taken_for_a_s
                 pass
         return wall
 
-    async with storage.open_store(azure_store_url) as store:
-        await store.server_time()  # creates the container
-        monkeypatch.setattr(wireclock, "_wall_ns", slow_once)
-        before = time.monotonic_ns() // 1000
-        reading = await store.server_time()
-        after = time.monotonic_ns() // 1000
-        truth = time.time_ns() // 1000 - time.monotonic_ns() // 1000
-    assert held and reading is not None and reading.timed_by == "kernel"
+    reading, before, after = await read_with_wall(azure_store_url, monkeypatch, slow_once)
+    truth = time.time_ns() // 1000 - time.monotonic_ns() // 1000
+    assert held and reading.timed_by == "kernel"
     sent, received = reading.in_flight(before, after)
     assert reading.at_us - received <= truth <= reading.at_us + reading.resolution_us - sent
 
@@ -164,13 +174,8 @@ async def test_a_wall_clock_step_during_a_reading_leaves_the_kernels_stamp_unuse
         calls += 1
         return real_wall() - (1_000_000_000 if calls > 1 else 0)
 
-    async with storage.open_store(azure_store_url) as store:
-        await store.server_time()  # creates the container
-        monkeypatch.setattr(wireclock, "_wall_ns", stepping_wall)
-        before = time.monotonic_ns() // 1000
-        reading = await store.server_time()
-        after = time.monotonic_ns() // 1000
-    assert reading is not None and reading.timed_by == "loop"
+    reading, before, after = await read_with_wall(azure_store_url, monkeypatch, stepping_wall)
+    assert reading.timed_by == "loop"
     sent, received = reading.in_flight(before, after)
     # Noted after the answer was read, never a second before the call returned.
     assert after - received < 100_000
