@@ -152,13 +152,16 @@ async def _connect(host: str, port: int) -> socket.socket:
 
 def _lead() -> tuple[int, int] | None:
     """How far the wall clock is ahead of the monotonic one (ns), and the monotonic instant it
-    was read at; None if no try read the two within ``PAIR_NS`` of each other."""
+    was read at; None if no try read the two within ``PAIR_NS`` of each other.
+
+    Taken against the monotonic reading after the wall's, the lead errs low, by at most
+    ``PAIR_NS``: an arrival moved by it errs late, never early."""
     for _ in range(PAIR_TRIES):
         before = time.monotonic_ns()
         wall = _wall_ns()
         after = time.monotonic_ns()
         if after - before <= PAIR_NS:
-            return wall - (before + after) // 2, after
+            return wall - after, after
     return None
 
 

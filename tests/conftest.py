@@ -78,12 +78,14 @@ def no_silo_exceptions(request: pytest.FixtureRequest) -> Iterator[None]:
 
 # -- running on two cores -------------------------------------------------------------------------
 # `make test` runs pytest-xdist with two workers and --dist loadgroup. Each group below runs on one
-# worker, one test after another. "drills": what measures timings or runs a whole benchmark (its
-# own Ray, often multi-node), so that no two of them ever overlap. "ray": the other tests that run
-# Ray or silos (on the worker's session Ray), which assert what happened, not how fast. The rest
-# (the simulator, unit tests, storage on Azurite) fills in beside them.
+# worker, one test after another. "drills": what runs a whole benchmark or its own Ray (often
+# multi-node), or bounds a time (a failover, a catch-up, a silo started again, a run's lateness),
+# so that no two of them overlap each other. "ray": the other tests that run Ray or silos, on
+# the worker's session Ray, which assert what happened, not how fast. The rest (the simulator,
+# unit tests, storage on Azurite) fills in beside them.
 _DRILL_DIRS = ("drills",)
-_DRILL_FILES = ("test_benchmarks.py", "test_queue_benchmark.py", "test_cluster_restart.py")
+_DRILL_FILES = ("test_benchmarks.py", "test_queue_benchmark.py", "test_cluster_restart.py", "test_keeping.py",
+                "test_operator_overlap.py", "test_cancel_adoption.py")
 _RAY_DIRS = ("e2e",)
 
 

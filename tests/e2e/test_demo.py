@@ -9,13 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+import ray
 
 pytestmark = pytest.mark.ray
 
 
 def test_the_demo_survives_a_silo_crash_and_loses_nothing(tmp_path: Path, ray_session: None) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("RAY_ADDRESS", None)
+    # The session's Ray, named: with none named the demo joins the Ray started last on this
+    # machine, which may be a drill's on the other xdist worker.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     done = subprocess.run(
         [sys.executable, "-m", "cluster.cli", "demo", "--store", f"file://{tmp_path / 'demo'}", "--seconds", "8", "--jobs", "60"],
         capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path,

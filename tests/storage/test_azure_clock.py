@@ -118,6 +118,28 @@ async def test_an_azure_readings_flight_holds_the_request_and_answer_on_the_wire
     watch.server.close()
 
 
+def test_the_clocks_lead_never_errs_high_so_an_arrival_is_never_moved_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lead moves the kernel's stamp of an answer's arrival onto the monotonic clock; a lead
+    too high would put the arrival before it happened, and jobs would fire early by as much.
+    Here the thread is held up just before each read of the wall clock (under ``PAIR_NS``)."""
+    real_wall = time.time_ns
+    reads: list[tuple[int, int]] = []
+
+    def late_wall() -> int:
+        until = time.monotonic_ns() + 8_000
+        while time.monotonic_ns() < until:
+            pass
+        mono = time.monotonic_ns()  # the monotonic clock at or before the wall's read
+        reads.append((real_wall(), mono))
+        return reads[-1][0]
+
+    monkeypatch.setattr(wireclock, "_wall_ns", late_wall)
+    leads = [(lead, reads[-1]) for _ in range(200) if (lead := wireclock._lead()) is not None]
+    assert len(leads) > 100, "the two clocks' reads were never close enough to pair"
+    for (lead, _), (wall, mono) in leads:
+        assert lead <= wall - mono  # the true lead at the wall's read is at most this
+
+
 async def read_with_wall(url: str, monkeypatch: pytest.MonkeyPatch, wall: Callable[[], int]
                          ) -> tuple[ServerTime, int, int]:
     """One reading of the store's clock with the wire clock reading ``wall`` for the wall clock,
