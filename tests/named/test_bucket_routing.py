@@ -18,7 +18,7 @@ import pytest
 from cluster.model.errors import ClusterUnavailable
 from cluster.model.routing import SiloLost
 from cluster.named.bucket import bucket_base
-from cluster.named.routed import Routed
+from cluster.named.routed import PUT_CALLS_IN_FLIGHT, Routed
 from storage import MemoryStore
 from storage.generations import generation_name
 
@@ -137,3 +137,34 @@ async def test_puts_of_later_ticks_wait_for_a_call_to_end_and_go_together() -> N
     answers = await asyncio.wait_for(asyncio.gather(*asks), 10)
     assert answers == [("ok", f"put-{tick}") for tick in range(6)]  # none held for good
     assert owner.most == 2 and owner.calls[2:] == [["put-2", "put-3", "put-4", "put-5"]]
+
+
+class FailsFirst(HeldCalls):
+    """``HeldCalls`` whose first call, once let go, fails: its silo died under it."""
+
+    async def _at_silo(self, silo_id: str, method: str, *args: Any) -> Any:
+        first = not self.calls
+        answers = await super()._at_silo(silo_id, method, *args)
+        if first:
+            raise SiloLost(f"silo {silo_id} is dead")
+        return answers
+
+
+async def test_puts_held_behind_the_one_call_in_flight_are_sent_when_it_fails() -> None:
+    """At the production limit (one call per owner), puts held behind a call whose silo died
+    under it are sent once it ends, together, and answered: none waits for good."""
+    store = MemoryStore()
+    await store.create(generation_name(bucket_base(0), 0), {"owner": "a#1"})
+    owner = FailsFirst()
+    routed = Routed(store, owner, buckets=1)
+    routed.in_flight["named_put"] = PUT_CALLS_IN_FLIGHT
+    first = asyncio.ensure_future(routed.ask("named_put", "k", "put-0"))
+    await asyncio.sleep(0.01)
+    later = [asyncio.ensure_future(routed.ask("named_put", "k", f"put-{i}")) for i in range(1, 4)]
+    await asyncio.sleep(0.01)
+    assert PUT_CALLS_IN_FLIGHT == 1 and owner.flying == 1 and owner.calls == [["put-0"]]
+    owner.done.set()
+    answers = await asyncio.wait_for(asyncio.gather(*later), 10)
+    assert answers == [("ok", f"put-{i}") for i in range(1, 4)]
+    assert (await asyncio.wait_for(first, 10))[0] == "lost"  # maybe made: the caller's to say
+    assert owner.most == 1 and owner.calls[1] == ["put-1", "put-2", "put-3"]
