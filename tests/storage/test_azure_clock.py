@@ -159,9 +159,8 @@ async def test_a_thread_switch_between_the_two_clocks_reads_is_not_taken_for_a_s
     """On a busy host (CI, a silo firing jobs beside other threads) the process can lose the CPU or
     the GIL between reading the wall clock and the monotonic one. Taken for a wall clock step, it
     threw the kernel's stamp away and jobs fired by the loop's later instant (seen in CI). Here
-    the first read of the wall clock in the exchange is held up 2 ms."""
-    if sys.platform != "linux":
-        pytest.skip("kernel receive stamps are read on Linux only")
+    the first read of the wall clock in the exchange is held up 2 ms. (Kernel stamps are read on
+    Linux only; elsewhere the loop's instant times the reading, and the offset must still hold.)"""
     real_wall = time.time_ns
     held = False
 
@@ -177,7 +176,7 @@ async def test_a_thread_switch_between_the_two_clocks_reads_is_not_taken_for_a_s
 
     reading, before, after = await read_with_wall(azure_store_url, monkeypatch, slow_once)
     truth = time.time_ns() // 1000 - time.monotonic_ns() // 1000
-    assert held and reading.timed_by == "kernel"
+    assert held and reading.timed_by == ("kernel" if sys.platform == "linux" else "loop")
     sent, received = reading.in_flight(before, after)
     assert reading.at_us - received <= truth <= reading.at_us + reading.resolution_us - sent
 
