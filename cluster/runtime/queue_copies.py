@@ -35,7 +35,7 @@ class Aside(Generic[T]):
         takes = True
         if current is not None and current[1] is not item and copy_of(current[1]) != mine:
             takes = current[0] > due  # the copy due first holds the place: none waits behind a later one
-            waiting = (current[0], current[1]) if takes else (due, item)
+            waiting = current if takes else (due, item)
             if aside is None:
                 aside = self.waiting[key] = []
             aside.append(waiting)

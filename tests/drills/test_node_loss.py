@@ -21,9 +21,8 @@ pytestmark = pytest.mark.ray
 # machines share (the file store's fencing under kills is drilled by test_failover_drill).
 @pytest.mark.azurite
 def test_losing_a_node_and_scaling_under_load_lose_nothing(azure_store_url: str, tmp_path: Path) -> None:
-    drill_store = azure_store_url
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "cluster.cli", "drill", "--nodes", "3", "--store", drill_store,
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "drill", "--nodes", "3", "--store", azure_store_url,
                            "--rate", "150", "--seed", "5", "--out", str(out)],
                           capture_output=True, text=True, timeout=400)
     report_path = out / "node-drill.json"
